@@ -1,0 +1,316 @@
+//! Memory-region access rights as types.
+//!
+//! An access set is the type [`Access<LW, RW, RR, RA, MB>`]: each position holds either the
+//! flag's marker ([`LocalWrite`], [`RemoteWrite`], [`RemoteRead`], [`RemoteAtomic`],
+//! [`MwBind`]) or `()` for "not set". Local read access is always enabled (ibv_reg_mr(3)).
+//! Build one with the `const` presets in this module or with the builder methods on
+//! [`Access`]:
+//!
+//! ```
+//! use typed_verbs::access::{self, Access};
+//! let a = Access::NONE.local_write().remote_write(); // Access<LocalWrite, RemoteWrite, (), (), ()>
+//! let _same: access::LocalRemoteWrite = a;
+//! ```
+//!
+//! The rule of ibv_reg_mr(3) — "If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set,
+//! then IBV_ACCESS_LOCAL_WRITE must be set too" — is the trait [`LegalAccess`]: registration
+//! requires it, so an illegal set does not compile. The capability traits ([`HasLocalWrite`],
+//! [`HasRemoteWrite`], [`HasRemoteRead`], [`HasRemoteAtomic`], [`HasMwBind`]) gate the
+//! operations that need each right, and [`PeerCannotWrite`] gates plain `&[u8]` access to the
+//! memory.
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use typed_verbs_sys as sys;
+
+/// Marker: `IBV_ACCESS_LOCAL_WRITE` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LocalWrite;
+/// Marker: `IBV_ACCESS_REMOTE_WRITE` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RemoteWrite;
+/// Marker: `IBV_ACCESS_REMOTE_READ` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RemoteRead;
+/// Marker: `IBV_ACCESS_REMOTE_ATOMIC` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RemoteAtomic;
+/// Marker: `IBV_ACCESS_MW_BIND` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MwBind;
+
+mod sealed {
+    pub trait Flag<const BIT: u32> {
+        const SET: bool;
+    }
+    pub trait Sealed {}
+}
+use sealed::Flag;
+
+macro_rules! flag_position {
+    ($($marker:ident => $bit:path),* $(,)?) => {$(
+        impl Flag<{ $bit }> for $marker { const SET: bool = true; }
+        impl Flag<{ $bit }> for () { const SET: bool = false; }
+    )*};
+}
+flag_position! {
+    LocalWrite => sys::IBV_ACCESS_LOCAL_WRITE,
+    RemoteWrite => sys::IBV_ACCESS_REMOTE_WRITE,
+    RemoteRead => sys::IBV_ACCESS_REMOTE_READ,
+    RemoteAtomic => sys::IBV_ACCESS_REMOTE_ATOMIC,
+    MwBind => sys::IBV_ACCESS_MW_BIND,
+}
+
+/// An access set for a memory region: see the [module documentation](self).
+///
+/// The value is zero-sized; only its type matters.
+pub struct Access<LW = (), RW = (), RR = (), RA = (), MB = ()>(PhantomData<Flags<LW, RW, RR, RA, MB>>);
+
+/// The five positions of an [`Access`], as a function type so the markers impose no auto
+/// traits or variance on it.
+type Flags<LW, RW, RR, RA, MB> = fn() -> (LW, RW, RR, RA, MB);
+
+impl<LW, RW, RR, RA, MB> Clone for Access<LW, RW, RR, RA, MB> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<LW, RW, RR, RA, MB> Copy for Access<LW, RW, RR, RA, MB> {}
+impl<LW, RW, RR, RA, MB> Default for Access<LW, RW, RR, RA, MB> {
+    fn default() -> Self {
+        Access(PhantomData)
+    }
+}
+
+impl Access {
+    /// No flag set: local read only.
+    pub const NONE: Access = Access(PhantomData);
+}
+
+impl<LW, RW, RR, RA, MB> Access<LW, RW, RR, RA, MB> {
+    const fn new() -> Self {
+        Access(PhantomData)
+    }
+    /// Adds `IBV_ACCESS_LOCAL_WRITE`.
+    pub const fn local_write(self) -> Access<LocalWrite, RW, RR, RA, MB> {
+        Access::new()
+    }
+    /// Adds `IBV_ACCESS_REMOTE_WRITE` (needs `local_write` too, checked at registration).
+    pub const fn remote_write(self) -> Access<LW, RemoteWrite, RR, RA, MB> {
+        Access::new()
+    }
+    /// Adds `IBV_ACCESS_REMOTE_READ`.
+    pub const fn remote_read(self) -> Access<LW, RW, RemoteRead, RA, MB> {
+        Access::new()
+    }
+    /// Adds `IBV_ACCESS_REMOTE_ATOMIC` (needs `local_write` too, checked at registration).
+    pub const fn remote_atomic(self) -> Access<LW, RW, RR, RemoteAtomic, MB> {
+        Access::new()
+    }
+    /// Adds `IBV_ACCESS_MW_BIND`.
+    pub const fn mw_bind(self) -> Access<LW, RW, RR, RA, MwBind> {
+        Access::new()
+    }
+}
+
+/// Any access set (legal or not) whose positions hold flag markers or `()`.
+///
+/// Sealed: implemented only by [`Access`].
+pub trait AccessSet: sealed::Sealed + Copy + Send + Sync + 'static {
+    /// The `IBV_ACCESS_*` bits of this set.
+    const BITS: u32;
+}
+
+impl<LW, RW, RR, RA, MB> sealed::Sealed for Access<LW, RW, RR, RA, MB>
+where
+    LW: Flag<{ sys::IBV_ACCESS_LOCAL_WRITE }>,
+    RW: Flag<{ sys::IBV_ACCESS_REMOTE_WRITE }>,
+    RR: Flag<{ sys::IBV_ACCESS_REMOTE_READ }>,
+    RA: Flag<{ sys::IBV_ACCESS_REMOTE_ATOMIC }>,
+    MB: Flag<{ sys::IBV_ACCESS_MW_BIND }>,
+{
+}
+
+const fn bit(set: bool, b: u32) -> u32 {
+    if set {
+        b
+    } else {
+        0
+    }
+}
+
+impl<LW, RW, RR, RA, MB> AccessSet for Access<LW, RW, RR, RA, MB>
+where
+    LW: Flag<{ sys::IBV_ACCESS_LOCAL_WRITE }> + 'static,
+    RW: Flag<{ sys::IBV_ACCESS_REMOTE_WRITE }> + 'static,
+    RR: Flag<{ sys::IBV_ACCESS_REMOTE_READ }> + 'static,
+    RA: Flag<{ sys::IBV_ACCESS_REMOTE_ATOMIC }> + 'static,
+    MB: Flag<{ sys::IBV_ACCESS_MW_BIND }> + 'static,
+{
+    const BITS: u32 = bit(LW::SET, sys::IBV_ACCESS_LOCAL_WRITE)
+        | bit(RW::SET, sys::IBV_ACCESS_REMOTE_WRITE)
+        | bit(RR::SET, sys::IBV_ACCESS_REMOTE_READ)
+        | bit(RA::SET, sys::IBV_ACCESS_REMOTE_ATOMIC)
+        | bit(MB::SET, sys::IBV_ACCESS_MW_BIND);
+}
+
+impl<LW, RW, RR, RA, MB> fmt::Debug for Access<LW, RW, RR, RA, MB>
+where
+    Self: AccessSet,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Access({:#x})", <Self as AccessSet>::BITS)
+    }
+}
+
+/// An access set that ibv_reg_mr(3) accepts.
+///
+/// "If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then IBV_ACCESS_LOCAL_WRITE
+/// must be set too." Implemented exactly for the sets that obey it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` sets IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC without IBV_ACCESS_LOCAL_WRITE",
+    label = "not a legal memory-region access set",
+    note = "ibv_reg_mr(3): \"If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then IBV_ACCESS_LOCAL_WRITE must be set too.\"",
+    note = "add `.local_write()` to the access set"
+)]
+pub trait LegalAccess: AccessSet {}
+impl<RW, RR, RA, MB> LegalAccess for Access<LocalWrite, RW, RR, RA, MB> where Self: AccessSet {}
+impl<RR, MB> LegalAccess for Access<(), (), RR, (), MB> where Self: AccessSet {}
+
+/// The set includes `IBV_ACCESS_LOCAL_WRITE`: the device may write the memory for local
+/// operations (receive buffers, RDMA READ and atomic results).
+#[diagnostic::on_unimplemented(
+    message = "this memory region was registered without IBV_ACCESS_LOCAL_WRITE, so the device may not write into it",
+    label = "needs a region registered with `.local_write()`",
+    note = "a receive buffer, the destination of an RDMA READ and the result of an atomic are written by the local device: the region needs IBV_ACCESS_LOCAL_WRITE (ibv_reg_mr(3))"
+)]
+pub trait HasLocalWrite: LegalAccess {}
+impl<RW, RR, RA, MB> HasLocalWrite for Access<LocalWrite, RW, RR, RA, MB> where Self: LegalAccess {}
+
+/// The set includes `IBV_ACCESS_REMOTE_WRITE`.
+#[diagnostic::on_unimplemented(
+    message = "RDMA WRITE needs a target registered with IBV_ACCESS_REMOTE_WRITE; `{Self}` lacks it",
+    label = "this remote region does not allow remote writes",
+    note = "ibv_reg_mr(3): IBV_ACCESS_REMOTE_WRITE enables remote write access"
+)]
+pub trait HasRemoteWrite: LegalAccess {}
+impl<RR, RA, MB> HasRemoteWrite for Access<LocalWrite, RemoteWrite, RR, RA, MB> where Self: LegalAccess {}
+
+/// The set includes `IBV_ACCESS_REMOTE_READ`.
+#[diagnostic::on_unimplemented(
+    message = "RDMA READ needs a source registered with IBV_ACCESS_REMOTE_READ; `{Self}` lacks it",
+    label = "this remote region does not allow remote reads",
+    note = "ibv_reg_mr(3): IBV_ACCESS_REMOTE_READ enables remote read access"
+)]
+pub trait HasRemoteRead: LegalAccess {}
+impl<LW, RW, RA, MB> HasRemoteRead for Access<LW, RW, RemoteRead, RA, MB> where Self: LegalAccess {}
+
+/// The set includes `IBV_ACCESS_REMOTE_ATOMIC`.
+#[diagnostic::on_unimplemented(
+    message = "atomic operations need a target registered with IBV_ACCESS_REMOTE_ATOMIC; `{Self}` lacks it",
+    label = "this remote region does not allow remote atomics",
+    note = "ibv_reg_mr(3): IBV_ACCESS_REMOTE_ATOMIC enables remote atomic operation access"
+)]
+pub trait HasRemoteAtomic: LegalAccess {}
+impl<RW, RR, MB> HasRemoteAtomic for Access<LocalWrite, RW, RR, RemoteAtomic, MB> where Self: LegalAccess {}
+
+/// The set includes `IBV_ACCESS_MW_BIND`.
+#[diagnostic::on_unimplemented(
+    message = "a memory window can only be bound to a region registered with IBV_ACCESS_MW_BIND; `{Self}` lacks it",
+    label = "registered without `.mw_bind()`",
+    note = "ibv_reg_mr(3): IBV_ACCESS_MW_BIND enables memory window binding"
+)]
+pub trait HasMwBind: LegalAccess {}
+impl<LW, RW, RR, RA> HasMwBind for Access<LW, RW, RR, RA, MwBind> where Self: LegalAccess {}
+
+/// No peer can ever write this memory: neither REMOTE_WRITE nor REMOTE_ATOMIC is set, and no
+/// writable memory window can be bound to it (a writable window needs MW_BIND together with
+/// LOCAL_WRITE, ibv_bind_mw(3)).
+///
+/// Only memory with this property is ever exposed as `&[u8]` / `&mut [u8]`; other memory is
+/// reached through explicit volatile copies (see [`crate::mr::Mr`]).
+#[diagnostic::on_unimplemented(
+    message = "a peer may write this memory at any time (`{Self}`), so it is never exposed as a plain slice",
+    label = "remote-writable memory",
+    note = "use the copy methods (`read_volatile_into`, `write_volatile_from`) instead: a `&[u8]` would be a data race with the peer's RDMA WRITE or atomic"
+)]
+pub trait PeerCannotWrite: LegalAccess {}
+impl<LW, RR> PeerCannotWrite for Access<LW, (), RR, (), ()> where Self: LegalAccess {}
+impl<RR> PeerCannotWrite for Access<(), (), RR, (), MwBind> where Self: LegalAccess {}
+
+/// Local read only (no flag).
+pub type LocalRead = Access;
+/// `LOCAL_WRITE`: receive buffers, RDMA READ destinations.
+pub type LocalRw = Access<LocalWrite>;
+/// `REMOTE_READ`: a buffer peers may read but never write.
+pub type RemoteReadOnly = Access<(), (), RemoteRead>;
+/// `LOCAL_WRITE | REMOTE_WRITE`.
+pub type LocalRemoteWrite = Access<LocalWrite, RemoteWrite>;
+/// `LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ`: a buffer peers may read and write.
+pub type RemoteRw = Access<LocalWrite, RemoteWrite, RemoteRead>;
+/// `LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC`.
+pub type RemoteAll = Access<LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic>;
+/// `LOCAL_WRITE | MW_BIND`: a region exposed only through memory windows.
+pub type WindowBindable = Access<LocalWrite, (), (), (), MwBind>;
+/// Every flag.
+pub type Full = Access<LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic, MwBind>;
+
+/// Value of [`LocalRead`].
+pub const LOCAL_READ: LocalRead = Access::NONE;
+/// Value of [`LocalRw`].
+pub const LOCAL_RW: LocalRw = Access::NONE.local_write();
+/// Value of [`RemoteReadOnly`].
+pub const REMOTE_READ_ONLY: RemoteReadOnly = Access::NONE.remote_read();
+/// Value of [`LocalRemoteWrite`].
+pub const LOCAL_REMOTE_WRITE: LocalRemoteWrite = Access::NONE.local_write().remote_write();
+/// Value of [`RemoteRw`].
+pub const REMOTE_RW: RemoteRw = Access::NONE.local_write().remote_write().remote_read();
+/// Value of [`RemoteAll`].
+pub const REMOTE_ALL: RemoteAll = REMOTE_RW.remote_atomic();
+/// Value of [`WindowBindable`].
+pub const WINDOW_BINDABLE: WindowBindable = Access::NONE.local_write().mw_bind();
+/// Value of [`Full`].
+pub const FULL: Full = REMOTE_ALL.mw_bind();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bits<A: AccessSet>(_: A) -> u32 {
+        A::BITS
+    }
+
+    #[test]
+    fn bits_match_the_c_flags() {
+        assert_eq!(bits(LOCAL_READ), 0);
+        assert_eq!(bits(LOCAL_RW), sys::IBV_ACCESS_LOCAL_WRITE);
+        assert_eq!(
+            bits(REMOTE_RW),
+            sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ
+        );
+        assert_eq!(
+            bits(FULL),
+            sys::IBV_ACCESS_LOCAL_WRITE
+                | sys::IBV_ACCESS_REMOTE_WRITE
+                | sys::IBV_ACCESS_REMOTE_READ
+                | sys::IBV_ACCESS_REMOTE_ATOMIC
+                | sys::IBV_ACCESS_MW_BIND
+        );
+        assert_eq!(bits(Access::NONE.mw_bind().remote_read()), sys::IBV_ACCESS_MW_BIND | sys::IBV_ACCESS_REMOTE_READ);
+    }
+
+    fn legal<A: LegalAccess>(_: A) {}
+
+    #[test]
+    fn every_legal_preset_is_legal() {
+        legal(LOCAL_READ);
+        legal(LOCAL_RW);
+        legal(REMOTE_READ_ONLY);
+        legal(LOCAL_REMOTE_WRITE);
+        legal(REMOTE_RW);
+        legal(REMOTE_ALL);
+        legal(WINDOW_BINDABLE);
+        legal(FULL);
+    }
+}

@@ -1,0 +1,147 @@
+//! Completion queues: `ibv_create_cq`, `ibv_poll_cq`, `ibv_destroy_cq`.
+//!
+//! Completions are not handed to whoever happens to poll: every completion polled from a CQ is
+//! routed, by QP number and `wr_id`, to the book-keeping of the work queue it belongs to, where
+//! the holder of the work request's token collects it. This is what lets several QPs (and
+//! several threads) share one CQ without stealing each other's completions.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use typed_verbs_sys as sys;
+
+use crate::device::{Context, ContextInner};
+use crate::error::{Error, Result, Verb};
+use crate::qp::QpShared;
+use crate::queue::RECV_BIT;
+use crate::wc::Completion;
+
+/// How many completions one `ibv_poll_cq` call may return.
+const POLL_BATCH: usize = 16;
+
+/// A completion queue: `struct ibv_cq`. Cheap to clone (shared); destroyed when the last clone
+/// and every QP using it are gone.
+#[derive(Clone)]
+pub struct Cq {
+    pub(crate) inner: Arc<CqShared>,
+}
+
+pub(crate) struct CqShared {
+    cq: NonNull<sys::ibv_cq>,
+    cqe: u32,
+    ctx: Arc<ContextInner>,
+    /// QPs whose completions land here, by QP number. Also serialises polling, so that the
+    /// completions of one work queue are routed in the order the device produced them.
+    routes: Mutex<Vec<(u32, Weak<QpShared>)>>,
+}
+
+// SAFETY: CQs may be polled and used from any thread (libibverbs is thread-safe); our own state
+// is behind a mutex.
+unsafe impl Send for CqShared {}
+// SAFETY: as above.
+unsafe impl Sync for CqShared {}
+
+impl Drop for CqShared {
+    fn drop(&mut self) {
+        // SAFETY: every QP using this CQ holds an `Arc` to it, so none is left. A failure
+        // (EBUSY) cannot be acted on in drop; ignored.
+        let _ = unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };
+    }
+}
+
+impl fmt::Debug for Cq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cq").field("device", &self.inner.ctx.name).field("cqe", &self.inner.cqe).finish()
+    }
+}
+
+impl Context {
+    /// `ibv_create_cq` with room for at least `cqe` completions (the provider may round up).
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for `cqe == 0` or above the device's `max_cqe`;
+    /// - [`Error::Verb`] with `ibv_create_cq` and its errno.
+    ///
+    /// See ibv_create_cq(3).
+    #[doc(alias = "ibv_create_cq")]
+    pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
+        let max = self.query_device()?.max_cqe();
+        if cqe == 0 || cqe > max {
+            return Err(Error::invalid(
+                "ibv_create_cq",
+                format!("{cqe} entries requested; {} allows 1..={max}", self.inner.name),
+            ));
+        }
+        // SAFETY: the context is open; no completion channel and no user context are given.
+        let cq = unsafe { sys::ibv_create_cq(self.as_ptr(), cqe as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        let cq = NonNull::new(cq)
+            .ok_or_else(|| Error::last_os(Verb::CreateCq, format!("{cqe} entries on {}", self.inner.name)))?;
+        // SAFETY: `cq` is valid; `cqe` is the size the provider granted.
+        let granted = unsafe { (*cq.as_ptr()).cqe };
+        Ok(Cq {
+            inner: Arc::new(CqShared {
+                cq,
+                cqe: u32::try_from(granted).unwrap_or(cqe),
+                ctx: Arc::clone(&self.inner),
+                routes: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+}
+
+impl Cq {
+    /// The number of entries the provider granted.
+    pub fn capacity(&self) -> u32 {
+        self.inner.cqe
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_cq {
+        self.inner.cq.as_ptr()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves plain book-keeping data consistent at every
+    // step, so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl CqShared {
+    pub(crate) fn register(&self, qp_num: u32, qp: Weak<QpShared>) {
+        let mut routes = lock(&self.routes);
+        routes.retain(|(_, w)| w.strong_count() > 0);
+        routes.push((qp_num, qp));
+    }
+
+    /// Polls one batch and routes every completion to its work queue. Returns how many
+    /// completions were polled.
+    pub(crate) fn poll_and_route(&self) -> Result<usize> {
+        let routes = lock(&self.routes);
+        let mut wcs = [sys::ibv_wc::default(); POLL_BATCH];
+        // SAFETY: the CQ is alive; `wcs` has room for POLL_BATCH entries.
+        let n = unsafe { sys::ibv_poll_cq(self.cq.as_ptr(), POLL_BATCH as i32, wcs.as_mut_ptr()) };
+        if n < 0 {
+            return Err(Error::from_ret(Verb::PollCq, format!("CQ on {}", self.ctx.name), n));
+        }
+        let n = n as usize;
+        for wc in &wcs[..n] {
+            let target = routes.iter().find(|(num, _)| *num == wc.qp_num).and_then(|(_, w)| w.upgrade());
+            // A completion of a QP that no longer exists has nobody to go to.
+            if let Some(qp) = target {
+                let c = Completion::from_raw(wc);
+                let is_recv = wc.wr_id & RECV_BIT != 0;
+                qp.route(wc.wr_id & !RECV_BIT, is_recv, c);
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// The `imm_data` / `invalidate_rkey` union of a completion, as raw bits.
+pub(crate) fn wc_imm_bits(wc: &sys::ibv_wc) -> u32 {
+    // SAFETY: both members of the union are 32-bit integers, so every bit pattern is valid
+    // for either; the value is read as `invalidate_rkey` and reinterpreted by the caller.
+    unsafe { wc.__bindgen_anon_1.invalidated_rkey }
+}

@@ -1,0 +1,498 @@
+//! Devices, device contexts and their attributes: `ibv_get_device_list`, `ibv_open_device`,
+//! `ibv_query_device`, `ibv_query_port`, `ibv_query_gid`.
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use typed_verbs_sys as sys;
+
+use crate::error::{Error, Result, Verb};
+
+/// A device that exists on this machine, as listed by `ibv_get_device_list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The kernel name of the device, e.g. `"rxe0"` or `"mlx5_0"`.
+    pub name: String,
+    /// The node GUID, in host byte order.
+    pub guid: u64,
+}
+
+/// `ibv_get_device_list`: the RDMA devices present on this machine.
+///
+/// An empty list is not an error (a machine without RDMA devices has none).
+///
+/// # Errors
+/// [`Error::Verb`] with `ibv_get_device_list` when the verbs library cannot list devices
+/// (e.g. `ENOSYS` when the kernel has no RDMA support).
+///
+/// See ibv_get_device_list(3).
+#[doc(alias = "ibv_get_device_list")]
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let list = DeviceList::get()?;
+    Ok(list.iter().map(|d| d.info()).collect())
+}
+
+/// The list returned by `ibv_get_device_list`, freed on drop.
+struct DeviceList {
+    ptr: NonNull<*mut sys::ibv_device>,
+    len: usize,
+}
+
+impl DeviceList {
+    fn get() -> Result<Self> {
+        let mut n: i32 = 0;
+        // SAFETY: `n` is a valid out-pointer; the returned array is owned by us until
+        // `ibv_free_device_list`.
+        let ptr = unsafe { sys::ibv_get_device_list(&mut n) };
+        match NonNull::new(ptr) {
+            Some(ptr) => Ok(DeviceList { ptr, len: usize::try_from(n).unwrap_or(0) }),
+            None => Err(Error::last_os(Verb::GetDeviceList, "listing RDMA devices")),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = RawDevice<'_>> + '_ {
+        (0..self.len).map(move |i| {
+            // SAFETY: the array has `len` valid entries (ibv_get_device_list(3)).
+            let dev = unsafe { *self.ptr.as_ptr().add(i) };
+            RawDevice { dev, _list: self }
+        })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from ibv_get_device_list and is freed once; the contexts opened
+        // from its devices stay valid after the free (ibv_get_device_list(3)).
+        unsafe { sys::ibv_free_device_list(self.ptr.as_ptr()) }
+    }
+}
+
+struct RawDevice<'a> {
+    dev: *mut sys::ibv_device,
+    _list: &'a DeviceList,
+}
+
+impl RawDevice<'_> {
+    fn name(&self) -> String {
+        // SAFETY: `dev` is a device of a live list; the name is a NUL-terminated string owned
+        // by the library.
+        let p = unsafe { sys::ibv_get_device_name(self.dev) };
+        if p.is_null() {
+            return String::new();
+        }
+        // SAFETY: non-null, NUL-terminated (ibv_get_device_name(3)).
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    fn info(&self) -> DeviceInfo {
+        // SAFETY: `dev` is a device of a live list.
+        let guid = unsafe { sys::ibv_get_device_guid(self.dev) };
+        DeviceInfo { name: self.name(), guid: u64::from_be(guid) }
+    }
+}
+
+/// An open device: `struct ibv_context`. Cheap to clone (shared); closed when the last clone and
+/// every object created from it are gone.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) ctx: NonNull<sys::ibv_context>,
+    pub(crate) name: String,
+}
+
+// SAFETY: libibverbs contexts are thread-safe: every verb may be called on a context from any
+// thread (libibverbs(7), "thread safety"); the pointer is never mutated by us after creation.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; shared references only lead to thread-safe verbs.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // SAFETY: the context is open and every child object holds an `Arc` to this inner, so
+        // none is left when it is dropped. A failure cannot be acted on; it is ignored rather
+        // than panicking in drop.
+        let _ = unsafe { sys::ibv_close_device(self.ctx.as_ptr()) };
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context").field("device", &self.inner.name).finish()
+    }
+}
+
+impl Context {
+    /// `ibv_open_device` on the device called `name`.
+    ///
+    /// # Errors
+    /// - [`Error::DeviceNotFound`] naming the device (and listing those present) if no device
+    ///   has that name;
+    /// - [`Error::Verb`] with `ibv_open_device` if opening fails.
+    ///
+    /// See ibv_open_device(3).
+    #[doc(alias = "ibv_open_device")]
+    pub fn open(name: &str) -> Result<Context> {
+        let list = DeviceList::get()?;
+        let found = list.iter().find(|d| d.name() == name);
+        let Some(dev) = found else {
+            return Err(Error::DeviceNotFound {
+                name: name.to_owned(),
+                available: list.iter().map(|d| d.name()).collect(),
+            });
+        };
+        // SAFETY: `dev` is a device of the live list `list`.
+        let ctx = unsafe { sys::ibv_open_device(dev.dev) };
+        let ctx = NonNull::new(ctx).ok_or_else(|| Error::last_os(Verb::OpenDevice, format!("device {name}")))?;
+        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned() }) })
+    }
+
+    /// The device name this context was opened on.
+    pub fn device_name(&self) -> &str {
+        &self.inner.name
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_context {
+        self.inner.ctx.as_ptr()
+    }
+
+    /// `ibv_query_device`: the device's attributes and limits.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_query_device` and its errno.
+    ///
+    /// See ibv_query_device(3).
+    #[doc(alias = "ibv_query_device")]
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        let mut attr = sys::ibv_device_attr::default();
+        // SAFETY: the context is open; `attr` is a valid out-pointer of the right type.
+        let ret = unsafe { sys::ibv_query_device(self.as_ptr(), &mut attr) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::QueryDevice, format!("device {}", self.inner.name), ret));
+        }
+        Ok(DeviceAttr { raw: attr })
+    }
+
+    /// `ibv_query_port`: the attributes of port `port` (ports are numbered from 1).
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for port 0 or a port above the device's port count;
+    /// - [`Error::Verb`] with `ibv_query_port` and its errno.
+    ///
+    /// See ibv_query_port(3).
+    #[doc(alias = "ibv_query_port")]
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        self.check_port(port)?;
+        let mut attr = sys::ibv_port_attr::default();
+        // SAFETY: the context is open; `attr` is a valid out-pointer. `ibv_query_port` is a
+        // macro over this inline helper; the exported symbol takes an older struct.
+        let ret = unsafe { sys::___ibv_query_port(self.as_ptr(), port, &mut attr) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::QueryPort, format!("device {} port {port}", self.inner.name), ret));
+        }
+        Ok(PortAttr { raw: attr })
+    }
+
+    pub(crate) fn check_port(&self, port: u8) -> Result<()> {
+        let ports = self.query_device()?.phys_port_cnt();
+        if port == 0 || port > ports {
+            return Err(Error::invalid(
+                "ibv_query_port",
+                format!("port {port} does not exist on {} (ports are 1..={ports})", self.inner.name),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `ibv_query_gid`: entry `index` of the GID table of port `port`.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for a port that does not exist or an index at or above the
+    ///   port's GID table length;
+    /// - [`Error::Verb`] with `ibv_query_gid` and its errno.
+    ///
+    /// See ibv_query_gid(3).
+    #[doc(alias = "ibv_query_gid")]
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        let len = self.query_port(port)?.gid_tbl_len();
+        let idx = i32::try_from(index).ok().filter(|&i| (i as u32) < len).ok_or_else(|| {
+            Error::invalid(
+                "ibv_query_gid",
+                format!("GID index {index} is out of range for {} port {port} (table length {len})", self.inner.name),
+            )
+        })?;
+        let mut gid = sys::ibv_gid::default();
+        // SAFETY: the context is open; `gid` is a valid out-pointer; port and index checked.
+        let ret = unsafe { sys::ibv_query_gid(self.as_ptr(), port, idx, &mut gid) };
+        if ret != 0 {
+            return Err(Error::from_ret(
+                Verb::QueryGid,
+                format!("device {} port {port} index {index}", self.inner.name),
+                ret,
+            ));
+        }
+        // SAFETY: every bit pattern of the 16-byte union is a valid `[u8; 16]`.
+        Ok(Gid(unsafe { gid.raw }))
+    }
+}
+
+/// A 128-bit global identifier, in network byte order as on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// True when every byte is zero (an unused GID table entry).
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|&b| b == 0)
+    }
+
+    pub(crate) fn to_raw(self) -> sys::ibv_gid {
+        sys::ibv_gid { raw: self.0 }
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Gid {
+    /// Eight colon-separated groups of four hex digits, like `ibv_devinfo -v`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, pair) in self.0.chunks(2).enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+        }
+        Ok(())
+    }
+}
+
+/// The attributes of a device: `struct ibv_device_attr`.
+#[derive(Clone)]
+pub struct DeviceAttr {
+    raw: sys::ibv_device_attr,
+}
+
+impl fmt::Debug for DeviceAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceAttr")
+            .field("fw_ver", &self.fw_ver())
+            .field("max_qp", &self.max_qp())
+            .field("max_qp_wr", &self.max_qp_wr())
+            .field("max_sge", &self.max_sge())
+            .field("max_cqe", &self.max_cqe())
+            .field("max_mr", &self.max_mr())
+            .field("max_mw", &self.max_mw())
+            .field("phys_port_cnt", &self.phys_port_cnt())
+            .finish_non_exhaustive()
+    }
+}
+
+macro_rules! int_getters {
+    ($($(#[$doc:meta])* $name:ident: $field:ident as $t:ty;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&self) -> $t {
+            <$t>::try_from(self.raw.$field).unwrap_or(<$t>::MAX)
+        }
+    )*};
+}
+
+impl DeviceAttr {
+    /// The firmware version string.
+    pub fn fw_ver(&self) -> String {
+        let bytes: Vec<u8> = self.raw.fw_ver.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    int_getters! {
+        /// Largest memory region, in bytes.
+        max_mr_size: max_mr_size as u64;
+        /// Maximum number of QPs.
+        max_qp: max_qp as u32;
+        /// Maximum work requests per queue.
+        max_qp_wr: max_qp_wr as u32;
+        /// Maximum scatter/gather entries per work request.
+        max_sge: max_sge as u32;
+        /// Maximum completion queues.
+        max_cq: max_cq as u32;
+        /// Maximum entries per completion queue.
+        max_cqe: max_cqe as u32;
+        /// Maximum memory regions.
+        max_mr: max_mr as u32;
+        /// Maximum protection domains.
+        max_pd: max_pd as u32;
+        /// Maximum outstanding RDMA READ/atomic requests a QP can receive.
+        max_qp_rd_atom: max_qp_rd_atom as u32;
+        /// Maximum outstanding RDMA READ/atomic requests a QP can initiate.
+        max_qp_init_rd_atom: max_qp_init_rd_atom as u32;
+        /// Maximum memory windows.
+        max_mw: max_mw as u32;
+        /// Maximum shared receive queues.
+        max_srq: max_srq as u32;
+        /// Maximum address handles.
+        max_ah: max_ah as u32;
+        /// Number of physical ports.
+        phys_port_cnt: phys_port_cnt as u8;
+    }
+
+    /// The `IBV_DEVICE_*` capability flags.
+    pub fn device_cap_flags(&self) -> u32 {
+        self.raw.device_cap_flags
+    }
+
+    /// The atomic operation support level (`IBV_ATOMIC_NONE`, `_HCA` or `_GLOB`).
+    pub fn atomic_cap(&self) -> sys::ibv_atomic_cap {
+        self.raw.atomic_cap
+    }
+}
+
+/// The attributes of a port: `struct ibv_port_attr`.
+#[derive(Clone)]
+pub struct PortAttr {
+    raw: sys::ibv_port_attr,
+}
+
+/// The state of a port (`enum ibv_port_state`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortState {
+    /// `IBV_PORT_NOP`.
+    Nop,
+    /// `IBV_PORT_DOWN`.
+    Down,
+    /// `IBV_PORT_INIT`.
+    Init,
+    /// `IBV_PORT_ARMED`.
+    Armed,
+    /// `IBV_PORT_ACTIVE`: the port passes traffic.
+    Active,
+    /// `IBV_PORT_ACTIVE_DEFER`.
+    ActiveDefer,
+    /// A value this library does not know, preserved.
+    Unknown(u32),
+}
+
+/// A path MTU (`enum ibv_mtu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256,
+    /// 512 bytes.
+    Mtu512,
+    /// 1024 bytes.
+    Mtu1024,
+    /// 2048 bytes.
+    Mtu2048,
+    /// 4096 bytes.
+    Mtu4096,
+}
+
+impl Mtu {
+    /// The size in bytes.
+    pub const fn bytes(self) -> u32 {
+        match self {
+            Mtu::Mtu256 => 256,
+            Mtu::Mtu512 => 512,
+            Mtu::Mtu1024 => 1024,
+            Mtu::Mtu2048 => 2048,
+            Mtu::Mtu4096 => 4096,
+        }
+    }
+
+    pub(crate) const fn to_raw(self) -> sys::ibv_mtu {
+        match self {
+            Mtu::Mtu256 => sys::IBV_MTU_256,
+            Mtu::Mtu512 => sys::IBV_MTU_512,
+            Mtu::Mtu1024 => sys::IBV_MTU_1024,
+            Mtu::Mtu2048 => sys::IBV_MTU_2048,
+            Mtu::Mtu4096 => sys::IBV_MTU_4096,
+        }
+    }
+
+    pub(crate) fn from_raw(v: sys::ibv_mtu) -> Option<Mtu> {
+        Some(match v {
+            sys::IBV_MTU_256 => Mtu::Mtu256,
+            sys::IBV_MTU_512 => Mtu::Mtu512,
+            sys::IBV_MTU_1024 => Mtu::Mtu1024,
+            sys::IBV_MTU_2048 => Mtu::Mtu2048,
+            sys::IBV_MTU_4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+}
+
+/// The link layer of a port.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkLayer {
+    /// InfiniBand.
+    InfiniBand,
+    /// Ethernet (RoCE, iWARP): addressing needs a GRH.
+    Ethernet,
+    /// Unspecified or unknown.
+    Unknown(u8),
+}
+
+impl fmt::Debug for PortAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PortAttr")
+            .field("state", &self.state())
+            .field("active_mtu", &self.active_mtu())
+            .field("max_mtu", &self.max_mtu())
+            .field("lid", &self.lid())
+            .field("gid_tbl_len", &self.gid_tbl_len())
+            .field("link_layer", &self.link_layer())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PortAttr {
+    /// The port state.
+    pub fn state(&self) -> PortState {
+        match self.raw.state {
+            sys::IBV_PORT_NOP => PortState::Nop,
+            sys::IBV_PORT_DOWN => PortState::Down,
+            sys::IBV_PORT_INIT => PortState::Init,
+            sys::IBV_PORT_ARMED => PortState::Armed,
+            sys::IBV_PORT_ACTIVE => PortState::Active,
+            sys::IBV_PORT_ACTIVE_DEFER => PortState::ActiveDefer,
+            other => PortState::Unknown(other),
+        }
+    }
+    /// The active MTU, if it is a known value.
+    pub fn active_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.raw.active_mtu)
+    }
+    /// The largest MTU the port supports, if it is a known value.
+    pub fn max_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.raw.max_mtu)
+    }
+    /// The base LID (0 on RoCE).
+    pub fn lid(&self) -> u16 {
+        self.raw.lid
+    }
+    /// The length of the GID table.
+    pub fn gid_tbl_len(&self) -> u32 {
+        u32::try_from(self.raw.gid_tbl_len).unwrap_or(0)
+    }
+    /// The link layer.
+    pub fn link_layer(&self) -> LinkLayer {
+        match u32::from(self.raw.link_layer) {
+            sys::IBV_LINK_LAYER_INFINIBAND => LinkLayer::InfiniBand,
+            sys::IBV_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
+            _ => LinkLayer::Unknown(self.raw.link_layer),
+        }
+    }
+    /// The largest message size the port supports.
+    pub fn max_msg_sz(&self) -> u32 {
+        self.raw.max_msg_sz
+    }
+}

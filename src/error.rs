@@ -1,0 +1,201 @@
+//! The one error type of the crate.
+//!
+//! Every failure of a C verb becomes [`Error::Verb`], which names the verb, carries its errno as
+//! a [`std::io::Error`] and a short context (device, QP number, attribute). Checks this library
+//! makes before calling into the provider have their own variants, so that a bad argument is
+//! reported as what it is instead of an `EINVAL` from the driver.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+/// A C verb, named as in libibverbs, for error messages.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)] // each variant is the C function of the same name
+pub enum Verb {
+    GetDeviceList,
+    OpenDevice,
+    QueryDevice,
+    QueryDeviceEx,
+    QueryPort,
+    QueryGid,
+    AllocPd,
+    RegMr,
+    DeregMr,
+    CreateCq,
+    PollCq,
+    CreateQp,
+    ModifyQp,
+    QueryQp,
+    PostSend,
+    PostRecv,
+}
+
+impl Verb {
+    /// The C name of the verb, e.g. `"ibv_post_send"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Verb::GetDeviceList => "ibv_get_device_list",
+            Verb::OpenDevice => "ibv_open_device",
+            Verb::QueryDevice => "ibv_query_device",
+            Verb::QueryDeviceEx => "ibv_query_device_ex",
+            Verb::QueryPort => "ibv_query_port",
+            Verb::QueryGid => "ibv_query_gid",
+            Verb::AllocPd => "ibv_alloc_pd",
+            Verb::RegMr => "ibv_reg_mr",
+            Verb::DeregMr => "ibv_dereg_mr",
+            Verb::CreateCq => "ibv_create_cq",
+            Verb::PollCq => "ibv_poll_cq",
+            Verb::CreateQp => "ibv_create_qp",
+            Verb::ModifyQp => "ibv_modify_qp",
+            Verb::QueryQp => "ibv_query_qp",
+            Verb::PostSend => "ibv_post_send",
+            Verb::PostRecv => "ibv_post_recv",
+        }
+    }
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Everything that can go wrong in this crate.
+#[non_exhaustive]
+#[derive(Debug)]
+pub enum Error {
+    /// A C verb failed; `source` holds its errno.
+    Verb {
+        /// The verb that failed.
+        verb: Verb,
+        /// What it was asked to do (device name, QP number, transition, attribute).
+        context: String,
+        /// The errno the verb reported.
+        source: io::Error,
+    },
+    /// No RDMA device of that name exists on this machine.
+    DeviceNotFound {
+        /// The name that was asked for.
+        name: String,
+        /// The devices that do exist.
+        available: Vec<String>,
+    },
+    /// An argument was rejected before anything was handed to the provider.
+    InvalidArgument {
+        /// The verb (or library call) that would have been made.
+        verb: &'static str,
+        /// What is wrong with the argument.
+        reason: String,
+    },
+    /// The device does not support what was asked for.
+    Unsupported {
+        /// The verb that reported it (or that would have been called).
+        verb: Verb,
+        /// What is not supported, e.g. "XRC_SEND queue pairs".
+        what: String,
+        /// The errno, when the provider reported one.
+        source: Option<io::Error>,
+    },
+    /// A work queue has no room for another work request until completions are consumed.
+    QueueFull {
+        /// `"send"` or `"receive"`.
+        queue: &'static str,
+        /// The QP number.
+        qp_num: u32,
+        /// The depth of the queue, as the provider granted it.
+        depth: u32,
+    },
+    /// A bounded wait ran out before the event it waited for.
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long it waited.
+        after: Duration,
+    },
+    /// A work request completed with an error status.
+    Completion(crate::wc::CompletionError),
+    /// The QP was moved to RESET by a scope that could not drain it, and must be reset and
+    /// reconnected before it is used again.
+    QpBroken {
+        /// The QP number.
+        qp_num: u32,
+    },
+}
+
+impl Error {
+    pub(crate) fn verb(verb: Verb, context: impl Into<String>, source: io::Error) -> Self {
+        Error::Verb { verb, context: context.into(), source }
+    }
+
+    /// An error from a verb that returns `-1` and sets `errno` (or returns NULL and sets it).
+    pub(crate) fn last_os(verb: Verb, context: impl Into<String>) -> Self {
+        Self::verb(verb, context, io::Error::last_os_error())
+    }
+
+    /// An error from a verb that returns the errno value itself.
+    pub(crate) fn from_ret(verb: Verb, context: impl Into<String>, ret: i32) -> Self {
+        let errno = if ret < 0 { -ret } else { ret };
+        Self::verb(verb, context, io::Error::from_raw_os_error(errno))
+    }
+
+    pub(crate) fn invalid(verb: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument { verb, reason: reason.into() }
+    }
+
+    /// The errno behind this error, when a verb reported one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Verb { source, .. } => source.raw_os_error(),
+            Error::Unsupported { source: Some(s), .. } => s.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Verb { verb, context, source } => write!(f, "{verb} failed ({context}): {source}"),
+            Error::DeviceNotFound { name, available } => {
+                write!(f, "ibv_get_device_list: no RDMA device named {name:?}")?;
+                if available.is_empty() {
+                    write!(f, " (no RDMA device is present at all)")
+                } else {
+                    write!(f, " (present: {})", available.join(", "))
+                }
+            }
+            Error::InvalidArgument { verb, reason } => write!(f, "{verb}: invalid argument: {reason}"),
+            Error::Unsupported { verb, what, source } => match source {
+                Some(s) => write!(f, "{verb}: {what} not supported by this device: {s}"),
+                None => write!(f, "{verb}: {what} not supported by this device"),
+            },
+            Error::QueueFull { queue, qp_num, depth } => write!(
+                f,
+                "the {queue} queue of QP {qp_num:#x} is full ({depth} work requests outstanding); \
+                 consume completions first"
+            ),
+            Error::Timeout { what, after } => write!(f, "timed out after {after:?} waiting for {what}"),
+            Error::Completion(e) => write!(f, "{e}"),
+            Error::QpBroken { qp_num } => write!(
+                f,
+                "QP {qp_num:#x} was forced to RESET while draining a scope; reset and reconnect it"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Verb { source, .. } => Some(source),
+            Error::Unsupported { source: Some(s), .. } => Some(s),
+            Error::Completion(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

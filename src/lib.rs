@@ -1,0 +1,67 @@
+//! # typed-verbs
+//!
+//! RDMA verbs (libibverbs / rdma-core) whose type system makes misuse fail to compile.
+//!
+//! - Queue pairs are [`Qp<Transport, State>`](qp::Qp): an opcode that the ibv_post_send(3)
+//!   table does not allow on a transport, or a post in the wrong state, does not compile
+//!   ([`transport`]).
+//! - Memory regions are [`Mr<Access>`](mr::Mr): an illegal access set, or an operation the
+//!   region's rights do not permit, does not compile ([`access`]).
+//! - Work requests borrow registered memory through a [`scope`](scope::scope) that does not
+//!   return before the device is done with it, even if a token is leaked.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use typed_verbs::prelude::*;
+//!
+//! # fn main() -> typed_verbs::Result<()> {
+//! let ctx = Context::open("rxe0")?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(64)?;
+//! let src = pd.alloc_mr(4096, access::LOCAL_READ)?;
+//! let dst = pd.alloc_mr(4096, access::REMOTE_RW)?;
+//! # let qp: Qp<Rc, Rts> = todo!();
+//! scope(|s| -> typed_verbs::Result<()> {
+//!     let token = s.post_send(&qp, Write::new(src.slice(..)?, dst.remote(..)?))?;
+//!     let (completion, _src) = s.wait(token, Duration::from_secs(10))?;
+//!     completion.ok()?;
+//!     Ok(())
+//! })??;
+//! # Ok(()) }
+//! ```
+//!
+//! See `DESIGN.md` in the repository for the architecture and the soundness argument.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod access;
+pub mod ah;
+pub mod cq;
+pub mod device;
+pub mod error;
+pub mod mr;
+pub mod pd;
+pub mod qp;
+mod queue;
+pub mod scope;
+pub mod transport;
+pub mod wc;
+pub mod wr;
+
+pub use error::{Error, Result, Verb};
+
+/// The names most programs need, for `use typed_verbs::prelude::*`.
+pub mod prelude {
+    pub use crate::access::{self, Access};
+    pub use crate::ah::{AddressVector, Grh};
+    pub use crate::cq::Cq;
+    pub use crate::device::{devices, Context, Gid, Mtu};
+    pub use crate::error::{Error, Result};
+    pub use crate::mr::{LocalBuf, LocalBufMut, Mr, RemoteSlice};
+    pub use crate::pd::Pd;
+    pub use crate::qp::{ConnectedInit, Endpoint, Qp, QpAccess, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, UcRtr, UdInit, UdRtr};
+    pub use crate::scope::{scope, scope_with_timeout, Scope, Token};
+    pub use crate::transport::{Init, Rc, Reset, Rtr, Rts, Uc, Ud};
+    pub use crate::wc::{Completion, WcOpcode, WcStatus};
+    pub use crate::wr::{CompareSwap, FetchAdd, Read, Recv, Send, SendImm, SendRequest, Write, WriteImm};
+}

@@ -1,0 +1,465 @@
+//! Memory regions with typed access rights: `ibv_reg_mr`, `ibv_dereg_mr`.
+//!
+//! A [`Mr<A>`] owns its memory (page-aligned, zero-initialised, allocated by the library) and
+//! its registration; `A` is its [access set](crate::access). Work requests never name raw
+//! addresses: they take views of registered memory,
+//!
+//! - [`LocalBuf<'a>`]: memory the local device may *read* (a send or RDMA WRITE source), a
+//!   shared borrow of the region;
+//! - [`LocalBufMut<'a>`]: memory the local device may *write* (a receive buffer, an RDMA READ
+//!   destination, an atomic result), an exclusive borrow of a region with LOCAL_WRITE;
+//! - [`RemoteSlice<A>`]: the address, length and rkey a peer uses, typed by the rights of the
+//!   region it names, so that e.g. an RDMA WRITE only accepts a region with REMOTE_WRITE.
+//!
+//! Memory a peer may write (REMOTE_WRITE, REMOTE_ATOMIC, or a writable window through
+//! MW_BIND) is never exposed as `&[u8]`: see [`PeerCannotWrite`].
+#![allow(unsafe_code)]
+
+use std::alloc::{self, Layout};
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use typed_verbs_sys as sys;
+
+use crate::access::{AccessSet, HasLocalWrite, LegalAccess, PeerCannotWrite};
+use crate::error::{Error, Result, Verb};
+use crate::pd::{Pd, PdInner};
+
+/// Alignment of the memory behind every [`Mr`]: a page.
+pub const MR_ALIGN: usize = 4096;
+
+/// A registered memory region owning its memory: `struct ibv_mr` plus the buffer.
+///
+/// Deregistered and freed on drop. Deregistration can only fail while a memory window is bound
+/// or the device still uses the region; the types prevent both, but should it fail anyway the
+/// memory is leaked rather than freed under the device (use [`Mr::deregister`] to see the
+/// error).
+pub struct Mr<A: AccessSet> {
+    mr: NonNull<sys::ibv_mr>,
+    mem: NonNull<u8>,
+    len: usize,
+    lkey: u32,
+    rkey: u32,
+    pd: Arc<PdInner>,
+    _access: PhantomData<A>,
+}
+
+// SAFETY: the region's memory is owned by the `Mr` and only reached through `&self`/`&mut self`
+// methods that follow Rust's aliasing rules (or volatile copies for peer-writable memory); the
+// `ibv_mr` handle may be used from any thread.
+unsafe impl<A: AccessSet> Send for Mr<A> {}
+// SAFETY: `&Mr` only gives shared access (reads, `LocalBuf`, volatile copies).
+unsafe impl<A: AccessSet> Sync for Mr<A> {}
+
+impl<A: AccessSet> fmt::Debug for Mr<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mr")
+            .field("addr", &self.mem)
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .field("access", &format_args!("{:#x}", A::BITS))
+            .finish()
+    }
+}
+
+impl Pd {
+    /// `ibv_reg_mr` over `len` bytes of new zeroed, page-aligned memory owned by the region.
+    ///
+    /// `access` is the access set, e.g. [`access::REMOTE_RW`](crate::access::REMOTE_RW); an
+    /// illegal set (REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE) does not compile.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for `len == 0` or a length the allocator cannot lay out;
+    /// - [`Error::Verb`] with `ibv_reg_mr` and its errno (e.g. `ENOMEM` above the locked-memory
+    ///   limit, `EINVAL`).
+    ///
+    /// See ibv_reg_mr(3).
+    #[doc(alias = "ibv_reg_mr")]
+    pub fn alloc_mr<A: LegalAccess>(&self, len: usize, access: A) -> Result<Mr<A>> {
+        let _ = access;
+        if len == 0 {
+            return Err(Error::invalid("ibv_reg_mr", "a memory region needs at least one byte"));
+        }
+        let layout = Layout::from_size_align(len, MR_ALIGN)
+            .map_err(|_| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be allocated")))?;
+        // SAFETY: the layout has a non-zero size.
+        let mem = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(mem) = NonNull::new(mem) else {
+            return Err(Error::verb(
+                Verb::RegMr,
+                format!("allocating {len} bytes"),
+                std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+            ));
+        };
+        // SAFETY: the PD is alive; `mem..mem+len` is memory we own and keep at the same address
+        // until after deregistration; the access bits obey ibv_reg_mr(3) (`A: LegalAccess`).
+        // `ibv_reg_mr` is a macro over this inline helper.
+        let mr = unsafe { sys::__ibv_reg_mr(self.as_ptr(), mem.as_ptr().cast(), len, A::BITS, 0) };
+        let Some(mr) = NonNull::new(mr) else {
+            let err = Error::last_os(
+                Verb::RegMr,
+                format!("{len} bytes, access {:#x}, device {}", A::BITS, self.inner.ctx.name),
+            );
+            // SAFETY: allocated above with this layout, never registered.
+            unsafe { alloc::dealloc(mem.as_ptr(), layout) };
+            return Err(err);
+        };
+        // SAFETY: `mr` is a valid registration returned just now.
+        let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
+        Ok(Mr { mr, mem, len, lkey, rkey, pd: Arc::clone(&self.inner), _access: PhantomData })
+    }
+}
+
+fn range_of(r: impl RangeBounds<usize>, len: usize, what: &'static str) -> Result<(usize, usize)> {
+    let start = match r.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match r.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end || end > len {
+        return Err(Error::invalid(what, format!("range {start}..{end} is outside the region of {len} bytes")));
+    }
+    Ok((start, end - start))
+}
+
+fn sge_len(len: usize, what: &'static str) -> Result<u32> {
+    u32::try_from(len).map_err(|_| Error::invalid(what, format!("{len} bytes do not fit one scatter/gather entry")))
+}
+
+impl<A: AccessSet> Mr<A> {
+    /// The length of the region in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: regions have at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The start address of the region (for the peer's `remote_addr` when there is no
+    /// window; see [`Mr::remote`]).
+    pub fn addr(&self) -> u64 {
+        self.mem.as_ptr() as u64
+    }
+
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// A view of `range` that the local device may read (a send or RDMA WRITE source).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the range is outside the region or longer than
+    /// `u32::MAX` bytes (the length of one scatter/gather entry).
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<LocalBuf<'_>> {
+        let (off, len) = range_of(range, self.len, "Mr::slice")?;
+        Ok(LocalBuf {
+            addr: self.addr() + off as u64,
+            len: sge_len(len, "Mr::slice")?,
+            lkey: self.lkey,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// A view of `range` that the local device may write (receive buffer, RDMA READ
+    /// destination, atomic result). Needs LOCAL_WRITE.
+    ///
+    /// # Errors
+    /// As for [`Mr::slice`].
+    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<LocalBufMut<'_>>
+    where
+        A: HasLocalWrite,
+    {
+        let (off, len) = range_of(range, self.len, "Mr::slice_mut")?;
+        Ok(LocalBufMut {
+            addr: self.addr() + off as u64,
+            len: sge_len(len, "Mr::slice_mut")?,
+            lkey: self.lkey,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// The remote view of `range` (address, length, rkey) for a peer, typed by this region's
+    /// rights.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the range is outside the region.
+    pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteSlice<A>> {
+        let (off, len) = range_of(range, self.len, "Mr::remote")?;
+        Ok(RemoteSlice { addr: self.addr() + off as u64, len: len as u64, rkey: self.rkey, _access: PhantomData })
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the region with volatile reads: usable on
+    /// every region, including memory a peer may be writing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the range is outside the region.
+    pub fn read_volatile_into(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let (off, len) = range_of(offset..offset.saturating_add(dst.len()), self.len, "Mr::read_volatile_into")?;
+        for (i, d) in dst.iter_mut().enumerate().take(len) {
+            // SAFETY: `off + i < self.len`: in bounds of our allocation. Volatile: the device may
+            // write this memory concurrently; no reference to it is created.
+            *d = unsafe { self.mem.as_ptr().add(off + i).read_volatile() };
+        }
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `offset` with volatile writes.
+    ///
+    /// Takes `&mut self`: no local work request can be reading the region meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the range is outside the region.
+    pub fn write_volatile_from(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        let (off, len) = range_of(offset..offset.saturating_add(src.len()), self.len, "Mr::write_volatile_from")?;
+        for (i, s) in src.iter().enumerate().take(len) {
+            // SAFETY: in bounds; `&mut self` excludes local readers; volatile for peers.
+            unsafe { self.mem.as_ptr().add(off + i).write_volatile(*s) };
+        }
+        Ok(())
+    }
+
+    /// The contents as a slice. Only for regions no peer can write ([`PeerCannotWrite`]).
+    pub fn as_slice(&self) -> &[u8]
+    where
+        A: PeerCannotWrite,
+    {
+        // SAFETY: `mem..mem+len` is our initialised allocation; no peer can write it (the
+        // access type), and local device writes only happen through `LocalBufMut`, which
+        // borrows `self` mutably, so none is in flight while `&self` is held.
+        unsafe { std::slice::from_raw_parts(self.mem.as_ptr(), self.len) }
+    }
+
+    /// The contents as a mutable slice. Only for regions no peer can write.
+    pub fn as_mut_slice(&mut self) -> &mut [u8]
+    where
+        A: PeerCannotWrite,
+    {
+        // SAFETY: as for `as_slice`, and `&mut self` excludes every other view.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.as_ptr(), self.len) }
+    }
+
+    /// `ibv_dereg_mr`, reporting failure instead of leaking silently.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_dereg_mr` (e.g. `EBUSY`/`EINVAL` while a memory window is
+    /// still bound); the region is returned intact with the error.
+    ///
+    /// See ibv_reg_mr(3), ibv_dereg_mr.
+    #[doc(alias = "ibv_dereg_mr")]
+    pub fn deregister(self) -> std::result::Result<(), (Error, Self)> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the registration is valid and deregistered at most once (`this` is not
+        // dropped; on failure it is handed back).
+        let ret = unsafe { sys::ibv_dereg_mr(this.mr.as_ptr()) };
+        if ret != 0 {
+            let err = Error::from_ret(Verb::DeregMr, format!("region at {:#x}, {} bytes", this.addr(), this.len), ret);
+            return Err((err, std::mem::ManuallyDrop::into_inner(this)));
+        }
+        // SAFETY: deregistered, so the device no longer uses the memory; `pd` is dropped once.
+        unsafe {
+            this.free_memory();
+            std::ptr::drop_in_place(&this.pd as *const Arc<PdInner> as *mut Arc<PdInner>);
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// The registration must be gone (deregistered), and this is called once.
+    unsafe fn free_memory(&self) {
+        // SAFETY: the layout was valid at allocation (same size and alignment).
+        let layout = unsafe { Layout::from_size_align_unchecked(self.len, MR_ALIGN) };
+        // SAFETY: allocated with this layout in `alloc_mr`; the caller guarantees single use
+        // after deregistration.
+        unsafe { alloc::dealloc(self.mem.as_ptr(), layout) };
+    }
+}
+
+impl<A: AccessSet> Drop for Mr<A> {
+    fn drop(&mut self) {
+        // SAFETY: the registration is valid and is deregistered exactly once, here.
+        let ret = unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
+        if ret == 0 {
+            // SAFETY: deregistered just now; freed once.
+            unsafe { self.free_memory() };
+        }
+        // On failure the memory stays allocated: the device may still reach it, and freeing
+        // it would hand it back to the allocator under the device. `deregister()` reports it.
+    }
+}
+
+/// Memory of a registered region that the local device may read: a send or RDMA WRITE source.
+/// A shared borrow of the region for `'a`.
+#[derive(Clone, Copy)]
+pub struct LocalBuf<'a> {
+    pub(crate) addr: u64,
+    pub(crate) len: u32,
+    pub(crate) lkey: u32,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+/// Memory of a registered region that the local device may write: a receive buffer, an RDMA
+/// READ destination, an atomic result. An exclusive borrow of a LOCAL_WRITE region for `'a`.
+pub struct LocalBufMut<'a> {
+    pub(crate) addr: u64,
+    pub(crate) len: u32,
+    pub(crate) lkey: u32,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+macro_rules! buf_common {
+    ($t:ident) => {
+        impl $t<'_> {
+            /// The length in bytes.
+            pub fn len(&self) -> usize {
+                self.len as usize
+            }
+            /// True if the view has no bytes.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+            /// The address of the first byte.
+            pub fn addr(&self) -> u64 {
+                self.addr
+            }
+            /// The local key of the region.
+            pub fn lkey(&self) -> u32 {
+                self.lkey
+            }
+            pub(crate) fn sge(&self) -> sys::ibv_sge {
+                sys::ibv_sge { addr: self.addr, length: self.len, lkey: self.lkey }
+            }
+        }
+        impl fmt::Debug for $t<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($t))
+                    .field("addr", &format_args!("{:#x}", self.addr))
+                    .field("len", &self.len)
+                    .field("lkey", &format_args!("{:#x}", self.lkey))
+                    .finish()
+            }
+        }
+    };
+}
+buf_common!(LocalBuf);
+buf_common!(LocalBufMut);
+
+impl<'a> LocalBufMut<'a> {
+    /// Splits the view in two at `mid`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `mid > len`.
+    pub fn split_at(self, mid: usize) -> Result<(LocalBufMut<'a>, LocalBufMut<'a>)> {
+        let mid = u32::try_from(mid).ok().filter(|&m| m <= self.len).ok_or_else(|| {
+            Error::invalid("LocalBufMut::split_at", format!("{mid} is beyond the view's {} bytes", self.len))
+        })?;
+        let tail = LocalBufMut { addr: self.addr + u64::from(mid), len: self.len - mid, lkey: self.lkey, _borrow: PhantomData };
+        Ok((LocalBufMut { len: mid, ..self }, tail))
+    }
+
+    /// The view as read-only device memory (e.g. to send what was received).
+    pub fn as_local(&self) -> LocalBuf<'_> {
+        LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, _borrow: PhantomData }
+    }
+
+    /// Copies the bytes out with volatile reads.
+    pub fn read_volatile_into(&self, dst: &mut [u8]) {
+        for (i, d) in dst.iter_mut().enumerate().take(self.len as usize) {
+            // SAFETY: `i < len`; the view lies in a live region (borrowed for 'a); volatile
+            // because the region may be peer-writable.
+            *d = unsafe { (self.addr as *const u8).add(i).read_volatile() };
+        }
+    }
+}
+
+// SAFETY: `LocalBuf` is a shared borrow of registered memory, like `&[u8]`.
+unsafe impl Send for LocalBuf<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for LocalBuf<'_> {}
+// SAFETY: `LocalBufMut` is an exclusive borrow of registered memory, like `&mut [u8]`.
+unsafe impl Send for LocalBufMut<'_> {}
+// SAFETY: `&LocalBufMut` only reads (volatile).
+unsafe impl Sync for LocalBufMut<'_> {}
+
+/// A remote region as a peer names it: address, length and rkey, typed by the access rights
+/// `A` of the region (or window) the rkey belongs to.
+///
+/// Obtained from a local region with [`Mr::remote`], or built from what a peer sent with
+/// [`RemoteSlice::from_wire`], where the caller states the rights the peer granted. A wrong
+/// claim cannot corrupt local memory: the remote device checks the rkey and the access fails
+/// with a remote access error completion.
+pub struct RemoteSlice<A> {
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) rkey: u32,
+    _access: PhantomData<fn() -> A>,
+}
+
+impl<A> Clone for RemoteSlice<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for RemoteSlice<A> {}
+
+impl<A> fmt::Debug for RemoteSlice<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteSlice")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .finish()
+    }
+}
+
+impl<A: LegalAccess> RemoteSlice<A> {
+    /// A remote region described by a peer: `addr`, `len` and `rkey` as it sent them; `A`
+    /// states the rights it granted.
+    pub fn from_wire(addr: u64, len: u64, rkey: u32) -> Self {
+        RemoteSlice { addr, len, rkey, _access: PhantomData }
+    }
+}
+
+impl<A> RemoteSlice<A> {
+    /// The remote address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// The length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    /// True if the region has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The sub-range `offset..offset + len`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if it does not lie inside this region.
+    pub fn slice(&self, offset: u64, len: u64) -> Result<Self> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(RemoteSlice { addr: self.addr + offset, len, ..*self }),
+            _ => Err(Error::invalid(
+                "RemoteSlice::slice",
+                format!("{offset}+{len} is outside the remote region of {} bytes", self.len),
+            )),
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Protection domains: `ibv_alloc_pd`, `ibv_dealloc_pd`.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use typed_verbs_sys as sys;
+
+use crate::device::{Context, ContextInner};
+use crate::error::{Error, Result, Verb};
+
+/// A protection domain: `struct ibv_pd`. Cheap to clone (shared); deallocated when the last
+/// clone and every object created in it are gone.
+#[derive(Clone)]
+pub struct Pd {
+    pub(crate) inner: Arc<PdInner>,
+}
+
+pub(crate) struct PdInner {
+    pub(crate) pd: NonNull<sys::ibv_pd>,
+    pub(crate) ctx: Arc<ContextInner>,
+}
+
+// SAFETY: verbs objects may be used from any thread (libibverbs is thread-safe); the pointer is
+// not mutated after creation.
+unsafe impl Send for PdInner {}
+// SAFETY: as above.
+unsafe impl Sync for PdInner {}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // SAFETY: every object created in this PD (MR, QP, AH, MW, SRQ) holds an `Arc` to this
+        // inner, so none is alive any more. A failure cannot be acted on in drop; ignored.
+        let _ = unsafe { sys::ibv_dealloc_pd(self.pd.as_ptr()) };
+    }
+}
+
+impl fmt::Debug for Pd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pd").field("device", &self.inner.ctx.name).finish()
+    }
+}
+
+impl Context {
+    /// `ibv_alloc_pd`: allocates a protection domain.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_alloc_pd` and its errno (e.g. `ENOMEM`).
+    ///
+    /// See ibv_alloc_pd(3).
+    #[doc(alias = "ibv_alloc_pd")]
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        // SAFETY: the context is open.
+        let pd = unsafe { sys::ibv_alloc_pd(self.as_ptr()) };
+        let pd = NonNull::new(pd)
+            .ok_or_else(|| Error::last_os(Verb::AllocPd, format!("device {}", self.inner.name)))?;
+        Ok(Pd { inner: Arc::new(PdInner { pd, ctx: Arc::clone(&self.inner) }) })
+    }
+}
+
+impl Pd {
+    /// The context this PD belongs to.
+    pub fn context(&self) -> Context {
+        Context { inner: Arc::clone(&self.inner.ctx) }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_pd {
+        self.inner.pd.as_ptr()
+    }
+}

@@ -1,0 +1,815 @@
+//! Queue pairs: `ibv_create_qp`, `ibv_modify_qp`, `ibv_destroy_qp`, and the raw posting that
+//! the [scope](crate::scope) builds on.
+//!
+//! [`Qp<T, S>`] carries its transport `T` and its state `S` as types. Transitions consume the
+//! QP and return it in the new state, or give it back unchanged with the error:
+//!
+//! ```text
+//!   create ─▶ RESET ──to_init──▶ INIT ──to_rtr──▶ RTR ──to_rts──▶ RTS
+//!               ▲                  │                │               │
+//!               └──────── reset() from any state (also after ERR) ──┘
+//! ```
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bitflags::bitflags;
+use typed_verbs_sys as sys;
+
+use crate::ah::AddressVector;
+use crate::cq::{Cq, CqShared};
+use crate::device::{Gid, Mtu};
+use crate::error::{Error, Result, Verb};
+use crate::pd::{Pd, PdInner};
+use crate::queue::{Take, WorkQueue, RECV_BIT};
+use crate::transport::{self, QpState, Rc, Reset, Transport, Uc, Ud};
+use crate::wc::Completion;
+
+bitflags! {
+    /// Remote access a QP grants to its peer (`IBV_ACCESS_REMOTE_*` in `qp_access_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct QpAccess: u32 {
+        /// The peer may RDMA WRITE into this side's regions.
+        const REMOTE_WRITE = sys::IBV_ACCESS_REMOTE_WRITE;
+        /// The peer may RDMA READ this side's regions.
+        const REMOTE_READ = sys::IBV_ACCESS_REMOTE_READ;
+        /// The peer may perform atomics on this side's regions.
+        const REMOTE_ATOMIC = sys::IBV_ACCESS_REMOTE_ATOMIC;
+    }
+}
+
+/// Queue sizes requested at creation (`struct ibv_qp_cap`). The provider may grant more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send request.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive request.
+    pub max_recv_sge: u32,
+    /// Largest inline payload, in bytes.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }
+    }
+}
+
+/// What [`Pd::create_qp`] needs: the completion queues and the queue sizes.
+#[derive(Debug, Clone)]
+pub struct QpConfig<'a> {
+    /// Where send completions go.
+    pub send_cq: &'a Cq,
+    /// Where receive completions go (may be the same CQ).
+    pub recv_cq: &'a Cq,
+    /// Queue sizes.
+    pub caps: QpCaps,
+}
+
+impl<'a> QpConfig<'a> {
+    /// Both queues complete on `cq`, default sizes.
+    pub fn new(cq: &'a Cq) -> Self {
+        QpConfig { send_cq: cq, recv_cq: cq, caps: QpCaps::default() }
+    }
+
+    /// Sets the queue sizes.
+    pub fn caps(mut self, caps: QpCaps) -> Self {
+        self.caps = caps;
+        self
+    }
+}
+
+/// A queue pair of transport `T` in state `S`: `struct ibv_qp`.
+///
+/// Destroyed on drop; the CQs and the PD it uses stay alive as long as it does.
+pub struct Qp<T: Transport, S: QpState> {
+    pub(crate) shared: Arc<QpShared>,
+    _type: PhantomData<fn() -> (T, S)>,
+}
+
+pub(crate) struct QpShared {
+    qp: NonNull<sys::ibv_qp>,
+    qp_num: u32,
+    caps: QpCaps,
+    pub(crate) send_cq: Arc<CqShared>,
+    pub(crate) recv_cq: Arc<CqShared>,
+    pd: Arc<PdInner>,
+    sq: Mutex<WorkQueue>,
+    rq: Mutex<WorkQueue>,
+    broken: AtomicBool,
+}
+
+// SAFETY: QPs may be used from any thread (libibverbs is thread-safe); our book-keeping is
+// behind mutexes and an atomic.
+unsafe impl Send for QpShared {}
+// SAFETY: as above.
+unsafe impl Sync for QpShared {}
+
+impl Drop for QpShared {
+    fn drop(&mut self) {
+        // SAFETY: the QP is valid and destroyed once. Work requests that borrow memory are
+        // only posted inside a scope that holds a borrow of the `Qp`, so none is outstanding
+        // with memory the caller can still free. A failure cannot be acted on; ignored.
+        let _ = unsafe { sys::ibv_destroy_qp(self.qp.as_ptr()) };
+    }
+}
+
+impl<T: Transport, S: QpState> fmt::Debug for Qp<T, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Qp")
+            .field("transport", &T::NAME)
+            .field("state", &S::NAME)
+            .field("qp_num", &format_args!("{:#x}", self.shared.qp_num))
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The book-keeping is consistent at every step, so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Pd {
+    /// `ibv_create_qp`: a new queue pair of transport `T`, in RESET.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for queue sizes of 0 or above the device limits;
+    /// - [`Error::Unsupported`] when the device does not support transport `T` (e.g.
+    ///   XRC_SEND or RAW_PACKET on Soft-RoCE);
+    /// - [`Error::Verb`] with `ibv_create_qp` and its errno otherwise.
+    ///
+    /// See ibv_create_qp(3).
+    #[doc(alias = "ibv_create_qp")]
+    pub fn create_qp<T: Transport>(&self, config: &QpConfig<'_>) -> Result<Qp<T, Reset>> {
+        let dev = self.context().query_device()?;
+        let c = config.caps;
+        for (what, v, max) in [
+            ("max_send_wr", c.max_send_wr, dev.max_qp_wr()),
+            ("max_recv_wr", c.max_recv_wr, dev.max_qp_wr()),
+            ("max_send_sge", c.max_send_sge, dev.max_sge()),
+            ("max_recv_sge", c.max_recv_sge, dev.max_sge()),
+        ] {
+            if v == 0 || v > max {
+                return Err(Error::invalid("ibv_create_qp", format!("{what} = {v}; the device allows 1..={max}")));
+            }
+        }
+        if T::QP_TYPE == sys::IBV_QPT_XRC_SEND && dev.device_cap_flags() & sys::IBV_DEVICE_XRC == 0 {
+            return Err(Error::Unsupported {
+                verb: Verb::CreateQp,
+                what: "XRC_SEND queue pairs (no IBV_DEVICE_XRC)".into(),
+                source: None,
+            });
+        }
+        let mut init = sys::ibv_qp_init_attr {
+            send_cq: config.send_cq.as_ptr(),
+            recv_cq: config.recv_cq.as_ptr(),
+            cap: sys::ibv_qp_cap {
+                max_send_wr: c.max_send_wr,
+                max_recv_wr: c.max_recv_wr,
+                max_send_sge: c.max_send_sge,
+                max_recv_sge: c.max_recv_sge,
+                max_inline_data: c.max_inline_data,
+            },
+            qp_type: T::QP_TYPE,
+            // Completions are requested per work request; unsignaled ones are tracked.
+            sq_sig_all: 0,
+            ..Default::default()
+        };
+        // SAFETY: the PD and both CQs are alive (borrowed, and kept alive by the Arcs stored
+        // below); `init` is a valid, fully initialised attribute struct.
+        let qp = unsafe { sys::ibv_create_qp(self.as_ptr(), &mut init) };
+        let Some(qp) = NonNull::new(qp) else {
+            let e = std::io::Error::last_os_error();
+            let unsupported = matches!(e.raw_os_error(), Some(libc_errno::EOPNOTSUPP) | Some(libc_errno::EPROTONOSUPPORT))
+                || (T::QP_TYPE != sys::IBV_QPT_RC
+                    && T::QP_TYPE != sys::IBV_QPT_UC
+                    && T::QP_TYPE != sys::IBV_QPT_UD
+                    && e.raw_os_error() == Some(libc_errno::EINVAL));
+            if unsupported {
+                return Err(Error::Unsupported {
+                    verb: Verb::CreateQp,
+                    what: format!("{} queue pairs", T::NAME),
+                    source: Some(e),
+                });
+            }
+            return Err(Error::verb(Verb::CreateQp, format!("{} QP on {}", T::NAME, self.inner.ctx.name), e));
+        };
+        // SAFETY: `qp` is a valid QP just created.
+        let qp_num = unsafe { (*qp.as_ptr()).qp_num };
+        let granted = QpCaps {
+            max_send_wr: init.cap.max_send_wr.max(c.max_send_wr),
+            max_recv_wr: init.cap.max_recv_wr.max(c.max_recv_wr),
+            max_send_sge: init.cap.max_send_sge.max(c.max_send_sge),
+            max_recv_sge: init.cap.max_recv_sge.max(c.max_recv_sge),
+            max_inline_data: init.cap.max_inline_data.max(c.max_inline_data),
+        };
+        let shared = Arc::new(QpShared {
+            qp,
+            qp_num,
+            caps: granted,
+            send_cq: Arc::clone(&config.send_cq.inner),
+            recv_cq: Arc::clone(&config.recv_cq.inner),
+            pd: Arc::clone(&self.inner),
+            // Track against what we asked for: never more than the queue can hold.
+            sq: Mutex::new(WorkQueue::new(c.max_send_wr)),
+            rq: Mutex::new(WorkQueue::new(c.max_recv_wr)),
+            broken: AtomicBool::new(false),
+        });
+        shared.send_cq.register(qp_num, Arc::downgrade(&shared));
+        if !Arc::ptr_eq(&shared.send_cq, &shared.recv_cq) {
+            shared.recv_cq.register(qp_num, Arc::downgrade(&shared));
+        }
+        Ok(Qp { shared, _type: PhantomData })
+    }
+}
+
+/// Errno values used for classification (stable across Linux architectures we support).
+mod libc_errno {
+    pub const EINVAL: i32 = 22;
+    pub const EOPNOTSUPP: i32 = 95;
+    pub const EPROTONOSUPPORT: i32 = 93;
+}
+
+/// A failed state transition: the error, and the QP back in the state it was in.
+pub struct TransitionError<Q> {
+    /// What went wrong.
+    pub error: Error,
+    /// The QP, unchanged.
+    pub qp: Q,
+}
+
+impl<Q> fmt::Debug for TransitionError<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransitionError").field("error", &self.error).finish_non_exhaustive()
+    }
+}
+
+impl<Q> fmt::Display for TransitionError<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<Q> std::error::Error for TransitionError<Q> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<Q> From<TransitionError<Q>> for Error {
+    fn from(e: TransitionError<Q>) -> Self {
+        e.error
+    }
+}
+
+/// The result of a transition: the QP in its new state, or the error and the QP unchanged.
+pub type TransitionResult<T, From, To> = std::result::Result<Qp<T, To>, TransitionError<Qp<T, From>>>;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The attributes of one state transition of one transport.
+///
+/// Sealed; implemented by the attribute structs of this module.
+pub trait TransitionAttr: sealed::Sealed {
+    /// Fills `attr` and returns the `IBV_QP_*` mask, after validating ranges.
+    #[doc(hidden)]
+    fn fill(&self, attr: &mut sys::ibv_qp_attr) -> Result<u32>;
+    /// The port whose MTU bounds `path_mtu`, if the transition sets one.
+    #[doc(hidden)]
+    fn mtu_check(&self) -> Option<(u8, Mtu)> {
+        None
+    }
+}
+
+/// The attribute types of each transition, per transport.
+pub trait Transitions: Transport {
+    /// RESET → INIT.
+    type Init: TransitionAttr;
+    /// INIT → RTR.
+    type Rtr: TransitionAttr;
+    /// RTR → RTS.
+    type Rts: TransitionAttr;
+}
+
+fn check_bits(what: &str, v: u32, bits: u32) -> Result<()> {
+    if v >> bits != 0 {
+        return Err(Error::invalid("ibv_modify_qp", format!("{what} = {v:#x} does not fit in {bits} bits")));
+    }
+    Ok(())
+}
+
+/// RESET → INIT of RC and UC QPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectedInit {
+    /// The local port (from 1).
+    pub port: u8,
+    /// The P_Key index.
+    pub pkey_index: u16,
+    /// What the peer may do to this side's memory (UC: only `REMOTE_WRITE` is meaningful).
+    pub access: QpAccess,
+}
+
+impl ConnectedInit {
+    /// Port `port`, P_Key index 0, granting `access`.
+    pub fn new(port: u8, access: QpAccess) -> Self {
+        ConnectedInit { port, pkey_index: 0, access }
+    }
+}
+
+impl sealed::Sealed for ConnectedInit {}
+impl TransitionAttr for ConnectedInit {
+    fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
+        a.port_num = self.port;
+        a.pkey_index = self.pkey_index;
+        a.qp_access_flags = self.access.bits();
+        Ok(sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS)
+    }
+}
+
+/// RESET → INIT of UD QPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdInit {
+    /// The local port (from 1).
+    pub port: u8,
+    /// The P_Key index.
+    pub pkey_index: u16,
+    /// The Q_Key incoming datagrams must carry.
+    pub qkey: u32,
+}
+
+impl sealed::Sealed for UdInit {}
+impl TransitionAttr for UdInit {
+    fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
+        a.port_num = self.port;
+        a.pkey_index = self.pkey_index;
+        a.qkey = self.qkey;
+        Ok(sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_QKEY)
+    }
+}
+
+/// INIT → RTR of an RC QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcRtr {
+    /// The path MTU (at most the port's active MTU).
+    pub path_mtu: Mtu,
+    /// The remote QP number (24 bits).
+    pub dest_qp_num: u32,
+    /// The first PSN expected from the peer (24 bits).
+    pub rq_psn: u32,
+    /// RDMA READ/atomic requests the peer may have outstanding towards us.
+    pub max_dest_rd_atomic: u8,
+    /// The RNR NAK timer code (0..=31).
+    pub min_rnr_timer: u8,
+    /// How to reach the peer.
+    pub av: AddressVector,
+}
+
+impl RcRtr {
+    /// Towards `dest_qp_num` at `av`, expecting PSN `rq_psn`; MTU 1024, one outstanding
+    /// READ/atomic, RNR timer code 12 (as the rdma-core pingpong examples use).
+    pub fn new(av: AddressVector, dest_qp_num: u32, rq_psn: u32) -> Self {
+        RcRtr { path_mtu: Mtu::Mtu1024, dest_qp_num, rq_psn, max_dest_rd_atomic: 1, min_rnr_timer: 12, av }
+    }
+}
+
+impl sealed::Sealed for RcRtr {}
+impl TransitionAttr for RcRtr {
+    fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
+        check_bits("dest_qp_num", self.dest_qp_num, 24)?;
+        check_bits("rq_psn", self.rq_psn, 24)?;
+        check_bits("min_rnr_timer", self.min_rnr_timer.into(), 5)?;
+        a.path_mtu = self.path_mtu.to_raw();
+        a.dest_qp_num = self.dest_qp_num;
+        a.rq_psn = self.rq_psn;
+        a.max_dest_rd_atomic = self.max_dest_rd_atomic;
+        a.min_rnr_timer = self.min_rnr_timer;
+        a.ah_attr = self.av.to_raw();
+        Ok(sys::IBV_QP_AV
+            | sys::IBV_QP_PATH_MTU
+            | sys::IBV_QP_DEST_QPN
+            | sys::IBV_QP_RQ_PSN
+            | sys::IBV_QP_MAX_DEST_RD_ATOMIC
+            | sys::IBV_QP_MIN_RNR_TIMER)
+    }
+    fn mtu_check(&self) -> Option<(u8, Mtu)> {
+        Some((self.av.port, self.path_mtu))
+    }
+}
+
+/// INIT → RTR of a UC QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UcRtr {
+    /// The path MTU (at most the port's active MTU).
+    pub path_mtu: Mtu,
+    /// The remote QP number (24 bits).
+    pub dest_qp_num: u32,
+    /// The first PSN expected from the peer (24 bits).
+    pub rq_psn: u32,
+    /// How to reach the peer.
+    pub av: AddressVector,
+}
+
+impl UcRtr {
+    /// Towards `dest_qp_num` at `av`, expecting PSN `rq_psn`, MTU 1024.
+    pub fn new(av: AddressVector, dest_qp_num: u32, rq_psn: u32) -> Self {
+        UcRtr { path_mtu: Mtu::Mtu1024, dest_qp_num, rq_psn, av }
+    }
+}
+
+impl sealed::Sealed for UcRtr {}
+impl TransitionAttr for UcRtr {
+    fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
+        check_bits("dest_qp_num", self.dest_qp_num, 24)?;
+        check_bits("rq_psn", self.rq_psn, 24)?;
+        a.path_mtu = self.path_mtu.to_raw();
+        a.dest_qp_num = self.dest_qp_num;
+        a.rq_psn = self.rq_psn;
+        a.ah_attr = self.av.to_raw();
+        Ok(sys::IBV_QP_AV | sys::IBV_QP_PATH_MTU | sys::IBV_QP_DEST_QPN | sys::IBV_QP_RQ_PSN)
+    }
+    fn mtu_check(&self) -> Option<(u8, Mtu)> {
+        Some((self.av.port, self.path_mtu))
+    }
+}
+
+/// INIT → RTR of a UD QP: nothing to set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UdRtr;
+
+impl sealed::Sealed for UdRtr {}
+impl TransitionAttr for UdRtr {
+    fn fill(&self, _: &mut sys::ibv_qp_attr) -> Result<u32> {
+        Ok(0)
+    }
+}
+
+/// RTR → RTS of an RC QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcRts {
+    /// The first PSN this side sends (24 bits).
+    pub sq_psn: u32,
+    /// The local ACK timeout code (0..=31; 4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// Transport retries before RETRY_EXC_ERR (0..=7).
+    pub retry_cnt: u8,
+    /// RNR retries before RNR_RETRY_EXC_ERR (0..=7; 7 = infinite).
+    pub rnr_retry: u8,
+    /// RDMA READ/atomic requests this side may have outstanding.
+    pub max_rd_atomic: u8,
+}
+
+impl RcRts {
+    /// Sending from PSN `sq_psn`; timeout 14, retry 7, RNR retry 7, one outstanding
+    /// READ/atomic (as the rdma-core pingpong examples use).
+    pub fn new(sq_psn: u32) -> Self {
+        RcRts { sq_psn, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1 }
+    }
+}
+
+impl sealed::Sealed for RcRts {}
+impl TransitionAttr for RcRts {
+    fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
+        check_bits("sq_psn", self.sq_psn, 24)?;
+        check_bits("timeout", self.timeout.into(), 5)?;
+        check_bits("retry_cnt", self.retry_cnt.into(), 3)?;
+        check_bits("rnr_retry", self.rnr_retry.into(), 3)?;
+        a.sq_psn = self.sq_psn;
+        a.timeout = self.timeout;
+        a.retry_cnt = self.retry_cnt;
+        a.rnr_retry = self.rnr_retry;
+        a.max_rd_atomic = self.max_rd_atomic;
+        Ok(sys::IBV_QP_SQ_PSN
+            | sys::IBV_QP_TIMEOUT
+            | sys::IBV_QP_RETRY_CNT
+            | sys::IBV_QP_RNR_RETRY
+            | sys::IBV_QP_MAX_QP_RD_ATOMIC)
+    }
+}
+
+/// RTR → RTS of UC and UD QPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqPsn {
+    /// The first PSN this side sends (24 bits).
+    pub sq_psn: u32,
+}
+
+impl sealed::Sealed for SqPsn {}
+impl TransitionAttr for SqPsn {
+    fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
+        check_bits("sq_psn", self.sq_psn, 24)?;
+        a.sq_psn = self.sq_psn;
+        Ok(sys::IBV_QP_SQ_PSN)
+    }
+}
+
+impl Transitions for Rc {
+    type Init = ConnectedInit;
+    type Rtr = RcRtr;
+    type Rts = RcRts;
+}
+impl Transitions for Uc {
+    type Init = ConnectedInit;
+    type Rtr = UcRtr;
+    type Rts = SqPsn;
+}
+impl Transitions for Ud {
+    type Init = UdInit;
+    type Rtr = UdRtr;
+    type Rts = SqPsn;
+}
+
+/// What a peer needs to connect to a QP: its number, the port's LID, a GID and the first PSN.
+/// This is what the rdma-core pingpong examples exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The LID of the port (0 on RoCE).
+    pub lid: u16,
+    /// The QP number (24 bits).
+    pub qp_num: u32,
+    /// The first PSN (24 bits).
+    pub psn: u32,
+    /// The GID to address (all zero when not using a GRH).
+    pub gid: Gid,
+}
+
+impl<T: Transport, S: QpState> Qp<T, S> {
+    fn cast<S2: QpState>(self) -> Qp<T, S2> {
+        Qp { shared: self.shared, _type: PhantomData }
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.shared.qp_num
+    }
+
+    /// The queue sizes in force.
+    pub fn caps(&self) -> QpCaps {
+        self.shared.caps
+    }
+
+    /// This side's [`Endpoint`] on `port`, using GID `gid_index`, starting at `psn`.
+    ///
+    /// # Errors
+    /// As [`Context::query_port`](crate::device::Context::query_port) and
+    /// [`Context::query_gid`](crate::device::Context::query_gid).
+    pub fn endpoint(&self, port: u8, gid_index: u32, psn: u32) -> Result<Endpoint> {
+        let ctx = crate::device::Context { inner: Arc::clone(&self.shared.pd.ctx) };
+        let lid = ctx.query_port(port)?.lid();
+        let gid = ctx.query_gid(port, gid_index)?;
+        Ok(Endpoint { lid, qp_num: self.shared.qp_num, psn: psn & 0xff_ffff, gid })
+    }
+
+    fn modify<To: QpState>(self, attr: &dyn TransitionAttr) -> TransitionResult<T, S, To> {
+        match self.shared.modify(To::STATE, attr, S::NAME, To::NAME) {
+            Ok(()) => Ok(self.cast()),
+            Err(error) => Err(TransitionError { error, qp: self }),
+        }
+    }
+
+    /// `ibv_modify_qp` to RESET, allowed from every state (also after the QP went to ERR).
+    /// Outstanding work requests are gone from the device afterwards.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_modify_qp`; the QP is handed back in its old state.
+    ///
+    /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn reset(self) -> TransitionResult<T, S, Reset> {
+        let r = self.modify::<Reset>(&StateOnly);
+        if let Ok(qp) = &r {
+            qp.shared.after_reset();
+        }
+        r
+    }
+
+    /// `ibv_modify_qp` to ERR: outstanding work requests complete with `IBV_WC_WR_FLUSH_ERR`.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_modify_qp`; the QP is handed back in its old state.
+    ///
+    /// See ibv_modify_qp(3).
+    pub fn to_error(self) -> TransitionResult<T, S, transport::Error> {
+        self.modify(&StateOnly)
+    }
+}
+
+struct StateOnly;
+impl sealed::Sealed for StateOnly {}
+impl TransitionAttr for StateOnly {
+    fn fill(&self, _: &mut sys::ibv_qp_attr) -> Result<u32> {
+        Ok(0)
+    }
+}
+
+impl<T: Transitions> Qp<T, Reset> {
+    /// `ibv_modify_qp` RESET → INIT with the transport's INIT attributes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for out-of-range attributes, [`Error::Verb`] with
+    /// `ibv_modify_qp`; the QP is handed back in RESET.
+    ///
+    /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn to_init(self, attr: &T::Init) -> TransitionResult<T, Reset, transport::Init> {
+        self.modify(attr)
+    }
+}
+
+impl<T: Transitions> Qp<T, transport::Init> {
+    /// `ibv_modify_qp` INIT → RTR with the transport's RTR attributes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for out-of-range attributes or a path MTU above the port's
+    /// active MTU, [`Error::Verb`] with `ibv_modify_qp`; the QP is handed back in INIT.
+    ///
+    /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn to_rtr(self, attr: &T::Rtr) -> TransitionResult<T, transport::Init, transport::Rtr> {
+        if let Some((port, mtu)) = attr.mtu_check() {
+            let ctx = crate::device::Context { inner: Arc::clone(&self.shared.pd.ctx) };
+            let active = ctx.query_port(port).map(|p| p.active_mtu());
+            let err = match active {
+                Err(e) => Some(e),
+                Ok(Some(active)) if mtu > active => Some(Error::invalid(
+                    "ibv_modify_qp",
+                    format!("path MTU {} is above port {port}'s active MTU {}", mtu.bytes(), active.bytes()),
+                )),
+                Ok(_) => None,
+            };
+            if let Some(error) = err {
+                return Err(TransitionError { error, qp: self });
+            }
+        }
+        self.modify(attr)
+    }
+}
+
+impl<T: Transitions> Qp<T, transport::Rtr> {
+    /// `ibv_modify_qp` RTR → RTS with the transport's RTS attributes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for out-of-range attributes, [`Error::Verb`] with
+    /// `ibv_modify_qp`; the QP is handed back in RTR.
+    ///
+    /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn to_rts(self, attr: &T::Rts) -> TransitionResult<T, transport::Rtr, transport::Rts> {
+        self.modify(attr)
+    }
+}
+
+impl QpShared {
+    pub(crate) fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    fn modify(&self, state: sys::ibv_qp_state, attr: &dyn TransitionAttr, from: &str, to: &str) -> Result<()> {
+        let mut a = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
+        let mask = attr.fill(&mut a)? | sys::IBV_QP_STATE;
+        // SAFETY: the QP is alive; `a` is initialised and `mask` names only fields we set.
+        let ret = unsafe { sys::ibv_modify_qp(self.qp.as_ptr(), &mut a, mask as i32) };
+        if ret != 0 {
+            return Err(Error::from_ret(
+                Verb::ModifyQp,
+                format!("QP {:#x} {from} -> {to}, mask {mask:#x}", self.qp_num),
+                ret,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Moves the QP to ERR (flushes) or RESET (quiesce) while draining a scope.
+    pub(crate) fn force_state(&self, state: sys::ibv_qp_state) -> Result<()> {
+        self.modify(state, &StateOnly, "(draining)", if state == sys::IBV_QPS_RESET { "RESET" } else { "ERR" })?;
+        if state == sys::IBV_QPS_RESET {
+            self.after_reset();
+            self.broken.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn after_reset(&self) {
+        lock(&self.sq).force_flush(self.qp_num);
+        lock(&self.rq).force_flush(self.qp_num);
+        self.broken.store(false, Ordering::Release);
+    }
+
+    /// Routes a polled completion to its work queue.
+    pub(crate) fn route(&self, seq: u64, is_recv: bool, c: Completion) {
+        if is_recv {
+            lock(&self.rq).complete(seq, c, false);
+        } else {
+            lock(&self.sq).complete(seq, c, true);
+        }
+    }
+
+    pub(crate) fn try_take(&self, is_recv: bool, seq: u64) -> Take {
+        if is_recv {
+            lock(&self.rq).try_take(seq)
+        } else {
+            lock(&self.sq).try_take(seq)
+        }
+    }
+
+    pub(crate) fn abandon(&self, is_recv: bool, seq: u64) {
+        if is_recv {
+            lock(&self.rq).abandon(seq)
+        } else {
+            lock(&self.sq).abandon(seq)
+        }
+    }
+
+    pub(crate) fn is_pending(&self, is_recv: bool, seq: u64) -> bool {
+        if is_recv {
+            lock(&self.rq).is_pending(seq)
+        } else {
+            lock(&self.sq).is_pending(seq)
+        }
+    }
+
+    pub(crate) fn cq(&self, is_recv: bool) -> &CqShared {
+        if is_recv {
+            &self.recv_cq
+        } else {
+            &self.send_cq
+        }
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(Error::QpBroken { qp_num: self.qp_num });
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_send` of one work request, recorded as the next sequence number of the send
+    /// queue.
+    ///
+    /// # Safety
+    /// Every scatter/gather entry of `wr` must name registered memory that stays valid, and is
+    /// not written by the program while the device reads it (nor accessed at all while the
+    /// device writes it), until the returned sequence number has completed or the QP has been
+    /// reset. `wr.next` must be null. Pointers in `wr` (sg_list, ah, mw) must be valid for the
+    /// duration of the call.
+    pub(crate) unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr) -> Result<u64> {
+        self.check_usable()?;
+        let mut sq = lock(&self.sq);
+        if sq.next_seq().is_none() {
+            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() });
+        }
+        let signaled = wr.send_flags & sys::IBV_SEND_SIGNALED != 0;
+        let seq = sq.next_seq().unwrap_or_default();
+        wr.wr_id = seq;
+        wr.next = std::ptr::null_mut();
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP is alive; `wr` is a valid single work request whose memory validity
+        // the caller guarantees; `bad` is a valid out-pointer.
+        let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::PostSend, format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode), ret));
+        }
+        Ok(sq.push(signaled))
+    }
+
+    /// `ibv_post_recv` of one work request, recorded as the next sequence number of the
+    /// receive queue.
+    ///
+    /// # Safety
+    /// As for [`QpShared::post_send`]: the memory of every scatter/gather entry must stay valid
+    /// and untouched by the program until the request completes or the QP is reset.
+    pub(crate) unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr) -> Result<u64> {
+        self.check_usable()?;
+        let mut rq = lock(&self.rq);
+        let Some(seq) = rq.next_seq() else {
+            return Err(Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth: rq.depth() });
+        };
+        wr.wr_id = seq | RECV_BIT;
+        wr.next = std::ptr::null_mut();
+        let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: as in `post_send`.
+        let ret = unsafe { sys::ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::PostRecv, format!("QP {:#x}", self.qp_num), ret));
+        }
+        Ok(rq.push(true))
+    }
+
+    /// True if the send queue's last outstanding request is unsignaled.
+    pub(crate) fn sq_has_uncovered_tail(&self) -> bool {
+        lock(&self.sq).has_uncovered_tail()
+    }
+
+    pub(crate) fn outstanding(&self) -> (u32, u32) {
+        (lock(&self.sq).outstanding(), lock(&self.rq).outstanding())
+    }
+}

@@ -1,0 +1,254 @@
+//! Book-keeping of the work requests outstanding on one work queue (pure logic, no FFI).
+//!
+//! Each posted work request gets the next sequence number of its queue, which is also its
+//! `wr_id` (with the top bit telling the receive queue from the send queue). Completions of a
+//! work queue arrive in posting order, and an unsignaled send request is complete once any
+//! later request of the same send queue has completed (ibv_post_send(3), completion ordering).
+//! The queue records, for each sequence number, whether it is still pending, completed (with
+//! its [`Completion`]) or already consumed, and refuses new requests beyond the queue depth.
+
+use std::collections::VecDeque;
+
+use crate::wc::{Completion, WcOpcode};
+
+/// The top bit of a `wr_id`: set for receive-queue requests.
+pub(crate) const RECV_BIT: u64 = 1 << 63;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Posted, not completed. `abandoned`: nobody will consume the result.
+    Pending { signaled: bool, abandoned: bool },
+    /// Completed; the result awaits its consumer.
+    Done(Completion),
+    /// Completed and consumed (or abandoned): only kept until the front of the deque moves.
+    Gone,
+}
+
+/// What `try_take` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// The request completed; its result is handed over (once).
+    Done(Completion),
+    /// Still outstanding.
+    Pending,
+    /// No such request (never posted here, or already consumed).
+    Unknown,
+}
+
+#[derive(Debug)]
+pub(crate) struct WorkQueue {
+    depth: u32,
+    /// Sequence number of `slots[0]`.
+    base: u64,
+    slots: VecDeque<Slot>,
+    /// Requests posted and not yet completed (they occupy the hardware queue).
+    outstanding: u32,
+}
+
+impl WorkQueue {
+    pub(crate) fn new(depth: u32) -> Self {
+        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0 }
+    }
+
+    pub(crate) fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.outstanding
+    }
+
+    /// The sequence number the next request will get, if there is room for it.
+    pub(crate) fn next_seq(&self) -> Option<u64> {
+        (self.outstanding < self.depth).then(|| self.base + self.slots.len() as u64)
+    }
+
+    /// Records that the request with sequence `next_seq()` was posted.
+    pub(crate) fn push(&mut self, signaled: bool) -> u64 {
+        let seq = self.base + self.slots.len() as u64;
+        self.slots.push_back(Slot::Pending { signaled, abandoned: false });
+        self.outstanding += 1;
+        seq
+    }
+
+    fn index(&self, seq: u64) -> Option<usize> {
+        let i = seq.checked_sub(self.base)?;
+        (i < self.slots.len() as u64).then_some(i as usize)
+    }
+
+    /// Records the completion of `seq`. On a send queue (`ordered_implies == true`) every
+    /// earlier request still pending is complete too (unsignaled ones have no completion of
+    /// their own). Returns false if `seq` is not an outstanding request of this queue.
+    pub(crate) fn complete(&mut self, seq: u64, c: Completion, ordered_implies: bool) -> bool {
+        let Some(idx) = self.index(seq) else { return false };
+        if !matches!(self.slots[idx], Slot::Pending { .. }) {
+            return false;
+        }
+        if ordered_implies {
+            for i in 0..idx {
+                if let Slot::Pending { abandoned, .. } = self.slots[i] {
+                    self.outstanding -= 1;
+                    self.slots[i] =
+                        if abandoned { Slot::Gone } else { Slot::Done(Completion::implied(c.qp_num, WcOpcode::Unknown(0))) };
+                }
+            }
+        }
+        if let Slot::Pending { abandoned, .. } = self.slots[idx] {
+            self.outstanding -= 1;
+            self.slots[idx] = if abandoned { Slot::Gone } else { Slot::Done(c) };
+        }
+        self.compact();
+        true
+    }
+
+    /// Hands over the result of `seq` if it completed.
+    pub(crate) fn try_take(&mut self, seq: u64) -> Take {
+        let Some(idx) = self.index(seq) else { return Take::Unknown };
+        match self.slots[idx] {
+            Slot::Done(c) => {
+                self.slots[idx] = Slot::Gone;
+                self.compact();
+                Take::Done(c)
+            }
+            Slot::Pending { .. } => Take::Pending,
+            Slot::Gone => Take::Unknown,
+        }
+    }
+
+    /// Nobody will consume the result of `seq`: drop it now or on completion.
+    pub(crate) fn abandon(&mut self, seq: u64) {
+        let Some(idx) = self.index(seq) else { return };
+        match &mut self.slots[idx] {
+            Slot::Done(_) => self.slots[idx] = Slot::Gone,
+            Slot::Pending { abandoned, .. } => *abandoned = true,
+            Slot::Gone => {}
+        }
+        self.compact();
+    }
+
+    /// True if `seq` is still outstanding on the device.
+    pub(crate) fn is_pending(&self, seq: u64) -> bool {
+        self.index(seq).is_some_and(|i| matches!(self.slots[i], Slot::Pending { .. }))
+    }
+
+    /// Whether the last pending request is unsignaled, so that no completion will ever cover
+    /// it unless a later signaled request is posted (or the QP is flushed).
+    pub(crate) fn has_uncovered_tail(&self) -> bool {
+        self.slots
+            .iter()
+            .rev()
+            .find_map(|s| match s {
+                Slot::Pending { signaled, .. } => Some(!signaled),
+                _ => None,
+            })
+            .unwrap_or(false)
+    }
+
+    /// The QP was reset: nothing is outstanding on the device any more. Every pending request
+    /// is completed with a synthetic flush.
+    pub(crate) fn force_flush(&mut self, qp_num: u32) {
+        for s in self.slots.iter_mut() {
+            if let Slot::Pending { abandoned, .. } = *s {
+                *s = if abandoned { Slot::Gone } else { Slot::Done(Completion::forced_reset(qp_num)) };
+            }
+        }
+        self.outstanding = 0;
+        self.compact();
+    }
+
+    fn compact(&mut self) {
+        while self.slots.front() == Some(&Slot::Gone) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wc::{CompletionSource, WcStatus};
+
+    fn wc(qp: u32) -> Completion {
+        Completion::implied(qp, WcOpcode::Send)
+    }
+
+    #[test]
+    fn depth_is_enforced_and_freed_by_completion() {
+        let mut q = WorkQueue::new(2);
+        assert_eq!(q.next_seq(), Some(0));
+        q.push(true);
+        q.push(true);
+        assert_eq!(q.next_seq(), None);
+        assert!(q.complete(0, wc(1), true));
+        assert_eq!(q.next_seq(), Some(2));
+    }
+
+    #[test]
+    fn signaled_completion_covers_earlier_unsignaled() {
+        let mut q = WorkQueue::new(8);
+        let a = q.push(false);
+        let b = q.push(false);
+        let c = q.push(true);
+        assert!(!q.has_uncovered_tail());
+        assert_eq!(q.try_take(a), Take::Pending);
+        assert!(q.complete(c, wc(1), true));
+        match q.try_take(a) {
+            Take::Done(x) => assert_eq!(x.source(), CompletionSource::ImpliedByLater),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(q.try_take(b), Take::Done(_)));
+        assert!(matches!(q.try_take(c), Take::Done(_)));
+        assert_eq!(q.try_take(c), Take::Unknown);
+        assert_eq!(q.outstanding(), 0);
+        assert!(q.slots.is_empty());
+    }
+
+    #[test]
+    fn receive_queue_does_not_imply() {
+        let mut q = WorkQueue::new(8);
+        let a = q.push(true);
+        let b = q.push(true);
+        assert!(q.complete(b, wc(1), false));
+        assert_eq!(q.try_take(a), Take::Pending);
+        assert!(q.is_pending(a));
+    }
+
+    #[test]
+    fn abandoned_results_are_dropped() {
+        let mut q = WorkQueue::new(8);
+        let a = q.push(true);
+        q.abandon(a);
+        assert!(q.complete(a, wc(1), true));
+        assert!(q.slots.is_empty());
+        assert_eq!(q.try_take(a), Take::Unknown);
+    }
+
+    #[test]
+    fn unknown_and_duplicate_completions_are_rejected() {
+        let mut q = WorkQueue::new(8);
+        assert!(!q.complete(5, wc(1), true));
+        let a = q.push(true);
+        assert!(q.complete(a, wc(1), true));
+        assert!(!q.complete(a, wc(1), true));
+    }
+
+    #[test]
+    fn uncovered_tail_and_forced_flush() {
+        let mut q = WorkQueue::new(8);
+        let a = q.push(true);
+        let b = q.push(false);
+        assert!(q.has_uncovered_tail());
+        q.force_flush(7);
+        assert_eq!(q.outstanding(), 0);
+        for s in [a, b] {
+            match q.try_take(s) {
+                Take::Done(c) => {
+                    assert_eq!(c.status(), WcStatus::WrFlushErr);
+                    assert_eq!(c.source(), CompletionSource::ForcedReset);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}

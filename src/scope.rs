@@ -1,0 +1,422 @@
+//! Scoped posting: borrowed buffers that cannot be reused before their completion, soundly
+//! even if a token is leaked.
+//!
+//! [`scope`] works like [`std::thread::scope`]: work requests posted through the [`Scope`]
+//! may use memory borrowed from *outside* the scope closure, and `scope` does not return
+//! (nor unwind) before the device is done with every one of them. Posting moves the request's
+//! memory views into a [`Token`]; [`Scope::wait`] hands them back together with the
+//! [`Completion`]. A token that is forgotten (`mem::forget`) or dropped only means nobody
+//! collects that completion: the borrow of the memory still lasts until `scope` returns, and
+//! `scope` waits for the device first.
+//!
+//! Draining at the end of the scope: every request still outstanding is awaited (polling its
+//! CQ) for at most the drain timeout. If that runs out, or if the send queue ends with an
+//! unsignaled request that no completion will ever cover, the QP is moved to ERR (flushing
+//! everything), and if even the flush does not arrive, to RESET, after which the device no
+//! longer touches any buffer. The scope then reports [`Error::QpBroken`].
+#![allow(unsafe_code)]
+
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use typed_verbs_sys as sys;
+
+use crate::error::{Error, Result};
+use crate::qp::{Qp, QpShared};
+use crate::queue::Take;
+use crate::transport::{CanPostRecv, CanPostSend, QpState, Transport};
+use crate::wc::Completion;
+use crate::wr::{RawSendWr, Recv, SendWr};
+use crate::mr::LocalBufMut;
+
+/// How long the end of a scope waits for outstanding work requests by default.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the drain waits for flush completions after moving a QP to ERR.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Copy)]
+struct Posted<'scope> {
+    qp: &'scope QpShared,
+    is_recv: bool,
+    seq: u64,
+}
+
+struct Outstanding<'scope> {
+    slots: Vec<Option<Posted<'scope>>>,
+    free: Vec<usize>,
+}
+
+/// The posting side of a [`scope`]. See the [module documentation](self).
+pub struct Scope<'scope, 'env: 'scope> {
+    outstanding: Mutex<Outstanding<'scope>>,
+    drain_timeout: Duration,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+/// A posted work request whose completion has not been collected yet. Holds the memory views
+/// of the request; [`Scope::wait`] hands them back with the completion.
+///
+/// Tied to its scope: it cannot be used in another scope, nor outlive its own.
+#[must_use = "a token is how the buffers come back; dropping it leaves them borrowed until the scope ends"]
+pub struct Token<'scope, B> {
+    guard: TokenGuard<'scope>,
+    buffers: B,
+}
+
+/// The book-keeping half of a token; dropping it without consuming abandons the completion.
+struct TokenGuard<'scope> {
+    state: &'scope Mutex<Outstanding<'scope>>,
+    index: usize,
+    posted: Posted<'scope>,
+    consumed: bool,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+}
+
+impl<B> std::fmt::Debug for Token<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("qp_num", &format_args!("{:#x}", self.guard.posted.qp.qp_num()))
+            .field("queue", &if self.guard.posted.is_recv { "receive" } else { "send" })
+            .field("seq", &self.guard.posted.seq)
+            .finish()
+    }
+}
+
+/// A work request that could not be posted: the error, and the request with its buffers.
+#[derive(Debug)]
+pub struct PostError<W> {
+    /// What went wrong.
+    pub error: Error,
+    /// The request, unchanged.
+    pub wr: W,
+}
+
+impl<W> std::fmt::Display for PostError<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<W: std::fmt::Debug> std::error::Error for PostError<W> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<W> From<PostError<W>> for Error {
+    fn from(e: PostError<W>) -> Self {
+        e.error
+    }
+}
+
+/// A wait that ran out: the error, and the token to wait on again.
+#[derive(Debug)]
+pub struct WaitError<'scope, B> {
+    /// The timeout (or poll failure).
+    pub error: Error,
+    /// The token, still valid.
+    pub token: Token<'scope, B>,
+}
+
+impl<B> From<WaitError<'_, B>> for Error {
+    fn from(e: WaitError<'_, B>) -> Self {
+        e.error
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The book-keeping is consistent at every step, so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` with a [`Scope`] for posting work requests over borrowed memory, then waits until
+/// the device is done with every one of them, with the [default drain
+/// timeout](DEFAULT_DRAIN_TIMEOUT).
+///
+/// Returns what `f` returned. If `f` panics, the scope drains first and then resumes the panic.
+///
+/// # Errors
+/// [`Error::QpBroken`] if a QP had to be forced to RESET to reclaim the buffers (its
+/// outstanding requests did not complete within the drain timeout, or its send queue ended
+/// with an unsignaled request). `f`'s result is lost in that case.
+pub fn scope<'env, F, R>(f: F) -> Result<R>
+where
+    F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
+{
+    scope_with_timeout(DEFAULT_DRAIN_TIMEOUT, f)
+}
+
+/// [`scope`] with an explicit drain timeout.
+///
+/// # Errors
+/// As for [`scope`].
+pub fn scope_with_timeout<'env, F, R>(drain_timeout: Duration, f: F) -> Result<R>
+where
+    F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
+{
+    let scope = Scope {
+        outstanding: Mutex::new(Outstanding { slots: Vec::new(), free: Vec::new() }),
+        drain_timeout,
+        _scope: PhantomData,
+        _env: PhantomData,
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+    let drained = scope.drain();
+    match result {
+        Err(panic) => resume_unwind(panic),
+        Ok(r) => drained.map(|()| r),
+    }
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    fn record(&'scope self, posted: Posted<'scope>) -> usize {
+        let mut o = lock(&self.outstanding);
+        match o.free.pop() {
+            Some(i) => {
+                o.slots[i] = Some(posted);
+                i
+            }
+            None => {
+                o.slots.push(Some(posted));
+                o.slots.len() - 1
+            }
+        }
+    }
+
+    fn token<B>(&'scope self, posted: Posted<'scope>, buffers: B) -> Token<'scope, B> {
+        let index = self.record(posted);
+        Token {
+            guard: TokenGuard { state: &self.outstanding, index, posted, consumed: false, _scope: PhantomData },
+            buffers,
+        }
+    }
+
+    /// `ibv_post_send` of `wr` on `qp`, which must be in RTS; the opcode must be valid for the
+    /// QP's transport (compile-time).
+    ///
+    /// # Errors
+    /// Returns the request with a [`PostError`]:
+    /// - [`Error::InvalidArgument`] for what the request's own checks reject (atomic alignment,
+    ///   sizes);
+    /// - [`Error::QueueFull`] when the send queue is full of outstanding requests;
+    /// - [`Error::QpBroken`] after a forced reset;
+    /// - [`Error::Verb`] with `ibv_post_send` and its errno.
+    ///
+    /// See ibv_post_send(3).
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send<T, S, W>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        wr: W,
+    ) -> std::result::Result<Token<'scope, W::Buffers>, PostError<W>>
+    where
+        T: Transport,
+        S: CanPostSend,
+        W: SendWr<T> + 'scope,
+    {
+        let mut raw = RawSendWr::new();
+        if let Err(error) = wr.build(&mut raw) {
+            return Err(PostError { error, wr });
+        }
+        raw.wr.sg_list = &mut raw.sge;
+        raw.wr.num_sge = raw.num_sge;
+        // SAFETY: the scatter/gather entry names memory borrowed by `wr`'s views for at least
+        // 'scope (`W: 'scope`), i.e. until `scope` returns, and `scope` does not return before
+        // this request completed or its QP was reset (`drain`). The views move into the token,
+        // so the program cannot touch the memory through them meanwhile; shared views
+        // (`LocalBuf`) keep the region immutably borrowed, exclusive ones (`LocalBufMut`)
+        // exclusively. The sge and wr outlive the call.
+        let seq = match unsafe { qp.shared.post_send(&mut raw.wr) } {
+            Ok(seq) => seq,
+            Err(error) => return Err(PostError { error, wr }),
+        };
+        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, wr.into_buffers()))
+    }
+
+    /// `ibv_post_recv` of `wr` on `qp`, which must be in INIT, RTR or RTS (compile-time).
+    ///
+    /// # Errors
+    /// Returns the request with a [`PostError`]: [`Error::QueueFull`], [`Error::QpBroken`], or
+    /// [`Error::Verb`] with `ibv_post_recv` and its errno.
+    ///
+    /// See ibv_post_recv(3).
+    #[doc(alias = "ibv_post_recv")]
+    pub fn post_recv<'a, T, S>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        wr: Recv<'a>,
+    ) -> std::result::Result<Token<'scope, LocalBufMut<'a>>, PostError<Recv<'a>>>
+    where
+        T: Transport,
+        S: CanPostRecv,
+        'a: 'scope,
+    {
+        let mut sge = wr.buf.sge();
+        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        // SAFETY: as in `post_send`: the receive buffer is exclusively borrowed for 'a, which
+        // outlives 'scope, and moves into the token; `scope` drains before returning.
+        let seq = match unsafe { qp.shared.post_recv(&mut raw) } {
+            Ok(seq) => seq,
+            Err(error) => return Err(PostError { error, wr }),
+        };
+        Ok(self.token(Posted { qp: &qp.shared, is_recv: true, seq }, wr.buf))
+    }
+
+    /// Waits at most `timeout` for the completion of `token`'s request, polling its CQ, and
+    /// hands back the completion (whatever its status) with the request's memory views.
+    ///
+    /// # Errors
+    /// [`WaitError`] with [`Error::Timeout`] (or a poll failure) and the token, which stays
+    /// valid.
+    pub fn wait<B>(
+        &'scope self,
+        token: Token<'scope, B>,
+        timeout: Duration,
+    ) -> std::result::Result<(Completion, B), WaitError<'scope, B>> {
+        let deadline = Instant::now() + timeout;
+        let p = token.guard.posted;
+        loop {
+            if let Take::Done(c) = p.qp.try_take(p.is_recv, p.seq) {
+                let Token { mut guard, buffers } = token;
+                guard.consumed = true;
+                guard.release();
+                return Ok((c, buffers));
+            }
+            match p.qp.cq(p.is_recv).poll_and_route() {
+                Ok(0) => {
+                    if Instant::now() >= deadline {
+                        let what = format!(
+                            "the completion of {} request {} on QP {:#x}",
+                            if p.is_recv { "receive" } else { "send" },
+                            p.seq,
+                            p.qp.qp_num()
+                        );
+                        return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
+                    }
+                    std::thread::yield_now();
+                }
+                Ok(_) => {}
+                Err(error) => return Err(WaitError { error, token }),
+            }
+        }
+    }
+
+    fn drain(&self) -> Result<()> {
+        let pending: Vec<Posted<'scope>> = {
+            let mut o = lock(&self.outstanding);
+            o.free.clear();
+            o.slots.drain(..).flatten().collect()
+        };
+        let deadline = Instant::now() + self.drain_timeout;
+        let mut broken = None;
+        let mut forced: Vec<*const QpShared> = Vec::new();
+        for p in &pending {
+            if forced.contains(&(p.qp as *const QpShared)) {
+                continue;
+            }
+            if !wait_until_done(p, deadline) {
+                // Nothing will complete it in time: flush, and if even that fails, reset.
+                forced.push(p.qp);
+                let e = force_quiesce(p.qp);
+                broken.get_or_insert(e);
+            }
+        }
+        for p in &pending {
+            p.qp.abandon(p.is_recv, p.seq);
+        }
+        match broken {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Polls until `p` completed or `deadline`; true if it completed.
+fn wait_until_done(p: &Posted<'_>, deadline: Instant) -> bool {
+    loop {
+        if !p.qp.is_pending(p.is_recv, p.seq) {
+            return true;
+        }
+        // An unsignaled request at the tail of the send queue never completes on its own.
+        if !p.is_recv && p.qp.sq_has_uncovered_tail() {
+            let polled = p.qp.cq(false).poll_and_route().unwrap_or(0);
+            if polled == 0 {
+                return !p.qp.is_pending(false, p.seq);
+            }
+            continue;
+        }
+        match p.qp.cq(p.is_recv).poll_and_route() {
+            Ok(0) | Err(_) => {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                std::thread::yield_now();
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Moves `qp` to ERR and waits for the flushes; if they do not all arrive, moves it to RESET,
+/// after which the device no longer accesses any buffer of the QP. Returns the error to report.
+fn force_quiesce(qp: &QpShared) -> Error {
+    let _ = qp.force_state(sys::IBV_QPS_ERR);
+    let deadline = Instant::now() + FLUSH_TIMEOUT;
+    loop {
+        let (sq, rq) = qp.outstanding();
+        if sq == 0 && rq == 0 {
+            break;
+        }
+        let polled = qp.cq(false).poll_and_route().unwrap_or(0) + qp.cq(true).poll_and_route().unwrap_or(0);
+        if polled == 0 {
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+    if let Err(e) = qp.force_state(sys::IBV_QPS_RESET) {
+        // The device may still be using memory that is about to be released to the program:
+        // the only sound continuation is to stop the process.
+        eprintln!("typed-verbs: cannot reset QP {:#x} to reclaim in-flight buffers ({e}); aborting", qp.qp_num());
+        std::process::abort();
+    }
+    Error::QpBroken { qp_num: qp.qp_num() }
+}
+
+impl TokenGuard<'_> {
+    fn release(&mut self) {
+        let mut o = lock(self.state);
+        if let Some(slot) = o.slots.get_mut(self.index) {
+            if slot.take().is_some() {
+                o.free.push(self.index);
+            }
+        }
+    }
+}
+
+impl Drop for TokenGuard<'_> {
+    fn drop(&mut self) {
+        if self.consumed {
+            return;
+        }
+        // Nobody will collect this completion. If the request is done, forget its result now;
+        // otherwise the scope waits for it at its end and forgets it then.
+        let p = self.posted;
+        if !p.qp.is_pending(p.is_recv, p.seq) {
+            p.qp.abandon(p.is_recv, p.seq);
+            self.release();
+        }
+    }
+}
+
+impl<T: Transport, S: QpState> Qp<T, S> {
+    /// Requests outstanding on the (send, receive) queues.
+    pub fn outstanding(&self) -> (u32, u32) {
+        self.shared.outstanding()
+    }
+}

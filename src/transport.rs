@@ -1,0 +1,212 @@
+//! Queue-pair transports and states as types, and the ibv_post_send(3) opcode table as traits.
+//!
+//! A queue pair is [`Qp<T, S>`](crate::qp::Qp): `T` is one of the zero-sized transport markers
+//! [`Rc`], [`Uc`], [`Ud`], [`XrcSend`], [`RawPacket`]; `S` one of the state markers [`Reset`],
+//! [`Init`], [`Rtr`], [`Rts`], [`Error`].
+//!
+//! Every cell of the opcode table of ibv_post_send(3) is one impl of a capability trait on a
+//! transport marker:
+//!
+//! | opcode                       | UD | UC | RC | XRC_SEND | RAW_PACKET | trait                  |
+//! |------------------------------|----|----|----|----------|------------|------------------------|
+//! | `IBV_WR_SEND`                | X  | X  | X  | X        | X          | [`SupportsSend`]       |
+//! | `IBV_WR_SEND_WITH_IMM`       | X  | X  | X  | X        |            | [`SupportsSendImm`]    |
+//! | `IBV_WR_RDMA_WRITE`          |    | X  | X  | X        |            | [`SupportsRdmaWrite`]  |
+//! | `IBV_WR_RDMA_WRITE_WITH_IMM` |    | X  | X  | X        |            | [`SupportsRdmaWrite`]  |
+//! | `IBV_WR_RDMA_READ`           |    |    | X  | X        |            | [`SupportsRdmaRead`]   |
+//! | `IBV_WR_ATOMIC_CMP_AND_SWP`  |    |    | X  | X        |            | [`SupportsAtomics`]    |
+//! | `IBV_WR_ATOMIC_FETCH_AND_ADD`|    |    | X  | X        |            | [`SupportsAtomics`]    |
+//! | `IBV_WR_LOCAL_INV`           |    | X  | X  | X        |            | [`SupportsLocalInv`]   |
+//! | `IBV_WR_BIND_MW`             |    | X  | X  | X        |            | [`SupportsBindMw`]     |
+//! | `IBV_WR_SEND_WITH_INV`       |    | X  | X  | X        |            | [`SupportsSendInv`]    |
+//! | `IBV_WR_TSO`                 | X  |    |    |          | X          | [`SupportsTso`]        |
+//!
+//! and the send flag restricted by transport: `IBV_SEND_FENCE` "valid only for QPs with
+//! Transport Service Type IBV_QPT_RC" is [`SupportsFence`].
+//!
+//! The state rules are [`CanPostSend`] (RTS only) and [`CanPostRecv`] (INIT, RTR, RTS).
+
+use core::fmt;
+
+use typed_verbs_sys as sys;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A queue-pair transport service type. Sealed; implemented by the five markers.
+pub trait Transport: sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static {
+    /// The `IBV_QPT_*` value.
+    const QP_TYPE: sys::ibv_qp_type;
+    /// The name used in messages, as the man page spells it.
+    const NAME: &'static str;
+}
+
+macro_rules! markers {
+    ($trait:ident; $($(#[$doc:meta])* $name:ident = $cname:literal $(, $value:path)?;)*) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub struct $name;
+        impl sealed::Sealed for $name {}
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str($cname)
+            }
+        }
+        markers!(@impl $trait $name $cname $(, $value)?);
+    )*};
+    (@impl Transport $name:ident $cname:literal, $value:path) => {
+        impl Transport for $name {
+            const QP_TYPE: sys::ibv_qp_type = $value;
+            const NAME: &'static str = $cname;
+        }
+    };
+    (@impl QpState $name:ident $cname:literal, $value:path) => {
+        impl QpState for $name {
+            const STATE: sys::ibv_qp_state = $value;
+            const NAME: &'static str = $cname;
+        }
+    };
+}
+
+markers! { Transport;
+    /// Reliable Connected (`IBV_QPT_RC`).
+    Rc = "RC", sys::IBV_QPT_RC;
+    /// Unreliable Connected (`IBV_QPT_UC`).
+    Uc = "UC", sys::IBV_QPT_UC;
+    /// Unreliable Datagram (`IBV_QPT_UD`).
+    Ud = "UD", sys::IBV_QPT_UD;
+    /// The sending side of eXtended Reliable Connected (`IBV_QPT_XRC_SEND`).
+    XrcSend = "XRC_SEND", sys::IBV_QPT_XRC_SEND;
+    /// Raw Ethernet packets (`IBV_QPT_RAW_PACKET`).
+    RawPacket = "RAW_PACKET", sys::IBV_QPT_RAW_PACKET;
+}
+
+/// A queue-pair state. Sealed; implemented by the state markers.
+pub trait QpState: sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static {
+    /// The `IBV_QPS_*` value.
+    const STATE: sys::ibv_qp_state;
+    /// The name used in messages.
+    const NAME: &'static str;
+}
+
+markers! { QpState;
+    /// RESET: the state a QP is created in, and the state every QP can return to.
+    Reset = "RESET", sys::IBV_QPS_RESET;
+    /// INIT: receives may be posted; nothing is sent.
+    Init = "INIT", sys::IBV_QPS_INIT;
+    /// RTR (ready to receive): receives are processed.
+    Rtr = "RTR", sys::IBV_QPS_RTR;
+    /// RTS (ready to send): both queues are processed.
+    Rts = "RTS", sys::IBV_QPS_RTS;
+    /// ERR: every outstanding work request completes with `IBV_WC_WR_FLUSH_ERR`.
+    Error = "ERR", sys::IBV_QPS_ERR;
+}
+
+/// States in which work requests may be posted to the send queue.
+#[diagnostic::on_unimplemented(
+    message = "send work requests can only be posted to a queue pair in RTS, not in {Self}",
+    label = "this queue pair is not in RTS",
+    note = "move the QP through INIT and RTR to RTS first (`to_init`, `to_rtr`, `to_rts`); ibv_post_send(3) on a QP in any other state fails"
+)]
+pub trait CanPostSend: QpState {}
+impl CanPostSend for Rts {}
+
+/// States in which work requests may be posted to the receive queue.
+#[diagnostic::on_unimplemented(
+    message = "receive work requests can only be posted to a queue pair in INIT, RTR or RTS, not in {Self}",
+    label = "this queue pair is in RESET",
+    note = "move the QP to INIT first (`to_init`); ibv_post_recv(3) on a QP in RESET fails"
+)]
+pub trait CanPostRecv: QpState {}
+impl CanPostRecv for Init {}
+impl CanPostRecv for Rtr {}
+impl CanPostRecv for Rts {}
+
+macro_rules! capability {
+    ($(#[$doc:meta])* $trait:ident, $msg:literal, $note:literal: $($t:ident),*) => {
+        $(#[$doc])*
+        #[diagnostic::on_unimplemented(message = $msg, label = "not allowed on this transport", note = $note)]
+        pub trait $trait: Transport {}
+        $(impl $trait for $t {})*
+    };
+}
+
+capability!(
+    /// `IBV_WR_SEND`: UD, UC, RC, XRC_SEND, RAW_PACKET.
+    SupportsSend,
+    "SEND is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    "ibv_post_send(3): IBV_WR_SEND is valid on UD, UC, RC, XRC_SEND and RAW_PACKET":
+    Ud, Uc, Rc, XrcSend, RawPacket
+);
+capability!(
+    /// `IBV_WR_SEND_WITH_IMM`: UD, UC, RC, XRC_SEND.
+    SupportsSendImm,
+    "SEND with immediate is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    "ibv_post_send(3): IBV_WR_SEND_WITH_IMM is valid on UD, UC, RC and XRC_SEND only":
+    Ud, Uc, Rc, XrcSend
+);
+capability!(
+    /// `IBV_WR_RDMA_WRITE` and `IBV_WR_RDMA_WRITE_WITH_IMM`: UC, RC, XRC_SEND.
+    SupportsRdmaWrite,
+    "RDMA WRITE is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    "ibv_post_send(3): IBV_WR_RDMA_WRITE and IBV_WR_RDMA_WRITE_WITH_IMM are valid on UC, RC and XRC_SEND only":
+    Uc, Rc, XrcSend
+);
+capability!(
+    /// `IBV_WR_RDMA_READ`: RC, XRC_SEND.
+    SupportsRdmaRead,
+    "RDMA READ is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    "ibv_post_send(3): IBV_WR_RDMA_READ is valid on RC and XRC_SEND only":
+    Rc, XrcSend
+);
+capability!(
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP` and `IBV_WR_ATOMIC_FETCH_AND_ADD`: RC, XRC_SEND.
+    SupportsAtomics,
+    "atomic operations are not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    "ibv_post_send(3): IBV_WR_ATOMIC_CMP_AND_SWP and IBV_WR_ATOMIC_FETCH_AND_ADD are valid on RC and XRC_SEND only":
+    Rc, XrcSend
+);
+capability!(
+    /// `IBV_WR_LOCAL_INV`: UC, RC, XRC_SEND.
+    SupportsLocalInv,
+    "LOCAL_INV is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    "ibv_post_send(3): IBV_WR_LOCAL_INV is valid on UC, RC and XRC_SEND only":
+    Uc, Rc, XrcSend
+);
+capability!(
+    /// `IBV_WR_BIND_MW`: UC, RC, XRC_SEND ("The QP Transport Service Type must be either UC,
+    /// RC or XRC_SEND for bind operations", ibv_bind_mw(3)).
+    SupportsBindMw,
+    "binding a memory window is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    "ibv_bind_mw(3): \"The QP Transport Service Type must be either UC, RC or XRC_SEND for bind operations.\"":
+    Uc, Rc, XrcSend
+);
+capability!(
+    /// `IBV_WR_SEND_WITH_INV`: UC, RC, XRC_SEND.
+    SupportsSendInv,
+    "SEND with invalidate is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    "ibv_post_send(3): IBV_WR_SEND_WITH_INV is valid on UC, RC and XRC_SEND only":
+    Uc, Rc, XrcSend
+);
+capability!(
+    /// `IBV_WR_TSO`: UD, RAW_PACKET.
+    SupportsTso,
+    "TSO is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    "ibv_post_send(3): IBV_WR_TSO is valid on UD and RAW_PACKET only":
+    Ud, RawPacket
+);
+capability!(
+    /// The `IBV_SEND_FENCE` flag: RC only.
+    SupportsFence,
+    "IBV_SEND_FENCE is not valid on a {Self} queue pair",
+    "ibv_post_send(3): \"IBV_SEND_FENCE Set the fence indicator. Valid only for QPs with Transport Service Type IBV_QPT_RC\"":
+    Rc
+);
+
+/// Transports whose QPs are connected to exactly one remote QP (RC, UC, XRC_SEND); the others
+/// address each send (UD with an address handle, RAW_PACKET with the packet itself).
+pub trait Connected: Transport {}
+impl Connected for Rc {}
+impl Connected for Uc {}
+impl Connected for XrcSend {}

@@ -1,0 +1,313 @@
+//! Work completions: `struct ibv_wc` as a typed value.
+
+use typed_verbs_sys as sys;
+
+use crate::error::Error;
+
+macro_rules! c_enum {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $c:path,)* }) => {
+        $(#[$doc])*
+        #[non_exhaustive]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant,)*
+            /// A value this library does not know, preserved as reported.
+            Unknown(u32),
+        }
+        impl $name {
+            /// Decodes the C value; unknown values are preserved in `Unknown`.
+            pub fn from_raw(v: u32) -> Self {
+                #[allow(unreachable_patterns)]
+                match v {
+                    $($c => $name::$variant,)*
+                    other => $name::Unknown(other),
+                }
+            }
+            /// The C value.
+            pub fn to_raw(self) -> u32 {
+                match self {
+                    $($name::$variant => $c,)*
+                    $name::Unknown(v) => v,
+                }
+            }
+        }
+    };
+}
+
+c_enum! {
+    /// The status of a work completion (`enum ibv_wc_status`), see ibv_poll_cq(3).
+    WcStatus {
+        /// `IBV_WC_SUCCESS`.
+        Success = sys::IBV_WC_SUCCESS,
+        /// `IBV_WC_LOC_LEN_ERR`: local length error (e.g. a receive buffer too small).
+        LocLenErr = sys::IBV_WC_LOC_LEN_ERR,
+        /// `IBV_WC_LOC_QP_OP_ERR`: local QP operation error.
+        LocQpOpErr = sys::IBV_WC_LOC_QP_OP_ERR,
+        /// `IBV_WC_LOC_EEC_OP_ERR`.
+        LocEecOpErr = sys::IBV_WC_LOC_EEC_OP_ERR,
+        /// `IBV_WC_LOC_PROT_ERR`: local protection error (bad lkey).
+        LocProtErr = sys::IBV_WC_LOC_PROT_ERR,
+        /// `IBV_WC_WR_FLUSH_ERR`: flushed because the QP is in the error state.
+        WrFlushErr = sys::IBV_WC_WR_FLUSH_ERR,
+        /// `IBV_WC_MW_BIND_ERR`: memory window bind failed.
+        MwBindErr = sys::IBV_WC_MW_BIND_ERR,
+        /// `IBV_WC_BAD_RESP_ERR`.
+        BadRespErr = sys::IBV_WC_BAD_RESP_ERR,
+        /// `IBV_WC_LOC_ACCESS_ERR`.
+        LocAccessErr = sys::IBV_WC_LOC_ACCESS_ERR,
+        /// `IBV_WC_REM_INV_REQ_ERR`: remote invalid request.
+        RemInvReqErr = sys::IBV_WC_REM_INV_REQ_ERR,
+        /// `IBV_WC_REM_ACCESS_ERR`: remote access error (bad rkey, rights, range).
+        RemAccessErr = sys::IBV_WC_REM_ACCESS_ERR,
+        /// `IBV_WC_REM_OP_ERR`: remote operation error.
+        RemOpErr = sys::IBV_WC_REM_OP_ERR,
+        /// `IBV_WC_RETRY_EXC_ERR`: transport retry counter exceeded (dead peer).
+        RetryExcErr = sys::IBV_WC_RETRY_EXC_ERR,
+        /// `IBV_WC_RNR_RETRY_EXC_ERR`: receiver-not-ready retry counter exceeded.
+        RnrRetryExcErr = sys::IBV_WC_RNR_RETRY_EXC_ERR,
+        /// `IBV_WC_LOC_RDD_VIOL_ERR`.
+        LocRddViolErr = sys::IBV_WC_LOC_RDD_VIOL_ERR,
+        /// `IBV_WC_REM_INV_RD_REQ_ERR`.
+        RemInvRdReqErr = sys::IBV_WC_REM_INV_RD_REQ_ERR,
+        /// `IBV_WC_REM_ABORT_ERR`.
+        RemAbortErr = sys::IBV_WC_REM_ABORT_ERR,
+        /// `IBV_WC_INV_EECN_ERR`.
+        InvEecnErr = sys::IBV_WC_INV_EECN_ERR,
+        /// `IBV_WC_INV_EEC_STATE_ERR`.
+        InvEecStateErr = sys::IBV_WC_INV_EEC_STATE_ERR,
+        /// `IBV_WC_FATAL_ERR`.
+        FatalErr = sys::IBV_WC_FATAL_ERR,
+        /// `IBV_WC_RESP_TIMEOUT_ERR`.
+        RespTimeoutErr = sys::IBV_WC_RESP_TIMEOUT_ERR,
+        /// `IBV_WC_GENERAL_ERR`.
+        GeneralErr = sys::IBV_WC_GENERAL_ERR,
+        /// `IBV_WC_TM_ERR`.
+        TmErr = sys::IBV_WC_TM_ERR,
+        /// `IBV_WC_TM_RNDV_INCOMPLETE`.
+        TmRndvIncomplete = sys::IBV_WC_TM_RNDV_INCOMPLETE,
+    }
+}
+
+c_enum! {
+    /// The operation a completion reports (`enum ibv_wc_opcode`). Only meaningful when the
+    /// status is [`WcStatus::Success`].
+    WcOpcode {
+        /// `IBV_WC_SEND`.
+        Send = sys::IBV_WC_SEND,
+        /// `IBV_WC_RDMA_WRITE`.
+        RdmaWrite = sys::IBV_WC_RDMA_WRITE,
+        /// `IBV_WC_RDMA_READ`.
+        RdmaRead = sys::IBV_WC_RDMA_READ,
+        /// `IBV_WC_COMP_SWAP`.
+        CompSwap = sys::IBV_WC_COMP_SWAP,
+        /// `IBV_WC_FETCH_ADD`.
+        FetchAdd = sys::IBV_WC_FETCH_ADD,
+        /// `IBV_WC_BIND_MW`.
+        BindMw = sys::IBV_WC_BIND_MW,
+        /// `IBV_WC_LOCAL_INV`.
+        LocalInv = sys::IBV_WC_LOCAL_INV,
+        /// `IBV_WC_TSO`.
+        Tso = sys::IBV_WC_TSO,
+        /// `IBV_WC_ATOMIC_WRITE`.
+        AtomicWrite = sys::IBV_WC_ATOMIC_WRITE,
+        /// `IBV_WC_RECV`.
+        Recv = sys::IBV_WC_RECV,
+        /// `IBV_WC_RECV_RDMA_WITH_IMM`.
+        RecvRdmaWithImm = sys::IBV_WC_RECV_RDMA_WITH_IMM,
+        /// `IBV_WC_TM_ADD`.
+        TmAdd = sys::IBV_WC_TM_ADD,
+        /// `IBV_WC_TM_DEL`.
+        TmDel = sys::IBV_WC_TM_DEL,
+        /// `IBV_WC_TM_SYNC`.
+        TmSync = sys::IBV_WC_TM_SYNC,
+        /// `IBV_WC_TM_RECV`.
+        TmRecv = sys::IBV_WC_TM_RECV,
+        /// `IBV_WC_TM_NO_TAG`.
+        TmNoTag = sys::IBV_WC_TM_NO_TAG,
+        /// `IBV_WC_DRIVER1`.
+        Driver1 = sys::IBV_WC_DRIVER1,
+        /// `IBV_WC_DRIVER2`.
+        Driver2 = sys::IBV_WC_DRIVER2,
+        /// `IBV_WC_DRIVER3`.
+        Driver3 = sys::IBV_WC_DRIVER3,
+    }
+}
+
+/// Where a completion's status came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionSource {
+    /// The work request was signaled and produced this completion itself.
+    Own,
+    /// The work request was unsignaled: it is known complete because a later work request of
+    /// the same send queue completed (completions of a send queue are ordered).
+    ImpliedByLater,
+    /// The library moved the QP to RESET while draining a scope; the request never completed
+    /// and the device no longer accesses its buffers.
+    ForcedReset,
+}
+
+/// A work completion: the decoded `struct ibv_wc` of one work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub(crate) status: WcStatus,
+    pub(crate) opcode: WcOpcode,
+    pub(crate) vendor_err: u32,
+    pub(crate) byte_len: u32,
+    pub(crate) imm: Option<u32>,
+    pub(crate) invalidated_rkey: Option<u32>,
+    pub(crate) qp_num: u32,
+    pub(crate) src_qp: u32,
+    pub(crate) wc_flags: u32,
+    pub(crate) pkey_index: u16,
+    pub(crate) slid: u16,
+    pub(crate) sl: u8,
+    pub(crate) source: CompletionSource,
+}
+
+impl Completion {
+    pub(crate) fn from_raw(wc: &sys::ibv_wc) -> Self {
+        let flags = wc.wc_flags;
+        let imm_or_inv = crate::cq::wc_imm_bits(wc);
+        Completion {
+            status: WcStatus::from_raw(wc.status),
+            opcode: WcOpcode::from_raw(wc.opcode),
+            vendor_err: wc.vendor_err,
+            byte_len: wc.byte_len,
+            imm: (flags & sys::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(imm_or_inv)),
+            invalidated_rkey: (flags & sys::IBV_WC_WITH_INV != 0).then_some(imm_or_inv),
+            qp_num: wc.qp_num,
+            src_qp: wc.src_qp,
+            wc_flags: flags,
+            pkey_index: wc.pkey_index,
+            slid: wc.slid,
+            sl: wc.sl,
+            source: CompletionSource::Own,
+        }
+    }
+
+    pub(crate) fn implied(qp_num: u32, opcode: WcOpcode) -> Self {
+        Completion {
+            status: WcStatus::Success,
+            opcode,
+            vendor_err: 0,
+            byte_len: 0,
+            imm: None,
+            invalidated_rkey: None,
+            qp_num,
+            src_qp: 0,
+            wc_flags: 0,
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            source: CompletionSource::ImpliedByLater,
+        }
+    }
+
+    pub(crate) fn forced_reset(qp_num: u32) -> Self {
+        Completion {
+            status: WcStatus::WrFlushErr,
+            source: CompletionSource::ForcedReset,
+            ..Self::implied(qp_num, WcOpcode::Unknown(u32::MAX))
+        }
+    }
+
+    /// The status.
+    pub fn status(&self) -> WcStatus {
+        self.status
+    }
+    /// True if the status is [`WcStatus::Success`].
+    pub fn is_success(&self) -> bool {
+        self.status == WcStatus::Success
+    }
+    /// `Ok(self)` on success.
+    ///
+    /// # Errors
+    /// [`CompletionError`] (convertible into [`Error::Completion`]) carrying this completion
+    /// when its status is not [`WcStatus::Success`].
+    pub fn ok(self) -> std::result::Result<Self, CompletionError> {
+        if self.is_success() {
+            Ok(self)
+        } else {
+            Err(CompletionError { completion: self })
+        }
+    }
+    /// The operation (valid only on success).
+    pub fn opcode(&self) -> WcOpcode {
+        self.opcode
+    }
+    /// The vendor error syndrome.
+    pub fn vendor_err(&self) -> u32 {
+        self.vendor_err
+    }
+    /// The number of bytes received (receive completions).
+    pub fn byte_len(&self) -> u32 {
+        self.byte_len
+    }
+    /// The immediate data, in host byte order, when the completion carries one
+    /// (`IBV_WC_WITH_IMM`).
+    pub fn imm(&self) -> Option<u32> {
+        self.imm
+    }
+    /// The rkey invalidated by a SEND_WITH_INV (`IBV_WC_WITH_INV`).
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.invalidated_rkey
+    }
+    /// The local QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    /// The source QP number (UD receives).
+    pub fn src_qp(&self) -> u32 {
+        self.src_qp
+    }
+    /// The raw `IBV_WC_*` flags.
+    pub fn wc_flags(&self) -> u32 {
+        self.wc_flags
+    }
+    /// True if a GRH is present in the receive buffer (UD, `IBV_WC_GRH`).
+    pub fn has_grh(&self) -> bool {
+        self.wc_flags & sys::IBV_WC_GRH != 0
+    }
+    /// The P_Key index (UD/GSI receives).
+    pub fn pkey_index(&self) -> u16 {
+        self.pkey_index
+    }
+    /// The source LID (UD receives).
+    pub fn slid(&self) -> u16 {
+        self.slid
+    }
+    /// The service level (UD receives).
+    pub fn sl(&self) -> u8 {
+        self.sl
+    }
+    /// Whether this completion was reported by the device or deduced.
+    pub fn source(&self) -> CompletionSource {
+        self.source
+    }
+}
+
+/// A completion with an error status, as an error value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletionError {
+    /// The completion.
+    pub completion: Completion,
+}
+
+impl std::fmt::Display for CompletionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "work request on QP {:#x} completed with {:?} (vendor error {:#x})",
+            self.completion.qp_num, self.completion.status, self.completion.vendor_err
+        )
+    }
+}
+
+impl std::error::Error for CompletionError {}
+
+impl From<CompletionError> for Error {
+    fn from(e: CompletionError) -> Self {
+        Error::Completion(e)
+    }
+}
+

@@ -1,0 +1,2 @@
+/* The one header the raw bindings are generated from. */
+#include <infiniband/verbs.h>
