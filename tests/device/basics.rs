@@ -1,0 +1,88 @@
+//! Devices, attributes, GIDs: what ibv_devinfo shows.
+
+use typed_verbs::device::{LinkLayer, PortState};
+use typed_verbs::prelude::*;
+
+use crate::common::*;
+
+#[test]
+fn the_device_under_test_is_listed() {
+    let name = device_name();
+    let devs = devices().expect("ibv_get_device_list");
+    assert!(devs.iter().any(|d| d.name == name), "{name} not in {devs:?}");
+}
+
+#[test]
+fn opening_an_unknown_device_names_it() {
+    let err = Context::open("no_such_dev9").expect_err("must not open");
+    match &err {
+        Error::DeviceNotFound { name, available } => {
+            assert_eq!(name, "no_such_dev9");
+            assert!(available.contains(&device_name()), "{available:?}");
+        }
+        other => panic!("wrong error: {other:?}"),
+    }
+    assert!(err.to_string().contains("no_such_dev9"), "{err}");
+}
+
+#[test]
+fn device_port_and_gid_attributes() {
+    let ctx = open();
+    let dev = ctx.query_device().expect("ibv_query_device");
+    assert!(dev.phys_port_cnt() >= 1);
+    assert!(dev.max_qp_wr() > 0 && dev.max_cqe() > 0 && dev.max_mr() > 0, "{dev:?}");
+    let port = ctx.query_port(PORT).expect("ibv_query_port");
+    assert_eq!(port.state(), PortState::Active, "{port:?}");
+    assert!(port.active_mtu().is_some());
+    if ctx.device_name().starts_with("rxe") {
+        assert_eq!(port.link_layer(), LinkLayer::Ethernet);
+        assert_eq!(port.lid(), 0);
+    }
+    let gid = ctx.query_gid(PORT, gid_index()).expect("ibv_query_gid");
+    assert!(!gid.is_zero(), "GID {} at index {} is empty", gid, gid_index());
+}
+
+#[test]
+fn bad_port_and_gid_index_are_typed_errors() {
+    let ctx = open();
+    let ports = ctx.query_device().unwrap().phys_port_cnt();
+    for bad in [0u8, ports + 1] {
+        match ctx.query_port(bad) {
+            Err(Error::InvalidArgument { verb, reason }) => {
+                assert_eq!(verb, "ibv_query_port");
+                assert!(reason.contains(&format!("port {bad}")), "{reason}");
+            }
+            other => panic!("port {bad}: {other:?}"),
+        }
+    }
+    let len = ctx.query_port(PORT).unwrap().gid_tbl_len();
+    assert!(matches!(ctx.query_gid(PORT, len), Err(Error::InvalidArgument { verb: "ibv_query_gid", .. })));
+}
+
+#[test]
+fn cq_size_limits_are_checked() {
+    let ctx = open();
+    let max = ctx.query_device().unwrap().max_cqe();
+    assert!(matches!(ctx.create_cq(0), Err(Error::InvalidArgument { verb: "ibv_create_cq", .. })));
+    assert!(matches!(ctx.create_cq(max + 1), Err(Error::InvalidArgument { verb: "ibv_create_cq", .. })));
+    let cq = ctx.create_cq(16).expect("ibv_create_cq");
+    assert!(cq.capacity() >= 16);
+}
+
+#[test]
+fn memory_registration_with_legal_access_sets() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().expect("ibv_alloc_pd");
+    let mut a = pd.alloc_mr(4096, access::LOCAL_RW).expect("LOCAL_WRITE");
+    a.as_mut_slice()[..5].copy_from_slice(b"hello");
+    assert_eq!(&a.as_slice()[..5], b"hello");
+    let b = pd.alloc_mr(8192, access::REMOTE_ALL).expect("REMOTE_ALL");
+    assert_eq!(b.len(), 8192);
+    assert_eq!(b.addr() % 4096, 0);
+    assert_ne!(b.remote(..).unwrap().rkey(), 0);
+    pd.alloc_mr(64, access::LOCAL_READ).expect("LOCAL_READ");
+    pd.alloc_mr(64, access::REMOTE_READ_ONLY).expect("REMOTE_READ");
+    pd.alloc_mr(64, access::FULL).expect("FULL");
+    assert!(matches!(pd.alloc_mr(0, access::LOCAL_RW), Err(Error::InvalidArgument { verb: "ibv_reg_mr", .. })));
+    b.deregister().map_err(|(e, _)| e).expect("ibv_dereg_mr");
+}

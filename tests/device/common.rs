@@ -1,0 +1,64 @@
+//! Shared set-up for the device tests.
+
+use std::time::Duration;
+
+use typed_verbs::prelude::*;
+
+/// Generous: everything is slow under software emulation.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// The device under test: `$TYPED_VERBS_DEVICE`, else the first device present. Panics (the
+/// test fails) when there is none: device tests must never pass without a device.
+pub fn device_name() -> String {
+    if let Ok(name) = std::env::var("TYPED_VERBS_DEVICE") {
+        return name;
+    }
+    let devs = devices().unwrap_or_else(|e| {
+        panic!(
+            "no RDMA device available ({e}): device tests need one. Run them with scripts/test \
+             (Soft-RoCE in a VM) or set TYPED_VERBS_DEVICE on a machine with an RDMA device"
+        )
+    });
+    match devs.first() {
+        Some(d) => d.name.clone(),
+        None => panic!(
+            "no RDMA device present: device tests need one. Run them with scripts/test (Soft-RoCE in a VM) \
+             or set TYPED_VERBS_DEVICE on a machine with an RDMA device"
+        ),
+    }
+}
+
+/// The GID index to use: `$TYPED_VERBS_GID_INDEX`, default 1 (the IPv4-mapped RoCEv2 GID of rxe).
+pub fn gid_index() -> u32 {
+    std::env::var("TYPED_VERBS_GID_INDEX").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+}
+
+pub const PORT: u8 = 1;
+
+pub fn open() -> Context {
+    let name = device_name();
+    Context::open(&name).unwrap_or_else(|e| panic!("cannot open RDMA device {name}: {e}"))
+}
+
+/// Two RC QPs on one device, connected to each other (loopback), in RTS.
+pub struct RcPair {
+    pub a: Qp<Rc, Rts>,
+    pub b: Qp<Rc, Rts>,
+}
+
+pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: QpAccess, caps: QpCaps) -> RcPair {
+    let a = pd.create_qp::<Rc>(&QpConfig::new(cq_a).caps(caps)).expect("create QP a");
+    let b = pd.create_qp::<Rc>(&QpConfig::new(cq_b).caps(caps)).expect("create QP b");
+    let ea = a.endpoint(PORT, gid_index(), 0x1000).expect("endpoint a");
+    let eb = b.endpoint(PORT, gid_index(), 0x2000).expect("endpoint b");
+    let a = connect_rc(a, access, &ea, &eb);
+    let b = connect_rc(b, access, &eb, &ea);
+    RcPair { a, b }
+}
+
+pub fn connect_rc(qp: Qp<Rc, Reset>, access: QpAccess, me: &Endpoint, peer: &Endpoint) -> Qp<Rc, Rts> {
+    let qp = qp.to_init(&ConnectedInit::new(PORT, access)).expect("RESET->INIT");
+    let av = AddressVector::global(PORT, peer.gid, gid_index() as u8);
+    let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn)).expect("INIT->RTR");
+    qp.to_rts(&RcRts::new(me.psn)).expect("RTR->RTS")
+}

@@ -1,0 +1,11 @@
+//! Device tests: run against a real RDMA device (Soft-RoCE `rxe0` in the test VM, see
+//! `scripts/softroce-run`). They never skip: without a device they fail, naming what is missing.
+//!
+//! Run them with `scripts/test` (host tests, then these inside the VM), or on a machine with a
+//! device: `TYPED_VERBS_DEVICE=mlx5_0 cargo test --test device`.
+
+mod common;
+
+mod basics;
+mod rc;
+mod scope_safety;
