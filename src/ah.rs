@@ -23,7 +23,13 @@ pub struct Grh {
 impl Grh {
     /// A GRH towards `dgid` from local GID `sgid_index`, hop limit 64.
     pub fn new(dgid: Gid, sgid_index: u8) -> Self {
-        Grh { dgid, flow_label: 0, sgid_index, hop_limit: 64, traffic_class: 0 }
+        Grh {
+            dgid,
+            flow_label: 0,
+            sgid_index,
+            hop_limit: 64,
+            traffic_class: 0,
+        }
     }
 }
 
@@ -47,12 +53,26 @@ pub struct AddressVector {
 impl AddressVector {
     /// An address over `port` to the remote `dgid` (RoCE, or InfiniBand with a GRH).
     pub fn global(port: u8, dgid: Gid, sgid_index: u8) -> Self {
-        AddressVector { dlid: 0, sl: 0, src_path_bits: 0, static_rate: 0, port, grh: Some(Grh::new(dgid, sgid_index)) }
+        AddressVector {
+            dlid: 0,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            port,
+            grh: Some(Grh::new(dgid, sgid_index)),
+        }
     }
 
     /// An address over `port` to the remote LID `dlid` (InfiniBand, same subnet).
     pub fn local(port: u8, dlid: u16) -> Self {
-        AddressVector { dlid, sl: 0, src_path_bits: 0, static_rate: 0, port, grh: None }
+        AddressVector {
+            dlid,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            port,
+            grh: None,
+        }
     }
 
     pub(crate) fn to_raw(self) -> sys::ibv_ah_attr {

@@ -48,7 +48,10 @@ impl DeviceList {
         // `ibv_free_device_list`.
         let ptr = unsafe { sys::ibv_get_device_list(&mut n) };
         match NonNull::new(ptr) {
-            Some(ptr) => Ok(DeviceList { ptr, len: usize::try_from(n).unwrap_or(0) }),
+            Some(ptr) => Ok(DeviceList {
+                ptr,
+                len: usize::try_from(n).unwrap_or(0),
+            }),
             None => Err(Error::last_os(Verb::GetDeviceList, "listing RDMA devices")),
         }
     }
@@ -90,7 +93,10 @@ impl RawDevice<'_> {
     fn info(&self) -> DeviceInfo {
         // SAFETY: `dev` is a device of a live list.
         let guid = unsafe { sys::ibv_get_device_guid(self.dev) };
-        DeviceInfo { name: self.name(), guid: u64::from_be(guid) }
+        DeviceInfo {
+            name: self.name(),
+            guid: u64::from_be(guid),
+        }
     }
 }
 
@@ -123,7 +129,9 @@ impl Drop for ContextInner {
 
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context").field("device", &self.inner.name).finish()
+        f.debug_struct("Context")
+            .field("device", &self.inner.name)
+            .finish()
     }
 }
 
@@ -148,8 +156,14 @@ impl Context {
         };
         // SAFETY: `dev` is a device of the live list `list`.
         let ctx = unsafe { sys::ibv_open_device(dev.dev) };
-        let ctx = NonNull::new(ctx).ok_or_else(|| Error::last_os(Verb::OpenDevice, format!("device {name}")))?;
-        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned() }) })
+        let ctx = NonNull::new(ctx)
+            .ok_or_else(|| Error::last_os(Verb::OpenDevice, format!("device {name}")))?;
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                ctx,
+                name: name.to_owned(),
+            }),
+        })
     }
 
     /// The device name this context was opened on.
@@ -173,7 +187,11 @@ impl Context {
         // SAFETY: the context is open; `attr` is a valid out-pointer of the right type.
         let ret = unsafe { sys::ibv_query_device(self.as_ptr(), &mut attr) };
         if ret != 0 {
-            return Err(Error::from_ret(Verb::QueryDevice, format!("device {}", self.inner.name), ret));
+            return Err(Error::from_ret(
+                Verb::QueryDevice,
+                format!("device {}", self.inner.name),
+                ret,
+            ));
         }
         Ok(DeviceAttr { raw: attr })
     }
@@ -193,7 +211,11 @@ impl Context {
         // macro over this inline helper; the exported symbol takes an older struct.
         let ret = unsafe { sys::___ibv_query_port(self.as_ptr(), port, &mut attr) };
         if ret != 0 {
-            return Err(Error::from_ret(Verb::QueryPort, format!("device {} port {port}", self.inner.name), ret));
+            return Err(Error::from_ret(
+                Verb::QueryPort,
+                format!("device {} port {port}", self.inner.name),
+                ret,
+            ));
         }
         Ok(PortAttr { raw: attr })
     }
@@ -203,7 +225,10 @@ impl Context {
         if port == 0 || port > ports {
             return Err(Error::invalid(
                 "ibv_query_port",
-                format!("port {port} does not exist on {} (ports are 1..={ports})", self.inner.name),
+                format!(
+                    "port {port} does not exist on {} (ports are 1..={ports})",
+                    self.inner.name
+                ),
             ));
         }
         Ok(())
@@ -220,12 +245,18 @@ impl Context {
     #[doc(alias = "ibv_query_gid")]
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         let len = self.query_port(port)?.gid_tbl_len();
-        let idx = i32::try_from(index).ok().filter(|&i| (i as u32) < len).ok_or_else(|| {
-            Error::invalid(
-                "ibv_query_gid",
-                format!("GID index {index} is out of range for {} port {port} (table length {len})", self.inner.name),
-            )
-        })?;
+        let idx = i32::try_from(index)
+            .ok()
+            .filter(|&i| (i as u32) < len)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "ibv_query_gid",
+                    format!(
+                        "GID index {index} is out of range for {} port {port} (table length {len})",
+                        self.inner.name
+                    ),
+                )
+            })?;
         let mut gid = sys::ibv_gid::default();
         // SAFETY: the context is open; `gid` is a valid out-pointer; port and index checked.
         let ret = unsafe { sys::ibv_query_gid(self.as_ptr(), port, idx, &mut gid) };
@@ -308,7 +339,13 @@ macro_rules! int_getters {
 impl DeviceAttr {
     /// The firmware version string.
     pub fn fw_ver(&self) -> String {
-        let bytes: Vec<u8> = self.raw.fw_ver.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        let bytes: Vec<u8> = self
+            .raw
+            .fw_ver
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
 

@@ -126,7 +126,11 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn verb(verb: Verb, context: impl Into<String>, source: io::Error) -> Self {
-        Error::Verb { verb, context: context.into(), source }
+        Error::Verb {
+            verb,
+            context: context.into(),
+            source,
+        }
     }
 
     /// An error from a verb that returns `-1` and sets `errno` (or returns NULL and sets it).
@@ -141,14 +145,19 @@ impl Error {
     }
 
     pub(crate) fn invalid(verb: &'static str, reason: impl Into<String>) -> Self {
-        Error::InvalidArgument { verb, reason: reason.into() }
+        Error::InvalidArgument {
+            verb,
+            reason: reason.into(),
+        }
     }
 
     /// The errno behind this error, when a verb reported one.
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Verb { source, .. } => source.raw_os_error(),
-            Error::Unsupported { source: Some(s), .. } => s.raw_os_error(),
+            Error::Unsupported {
+                source: Some(s), ..
+            } => s.raw_os_error(),
             _ => None,
         }
     }
@@ -157,7 +166,11 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Verb { verb, context, source } => write!(f, "{verb} failed ({context}): {source}"),
+            Error::Verb {
+                verb,
+                context,
+                source,
+            } => write!(f, "{verb} failed ({context}): {source}"),
             Error::DeviceNotFound { name, available } => {
                 write!(f, "ibv_get_device_list: no RDMA device named {name:?}")?;
                 if available.is_empty() {
@@ -166,17 +179,25 @@ impl fmt::Display for Error {
                     write!(f, " (present: {})", available.join(", "))
                 }
             }
-            Error::InvalidArgument { verb, reason } => write!(f, "{verb}: invalid argument: {reason}"),
+            Error::InvalidArgument { verb, reason } => {
+                write!(f, "{verb}: invalid argument: {reason}")
+            }
             Error::Unsupported { verb, what, source } => match source {
                 Some(s) => write!(f, "{verb}: {what} not supported by this device: {s}"),
                 None => write!(f, "{verb}: {what} not supported by this device"),
             },
-            Error::QueueFull { queue, qp_num, depth } => write!(
+            Error::QueueFull {
+                queue,
+                qp_num,
+                depth,
+            } => write!(
                 f,
                 "the {queue} queue of QP {qp_num:#x} is full ({depth} work requests outstanding); \
                  consume completions first"
             ),
-            Error::Timeout { what, after } => write!(f, "timed out after {after:?} waiting for {what}"),
+            Error::Timeout { what, after } => {
+                write!(f, "timed out after {after:?} waiting for {what}")
+            }
             Error::Completion(e) => write!(f, "{e}"),
             Error::QpBroken { qp_num } => write!(
                 f,
@@ -190,7 +211,9 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Verb { source, .. } => Some(source),
-            Error::Unsupported { source: Some(s), .. } => Some(s),
+            Error::Unsupported {
+                source: Some(s), ..
+            } => Some(s),
             Error::Completion(e) => Some(e),
             _ => None,
         }

@@ -59,9 +59,14 @@ pub mod prelude {
     pub use crate::error::{Error, Result};
     pub use crate::mr::{LocalBuf, LocalBufMut, Mr, RemoteSlice};
     pub use crate::pd::Pd;
-    pub use crate::qp::{ConnectedInit, Endpoint, Qp, QpAccess, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, UcRtr, UdInit, UdRtr};
+    pub use crate::qp::{
+        ConnectedInit, Endpoint, Qp, QpAccess, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, UcRtr,
+        UdInit, UdRtr,
+    };
     pub use crate::scope::{scope, scope_with_timeout, Scope, Token};
     pub use crate::transport::{Init, Rc, Reset, Rtr, Rts, Uc, Ud};
     pub use crate::wc::{Completion, WcOpcode, WcStatus};
-    pub use crate::wr::{CompareSwap, FetchAdd, Read, Recv, Send, SendImm, SendRequest, Write, WriteImm};
+    pub use crate::wr::{
+        CompareSwap, FetchAdd, Read, Recv, Send, SendImm, SendRequest, Write, WriteImm,
+    };
 }

@@ -47,7 +47,12 @@ pub(crate) struct WorkQueue {
 
 impl WorkQueue {
     pub(crate) fn new(depth: u32) -> Self {
-        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0 }
+        WorkQueue {
+            depth,
+            base: 0,
+            slots: VecDeque::new(),
+            outstanding: 0,
+        }
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -66,7 +71,10 @@ impl WorkQueue {
     /// Records that the request with sequence `next_seq()` was posted.
     pub(crate) fn push(&mut self, signaled: bool) -> u64 {
         let seq = self.base + self.slots.len() as u64;
-        self.slots.push_back(Slot::Pending { signaled, abandoned: false });
+        self.slots.push_back(Slot::Pending {
+            signaled,
+            abandoned: false,
+        });
         self.outstanding += 1;
         seq
     }
@@ -80,7 +88,9 @@ impl WorkQueue {
     /// earlier request still pending is complete too (unsignaled ones have no completion of
     /// their own). Returns false if `seq` is not an outstanding request of this queue.
     pub(crate) fn complete(&mut self, seq: u64, c: Completion, ordered_implies: bool) -> bool {
-        let Some(idx) = self.index(seq) else { return false };
+        let Some(idx) = self.index(seq) else {
+            return false;
+        };
         if !matches!(self.slots[idx], Slot::Pending { .. }) {
             return false;
         }
@@ -88,8 +98,11 @@ impl WorkQueue {
             for i in 0..idx {
                 if let Slot::Pending { abandoned, .. } = self.slots[i] {
                     self.outstanding -= 1;
-                    self.slots[i] =
-                        if abandoned { Slot::Gone } else { Slot::Done(Completion::implied(c.qp_num, WcOpcode::Unknown(0))) };
+                    self.slots[i] = if abandoned {
+                        Slot::Gone
+                    } else {
+                        Slot::Done(Completion::implied(c.qp_num, WcOpcode::Unknown(0)))
+                    };
                 }
             }
         }
@@ -103,7 +116,9 @@ impl WorkQueue {
 
     /// Hands over the result of `seq` if it completed.
     pub(crate) fn try_take(&mut self, seq: u64) -> Take {
-        let Some(idx) = self.index(seq) else { return Take::Unknown };
+        let Some(idx) = self.index(seq) else {
+            return Take::Unknown;
+        };
         match self.slots[idx] {
             Slot::Done(c) => {
                 self.slots[idx] = Slot::Gone;
@@ -128,7 +143,8 @@ impl WorkQueue {
 
     /// True if `seq` is still outstanding on the device.
     pub(crate) fn is_pending(&self, seq: u64) -> bool {
-        self.index(seq).is_some_and(|i| matches!(self.slots[i], Slot::Pending { .. }))
+        self.index(seq)
+            .is_some_and(|i| matches!(self.slots[i], Slot::Pending { .. }))
     }
 
     /// Whether the last pending request is unsignaled, so that no completion will ever cover
@@ -149,7 +165,11 @@ impl WorkQueue {
     pub(crate) fn force_flush(&mut self, qp_num: u32) {
         for s in self.slots.iter_mut() {
             if let Slot::Pending { abandoned, .. } = *s {
-                *s = if abandoned { Slot::Gone } else { Slot::Done(Completion::forced_reset(qp_num)) };
+                *s = if abandoned {
+                    Slot::Gone
+                } else {
+                    Slot::Done(Completion::forced_reset(qp_num))
+                };
             }
         }
         self.outstanding = 0;

@@ -24,12 +24,12 @@ use std::time::{Duration, Instant};
 use typed_verbs_sys as sys;
 
 use crate::error::{Error, Result};
+use crate::mr::LocalBufMut;
 use crate::qp::{Qp, QpShared};
 use crate::queue::Take;
 use crate::transport::{CanPostRecv, CanPostSend, QpState, Transport};
 use crate::wc::Completion;
 use crate::wr::{RawSendWr, Recv, SendWr};
-use crate::mr::LocalBufMut;
 
 /// How long the end of a scope waits for outstanding work requests by default.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -79,8 +79,18 @@ struct TokenGuard<'scope> {
 impl<B> std::fmt::Debug for Token<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Token")
-            .field("qp_num", &format_args!("{:#x}", self.guard.posted.qp.qp_num()))
-            .field("queue", &if self.guard.posted.is_recv { "receive" } else { "send" })
+            .field(
+                "qp_num",
+                &format_args!("{:#x}", self.guard.posted.qp.qp_num()),
+            )
+            .field(
+                "queue",
+                &if self.guard.posted.is_recv {
+                    "receive"
+                } else {
+                    "send"
+                },
+            )
             .field("seq", &self.guard.posted.seq)
             .finish()
     }
@@ -159,7 +169,10 @@ where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
 {
     let scope = Scope {
-        outstanding: Mutex::new(Outstanding { slots: Vec::new(), free: Vec::new() }),
+        outstanding: Mutex::new(Outstanding {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }),
         drain_timeout,
         _scope: PhantomData,
         _env: PhantomData,
@@ -190,7 +203,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     fn token<B>(&'scope self, posted: Posted<'scope>, buffers: B) -> Token<'scope, B> {
         let index = self.record(posted);
         Token {
-            guard: TokenGuard { state: &self.outstanding, index, posted, consumed: false, _scope: PhantomData },
+            guard: TokenGuard {
+                state: &self.outstanding,
+                index,
+                posted,
+                consumed: false,
+                _scope: PhantomData,
+            },
             buffers,
         }
     }
@@ -234,7 +253,14 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Ok(seq) => seq,
             Err(error) => return Err(PostError { error, wr }),
         };
-        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, wr.into_buffers()))
+        Ok(self.token(
+            Posted {
+                qp: &qp.shared,
+                is_recv: false,
+                seq,
+            },
+            wr.into_buffers(),
+        ))
     }
 
     /// `ibv_post_recv` of `wr` on `qp`, which must be in INIT, RTR or RTS (compile-time).
@@ -256,14 +282,25 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         'a: 'scope,
     {
         let mut sge = wr.buf.sge();
-        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        let mut raw = sys::ibv_recv_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            ..Default::default()
+        };
         // SAFETY: as in `post_send`: the receive buffer is exclusively borrowed for 'a, which
         // outlives 'scope, and moves into the token; `scope` drains before returning.
         let seq = match unsafe { qp.shared.post_recv(&mut raw) } {
             Ok(seq) => seq,
             Err(error) => return Err(PostError { error, wr }),
         };
-        Ok(self.token(Posted { qp: &qp.shared, is_recv: true, seq }, wr.buf))
+        Ok(self.token(
+            Posted {
+                qp: &qp.shared,
+                is_recv: true,
+                seq,
+            },
+            wr.buf,
+        ))
     }
 
     /// Waits at most `timeout` for the completion of `token`'s request, polling its CQ, and
@@ -295,7 +332,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                             p.seq,
                             p.qp.qp_num()
                         );
-                        return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
+                        return Err(WaitError {
+                            error: Error::Timeout {
+                                what,
+                                after: timeout,
+                            },
+                            token,
+                        });
                     }
                     std::thread::yield_now();
                 }
@@ -371,7 +414,8 @@ fn force_quiesce(qp: &QpShared) -> Error {
         if sq == 0 && rq == 0 {
             break;
         }
-        let polled = qp.cq(false).poll_and_route().unwrap_or(0) + qp.cq(true).poll_and_route().unwrap_or(0);
+        let polled =
+            qp.cq(false).poll_and_route().unwrap_or(0) + qp.cq(true).poll_and_route().unwrap_or(0);
         if polled == 0 {
             if Instant::now() >= deadline {
                 break;
@@ -382,10 +426,15 @@ fn force_quiesce(qp: &QpShared) -> Error {
     if let Err(e) = qp.force_state(sys::IBV_QPS_RESET) {
         // The device may still be using memory that is about to be released to the program:
         // the only sound continuation is to stop the process.
-        eprintln!("typed-verbs: cannot reset QP {:#x} to reclaim in-flight buffers ({e}); aborting", qp.qp_num());
+        eprintln!(
+            "typed-verbs: cannot reset QP {:#x} to reclaim in-flight buffers ({e}); aborting",
+            qp.qp_num()
+        );
         std::process::abort();
     }
-    Error::QpBroken { qp_num: qp.qp_num() }
+    Error::QpBroken {
+        qp_num: qp.qp_num(),
+    }
 }
 
 impl TokenGuard<'_> {

@@ -35,7 +35,9 @@ mod sealed {
 }
 
 /// A queue-pair transport service type. Sealed; implemented by the five markers.
-pub trait Transport: sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static {
+pub trait Transport:
+    sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static
+{
     /// The `IBV_QPT_*` value.
     const QP_TYPE: sys::ibv_qp_type;
     /// The name used in messages, as the man page spells it.
@@ -83,7 +85,9 @@ markers! { Transport;
 }
 
 /// A queue-pair state. Sealed; implemented by the state markers.
-pub trait QpState: sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static {
+pub trait QpState:
+    sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static
+{
     /// The `IBV_QPS_*` value.
     const STATE: sys::ibv_qp_state;
     /// The name used in messages.

@@ -310,4 +310,3 @@ impl From<CompletionError> for Error {
         Error::Completion(e)
     }
 }
-

@@ -19,7 +19,8 @@ use crate::access::{HasRemoteAtomic, HasRemoteRead, HasRemoteWrite};
 use crate::error::{Error, Result};
 use crate::mr::{LocalBuf, LocalBufMut, RemoteSlice};
 use crate::transport::{
-    SupportsAtomics, SupportsFence, SupportsRdmaRead, SupportsRdmaWrite, SupportsSend, SupportsSendImm, Transport,
+    SupportsAtomics, SupportsFence, SupportsRdmaRead, SupportsRdmaWrite, SupportsSend,
+    SupportsSendImm, Transport,
 };
 
 mod sealed {
@@ -35,7 +36,11 @@ pub struct RawSendWr {
 
 impl RawSendWr {
     pub(crate) fn new() -> Self {
-        RawSendWr { wr: sys::ibv_send_wr::default(), sge: sys::ibv_sge::default(), num_sge: 0 }
+        RawSendWr {
+            wr: sys::ibv_send_wr::default(),
+            sge: sys::ibv_sge::default(),
+            num_sge: 0,
+        }
     }
 
     fn local(&mut self, sge: sys::ibv_sge) {
@@ -173,7 +178,12 @@ impl<'a, A: HasRemoteAtomic> CompareSwap<'a, A> {
     /// Compare-and-swap on the 8 bytes at the start of `remote`. `result` must be 8 bytes and
     /// `remote` 8-byte aligned; checked when posting ([`Error::InvalidArgument`]).
     pub fn new(result: LocalBufMut<'a>, remote: RemoteSlice<A>, compare: u64, swap: u64) -> Self {
-        CompareSwap { result, remote, compare, swap }
+        CompareSwap {
+            result,
+            remote,
+            compare,
+            swap,
+        }
     }
 }
 
@@ -190,23 +200,45 @@ impl<'a, A: HasRemoteAtomic> FetchAdd<'a, A> {
     /// Fetch-and-add on the 8 bytes at the start of `remote`. Same checks as
     /// [`CompareSwap::new`].
     pub fn new(result: LocalBufMut<'a>, remote: RemoteSlice<A>, add: u64) -> Self {
-        FetchAdd { result, remote, add }
+        FetchAdd {
+            result,
+            remote,
+            add,
+        }
     }
 }
 
 fn check_fits<A>(verb: &'static str, len: u32, remote: &RemoteSlice<A>) -> Result<()> {
     if u64::from(len) > remote.len {
-        return Err(Error::invalid(verb, format!("{len} bytes do not fit the remote range of {} bytes", remote.len)));
+        return Err(Error::invalid(
+            verb,
+            format!(
+                "{len} bytes do not fit the remote range of {} bytes",
+                remote.len
+            ),
+        ));
     }
     Ok(())
 }
 
 fn check_atomic<A>(result: &LocalBufMut<'_>, remote: &RemoteSlice<A>) -> Result<()> {
     if result.len != 8 {
-        return Err(Error::invalid("ibv_post_send", format!("an atomic result buffer must be 8 bytes, not {}", result.len)));
+        return Err(Error::invalid(
+            "ibv_post_send",
+            format!(
+                "an atomic result buffer must be 8 bytes, not {}",
+                result.len
+            ),
+        ));
     }
     if result.addr % 8 != 0 {
-        return Err(Error::invalid("ibv_post_send", format!("the atomic result buffer at {:#x} is not 8-byte aligned", result.addr)));
+        return Err(Error::invalid(
+            "ibv_post_send",
+            format!(
+                "the atomic result buffer at {:#x} is not 8-byte aligned",
+                result.addr
+            ),
+        ));
     }
     if remote.len < 8 || remote.addr % 8 != 0 {
         return Err(Error::invalid(
@@ -218,7 +250,10 @@ fn check_atomic<A>(result: &LocalBufMut<'_>, remote: &RemoteSlice<A>) -> Result<
 }
 
 fn rdma(raw: &mut RawSendWr, addr: u64, rkey: u32) {
-    raw.wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: addr, rkey };
+    raw.wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+        remote_addr: addr,
+        rkey,
+    };
 }
 
 macro_rules! send_op {
@@ -241,62 +276,108 @@ macro_rules! send_op {
     };
 }
 
-send_op!(Send<'a>, SupportsSend, LocalBuf<'a>, |s, raw| {
-    raw.wr.opcode = sys::IBV_WR_SEND;
-    raw.local(s.local.sge());
-}, |s| s.local);
+send_op!(
+    Send<'a>,
+    SupportsSend,
+    LocalBuf<'a>,
+    |s, raw| {
+        raw.wr.opcode = sys::IBV_WR_SEND;
+        raw.local(s.local.sge());
+    },
+    |s| s.local
+);
 
-send_op!(SendImm<'a>, SupportsSendImm, LocalBuf<'a>, |s, raw| {
-    raw.wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
-    raw.wr.__bindgen_anon_1.imm_data = s.imm.to_be();
-    raw.local(s.local.sge());
-}, |s| s.local);
+send_op!(
+    SendImm<'a>,
+    SupportsSendImm,
+    LocalBuf<'a>,
+    |s, raw| {
+        raw.wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
+        raw.wr.__bindgen_anon_1.imm_data = s.imm.to_be();
+        raw.local(s.local.sge());
+    },
+    |s| s.local
+);
 
-send_op!(Write<'a, A>, SupportsRdmaWrite, LocalBuf<'a>, |s, raw| {
-    check_fits("ibv_post_send (RDMA WRITE)", s.local.len, &s.remote)?;
-    raw.wr.opcode = sys::IBV_WR_RDMA_WRITE;
-    rdma(raw, s.remote.addr, s.remote.rkey);
-    raw.local(s.local.sge());
-}, |s| s.local);
+send_op!(
+    Write<'a, A>,
+    SupportsRdmaWrite,
+    LocalBuf<'a>,
+    |s, raw| {
+        check_fits("ibv_post_send (RDMA WRITE)", s.local.len, &s.remote)?;
+        raw.wr.opcode = sys::IBV_WR_RDMA_WRITE;
+        rdma(raw, s.remote.addr, s.remote.rkey);
+        raw.local(s.local.sge());
+    },
+    |s| s.local
+);
 
-send_op!(WriteImm<'a, A>, SupportsRdmaWrite, LocalBuf<'a>, |s, raw| {
-    check_fits("ibv_post_send (RDMA WRITE with immediate)", s.local.len, &s.remote)?;
-    raw.wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
-    raw.wr.__bindgen_anon_1.imm_data = s.imm.to_be();
-    rdma(raw, s.remote.addr, s.remote.rkey);
-    raw.local(s.local.sge());
-}, |s| s.local);
+send_op!(
+    WriteImm<'a, A>,
+    SupportsRdmaWrite,
+    LocalBuf<'a>,
+    |s, raw| {
+        check_fits(
+            "ibv_post_send (RDMA WRITE with immediate)",
+            s.local.len,
+            &s.remote,
+        )?;
+        raw.wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
+        raw.wr.__bindgen_anon_1.imm_data = s.imm.to_be();
+        rdma(raw, s.remote.addr, s.remote.rkey);
+        raw.local(s.local.sge());
+    },
+    |s| s.local
+);
 
-send_op!(Read<'a, A>, SupportsRdmaRead, LocalBufMut<'a>, |s, raw| {
-    check_fits("ibv_post_send (RDMA READ)", s.local.len, &s.remote)?;
-    raw.wr.opcode = sys::IBV_WR_RDMA_READ;
-    rdma(raw, s.remote.addr, s.remote.rkey);
-    raw.local(s.local.sge());
-}, |s| s.local);
+send_op!(
+    Read<'a, A>,
+    SupportsRdmaRead,
+    LocalBufMut<'a>,
+    |s, raw| {
+        check_fits("ibv_post_send (RDMA READ)", s.local.len, &s.remote)?;
+        raw.wr.opcode = sys::IBV_WR_RDMA_READ;
+        rdma(raw, s.remote.addr, s.remote.rkey);
+        raw.local(s.local.sge());
+    },
+    |s| s.local
+);
 
-send_op!(CompareSwap<'a, A>, SupportsAtomics, LocalBufMut<'a>, |s, raw| {
-    check_atomic(&s.result, &s.remote)?;
-    raw.wr.opcode = sys::IBV_WR_ATOMIC_CMP_AND_SWP;
-    raw.wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-        remote_addr: s.remote.addr,
-        compare_add: s.compare,
-        swap: s.swap,
-        rkey: s.remote.rkey,
-    };
-    raw.local(s.result.sge());
-}, |s| s.result);
+send_op!(
+    CompareSwap<'a, A>,
+    SupportsAtomics,
+    LocalBufMut<'a>,
+    |s, raw| {
+        check_atomic(&s.result, &s.remote)?;
+        raw.wr.opcode = sys::IBV_WR_ATOMIC_CMP_AND_SWP;
+        raw.wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+            remote_addr: s.remote.addr,
+            compare_add: s.compare,
+            swap: s.swap,
+            rkey: s.remote.rkey,
+        };
+        raw.local(s.result.sge());
+    },
+    |s| s.result
+);
 
-send_op!(FetchAdd<'a, A>, SupportsAtomics, LocalBufMut<'a>, |s, raw| {
-    check_atomic(&s.result, &s.remote)?;
-    raw.wr.opcode = sys::IBV_WR_ATOMIC_FETCH_AND_ADD;
-    raw.wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-        remote_addr: s.remote.addr,
-        compare_add: s.add,
-        swap: 0,
-        rkey: s.remote.rkey,
-    };
-    raw.local(s.result.sge());
-}, |s| s.result);
+send_op!(
+    FetchAdd<'a, A>,
+    SupportsAtomics,
+    LocalBufMut<'a>,
+    |s, raw| {
+        check_atomic(&s.result, &s.remote)?;
+        raw.wr.opcode = sys::IBV_WR_ATOMIC_FETCH_AND_ADD;
+        raw.wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+            remote_addr: s.remote.addr,
+            compare_add: s.add,
+            swap: 0,
+            rkey: s.remote.rkey,
+        };
+        raw.local(s.result.sge());
+    },
+    |s| s.result
+);
 
 impl AllowsSolicited for Send<'_> {}
 impl AllowsSolicited for SendImm<'_> {}

@@ -30,7 +30,10 @@ pub fn device_name() -> String {
 
 /// The GID index to use: `$TYPED_VERBS_GID_INDEX`, default 1 (the IPv4-mapped RoCEv2 GID of rxe).
 pub fn gid_index() -> u32 {
-    std::env::var("TYPED_VERBS_GID_INDEX").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+    std::env::var("TYPED_VERBS_GID_INDEX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
 }
 
 pub const PORT: u8 = 1;
@@ -47,8 +50,12 @@ pub struct RcPair {
 }
 
 pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: QpAccess, caps: QpCaps) -> RcPair {
-    let a = pd.create_qp::<Rc>(&QpConfig::new(cq_a).caps(caps)).expect("create QP a");
-    let b = pd.create_qp::<Rc>(&QpConfig::new(cq_b).caps(caps)).expect("create QP b");
+    let a = pd
+        .create_qp::<Rc>(&QpConfig::new(cq_a).caps(caps))
+        .expect("create QP a");
+    let b = pd
+        .create_qp::<Rc>(&QpConfig::new(cq_b).caps(caps))
+        .expect("create QP b");
     let ea = a.endpoint(PORT, gid_index(), 0x1000).expect("endpoint a");
     let eb = b.endpoint(PORT, gid_index(), 0x2000).expect("endpoint b");
     let a = connect_rc(a, access, &ea, &eb);
@@ -56,9 +63,18 @@ pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: QpAccess, caps: QpCaps) ->
     RcPair { a, b }
 }
 
-pub fn connect_rc(qp: Qp<Rc, Reset>, access: QpAccess, me: &Endpoint, peer: &Endpoint) -> Qp<Rc, Rts> {
-    let qp = qp.to_init(&ConnectedInit::new(PORT, access)).expect("RESET->INIT");
+pub fn connect_rc(
+    qp: Qp<Rc, Reset>,
+    access: QpAccess,
+    me: &Endpoint,
+    peer: &Endpoint,
+) -> Qp<Rc, Rts> {
+    let qp = qp
+        .to_init(&ConnectedInit::new(PORT, access))
+        .expect("RESET->INIT");
     let av = AddressVector::global(PORT, peer.gid, gid_index() as u8);
-    let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn)).expect("INIT->RTR");
+    let qp = qp
+        .to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))
+        .expect("INIT->RTR");
     qp.to_rts(&RcRts::new(me.psn)).expect("RTR->RTS")
 }
