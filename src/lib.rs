@@ -20,7 +20,7 @@
 //! let cq = ctx.create_cq(64)?;
 //! let src = pd.alloc_mr(4096, access::LOCAL_READ)?;
 //! let dst = pd.alloc_mr(4096, access::REMOTE_RW)?;
-//! # let qp: Qp<Rc, Rts> = todo!();
+//! # let qp: Qp<RC, RTS> = todo!();
 //! scope(|s| -> typed_verbs::Result<()> {
 //!     let token = s.post_send(&qp, Write::new(src.slice(..)?, dst.remote(..)?))?;
 //!     let (completion, _src) = s.wait(token, Duration::from_secs(10))?;
@@ -64,7 +64,7 @@ pub mod prelude {
         UdInit, UdRtr,
     };
     pub use crate::scope::{scope, scope_with_timeout, Scope, Token};
-    pub use crate::transport::{Init, Rc, Reset, Rtr, Rts, Uc, Ud};
+    pub use crate::transport::{INIT, RC, RESET, RTR, RTS, UC, UD};
     pub use crate::wc::{Completion, WcOpcode, WcStatus};
     pub use crate::wr::{
         CompareSwap, FetchAdd, Read, Recv, Send, SendImm, SendRequest, Write, WriteImm,

@@ -26,7 +26,7 @@ use crate::device::{Gid, Mtu};
 use crate::error::{Error, Result, Verb};
 use crate::pd::{Pd, PdInner};
 use crate::queue::{Take, WorkQueue, RECV_BIT};
-use crate::transport::{self, QpState, Rc, Reset, Transport, Uc, Ud};
+use crate::transport::{self, IsInit, IsReset, IsRtr, QpState, Transport, RC, RESET, UC, UD};
 use crate::wc::Completion;
 
 bitflags! {
@@ -158,7 +158,7 @@ impl Pd {
     ///
     /// See ibv_create_qp(3).
     #[doc(alias = "ibv_create_qp")]
-    pub fn create_qp<T: Transport>(&self, config: &QpConfig<'_>) -> Result<Qp<T, Reset>> {
+    pub fn create_qp<T: Transport>(&self, config: &QpConfig<'_>) -> Result<Qp<T, RESET>> {
         let dev = self.context().query_device()?;
         let c = config.caps;
         for (what, v, max) in [
@@ -320,11 +320,11 @@ pub trait TransitionAttr: sealed::Sealed {
 /// The attribute types of each transition, per transport.
 pub trait Transitions: Transport {
     /// RESET → INIT.
-    type Init: TransitionAttr;
+    type InitAttr: TransitionAttr;
     /// INIT → RTR.
-    type Rtr: TransitionAttr;
+    type RtrAttr: TransitionAttr;
     /// RTR → RTS.
-    type Rts: TransitionAttr;
+    type RtsAttr: TransitionAttr;
 }
 
 fn check_bits(what: &str, v: u32, bits: u32) -> Result<()> {
@@ -563,20 +563,20 @@ impl TransitionAttr for SqPsn {
     }
 }
 
-impl Transitions for Rc {
-    type Init = ConnectedInit;
-    type Rtr = RcRtr;
-    type Rts = RcRts;
+impl Transitions for RC {
+    type InitAttr = ConnectedInit;
+    type RtrAttr = RcRtr;
+    type RtsAttr = RcRts;
 }
-impl Transitions for Uc {
-    type Init = ConnectedInit;
-    type Rtr = UcRtr;
-    type Rts = SqPsn;
+impl Transitions for UC {
+    type InitAttr = ConnectedInit;
+    type RtrAttr = UcRtr;
+    type RtsAttr = SqPsn;
 }
-impl Transitions for Ud {
-    type Init = UdInit;
-    type Rtr = UdRtr;
-    type Rts = SqPsn;
+impl Transitions for UD {
+    type InitAttr = UdInit;
+    type RtrAttr = UdRtr;
+    type RtsAttr = SqPsn;
 }
 
 /// What a peer needs to connect to a QP: its number, the port's LID, a GID and the first PSN.
@@ -645,8 +645,8 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     ///
     /// See ibv_modify_qp(3).
     #[doc(alias = "ibv_modify_qp")]
-    pub fn reset(self) -> TransitionResult<T, S, Reset> {
-        let r = self.modify::<Reset>(&StateOnly);
+    pub fn reset(self) -> TransitionResult<T, S, RESET> {
+        let r = self.modify::<RESET>(&StateOnly);
         if let Ok(qp) = &r {
             qp.shared.after_reset();
         }
@@ -659,7 +659,7 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// [`Error::Verb`] with `ibv_modify_qp`; the QP is handed back in its old state.
     ///
     /// See ibv_modify_qp(3).
-    pub fn to_error(self) -> TransitionResult<T, S, transport::Error> {
+    pub fn to_error(self) -> TransitionResult<T, S, transport::ERR> {
         self.modify(&StateOnly)
     }
 }
@@ -672,7 +672,7 @@ impl TransitionAttr for StateOnly {
     }
 }
 
-impl<T: Transitions> Qp<T, Reset> {
+impl<T: Transitions, S: QpState> Qp<T, S> {
     /// `ibv_modify_qp` RESET → INIT with the transport's INIT attributes.
     ///
     /// # Errors
@@ -681,12 +681,13 @@ impl<T: Transitions> Qp<T, Reset> {
     ///
     /// See ibv_modify_qp(3).
     #[doc(alias = "ibv_modify_qp")]
-    pub fn to_init(self, attr: &T::Init) -> TransitionResult<T, Reset, transport::Init> {
+    pub fn to_init(self, attr: &T::InitAttr) -> TransitionResult<T, S, transport::INIT>
+    where
+        S: IsReset,
+    {
         self.modify(attr)
     }
-}
 
-impl<T: Transitions> Qp<T, transport::Init> {
     /// `ibv_modify_qp` INIT → RTR with the transport's RTR attributes.
     ///
     /// # Errors
@@ -695,7 +696,10 @@ impl<T: Transitions> Qp<T, transport::Init> {
     ///
     /// See ibv_modify_qp(3).
     #[doc(alias = "ibv_modify_qp")]
-    pub fn to_rtr(self, attr: &T::Rtr) -> TransitionResult<T, transport::Init, transport::Rtr> {
+    pub fn to_rtr(self, attr: &T::RtrAttr) -> TransitionResult<T, S, transport::RTR>
+    where
+        S: IsInit,
+    {
         if let Some((port, mtu)) = attr.mtu_check() {
             let ctx = crate::device::Context {
                 inner: Arc::clone(&self.shared.pd.ctx),
@@ -719,9 +723,7 @@ impl<T: Transitions> Qp<T, transport::Init> {
         }
         self.modify(attr)
     }
-}
 
-impl<T: Transitions> Qp<T, transport::Rtr> {
     /// `ibv_modify_qp` RTR → RTS with the transport's RTS attributes.
     ///
     /// # Errors
@@ -730,7 +732,10 @@ impl<T: Transitions> Qp<T, transport::Rtr> {
     ///
     /// See ibv_modify_qp(3).
     #[doc(alias = "ibv_modify_qp")]
-    pub fn to_rts(self, attr: &T::Rts) -> TransitionResult<T, transport::Rtr, transport::Rts> {
+    pub fn to_rts(self, attr: &T::RtsAttr) -> TransitionResult<T, S, transport::RTS>
+    where
+        S: IsRtr,
+    {
         self.modify(attr)
     }
 }

@@ -1,8 +1,12 @@
 //! Queue-pair transports and states as types, and the ibv_post_send(3) opcode table as traits.
 //!
 //! A queue pair is [`Qp<T, S>`](crate::qp::Qp): `T` is one of the zero-sized transport markers
-//! [`Rc`], [`Uc`], [`Ud`], [`XrcSend`], [`RawPacket`]; `S` one of the state markers [`Reset`],
-//! [`Init`], [`Rtr`], [`Rts`], [`Error`].
+//! [`RC`], [`UC`], [`UD`], [`XRC_SEND`], [`RAW_PACKET`]; `S` one of the state markers [`RESET`],
+//! [`INIT`], [`RTR`], [`RTS`], [`ERR`].
+//!
+//! The markers are spelled as ibv_post_send(3) and ibv_modify_qp(3) spell them (`IBV_QPT_UD`,
+//! `IBV_QPS_RTS`), against Rust's naming convention on purpose: the compiler prints them in its
+//! messages, which then read like the man page ("RDMA READ is not valid on a UD queue pair").
 //!
 //! Every cell of the opcode table of ibv_post_send(3) is one impl of a capability trait on a
 //! transport marker:
@@ -47,6 +51,7 @@ pub trait Transport:
 macro_rules! markers {
     ($trait:ident; $($(#[$doc:meta])* $name:ident = $cname:literal $(, $value:path)?;)*) => {$(
         $(#[$doc])*
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
         pub struct $name;
         impl sealed::Sealed for $name {}
@@ -73,15 +78,15 @@ macro_rules! markers {
 
 markers! { Transport;
     /// Reliable Connected (`IBV_QPT_RC`).
-    Rc = "RC", sys::IBV_QPT_RC;
+    RC = "RC", sys::IBV_QPT_RC;
     /// Unreliable Connected (`IBV_QPT_UC`).
-    Uc = "UC", sys::IBV_QPT_UC;
+    UC = "UC", sys::IBV_QPT_UC;
     /// Unreliable Datagram (`IBV_QPT_UD`).
-    Ud = "UD", sys::IBV_QPT_UD;
+    UD = "UD", sys::IBV_QPT_UD;
     /// The sending side of eXtended Reliable Connected (`IBV_QPT_XRC_SEND`).
-    XrcSend = "XRC_SEND", sys::IBV_QPT_XRC_SEND;
+    XRC_SEND = "XRC_SEND", sys::IBV_QPT_XRC_SEND;
     /// Raw Ethernet packets (`IBV_QPT_RAW_PACKET`).
-    RawPacket = "RAW_PACKET", sys::IBV_QPT_RAW_PACKET;
+    RAW_PACKET = "RAW_PACKET", sys::IBV_QPT_RAW_PACKET;
 }
 
 /// A queue-pair state. Sealed; implemented by the state markers.
@@ -96,15 +101,15 @@ pub trait QpState:
 
 markers! { QpState;
     /// RESET: the state a QP is created in, and the state every QP can return to.
-    Reset = "RESET", sys::IBV_QPS_RESET;
+    RESET = "RESET", sys::IBV_QPS_RESET;
     /// INIT: receives may be posted; nothing is sent.
-    Init = "INIT", sys::IBV_QPS_INIT;
+    INIT = "INIT", sys::IBV_QPS_INIT;
     /// RTR (ready to receive): receives are processed.
-    Rtr = "RTR", sys::IBV_QPS_RTR;
+    RTR = "RTR", sys::IBV_QPS_RTR;
     /// RTS (ready to send): both queues are processed.
-    Rts = "RTS", sys::IBV_QPS_RTS;
+    RTS = "RTS", sys::IBV_QPS_RTS;
     /// ERR: every outstanding work request completes with `IBV_WC_WR_FLUSH_ERR`.
-    Error = "ERR", sys::IBV_QPS_ERR;
+    ERR = "ERR", sys::IBV_QPS_ERR;
 }
 
 /// States in which work requests may be posted to the send queue.
@@ -114,7 +119,7 @@ markers! { QpState;
     note = "move the QP through INIT and RTR to RTS first (`to_init`, `to_rtr`, `to_rts`); ibv_post_send(3) on a QP in any other state fails"
 )]
 pub trait CanPostSend: QpState {}
-impl CanPostSend for Rts {}
+impl CanPostSend for RTS {}
 
 /// States in which work requests may be posted to the receive queue.
 #[diagnostic::on_unimplemented(
@@ -123,9 +128,9 @@ impl CanPostSend for Rts {}
     note = "move the QP to INIT first (`to_init`); ibv_post_recv(3) on a QP in RESET fails"
 )]
 pub trait CanPostRecv: QpState {}
-impl CanPostRecv for Init {}
-impl CanPostRecv for Rtr {}
-impl CanPostRecv for Rts {}
+impl CanPostRecv for INIT {}
+impl CanPostRecv for RTR {}
+impl CanPostRecv for RTS {}
 
 macro_rules! capability {
     ($(#[$doc:meta])* $trait:ident, $msg:literal, $note:literal: $($t:ident),*) => {
@@ -141,42 +146,42 @@ capability!(
     SupportsSend,
     "SEND is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
     "ibv_post_send(3): IBV_WR_SEND is valid on UD, UC, RC, XRC_SEND and RAW_PACKET":
-    Ud, Uc, Rc, XrcSend, RawPacket
+    UD, UC, RC, XRC_SEND, RAW_PACKET
 );
 capability!(
     /// `IBV_WR_SEND_WITH_IMM`: UD, UC, RC, XRC_SEND.
     SupportsSendImm,
     "SEND with immediate is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
     "ibv_post_send(3): IBV_WR_SEND_WITH_IMM is valid on UD, UC, RC and XRC_SEND only":
-    Ud, Uc, Rc, XrcSend
+    UD, UC, RC, XRC_SEND
 );
 capability!(
     /// `IBV_WR_RDMA_WRITE` and `IBV_WR_RDMA_WRITE_WITH_IMM`: UC, RC, XRC_SEND.
     SupportsRdmaWrite,
     "RDMA WRITE is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
     "ibv_post_send(3): IBV_WR_RDMA_WRITE and IBV_WR_RDMA_WRITE_WITH_IMM are valid on UC, RC and XRC_SEND only":
-    Uc, Rc, XrcSend
+    UC, RC, XRC_SEND
 );
 capability!(
     /// `IBV_WR_RDMA_READ`: RC, XRC_SEND.
     SupportsRdmaRead,
     "RDMA READ is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
     "ibv_post_send(3): IBV_WR_RDMA_READ is valid on RC and XRC_SEND only":
-    Rc, XrcSend
+    RC, XRC_SEND
 );
 capability!(
     /// `IBV_WR_ATOMIC_CMP_AND_SWP` and `IBV_WR_ATOMIC_FETCH_AND_ADD`: RC, XRC_SEND.
     SupportsAtomics,
     "atomic operations are not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
     "ibv_post_send(3): IBV_WR_ATOMIC_CMP_AND_SWP and IBV_WR_ATOMIC_FETCH_AND_ADD are valid on RC and XRC_SEND only":
-    Rc, XrcSend
+    RC, XRC_SEND
 );
 capability!(
     /// `IBV_WR_LOCAL_INV`: UC, RC, XRC_SEND.
     SupportsLocalInv,
     "LOCAL_INV is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
     "ibv_post_send(3): IBV_WR_LOCAL_INV is valid on UC, RC and XRC_SEND only":
-    Uc, Rc, XrcSend
+    UC, RC, XRC_SEND
 );
 capability!(
     /// `IBV_WR_BIND_MW`: UC, RC, XRC_SEND ("The QP Transport Service Type must be either UC,
@@ -184,33 +189,60 @@ capability!(
     SupportsBindMw,
     "binding a memory window is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
     "ibv_bind_mw(3): \"The QP Transport Service Type must be either UC, RC or XRC_SEND for bind operations.\"":
-    Uc, Rc, XrcSend
+    UC, RC, XRC_SEND
 );
 capability!(
     /// `IBV_WR_SEND_WITH_INV`: UC, RC, XRC_SEND.
     SupportsSendInv,
     "SEND with invalidate is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
     "ibv_post_send(3): IBV_WR_SEND_WITH_INV is valid on UC, RC and XRC_SEND only":
-    Uc, Rc, XrcSend
+    UC, RC, XRC_SEND
 );
 capability!(
     /// `IBV_WR_TSO`: UD, RAW_PACKET.
     SupportsTso,
     "TSO is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
     "ibv_post_send(3): IBV_WR_TSO is valid on UD and RAW_PACKET only":
-    Ud, RawPacket
+    UD, RAW_PACKET
 );
 capability!(
     /// The `IBV_SEND_FENCE` flag: RC only.
     SupportsFence,
     "IBV_SEND_FENCE is not valid on a {Self} queue pair",
     "ibv_post_send(3): \"IBV_SEND_FENCE Set the fence indicator. Valid only for QPs with Transport Service Type IBV_QPT_RC\"":
-    Rc
+    RC
 );
+
+/// A QP in RESET, the state `to_init` starts from.
+#[diagnostic::on_unimplemented(
+    message = "`to_init` moves a queue pair from RESET to INIT; this one is in {Self}",
+    label = "not in RESET",
+    note = "ibv_modify_qp(3): RESET -> INIT -> RTR -> RTS, one step at a time; `reset()` returns to RESET from any state"
+)]
+pub trait IsReset: QpState {}
+impl IsReset for RESET {}
+
+/// A QP in INIT, the state `to_rtr` starts from.
+#[diagnostic::on_unimplemented(
+    message = "`to_rtr` moves a queue pair from INIT to RTR; this one is in {Self}",
+    label = "not in INIT",
+    note = "ibv_modify_qp(3): RESET -> INIT -> RTR -> RTS, one step at a time; `reset()` returns to RESET from any state"
+)]
+pub trait IsInit: QpState {}
+impl IsInit for INIT {}
+
+/// A QP in RTR, the state `to_rts` starts from.
+#[diagnostic::on_unimplemented(
+    message = "`to_rts` moves a queue pair from RTR to RTS; this one is in {Self}",
+    label = "not in RTR",
+    note = "ibv_modify_qp(3): RESET -> INIT -> RTR -> RTS, one step at a time; `reset()` returns to RESET from any state"
+)]
+pub trait IsRtr: QpState {}
+impl IsRtr for RTR {}
 
 /// Transports whose QPs are connected to exactly one remote QP (RC, UC, XRC_SEND); the others
 /// address each send (UD with an address handle, RAW_PACKET with the packet itself).
 pub trait Connected: Transport {}
-impl Connected for Rc {}
-impl Connected for Uc {}
-impl Connected for XrcSend {}
+impl Connected for RC {}
+impl Connected for UC {}
+impl Connected for XRC_SEND {}

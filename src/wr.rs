@@ -426,7 +426,8 @@ impl<T: SupportsFence, W: SendWr<T>> SendWr<T> for Fenced<W> {
     }
 }
 
-impl<T: Transport, W: SendWr<T> + AllowsSolicited> SendWr<T> for Solicited<W> {
+// `Solicited` is only built by `solicited()`, which already requires `AllowsSolicited`.
+impl<T: Transport, W: SendWr<T>> SendWr<T> for Solicited<W> {
     type Buffers = W::Buffers;
     fn build(&self, raw: &mut RawSendWr) -> Result<()> {
         self.0.build(raw)?;

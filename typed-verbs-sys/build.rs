@@ -23,7 +23,13 @@ fn main() {
     let wrapper_c = out.join("static_wrappers.c");
 
     let mut builder = bindgen::Builder::default()
-        .header(manifest.join("wrapper.h").to_str().expect("utf-8 path").to_owned())
+        .header(
+            manifest
+                .join("wrapper.h")
+                .to_str()
+                .expect("utf-8 path")
+                .to_owned(),
+        )
         .allowlist_function("_*ibv_.*")
         .allowlist_type("_*ibv_.*")
         .allowlist_type("verbs_.*")

@@ -45,16 +45,16 @@ pub fn open() -> Context {
 
 /// Two RC QPs on one device, connected to each other (loopback), in RTS.
 pub struct RcPair {
-    pub a: Qp<Rc, Rts>,
-    pub b: Qp<Rc, Rts>,
+    pub a: Qp<RC, RTS>,
+    pub b: Qp<RC, RTS>,
 }
 
 pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: QpAccess, caps: QpCaps) -> RcPair {
     let a = pd
-        .create_qp::<Rc>(&QpConfig::new(cq_a).caps(caps))
+        .create_qp::<RC>(&QpConfig::new(cq_a).caps(caps))
         .expect("create QP a");
     let b = pd
-        .create_qp::<Rc>(&QpConfig::new(cq_b).caps(caps))
+        .create_qp::<RC>(&QpConfig::new(cq_b).caps(caps))
         .expect("create QP b");
     let ea = a.endpoint(PORT, gid_index(), 0x1000).expect("endpoint a");
     let eb = b.endpoint(PORT, gid_index(), 0x2000).expect("endpoint b");
@@ -64,11 +64,11 @@ pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: QpAccess, caps: QpCaps) ->
 }
 
 pub fn connect_rc(
-    qp: Qp<Rc, Reset>,
+    qp: Qp<RC, RESET>,
     access: QpAccess,
     me: &Endpoint,
     peer: &Endpoint,
-) -> Qp<Rc, Rts> {
+) -> Qp<RC, RTS> {
     let qp = qp
         .to_init(&ConnectedInit::new(PORT, access))
         .expect("RESET->INIT");

@@ -1,0 +1,15 @@
+// ibv_reg_mr(3): the device writes the destination of an RDMA READ, so its region needs IBV_ACCESS_LOCAL_WRITE.
+use typed_verbs::access;
+use typed_verbs::mr::{Mr, RemoteSlice};
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RC, RTS};
+use typed_verbs::wr::Read;
+
+fn f(qp: &Qp<RC, RTS>, local: &mut Mr<access::LocalRead>, remote: RemoteSlice<access::RemoteRw>) {
+    let _ = scope(|s| {
+        let _ = s.post_send(qp, Read::new(local.slice_mut(..).unwrap(), remote));
+    });
+}
+
+fn main() {}

@@ -1,0 +1,15 @@
+// ibv_post_send(3): "IBV_SEND_SOLICITED Set the solicited event indicator. Valid only for Send and RDMA Write with immediate" (here: RDMA WRITE).
+use typed_verbs::access;
+use typed_verbs::mr::{Mr, RemoteSlice};
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RC, RTS};
+use typed_verbs::wr::{SendRequest, Write};
+
+fn f(qp: &Qp<RC, RTS>, local: &Mr<access::LocalRead>, remote: RemoteSlice<access::RemoteRw>) {
+    let _ = scope(|s| {
+        let _ = s.post_send(qp, Write::new(local.slice(..).unwrap(), remote).solicited());
+    });
+}
+
+fn main() {}

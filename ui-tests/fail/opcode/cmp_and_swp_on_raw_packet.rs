@@ -1,0 +1,8 @@
+// ibv_post_send(3) opcode table: IBV_WR_ATOMIC_CMP_AND_SWP is not valid on RAW_PACKET (only RC, XRC_SEND).
+use typed_verbs::transport::{RAW_PACKET, SupportsAtomics};
+
+fn needs<T: SupportsAtomics>() {}
+
+fn main() {
+    needs::<RAW_PACKET>();
+}

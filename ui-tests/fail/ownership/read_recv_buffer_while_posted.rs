@@ -1,0 +1,18 @@
+// scope: the device writes a posted receive buffer until the scope ends, so the program cannot read that region meanwhile.
+use std::time::Duration;
+use typed_verbs::access;
+use typed_verbs::mr::Mr;
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RC, RTS};
+use typed_verbs::wr::Recv;
+
+fn f(qp: &Qp<RC, RTS>, dst: &mut Mr<access::LocalRw>) {
+    let _ = scope(|s| {
+        let token = s.post_recv(qp, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let _first = dst.as_slice()[0];
+        let _ = s.wait(token, Duration::from_secs(1));
+    });
+}
+
+fn main() {}

@@ -1,0 +1,17 @@
+// scope: a receive buffer view moves into its token; it cannot be posted again before the token is consumed.
+use typed_verbs::access;
+use typed_verbs::mr::Mr;
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RC, RTS};
+use typed_verbs::wr::Recv;
+
+fn f(qp: &Qp<RC, RTS>, dst: &mut Mr<access::LocalRw>) {
+    let _ = scope(|s| {
+        let buf = dst.slice_mut(..).unwrap();
+        let _first = s.post_recv(qp, Recv::new(buf));
+        let _second = s.post_recv(qp, Recv::new(buf));
+    });
+}
+
+fn main() {}
