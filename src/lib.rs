@@ -50,6 +50,11 @@ pub mod wr;
 
 pub use error::{Error, Result, Verb};
 
+/// The code blocks of README.md, compiled as doc tests so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// The names most programs need, for `use typed_verbs::prelude::*`.
 pub mod prelude {
     pub use crate::access::{self, Access};
