@@ -12,10 +12,7 @@ fn main() -> typed_verbs::Result<()> {
         println!("No RDMA devices found");
         return Ok(());
     }
-    for d in devs
-        .iter()
-        .filter(|d| only.as_deref().is_none_or(|n| n == d.name))
-    {
+    for d in devs.iter().filter(|d| only.as_deref().is_none_or(|n| n == d.name)) {
         let ctx = Context::open(&d.name)?;
         let attr = ctx.query_device()?;
         println!("hca_id: {}", d.name);
@@ -33,10 +30,7 @@ fn main() -> typed_verbs::Result<()> {
             let p = ctx.query_port(port)?;
             println!("\tport:\t{port}");
             println!("\t\tstate:\t\t{:?}", p.state());
-            println!(
-                "\t\tactive_mtu:\t{}",
-                p.active_mtu().map_or(0, |m| m.bytes())
-            );
+            println!("\t\tactive_mtu:\t{}", p.active_mtu().map_or(0, |m| m.bytes()));
             println!("\t\tmax_mtu:\t{}", p.max_mtu().map_or(0, |m| m.bytes()));
             println!("\t\tlink_layer:\t{:?}", p.link_layer());
             println!("\t\tlid:\t\t{}", p.lid());

@@ -23,10 +23,7 @@ fn main() -> typed_verbs::Result<()> {
         None => devices()?
             .first()
             .map(|d| d.name.clone())
-            .ok_or(Error::DeviceNotFound {
-                name: "(any)".into(),
-                available: vec![],
-            })?,
+            .ok_or(Error::DeviceNotFound { name: "(any)".into(), available: vec![] })?,
     };
     let gid_index: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
 
@@ -45,23 +42,16 @@ fn main() -> typed_verbs::Result<()> {
     let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq))?;
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq))?;
-    let (ea, eb) = (
-        a.endpoint(PORT, gid_index, 100)?,
-        b.endpoint(PORT, gid_index, 200)?,
-    );
-    let connect =
-        |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> typed_verbs::Result<Qp<RC, RTS>> {
-            let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
-            let av = AddressVector::global(PORT, peer.gid, gid_index as u8);
-            let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
-            Ok(qp.to_rts(&RcRts::new(me.psn))?)
-        };
+    let (ea, eb) = (a.endpoint(PORT, gid_index, 100)?, b.endpoint(PORT, gid_index, 200)?);
+    let connect = |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> typed_verbs::Result<Qp<RC, RTS>> {
+        let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
+        let av = AddressVector::global(PORT, peer.gid, gid_index as u8);
+        let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
+        Ok(qp.to_rts(&RcRts::new(me.psn))?)
+    };
     let a = connect(a, ea, eb)?;
     let _b = connect(b, eb, ea)?;
-    println!(
-        "connected RC QPs {:#x} <-> {:#x} on {name}",
-        ea.qp_num, eb.qp_num
-    );
+    println!("connected RC QPs {:#x} <-> {:#x} on {name}", ea.qp_num, eb.qp_num);
 
     scope(|s| -> typed_verbs::Result<()> {
         // WRITE src -> target. `src` stays borrowed until the completion hands it back.
@@ -81,10 +71,7 @@ fn main() -> typed_verbs::Result<()> {
     target.read_volatile_into(0, &mut seen)?;
     print!("target now holds: {}", String::from_utf8_lossy(&seen));
     // `back` cannot be written by peers, so it is a plain slice once the scope is over.
-    print!(
-        "read back:        {}",
-        String::from_utf8_lossy(&back.as_slice()[..26])
-    );
+    print!("read back:        {}", String::from_utf8_lossy(&back.as_slice()[..26]));
     assert_eq!(&back.as_slice()[..26], &src.as_slice()[..26]);
     Ok(())
 }

@@ -65,9 +65,7 @@ flag_position! {
 /// An access set for a memory region: see the [module documentation](self).
 ///
 /// The value is zero-sized; only its type matters.
-pub struct Access<LW = (), RW = (), RR = (), RA = (), MB = ()>(
-    PhantomData<Flags<LW, RW, RR, RA, MB>>,
-);
+pub struct Access<LW = (), RW = (), RR = (), RA = (), MB = ()>(PhantomData<Flags<LW, RW, RR, RA, MB>>);
 
 /// The five positions of an [`Access`], as a function type so the markers impose no auto
 /// traits or variance on it.
@@ -197,10 +195,7 @@ impl<RW, RR, RA, MB> HasLocalWrite for Access<LocalWrite, RW, RR, RA, MB> where 
     note = "ibv_reg_mr(3): IBV_ACCESS_REMOTE_WRITE enables remote write access"
 )]
 pub trait HasRemoteWrite: LegalAccess {}
-impl<RR, RA, MB> HasRemoteWrite for Access<LocalWrite, RemoteWrite, RR, RA, MB> where
-    Self: LegalAccess
-{
-}
+impl<RR, RA, MB> HasRemoteWrite for Access<LocalWrite, RemoteWrite, RR, RA, MB> where Self: LegalAccess {}
 
 /// The set includes `IBV_ACCESS_REMOTE_READ`.
 #[diagnostic::on_unimplemented(
@@ -218,10 +213,7 @@ impl<LW, RW, RA, MB> HasRemoteRead for Access<LW, RW, RemoteRead, RA, MB> where 
     note = "ibv_reg_mr(3): IBV_ACCESS_REMOTE_ATOMIC enables remote atomic operation access"
 )]
 pub trait HasRemoteAtomic: LegalAccess {}
-impl<RW, RR, MB> HasRemoteAtomic for Access<LocalWrite, RW, RR, RemoteAtomic, MB> where
-    Self: LegalAccess
-{
-}
+impl<RW, RR, MB> HasRemoteAtomic for Access<LocalWrite, RW, RR, RemoteAtomic, MB> where Self: LegalAccess {}
 
 /// The set includes `IBV_ACCESS_MW_BIND`.
 #[diagnostic::on_unimplemented(
@@ -295,9 +287,7 @@ mod tests {
         assert_eq!(bits(LOCAL_RW), sys::IBV_ACCESS_LOCAL_WRITE);
         assert_eq!(
             bits(REMOTE_RW),
-            sys::IBV_ACCESS_LOCAL_WRITE
-                | sys::IBV_ACCESS_REMOTE_WRITE
-                | sys::IBV_ACCESS_REMOTE_READ
+            sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ
         );
         assert_eq!(
             bits(FULL),
@@ -307,10 +297,7 @@ mod tests {
                 | sys::IBV_ACCESS_REMOTE_ATOMIC
                 | sys::IBV_ACCESS_MW_BIND
         );
-        assert_eq!(
-            bits(Access::NONE.mw_bind().remote_read()),
-            sys::IBV_ACCESS_MW_BIND | sys::IBV_ACCESS_REMOTE_READ
-        );
+        assert_eq!(bits(Access::NONE.mw_bind().remote_read()), sys::IBV_ACCESS_MW_BIND | sys::IBV_ACCESS_REMOTE_READ);
     }
 
     fn legal<A: LegalAccess>(_: A) {}

@@ -1,9 +1,17 @@
-//! Address vectors (`struct ibv_ah_attr`): how to reach a remote port. Used by the RTR
-//! transition of connected QPs; address handles for UD build on it.
+//! Address vectors (`struct ibv_ah_attr`) and address handles (`ibv_create_ah`,
+//! `ibv_destroy_ah`): how to reach a remote port. Connected QPs take an address vector at RTR;
+//! UD sends name an address handle.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
 
 use typed_verbs_sys as sys;
 
 use crate::device::Gid;
+use crate::error::{Error, Result, Verb};
+use crate::pd::{Pd, PdInner};
 
 /// The global route header of an address (`struct ibv_global_route`). Required on RoCE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,13 +31,7 @@ pub struct Grh {
 impl Grh {
     /// A GRH towards `dgid` from local GID `sgid_index`, hop limit 64.
     pub fn new(dgid: Gid, sgid_index: u8) -> Self {
-        Grh {
-            dgid,
-            flow_label: 0,
-            sgid_index,
-            hop_limit: 64,
-            traffic_class: 0,
-        }
+        Grh { dgid, flow_label: 0, sgid_index, hop_limit: 64, traffic_class: 0 }
     }
 }
 
@@ -53,26 +55,12 @@ pub struct AddressVector {
 impl AddressVector {
     /// An address over `port` to the remote `dgid` (RoCE, or InfiniBand with a GRH).
     pub fn global(port: u8, dgid: Gid, sgid_index: u8) -> Self {
-        AddressVector {
-            dlid: 0,
-            sl: 0,
-            src_path_bits: 0,
-            static_rate: 0,
-            port,
-            grh: Some(Grh::new(dgid, sgid_index)),
-        }
+        AddressVector { dlid: 0, sl: 0, src_path_bits: 0, static_rate: 0, port, grh: Some(Grh::new(dgid, sgid_index)) }
     }
 
     /// An address over `port` to the remote LID `dlid` (InfiniBand, same subnet).
     pub fn local(port: u8, dlid: u16) -> Self {
-        AddressVector {
-            dlid,
-            sl: 0,
-            src_path_bits: 0,
-            static_rate: 0,
-            port,
-            grh: None,
-        }
+        AddressVector { dlid, sl: 0, src_path_bits: 0, static_rate: 0, port, grh: None }
     }
 
     pub(crate) fn to_raw(self) -> sys::ibv_ah_attr {
@@ -95,5 +83,71 @@ impl AddressVector {
             };
         }
         ah
+    }
+}
+
+/// An address handle: `struct ibv_ah`. Cheap to clone (shared).
+///
+/// ibv_post_send(3): "The user should not alter or destroy AHs associated with WRs until
+/// request is fully executed and a work completion has been retrieved". A UD send keeps a clone
+/// until its completion is known, so the handle is destroyed only after the last request using
+/// it is done (and after the last clone is dropped).
+#[derive(Clone)]
+pub struct Ah {
+    inner: Arc<AhInner>,
+}
+
+struct AhInner {
+    ah: NonNull<sys::ibv_ah>,
+    av: AddressVector,
+    _pd: Arc<PdInner>,
+}
+
+// SAFETY: address handles may be used from any thread (libibverbs is thread-safe); the pointer
+// is not mutated after creation.
+unsafe impl Send for AhInner {}
+// SAFETY: as above.
+unsafe impl Sync for AhInner {}
+
+impl Drop for AhInner {
+    fn drop(&mut self) {
+        // SAFETY: the handle is valid and destroyed once; every outstanding work request using
+        // it holds a clone of the `Arc`, so none is left. A failure cannot be acted on; ignored.
+        let _ = unsafe { sys::ibv_destroy_ah(self.ah.as_ptr()) };
+    }
+}
+
+impl fmt::Debug for Ah {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ah").field("av", &self.inner.av).finish()
+    }
+}
+
+impl Pd {
+    /// `ibv_create_ah`: an address handle for UD sends to the port described by `av`.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_create_ah` and its errno (e.g. `EINVAL` for a GID index that
+    /// does not exist, `ENETUNREACH` when no route exists on RoCE).
+    ///
+    /// See ibv_create_ah(3).
+    #[doc(alias = "ibv_create_ah")]
+    pub fn create_ah(&self, av: &AddressVector) -> Result<Ah> {
+        let mut attr = av.to_raw();
+        // SAFETY: the PD is alive; `attr` is a fully initialised attribute struct.
+        let ah = unsafe { sys::ibv_create_ah(self.as_ptr(), &mut attr) };
+        let ah = NonNull::new(ah).ok_or_else(|| Error::last_os(Verb::CreateAh, format!("{av:?}")))?;
+        Ok(Ah { inner: Arc::new(AhInner { ah, av: *av, _pd: Arc::clone(&self.inner) }) })
+    }
+}
+
+impl Ah {
+    /// The address vector the handle was created from.
+    pub fn address(&self) -> &AddressVector {
+        &self.inner.av
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_ah {
+        self.inner.ah.as_ptr()
     }
 }

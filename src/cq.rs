@@ -53,10 +53,7 @@ impl Drop for CqShared {
 
 impl fmt::Debug for Cq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Cq")
-            .field("device", &self.inner.ctx.name)
-            .field("cqe", &self.inner.cqe)
-            .finish()
+        f.debug_struct("Cq").field("device", &self.inner.ctx.name).field("cqe", &self.inner.cqe).finish()
     }
 }
 
@@ -74,28 +71,14 @@ impl Context {
         if cqe == 0 || cqe > max {
             return Err(Error::invalid(
                 "ibv_create_cq",
-                format!(
-                    "{cqe} entries requested; {} allows 1..={max}",
-                    self.inner.name
-                ),
+                format!("{cqe} entries requested; {} allows 1..={max}", self.inner.name),
             ));
         }
         // SAFETY: the context is open; no completion channel and no user context are given.
-        let cq = unsafe {
-            sys::ibv_create_cq(
-                self.as_ptr(),
-                cqe as i32,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        let cq = NonNull::new(cq).ok_or_else(|| {
-            Error::last_os(
-                Verb::CreateCq,
-                format!("{cqe} entries on {}", self.inner.name),
-            )
-        })?;
+        let cq =
+            unsafe { sys::ibv_create_cq(self.as_ptr(), cqe as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        let cq = NonNull::new(cq)
+            .ok_or_else(|| Error::last_os(Verb::CreateCq, format!("{cqe} entries on {}", self.inner.name)))?;
         // SAFETY: `cq` is valid; `cqe` is the size the provider granted.
         let granted = unsafe { (*cq.as_ptr()).cqe };
         Ok(Cq {
@@ -141,18 +124,11 @@ impl CqShared {
         // SAFETY: the CQ is alive; `wcs` has room for POLL_BATCH entries.
         let n = unsafe { sys::ibv_poll_cq(self.cq.as_ptr(), POLL_BATCH as i32, wcs.as_mut_ptr()) };
         if n < 0 {
-            return Err(Error::from_ret(
-                Verb::PollCq,
-                format!("CQ on {}", self.ctx.name),
-                n,
-            ));
+            return Err(Error::from_ret(Verb::PollCq, format!("CQ on {}", self.ctx.name), n));
         }
         let n = n as usize;
         for wc in &wcs[..n] {
-            let target = routes
-                .iter()
-                .find(|(num, _)| *num == wc.qp_num)
-                .and_then(|(_, w)| w.upgrade());
+            let target = routes.iter().find(|(num, _)| *num == wc.qp_num).and_then(|(_, w)| w.upgrade());
             // A completion of a QP that no longer exists has nobody to go to.
             if let Some(qp) = target {
                 let c = Completion::from_raw(wc);

@@ -4,12 +4,14 @@
 
 use std::ffi::CStr;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use typed_verbs_sys as sys;
 
 use crate::error::{Error, Result, Verb};
+use crate::transport::{Transport, RAW_PACKET, UD};
 
 /// A device that exists on this machine, as listed by `ibv_get_device_list`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,10 +50,7 @@ impl DeviceList {
         // `ibv_free_device_list`.
         let ptr = unsafe { sys::ibv_get_device_list(&mut n) };
         match NonNull::new(ptr) {
-            Some(ptr) => Ok(DeviceList {
-                ptr,
-                len: usize::try_from(n).unwrap_or(0),
-            }),
+            Some(ptr) => Ok(DeviceList { ptr, len: usize::try_from(n).unwrap_or(0) }),
             None => Err(Error::last_os(Verb::GetDeviceList, "listing RDMA devices")),
         }
     }
@@ -93,10 +92,7 @@ impl RawDevice<'_> {
     fn info(&self) -> DeviceInfo {
         // SAFETY: `dev` is a device of a live list.
         let guid = unsafe { sys::ibv_get_device_guid(self.dev) };
-        DeviceInfo {
-            name: self.name(),
-            guid: u64::from_be(guid),
-        }
+        DeviceInfo { name: self.name(), guid: u64::from_be(guid) }
     }
 }
 
@@ -129,9 +125,7 @@ impl Drop for ContextInner {
 
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context")
-            .field("device", &self.inner.name)
-            .finish()
+        f.debug_struct("Context").field("device", &self.inner.name).finish()
     }
 }
 
@@ -156,14 +150,8 @@ impl Context {
         };
         // SAFETY: `dev` is a device of the live list `list`.
         let ctx = unsafe { sys::ibv_open_device(dev.dev) };
-        let ctx = NonNull::new(ctx)
-            .ok_or_else(|| Error::last_os(Verb::OpenDevice, format!("device {name}")))?;
-        Ok(Context {
-            inner: Arc::new(ContextInner {
-                ctx,
-                name: name.to_owned(),
-            }),
-        })
+        let ctx = NonNull::new(ctx).ok_or_else(|| Error::last_os(Verb::OpenDevice, format!("device {name}")))?;
+        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned() }) })
     }
 
     /// The device name this context was opened on.
@@ -187,11 +175,7 @@ impl Context {
         // SAFETY: the context is open; `attr` is a valid out-pointer of the right type.
         let ret = unsafe { sys::ibv_query_device(self.as_ptr(), &mut attr) };
         if ret != 0 {
-            return Err(Error::from_ret(
-                Verb::QueryDevice,
-                format!("device {}", self.inner.name),
-                ret,
-            ));
+            return Err(Error::from_ret(Verb::QueryDevice, format!("device {}", self.inner.name), ret));
         }
         Ok(DeviceAttr { raw: attr })
     }
@@ -211,11 +195,7 @@ impl Context {
         // macro over this inline helper; the exported symbol takes an older struct.
         let ret = unsafe { sys::___ibv_query_port(self.as_ptr(), port, &mut attr) };
         if ret != 0 {
-            return Err(Error::from_ret(
-                Verb::QueryPort,
-                format!("device {} port {port}", self.inner.name),
-                ret,
-            ));
+            return Err(Error::from_ret(Verb::QueryPort, format!("device {} port {port}", self.inner.name), ret));
         }
         Ok(PortAttr { raw: attr })
     }
@@ -225,10 +205,7 @@ impl Context {
         if port == 0 || port > ports {
             return Err(Error::invalid(
                 "ibv_query_port",
-                format!(
-                    "port {port} does not exist on {} (ports are 1..={ports})",
-                    self.inner.name
-                ),
+                format!("port {port} does not exist on {} (ports are 1..={ports})", self.inner.name),
             ));
         }
         Ok(())
@@ -245,18 +222,12 @@ impl Context {
     #[doc(alias = "ibv_query_gid")]
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         let len = self.query_port(port)?.gid_tbl_len();
-        let idx = i32::try_from(index)
-            .ok()
-            .filter(|&i| (i as u32) < len)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "ibv_query_gid",
-                    format!(
-                        "GID index {index} is out of range for {} port {port} (table length {len})",
-                        self.inner.name
-                    ),
-                )
-            })?;
+        let idx = i32::try_from(index).ok().filter(|&i| (i as u32) < len).ok_or_else(|| {
+            Error::invalid(
+                "ibv_query_gid",
+                format!("GID index {index} is out of range for {} port {port} (table length {len})", self.inner.name),
+            )
+        })?;
         let mut gid = sys::ibv_gid::default();
         // SAFETY: the context is open; `gid` is a valid out-pointer; port and index checked.
         let ret = unsafe { sys::ibv_query_gid(self.as_ptr(), port, idx, &mut gid) };
@@ -339,13 +310,7 @@ macro_rules! int_getters {
 impl DeviceAttr {
     /// The firmware version string.
     pub fn fw_ver(&self) -> String {
-        let bytes: Vec<u8> = self
-            .raw
-            .fw_ver
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
+        let bytes: Vec<u8> = self.raw.fw_ver.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
@@ -383,6 +348,14 @@ impl DeviceAttr {
     /// The `IBV_DEVICE_*` capability flags.
     pub fn device_cap_flags(&self) -> u32 {
         self.raw.device_cap_flags
+    }
+
+    /// Proof that the device offloads IPv4/TCP/UDP checksums on `T` queue pairs
+    /// (`IBV_DEVICE_UD_IP_CSUM` for UD, `IBV_DEVICE_RAW_IP_CSUM` for RAW_PACKET), or `None`.
+    /// `IBV_SEND_IP_CSUM` can only be requested with this value
+    /// ([`SendRequest::ip_csum`](crate::wr::SendRequest::ip_csum)).
+    pub fn ip_csum<T: ChecksumOffload>(&self) -> Option<IpCsum<T>> {
+        (self.raw.device_cap_flags & T::CAP_FLAG != 0).then_some(IpCsum(PhantomData))
     }
 
     /// The atomic operation support level (`IBV_ATOMIC_NONE`, `_HCA` or `_GLOB`).
@@ -531,5 +504,38 @@ impl PortAttr {
     /// The largest message size the port supports.
     pub fn max_msg_sz(&self) -> u32 {
         self.raw.max_msg_sz
+    }
+}
+
+/// Transports on which a device may offload IP checksums (ibv_post_send(3),
+/// `IBV_SEND_IP_CSUM`).
+#[diagnostic::on_unimplemented(
+    message = "IBV_SEND_IP_CSUM is not available on {Self} queue pairs",
+    note = "devices report checksum offload for UD (IBV_DEVICE_UD_IP_CSUM) and RAW_PACKET (IBV_DEVICE_RAW_IP_CSUM) only"
+)]
+pub trait ChecksumOffload: Transport {
+    /// The `IBV_DEVICE_*` capability flag.
+    const CAP_FLAG: u32;
+}
+impl ChecksumOffload for UD {
+    const CAP_FLAG: u32 = sys::IBV_DEVICE_UD_IP_CSUM;
+}
+impl ChecksumOffload for RAW_PACKET {
+    const CAP_FLAG: u32 = sys::IBV_DEVICE_RAW_IP_CSUM;
+}
+
+/// Proof, obtained from [`DeviceAttr::ip_csum`], that the device offloads IP checksums on `T`
+/// queue pairs. Cannot be built otherwise.
+pub struct IpCsum<T>(PhantomData<fn() -> T>);
+
+impl<T> Clone for IpCsum<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for IpCsum<T> {}
+impl<T: Transport> fmt::Debug for IpCsum<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IpCsum<{}>", T::NAME)
     }
 }

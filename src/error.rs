@@ -21,6 +21,7 @@ pub enum Verb {
     QueryPort,
     QueryGid,
     AllocPd,
+    CreateAh,
     RegMr,
     DeregMr,
     CreateCq,
@@ -43,6 +44,7 @@ impl Verb {
             Verb::QueryPort => "ibv_query_port",
             Verb::QueryGid => "ibv_query_gid",
             Verb::AllocPd => "ibv_alloc_pd",
+            Verb::CreateAh => "ibv_create_ah",
             Verb::RegMr => "ibv_reg_mr",
             Verb::DeregMr => "ibv_dereg_mr",
             Verb::CreateCq => "ibv_create_cq",
@@ -98,6 +100,15 @@ pub enum Error {
         /// The errno, when the provider reported one.
         source: Option<io::Error>,
     },
+    /// An inline payload is larger than the QP's `max_inline_data`.
+    InlineTooLarge {
+        /// The QP number.
+        qp_num: u32,
+        /// The payload length.
+        len: usize,
+        /// The QP's `max_inline_data`, as granted at creation.
+        max: u32,
+    },
     /// A work queue has no room for another work request until completions are consumed.
     QueueFull {
         /// `"send"` or `"receive"`.
@@ -126,11 +137,7 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn verb(verb: Verb, context: impl Into<String>, source: io::Error) -> Self {
-        Error::Verb {
-            verb,
-            context: context.into(),
-            source,
-        }
+        Error::Verb { verb, context: context.into(), source }
     }
 
     /// An error from a verb that returns `-1` and sets `errno` (or returns NULL and sets it).
@@ -145,19 +152,14 @@ impl Error {
     }
 
     pub(crate) fn invalid(verb: &'static str, reason: impl Into<String>) -> Self {
-        Error::InvalidArgument {
-            verb,
-            reason: reason.into(),
-        }
+        Error::InvalidArgument { verb, reason: reason.into() }
     }
 
     /// The errno behind this error, when a verb reported one.
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Verb { source, .. } => source.raw_os_error(),
-            Error::Unsupported {
-                source: Some(s), ..
-            } => s.raw_os_error(),
+            Error::Unsupported { source: Some(s), .. } => s.raw_os_error(),
             _ => None,
         }
     }
@@ -166,11 +168,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Verb {
-                verb,
-                context,
-                source,
-            } => write!(f, "{verb} failed ({context}): {source}"),
+            Error::Verb { verb, context, source } => write!(f, "{verb} failed ({context}): {source}"),
             Error::DeviceNotFound { name, available } => {
                 write!(f, "ibv_get_device_list: no RDMA device named {name:?}")?;
                 if available.is_empty() {
@@ -186,11 +184,10 @@ impl fmt::Display for Error {
                 Some(s) => write!(f, "{verb}: {what} not supported by this device: {s}"),
                 None => write!(f, "{verb}: {what} not supported by this device"),
             },
-            Error::QueueFull {
-                queue,
-                qp_num,
-                depth,
-            } => write!(
+            Error::InlineTooLarge { qp_num, len, max } => {
+                write!(f, "ibv_post_send: inline data of {len} bytes exceeds max_inline_data {max} of QP {qp_num:#x}")
+            }
+            Error::QueueFull { queue, qp_num, depth } => write!(
                 f,
                 "the {queue} queue of QP {qp_num:#x} is full ({depth} work requests outstanding); \
                  consume completions first"
@@ -199,10 +196,9 @@ impl fmt::Display for Error {
                 write!(f, "timed out after {after:?} waiting for {what}")
             }
             Error::Completion(e) => write!(f, "{e}"),
-            Error::QpBroken { qp_num } => write!(
-                f,
-                "QP {qp_num:#x} was forced to RESET while draining a scope; reset and reconnect it"
-            ),
+            Error::QpBroken { qp_num } => {
+                write!(f, "QP {qp_num:#x} was forced to RESET while draining a scope; reset and reconnect it")
+            }
         }
     }
 }
@@ -211,9 +207,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Verb { source, .. } => Some(source),
-            Error::Unsupported {
-                source: Some(s), ..
-            } => Some(s),
+            Error::Unsupported { source: Some(s), .. } => Some(s),
             Error::Completion(e) => Some(e),
             _ => None,
         }

@@ -58,20 +58,20 @@ pub struct ReadmeDoctests;
 /// The names most programs need, for `use typed_verbs::prelude::*`.
 pub mod prelude {
     pub use crate::access::{self, Access};
-    pub use crate::ah::{AddressVector, Grh};
+    pub use crate::ah::{AddressVector, Ah, Grh};
     pub use crate::cq::Cq;
     pub use crate::device::{devices, Context, Gid, Mtu};
     pub use crate::error::{Error, Result};
     pub use crate::mr::{LocalBuf, LocalBufMut, Mr, RemoteSlice};
     pub use crate::pd::Pd;
     pub use crate::qp::{
-        ConnectedInit, Endpoint, Qp, QpAccess, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, UcRtr,
-        UdInit, UdRtr,
+        ConnectedInit, Endpoint, Qp, QpAccess, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, UcRtr, UdInit, UdRtr,
     };
     pub use crate::scope::{scope, scope_with_timeout, Scope, Token};
-    pub use crate::transport::{INIT, RC, RESET, RTR, RTS, UC, UD};
+    pub use crate::transport::{ERR, INIT, RAW_PACKET, RC, RESET, RTR, RTS, UC, UD, XRC_SEND};
     pub use crate::wc::{Completion, WcOpcode, WcStatus};
     pub use crate::wr::{
-        CompareSwap, FetchAdd, Read, Recv, Send, SendImm, SendRequest, Write, WriteImm,
+        CompareSwap, FetchAdd, InlineSend, InlineSendImm, InlineWrite, InlineWriteImm, Read, Recv, Send, SendImm,
+        SendRequest, Write, WriteImm,
     };
 }

@@ -82,14 +82,10 @@ impl Pd {
     pub fn alloc_mr<A: LegalAccess>(&self, len: usize, access: A) -> Result<Mr<A>> {
         let _ = access;
         if len == 0 {
-            return Err(Error::invalid(
-                "ibv_reg_mr",
-                "a memory region needs at least one byte",
-            ));
+            return Err(Error::invalid("ibv_reg_mr", "a memory region needs at least one byte"));
         }
-        let layout = Layout::from_size_align(len, MR_ALIGN).map_err(|_| {
-            Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be allocated"))
-        })?;
+        let layout = Layout::from_size_align(len, MR_ALIGN)
+            .map_err(|_| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be allocated")))?;
         // SAFETY: the layout has a non-zero size.
         let mem = unsafe { alloc::alloc_zeroed(layout) };
         let Some(mem) = NonNull::new(mem) else {
@@ -106,11 +102,7 @@ impl Pd {
         let Some(mr) = NonNull::new(mr) else {
             let err = Error::last_os(
                 Verb::RegMr,
-                format!(
-                    "{len} bytes, access {:#x}, device {}",
-                    A::BITS,
-                    self.inner.ctx.name
-                ),
+                format!("{len} bytes, access {:#x}, device {}", A::BITS, self.inner.ctx.name),
             );
             // SAFETY: allocated above with this layout, never registered.
             unsafe { alloc::dealloc(mem.as_ptr(), layout) };
@@ -118,15 +110,7 @@ impl Pd {
         };
         // SAFETY: `mr` is a valid registration returned just now.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
-        Ok(Mr {
-            mr,
-            mem,
-            len,
-            lkey,
-            rkey,
-            pd: Arc::clone(&self.inner),
-            _access: PhantomData,
-        })
+        Ok(Mr { mr, mem, len, lkey, rkey, pd: Arc::clone(&self.inner), _access: PhantomData })
     }
 }
 
@@ -142,21 +126,13 @@ fn range_of(r: impl RangeBounds<usize>, len: usize, what: &'static str) -> Resul
         Bound::Unbounded => len,
     };
     if start > end || end > len {
-        return Err(Error::invalid(
-            what,
-            format!("range {start}..{end} is outside the region of {len} bytes"),
-        ));
+        return Err(Error::invalid(what, format!("range {start}..{end} is outside the region of {len} bytes")));
     }
     Ok((start, end - start))
 }
 
 fn sge_len(len: usize, what: &'static str) -> Result<u32> {
-    u32::try_from(len).map_err(|_| {
-        Error::invalid(
-            what,
-            format!("{len} bytes do not fit one scatter/gather entry"),
-        )
-    })
+    u32::try_from(len).map_err(|_| Error::invalid(what, format!("{len} bytes do not fit one scatter/gather entry")))
 }
 
 impl<A: AccessSet> Mr<A> {
@@ -221,12 +197,7 @@ impl<A: AccessSet> Mr<A> {
     /// [`Error::InvalidArgument`] if the range is outside the region.
     pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteSlice<A>> {
         let (off, len) = range_of(range, self.len, "Mr::remote")?;
-        Ok(RemoteSlice {
-            addr: self.addr() + off as u64,
-            len: len as u64,
-            rkey: self.rkey,
-            _access: PhantomData,
-        })
+        Ok(RemoteSlice { addr: self.addr() + off as u64, len: len as u64, rkey: self.rkey, _access: PhantomData })
     }
 
     /// Copies `dst.len()` bytes at `offset` out of the region with volatile reads: usable on
@@ -235,11 +206,7 @@ impl<A: AccessSet> Mr<A> {
     /// # Errors
     /// [`Error::InvalidArgument`] if the range is outside the region.
     pub fn read_volatile_into(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let (off, len) = range_of(
-            offset..offset.saturating_add(dst.len()),
-            self.len,
-            "Mr::read_volatile_into",
-        )?;
+        let (off, len) = range_of(offset..offset.saturating_add(dst.len()), self.len, "Mr::read_volatile_into")?;
         for (i, d) in dst.iter_mut().enumerate().take(len) {
             // SAFETY: `off + i < self.len`: in bounds of our allocation. Volatile: the device may
             // write this memory concurrently; no reference to it is created.
@@ -255,11 +222,7 @@ impl<A: AccessSet> Mr<A> {
     /// # Errors
     /// [`Error::InvalidArgument`] if the range is outside the region.
     pub fn write_volatile_from(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        let (off, len) = range_of(
-            offset..offset.saturating_add(src.len()),
-            self.len,
-            "Mr::write_volatile_from",
-        )?;
+        let (off, len) = range_of(offset..offset.saturating_add(src.len()), self.len, "Mr::write_volatile_from")?;
         for (i, s) in src.iter().enumerate().take(len) {
             // SAFETY: in bounds; `&mut self` excludes local readers; volatile for peers.
             unsafe { self.mem.as_ptr().add(off + i).write_volatile(*s) };
@@ -301,11 +264,7 @@ impl<A: AccessSet> Mr<A> {
         // dropped; on failure it is handed back).
         let ret = unsafe { sys::ibv_dereg_mr(this.mr.as_ptr()) };
         if ret != 0 {
-            let err = Error::from_ret(
-                Verb::DeregMr,
-                format!("region at {:#x}, {} bytes", this.addr(), this.len),
-                ret,
-            );
+            let err = Error::from_ret(Verb::DeregMr, format!("region at {:#x}, {} bytes", this.addr(), this.len), ret);
             return Err((err, std::mem::ManuallyDrop::into_inner(this)));
         }
         // SAFETY: deregistered, so the device no longer uses the memory; `pd` is dropped once.
@@ -379,11 +338,7 @@ macro_rules! buf_common {
                 self.lkey
             }
             pub(crate) fn sge(&self) -> sys::ibv_sge {
-                sys::ibv_sge {
-                    addr: self.addr,
-                    length: self.len,
-                    lkey: self.lkey,
-                }
+                sys::ibv_sge { addr: self.addr, length: self.len, lkey: self.lkey }
             }
         }
         impl fmt::Debug for $t<'_> {
@@ -406,15 +361,9 @@ impl<'a> LocalBufMut<'a> {
     /// # Errors
     /// [`Error::InvalidArgument`] if `mid > len`.
     pub fn split_at(self, mid: usize) -> Result<(LocalBufMut<'a>, LocalBufMut<'a>)> {
-        let mid = u32::try_from(mid)
-            .ok()
-            .filter(|&m| m <= self.len)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "LocalBufMut::split_at",
-                    format!("{mid} is beyond the view's {} bytes", self.len),
-                )
-            })?;
+        let mid = u32::try_from(mid).ok().filter(|&m| m <= self.len).ok_or_else(|| {
+            Error::invalid("LocalBufMut::split_at", format!("{mid} is beyond the view's {} bytes", self.len))
+        })?;
         let tail = LocalBufMut {
             addr: self.addr + u64::from(mid),
             len: self.len - mid,
@@ -426,12 +375,7 @@ impl<'a> LocalBufMut<'a> {
 
     /// The view as read-only device memory (e.g. to send what was received).
     pub fn as_local(&self) -> LocalBuf<'_> {
-        LocalBuf {
-            addr: self.addr,
-            len: self.len,
-            lkey: self.lkey,
-            _borrow: PhantomData,
-        }
+        LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, _borrow: PhantomData }
     }
 
     /// Copies the bytes out with volatile reads.
@@ -488,12 +432,7 @@ impl<A: LegalAccess> RemoteSlice<A> {
     /// A remote region described by a peer: `addr`, `len` and `rkey` as it sent them; `A`
     /// states the rights it granted.
     pub fn from_wire(addr: u64, len: u64, rkey: u32) -> Self {
-        RemoteSlice {
-            addr,
-            len,
-            rkey,
-            _access: PhantomData,
-        }
+        RemoteSlice { addr, len, rkey, _access: PhantomData }
     }
 }
 
@@ -521,17 +460,10 @@ impl<A> RemoteSlice<A> {
     /// [`Error::InvalidArgument`] if it does not lie inside this region.
     pub fn slice(&self, offset: u64, len: u64) -> Result<Self> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(RemoteSlice {
-                addr: self.addr + offset,
-                len,
-                ..*self
-            }),
+            Some(end) if end <= self.len => Ok(RemoteSlice { addr: self.addr + offset, len, ..*self }),
             _ => Err(Error::invalid(
                 "RemoteSlice::slice",
-                format!(
-                    "{offset}+{len} is outside the remote region of {} bytes",
-                    self.len
-                ),
+                format!("{offset}+{len} is outside the remote region of {} bytes", self.len),
             )),
         }
     }

@@ -38,9 +38,7 @@ impl Drop for PdInner {
 
 impl fmt::Debug for Pd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pd")
-            .field("device", &self.inner.ctx.name)
-            .finish()
+        f.debug_struct("Pd").field("device", &self.inner.ctx.name).finish()
     }
 }
 
@@ -55,23 +53,16 @@ impl Context {
     pub fn alloc_pd(&self) -> Result<Pd> {
         // SAFETY: the context is open.
         let pd = unsafe { sys::ibv_alloc_pd(self.as_ptr()) };
-        let pd = NonNull::new(pd)
-            .ok_or_else(|| Error::last_os(Verb::AllocPd, format!("device {}", self.inner.name)))?;
-        Ok(Pd {
-            inner: Arc::new(PdInner {
-                pd,
-                ctx: Arc::clone(&self.inner),
-            }),
-        })
+        let pd =
+            NonNull::new(pd).ok_or_else(|| Error::last_os(Verb::AllocPd, format!("device {}", self.inner.name)))?;
+        Ok(Pd { inner: Arc::new(PdInner { pd, ctx: Arc::clone(&self.inner) }) })
     }
 }
 
 impl Pd {
     /// The context this PD belongs to.
     pub fn context(&self) -> Context {
-        Context {
-            inner: Arc::clone(&self.inner.ctx),
-        }
+        Context { inner: Arc::clone(&self.inner.ctx) }
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_pd {

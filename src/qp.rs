@@ -59,13 +59,7 @@ pub struct QpCaps {
 
 impl Default for QpCaps {
     fn default() -> Self {
-        QpCaps {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        }
+        QpCaps { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }
     }
 }
 
@@ -83,11 +77,7 @@ pub struct QpConfig<'a> {
 impl<'a> QpConfig<'a> {
     /// Both queues complete on `cq`, default sizes.
     pub fn new(cq: &'a Cq) -> Self {
-        QpConfig {
-            send_cq: cq,
-            recv_cq: cq,
-            caps: QpCaps::default(),
-        }
+        QpConfig { send_cq: cq, recv_cq: cq, caps: QpCaps::default() }
     }
 
     /// Sets the queue sizes.
@@ -168,14 +158,10 @@ impl Pd {
             ("max_recv_sge", c.max_recv_sge, dev.max_sge()),
         ] {
             if v == 0 || v > max {
-                return Err(Error::invalid(
-                    "ibv_create_qp",
-                    format!("{what} = {v}; the device allows 1..={max}"),
-                ));
+                return Err(Error::invalid("ibv_create_qp", format!("{what} = {v}; the device allows 1..={max}")));
             }
         }
-        if T::QP_TYPE == sys::IBV_QPT_XRC_SEND && dev.device_cap_flags() & sys::IBV_DEVICE_XRC == 0
-        {
+        if T::QP_TYPE == sys::IBV_QPT_XRC_SEND && dev.device_cap_flags() & sys::IBV_DEVICE_XRC == 0 {
             return Err(Error::Unsupported {
                 verb: Verb::CreateQp,
                 what: "XRC_SEND queue pairs (no IBV_DEVICE_XRC)".into(),
@@ -202,13 +188,12 @@ impl Pd {
         let qp = unsafe { sys::ibv_create_qp(self.as_ptr(), &mut init) };
         let Some(qp) = NonNull::new(qp) else {
             let e = std::io::Error::last_os_error();
-            let unsupported = matches!(
-                e.raw_os_error(),
-                Some(libc_errno::EOPNOTSUPP) | Some(libc_errno::EPROTONOSUPPORT)
-            ) || (T::QP_TYPE != sys::IBV_QPT_RC
-                && T::QP_TYPE != sys::IBV_QPT_UC
-                && T::QP_TYPE != sys::IBV_QPT_UD
-                && e.raw_os_error() == Some(libc_errno::EINVAL));
+            let unsupported =
+                matches!(e.raw_os_error(), Some(libc_errno::EOPNOTSUPP) | Some(libc_errno::EPROTONOSUPPORT))
+                    || (T::QP_TYPE != sys::IBV_QPT_RC
+                        && T::QP_TYPE != sys::IBV_QPT_UC
+                        && T::QP_TYPE != sys::IBV_QPT_UD
+                        && e.raw_os_error() == Some(libc_errno::EINVAL));
             if unsupported {
                 return Err(Error::Unsupported {
                     verb: Verb::CreateQp,
@@ -216,11 +201,7 @@ impl Pd {
                     source: Some(e),
                 });
             }
-            return Err(Error::verb(
-                Verb::CreateQp,
-                format!("{} QP on {}", T::NAME, self.inner.ctx.name),
-                e,
-            ));
+            return Err(Error::verb(Verb::CreateQp, format!("{} QP on {}", T::NAME, self.inner.ctx.name), e));
         };
         // SAFETY: `qp` is a valid QP just created.
         let qp_num = unsafe { (*qp.as_ptr()).qp_num };
@@ -247,10 +228,7 @@ impl Pd {
         if !Arc::ptr_eq(&shared.send_cq, &shared.recv_cq) {
             shared.recv_cq.register(qp_num, Arc::downgrade(&shared));
         }
-        Ok(Qp {
-            shared,
-            _type: PhantomData,
-        })
+        Ok(Qp { shared, _type: PhantomData })
     }
 }
 
@@ -271,9 +249,7 @@ pub struct TransitionError<Q> {
 
 impl<Q> fmt::Debug for TransitionError<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TransitionError")
-            .field("error", &self.error)
-            .finish_non_exhaustive()
+        f.debug_struct("TransitionError").field("error", &self.error).finish_non_exhaustive()
     }
 }
 
@@ -296,8 +272,7 @@ impl<Q> From<TransitionError<Q>> for Error {
 }
 
 /// The result of a transition: the QP in its new state, or the error and the QP unchanged.
-pub type TransitionResult<T, From, To> =
-    std::result::Result<Qp<T, To>, TransitionError<Qp<T, From>>>;
+pub type TransitionResult<T, From, To> = std::result::Result<Qp<T, To>, TransitionError<Qp<T, From>>>;
 
 mod sealed {
     pub trait Sealed {}
@@ -329,10 +304,7 @@ pub trait Transitions: Transport {
 
 fn check_bits(what: &str, v: u32, bits: u32) -> Result<()> {
     if v >> bits != 0 {
-        return Err(Error::invalid(
-            "ibv_modify_qp",
-            format!("{what} = {v:#x} does not fit in {bits} bits"),
-        ));
+        return Err(Error::invalid("ibv_modify_qp", format!("{what} = {v:#x} does not fit in {bits} bits")));
     }
     Ok(())
 }
@@ -351,11 +323,7 @@ pub struct ConnectedInit {
 impl ConnectedInit {
     /// Port `port`, P_Key index 0, granting `access`.
     pub fn new(port: u8, access: QpAccess) -> Self {
-        ConnectedInit {
-            port,
-            pkey_index: 0,
-            access,
-        }
+        ConnectedInit { port, pkey_index: 0, access }
     }
 }
 
@@ -411,14 +379,7 @@ impl RcRtr {
     /// Towards `dest_qp_num` at `av`, expecting PSN `rq_psn`; MTU 1024, one outstanding
     /// READ/atomic, RNR timer code 12 (as the rdma-core pingpong examples use).
     pub fn new(av: AddressVector, dest_qp_num: u32, rq_psn: u32) -> Self {
-        RcRtr {
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num,
-            rq_psn,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            av,
-        }
+        RcRtr { path_mtu: Mtu::Mtu1024, dest_qp_num, rq_psn, max_dest_rd_atomic: 1, min_rnr_timer: 12, av }
     }
 }
 
@@ -462,12 +423,7 @@ pub struct UcRtr {
 impl UcRtr {
     /// Towards `dest_qp_num` at `av`, expecting PSN `rq_psn`, MTU 1024.
     pub fn new(av: AddressVector, dest_qp_num: u32, rq_psn: u32) -> Self {
-        UcRtr {
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num,
-            rq_psn,
-            av,
-        }
+        UcRtr { path_mtu: Mtu::Mtu1024, dest_qp_num, rq_psn, av }
     }
 }
 
@@ -517,13 +473,7 @@ impl RcRts {
     /// Sending from PSN `sq_psn`; timeout 14, retry 7, RNR retry 7, one outstanding
     /// READ/atomic (as the rdma-core pingpong examples use).
     pub fn new(sq_psn: u32) -> Self {
-        RcRts {
-            sq_psn,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 1,
-        }
+        RcRts { sq_psn, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1 }
     }
 }
 
@@ -595,10 +545,7 @@ pub struct Endpoint {
 
 impl<T: Transport, S: QpState> Qp<T, S> {
     fn cast<S2: QpState>(self) -> Qp<T, S2> {
-        Qp {
-            shared: self.shared,
-            _type: PhantomData,
-        }
+        Qp { shared: self.shared, _type: PhantomData }
     }
 
     /// The QP number.
@@ -617,17 +564,10 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// As [`Context::query_port`](crate::device::Context::query_port) and
     /// [`Context::query_gid`](crate::device::Context::query_gid).
     pub fn endpoint(&self, port: u8, gid_index: u32, psn: u32) -> Result<Endpoint> {
-        let ctx = crate::device::Context {
-            inner: Arc::clone(&self.shared.pd.ctx),
-        };
+        let ctx = crate::device::Context { inner: Arc::clone(&self.shared.pd.ctx) };
         let lid = ctx.query_port(port)?.lid();
         let gid = ctx.query_gid(port, gid_index)?;
-        Ok(Endpoint {
-            lid,
-            qp_num: self.shared.qp_num,
-            psn: psn & 0xff_ffff,
-            gid,
-        })
+        Ok(Endpoint { lid, qp_num: self.shared.qp_num, psn: psn & 0xff_ffff, gid })
     }
 
     fn modify<To: QpState>(self, attr: &dyn TransitionAttr) -> TransitionResult<T, S, To> {
@@ -701,19 +641,13 @@ impl<T: Transitions, S: QpState> Qp<T, S> {
         S: IsInit,
     {
         if let Some((port, mtu)) = attr.mtu_check() {
-            let ctx = crate::device::Context {
-                inner: Arc::clone(&self.shared.pd.ctx),
-            };
+            let ctx = crate::device::Context { inner: Arc::clone(&self.shared.pd.ctx) };
             let active = ctx.query_port(port).map(|p| p.active_mtu());
             let err = match active {
                 Err(e) => Some(e),
                 Ok(Some(active)) if mtu > active => Some(Error::invalid(
                     "ibv_modify_qp",
-                    format!(
-                        "path MTU {} is above port {port}'s active MTU {}",
-                        mtu.bytes(),
-                        active.bytes()
-                    ),
+                    format!("path MTU {} is above port {port}'s active MTU {}", mtu.bytes(), active.bytes()),
                 )),
                 Ok(_) => None,
             };
@@ -745,17 +679,12 @@ impl QpShared {
         self.qp_num
     }
 
-    fn modify(
-        &self,
-        state: sys::ibv_qp_state,
-        attr: &dyn TransitionAttr,
-        from: &str,
-        to: &str,
-    ) -> Result<()> {
-        let mut a = sys::ibv_qp_attr {
-            qp_state: state,
-            ..Default::default()
-        };
+    pub(crate) fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    fn modify(&self, state: sys::ibv_qp_state, attr: &dyn TransitionAttr, from: &str, to: &str) -> Result<()> {
+        let mut a = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
         let mask = attr.fill(&mut a)? | sys::IBV_QP_STATE;
         // SAFETY: the QP is alive; `a` is initialised and `mask` names only fields we set.
         let ret = unsafe { sys::ibv_modify_qp(self.qp.as_ptr(), &mut a, mask as i32) };
@@ -771,16 +700,7 @@ impl QpShared {
 
     /// Moves the QP to ERR (flushes) or RESET (quiesce) while draining a scope.
     pub(crate) fn force_state(&self, state: sys::ibv_qp_state) -> Result<()> {
-        self.modify(
-            state,
-            &StateOnly,
-            "(draining)",
-            if state == sys::IBV_QPS_RESET {
-                "RESET"
-            } else {
-                "ERR"
-            },
-        )?;
+        self.modify(state, &StateOnly, "(draining)", if state == sys::IBV_QPS_RESET { "RESET" } else { "ERR" })?;
         if state == sys::IBV_QPS_RESET {
             self.after_reset();
             self.broken.store(true, Ordering::Release);
@@ -837,9 +757,7 @@ impl QpShared {
 
     fn check_usable(&self) -> Result<()> {
         if self.broken.load(Ordering::Acquire) {
-            return Err(Error::QpBroken {
-                qp_num: self.qp_num,
-            });
+            return Err(Error::QpBroken { qp_num: self.qp_num });
         }
         Ok(())
     }
@@ -857,11 +775,7 @@ impl QpShared {
         self.check_usable()?;
         let mut sq = lock(&self.sq);
         if sq.next_seq().is_none() {
-            return Err(Error::QueueFull {
-                queue: "send",
-                qp_num: self.qp_num,
-                depth: sq.depth(),
-            });
+            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() });
         }
         let signaled = wr.send_flags & sys::IBV_SEND_SIGNALED != 0;
         let seq = sq.next_seq().unwrap_or_default();
@@ -872,11 +786,7 @@ impl QpShared {
         // the caller guarantees; `bad` is a valid out-pointer.
         let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
-            return Err(Error::from_ret(
-                Verb::PostSend,
-                format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode),
-                ret,
-            ));
+            return Err(Error::from_ret(Verb::PostSend, format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode), ret));
         }
         Ok(sq.push(signaled))
     }
@@ -891,11 +801,7 @@ impl QpShared {
         self.check_usable()?;
         let mut rq = lock(&self.rq);
         let Some(seq) = rq.next_seq() else {
-            return Err(Error::QueueFull {
-                queue: "receive",
-                qp_num: self.qp_num,
-                depth: rq.depth(),
-            });
+            return Err(Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth: rq.depth() });
         };
         wr.wr_id = seq | RECV_BIT;
         wr.next = std::ptr::null_mut();
@@ -903,11 +809,7 @@ impl QpShared {
         // SAFETY: as in `post_send`.
         let ret = unsafe { sys::ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
-            return Err(Error::from_ret(
-                Verb::PostRecv,
-                format!("QP {:#x}", self.qp_num),
-                ret,
-            ));
+            return Err(Error::from_ret(Verb::PostRecv, format!("QP {:#x}", self.qp_num), ret));
         }
         Ok(rq.push(true))
     }

@@ -47,12 +47,7 @@ pub(crate) struct WorkQueue {
 
 impl WorkQueue {
     pub(crate) fn new(depth: u32) -> Self {
-        WorkQueue {
-            depth,
-            base: 0,
-            slots: VecDeque::new(),
-            outstanding: 0,
-        }
+        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0 }
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -71,10 +66,7 @@ impl WorkQueue {
     /// Records that the request with sequence `next_seq()` was posted.
     pub(crate) fn push(&mut self, signaled: bool) -> u64 {
         let seq = self.base + self.slots.len() as u64;
-        self.slots.push_back(Slot::Pending {
-            signaled,
-            abandoned: false,
-        });
+        self.slots.push_back(Slot::Pending { signaled, abandoned: false });
         self.outstanding += 1;
         seq
     }
@@ -143,8 +135,7 @@ impl WorkQueue {
 
     /// True if `seq` is still outstanding on the device.
     pub(crate) fn is_pending(&self, seq: u64) -> bool {
-        self.index(seq)
-            .is_some_and(|i| matches!(self.slots[i], Slot::Pending { .. }))
+        self.index(seq).is_some_and(|i| matches!(self.slots[i], Slot::Pending { .. }))
     }
 
     /// Whether the last pending request is unsignaled, so that no completion will ever cover
@@ -165,11 +156,7 @@ impl WorkQueue {
     pub(crate) fn force_flush(&mut self, qp_num: u32) {
         for s in self.slots.iter_mut() {
             if let Slot::Pending { abandoned, .. } = *s {
-                *s = if abandoned {
-                    Slot::Gone
-                } else {
-                    Slot::Done(Completion::forced_reset(qp_num))
-                };
+                *s = if abandoned { Slot::Gone } else { Slot::Done(Completion::forced_reset(qp_num)) };
             }
         }
         self.outstanding = 0;

@@ -23,13 +23,14 @@ use std::time::{Duration, Instant};
 
 use typed_verbs_sys as sys;
 
+use crate::ah::Ah;
 use crate::error::{Error, Result};
 use crate::mr::LocalBufMut;
 use crate::qp::{Qp, QpShared};
 use crate::queue::Take;
 use crate::transport::{CanPostRecv, CanPostSend, QpState, Transport};
 use crate::wc::Completion;
-use crate::wr::{RawSendWr, Recv, SendWr};
+use crate::wr::{AddressedFor, InlineWr, RawSendWr, Recv, SendRequest, SendWr};
 
 /// How long the end of a scope waits for outstanding work requests by default.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -44,8 +45,15 @@ struct Posted<'scope> {
     seq: u64,
 }
 
+/// A request posted in the scope whose completion has not been collected, with what must stay
+/// alive until it completes (the address handle of a UD send).
+struct Slot<'scope> {
+    posted: Posted<'scope>,
+    _keep: Option<Ah>,
+}
+
 struct Outstanding<'scope> {
-    slots: Vec<Option<Posted<'scope>>>,
+    slots: Vec<Option<Slot<'scope>>>,
     free: Vec<usize>,
 }
 
@@ -79,18 +87,8 @@ struct TokenGuard<'scope> {
 impl<B> std::fmt::Debug for Token<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Token")
-            .field(
-                "qp_num",
-                &format_args!("{:#x}", self.guard.posted.qp.qp_num()),
-            )
-            .field(
-                "queue",
-                &if self.guard.posted.is_recv {
-                    "receive"
-                } else {
-                    "send"
-                },
-            )
+            .field("qp_num", &format_args!("{:#x}", self.guard.posted.qp.qp_num()))
+            .field("queue", &if self.guard.posted.is_recv { "receive" } else { "send" })
             .field("seq", &self.guard.posted.seq)
             .finish()
     }
@@ -169,10 +167,7 @@ where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
 {
     let scope = Scope {
-        outstanding: Mutex::new(Outstanding {
-            slots: Vec::new(),
-            free: Vec::new(),
-        }),
+        outstanding: Mutex::new(Outstanding { slots: Vec::new(), free: Vec::new() }),
         drain_timeout,
         _scope: PhantomData,
         _env: PhantomData,
@@ -186,41 +181,40 @@ where
 }
 
 impl<'scope, 'env> Scope<'scope, 'env> {
-    fn record(&'scope self, posted: Posted<'scope>) -> usize {
+    fn record(&'scope self, posted: Posted<'scope>, keep: Option<Ah>) -> usize {
+        let slot = Slot { posted, _keep: keep };
         let mut o = lock(&self.outstanding);
         match o.free.pop() {
             Some(i) => {
-                o.slots[i] = Some(posted);
+                o.slots[i] = Some(slot);
                 i
             }
             None => {
-                o.slots.push(Some(posted));
+                o.slots.push(Some(slot));
                 o.slots.len() - 1
             }
         }
     }
 
-    fn token<B>(&'scope self, posted: Posted<'scope>, buffers: B) -> Token<'scope, B> {
-        let index = self.record(posted);
+    fn token<B>(&'scope self, posted: Posted<'scope>, keep: Option<Ah>, buffers: B) -> Token<'scope, B> {
+        let index = self.record(posted, keep);
         Token {
-            guard: TokenGuard {
-                state: &self.outstanding,
-                index,
-                posted,
-                consumed: false,
-                _scope: PhantomData,
-            },
+            guard: TokenGuard { state: &self.outstanding, index, posted, consumed: false, _scope: PhantomData },
             buffers,
         }
     }
 
     /// `ibv_post_send` of `wr` on `qp`, which must be in RTS; the opcode must be valid for the
-    /// QP's transport (compile-time).
+    /// QP's transport, and a UD send must name its destination (compile-time).
+    ///
+    /// The memory the request uses stays borrowed until the completion is collected with
+    /// [`Scope::wait`] (or the scope ends).
     ///
     /// # Errors
     /// Returns the request with a [`PostError`]:
     /// - [`Error::InvalidArgument`] for what the request's own checks reject (atomic alignment,
     ///   sizes);
+    /// - [`Error::InlineTooLarge`] for an inline payload above the QP's `max_inline_data`;
     /// - [`Error::QueueFull`] when the send queue is full of outstanding requests;
     /// - [`Error::QpBroken`] after a forced reset;
     /// - [`Error::Verb`] with `ibv_post_send` and its errno.
@@ -235,32 +229,49 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     where
         T: Transport,
         S: CanPostSend,
-        W: SendWr<T> + 'scope,
+        W: SendWr<T> + AddressedFor<T> + 'scope,
     {
-        let mut raw = RawSendWr::new();
-        if let Err(error) = wr.build(&mut raw) {
-            return Err(PostError { error, wr });
-        }
-        raw.wr.sg_list = &mut raw.sge;
-        raw.wr.num_sge = raw.num_sge;
-        // SAFETY: the scatter/gather entry names memory borrowed by `wr`'s views for at least
-        // 'scope (`W: 'scope`), i.e. until `scope` returns, and `scope` does not return before
-        // this request completed or its QP was reset (`drain`). The views move into the token,
-        // so the program cannot touch the memory through them meanwhile; shared views
-        // (`LocalBuf`) keep the region immutably borrowed, exclusive ones (`LocalBufMut`)
-        // exclusively. The sge and wr outlive the call.
-        let seq = match unsafe { qp.shared.post_send(&mut raw.wr) } {
-            Ok(seq) => seq,
+        // SAFETY: the memory `wr` names is borrowed for at least 'scope (`W: 'scope`), i.e.
+        // until `scope` returns, and `scope` does not return before this request completed or
+        // its QP was reset (`drain`). The views move into the token, so the program cannot
+        // touch the memory through them meanwhile; shared views (`LocalBuf`) keep the region
+        // immutably borrowed, exclusive ones (`LocalBufMut`) exclusively.
+        let (seq, keep) = match unsafe { post_raw(qp, &wr) } {
+            Ok(r) => r,
             Err(error) => return Err(PostError { error, wr }),
         };
-        Ok(self.token(
-            Posted {
-                qp: &qp.shared,
-                is_recv: false,
-                seq,
-            },
-            wr.into_buffers(),
-        ))
+        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, keep, wr.into_buffers()))
+    }
+
+    /// `ibv_post_send` of an inline request (`IBV_SEND_INLINE`: Send and RDMA Write only,
+    /// compile-time): the payload is copied during the call, so it is borrowed only for the
+    /// call, as ibv_post_send(3) allows. The token reports the completion.
+    ///
+    /// # Errors
+    /// As for [`Scope::post_send`]; [`Error::InlineTooLarge`] when the payload exceeds the
+    /// QP's `max_inline_data` (checked before the provider sees it).
+    ///
+    /// See ibv_post_send(3).
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_inline<T, S, W>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        wr: W,
+    ) -> std::result::Result<Token<'scope, ()>, PostError<W>>
+    where
+        T: Transport,
+        S: CanPostSend,
+        W: SendWr<T> + AddressedFor<T> + InlineWr,
+    {
+        // SAFETY: an inline request's only memory is its payload, which the provider copies
+        // during the call ("the buffer can be reused immediately after the call returns",
+        // ibv_post_send(3)); the address handle of a UD destination is kept alive by the
+        // scope until the completion (`keep`).
+        let (seq, keep) = match unsafe { post_raw(qp, &wr) } {
+            Ok(r) => r,
+            Err(error) => return Err(PostError { error, wr }),
+        };
+        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, keep, ()))
     }
 
     /// `ibv_post_recv` of `wr` on `qp`, which must be in INIT, RTR or RTS (compile-time).
@@ -282,25 +293,14 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         'a: 'scope,
     {
         let mut sge = wr.buf.sge();
-        let mut raw = sys::ibv_recv_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            ..Default::default()
-        };
+        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
         // SAFETY: as in `post_send`: the receive buffer is exclusively borrowed for 'a, which
         // outlives 'scope, and moves into the token; `scope` drains before returning.
         let seq = match unsafe { qp.shared.post_recv(&mut raw) } {
             Ok(seq) => seq,
             Err(error) => return Err(PostError { error, wr }),
         };
-        Ok(self.token(
-            Posted {
-                qp: &qp.shared,
-                is_recv: true,
-                seq,
-            },
-            wr.buf,
-        ))
+        Ok(self.token(Posted { qp: &qp.shared, is_recv: true, seq }, None, wr.buf))
     }
 
     /// Waits at most `timeout` for the completion of `token`'s request, polling its CQ, and
@@ -332,13 +332,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                             p.seq,
                             p.qp.qp_num()
                         );
-                        return Err(WaitError {
-                            error: Error::Timeout {
-                                what,
-                                after: timeout,
-                            },
-                            token,
-                        });
+                        return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
                     }
                     std::thread::yield_now();
                 }
@@ -352,7 +346,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let pending: Vec<Posted<'scope>> = {
             let mut o = lock(&self.outstanding);
             o.free.clear();
-            o.slots.drain(..).flatten().collect()
+            o.slots.drain(..).flatten().map(|slot| slot.posted).collect()
         };
         let deadline = Instant::now() + self.drain_timeout;
         let mut broken = None;
@@ -376,6 +370,29 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             None => Ok(()),
         }
     }
+}
+
+/// Builds and posts `wr` on `qp`; returns its sequence number and the address handle to keep
+/// alive until it completes.
+///
+/// # Safety
+/// The memory `wr` names (other than an inline payload) must stay valid and untouched by the
+/// program until the request completes or the QP is reset.
+unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(qp: &Qp<T, S>, wr: &W) -> Result<(u64, Option<Ah>)> {
+    if let Some(len) = wr.inline_len() {
+        let max = qp.shared.caps().max_inline_data;
+        if len > max as usize {
+            return Err(Error::InlineTooLarge { qp_num: qp.shared.qp_num(), len, max });
+        }
+    }
+    let mut raw = RawSendWr::new();
+    wr.build(&mut raw)?;
+    raw.wr.sg_list = &mut raw.sge;
+    raw.wr.num_sge = raw.num_sge;
+    // SAFETY: the caller guarantees the memory; `raw` (with its sge) outlives the call; the
+    // address handle in `raw` is alive (borrowed by `wr`).
+    let seq = unsafe { qp.shared.post_send(&mut raw.wr) }?;
+    Ok((seq, wr.address_handle().cloned()))
 }
 
 /// Polls until `p` completed or `deadline`; true if it completed.
@@ -414,8 +431,7 @@ fn force_quiesce(qp: &QpShared) -> Error {
         if sq == 0 && rq == 0 {
             break;
         }
-        let polled =
-            qp.cq(false).poll_and_route().unwrap_or(0) + qp.cq(true).poll_and_route().unwrap_or(0);
+        let polled = qp.cq(false).poll_and_route().unwrap_or(0) + qp.cq(true).poll_and_route().unwrap_or(0);
         if polled == 0 {
             if Instant::now() >= deadline {
                 break;
@@ -426,15 +442,10 @@ fn force_quiesce(qp: &QpShared) -> Error {
     if let Err(e) = qp.force_state(sys::IBV_QPS_RESET) {
         // The device may still be using memory that is about to be released to the program:
         // the only sound continuation is to stop the process.
-        eprintln!(
-            "typed-verbs: cannot reset QP {:#x} to reclaim in-flight buffers ({e}); aborting",
-            qp.qp_num()
-        );
+        eprintln!("typed-verbs: cannot reset QP {:#x} to reclaim in-flight buffers ({e}); aborting", qp.qp_num());
         std::process::abort();
     }
-    Error::QpBroken {
-        qp_num: qp.qp_num(),
-    }
+    Error::QpBroken { qp_num: qp.qp_num() }
 }
 
 impl TokenGuard<'_> {

@@ -39,9 +39,7 @@ mod sealed {
 }
 
 /// A queue-pair transport service type. Sealed; implemented by the five markers.
-pub trait Transport:
-    sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static
-{
+pub trait Transport: sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static {
     /// The `IBV_QPT_*` value.
     const QP_TYPE: sys::ibv_qp_type;
     /// The name used in messages, as the man page spells it.
@@ -90,9 +88,7 @@ markers! { Transport;
 }
 
 /// A queue-pair state. Sealed; implemented by the state markers.
-pub trait QpState:
-    sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static
-{
+pub trait QpState: sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + Unpin + 'static {
     /// The `IBV_QPS_*` value.
     const STATE: sys::ibv_qp_state;
     /// The name used in messages.
@@ -246,3 +242,18 @@ pub trait Connected: Transport {}
 impl Connected for RC {}
 impl Connected for UC {}
 impl Connected for XRC_SEND {}
+
+/// Transports whose sends name no destination: the connected ones (the QP has exactly one peer)
+/// and RAW_PACKET (the packet carries its own headers). UD sends carry an address handle, remote
+/// QPN and Q_Key instead ([`crate::wr::To`]). Useful as a bound in code generic over
+/// transports.
+#[diagnostic::on_unimplemented(
+    message = "a send on a {Self} queue pair needs a destination: an address handle, the remote QPN and its Q_Key",
+    label = "add `.to(&ah, remote_qpn, remote_qkey)` to the work request",
+    note = "ibv_post_send(3): UD work requests carry wr.ud.ah, wr.ud.remote_qpn and wr.ud.remote_qkey"
+)]
+pub trait Unaddressed: Transport {}
+impl Unaddressed for RC {}
+impl Unaddressed for UC {}
+impl Unaddressed for XRC_SEND {}
+impl Unaddressed for RAW_PACKET {}

@@ -1,26 +1,35 @@
 //! Work requests: one struct per opcode of ibv_post_send(3), and [`Recv`] for
 //! ibv_post_recv(3).
 //!
-//! Required arguments go to `new`; flags are wrappers added by the methods of
-//! [`SendRequest`]: [`unsignaled`](SendRequest::unsignaled), [`fence`](SendRequest::fence)
-//! (RC only, checked by [`SupportsFence`]) and [`solicited`](SendRequest::solicited) (Send and
-//! RDMA Write with immediate only, checked by [`AllowsSolicited`]). Which opcode may be posted
-//! on which transport is [`SendWr<T>`]: implemented for an opcode exactly where the opcode
-//! table of ibv_post_send(3) has an X (see [`crate::transport`]).
+//! Required arguments go to `new`; everything optional is a wrapper added by a method of
+//! [`SendRequest`], and each rule of the man page is one trait bound checked when posting:
+//!
+//! | rule (ibv_post_send(3)) | trait | wrapper / type |
+//! |---|---|---|
+//! | the opcode table | [`SendWr<T>`] via the `Supports*` traits of [`crate::transport`] | one struct per opcode |
+//! | `IBV_SEND_FENCE` only on RC | [`SupportsFence`] | [`Fenced`] (`.fence()`) |
+//! | `IBV_SEND_SOLICITED` only for Send and RDMA Write with immediate | [`AllowsSolicited`] | [`Solicited`] (`.solicited()`) |
+//! | `IBV_SEND_INLINE` only for Send and RDMA Write | [`InlineWr`] | [`InlineSend`], [`InlineSendImm`], [`InlineWrite`], [`InlineWriteImm`] |
+//! | `IBV_SEND_IP_CSUM` only where the device reports checksum offload | a [`IpCsum<T>`](crate::device::IpCsum) value | [`Checksummed`] (`.ip_csum(cap)`) |
+//! | UD sends carry an address handle, remote QPN and Q_Key | [`AddressedFor<T>`] | [`To`] (`.to(&ah, qpn, qkey)`) |
+//! | `IBV_SEND_SIGNALED` per request (QPs are created with `sq_sig_all = 0`) | — | [`Unsignaled`] (`.unsignaled()`) |
 //!
 //! A work request holds the views of registered memory it uses
 //! ([`LocalBuf`](crate::mr::LocalBuf), [`LocalBufMut`](crate::mr::LocalBufMut)); posting it
 //! in a [scope](crate::scope) moves them into a token, which hands them back with the
-//! completion.
+//! completion. Inline requests copy their bytes during the post and borrow them only for the
+//! call.
 
 use typed_verbs_sys as sys;
 
 use crate::access::{HasRemoteAtomic, HasRemoteRead, HasRemoteWrite};
+use crate::ah::Ah;
+use crate::device::IpCsum;
 use crate::error::{Error, Result};
 use crate::mr::{LocalBuf, LocalBufMut, RemoteSlice};
 use crate::transport::{
-    SupportsAtomics, SupportsFence, SupportsRdmaRead, SupportsRdmaWrite, SupportsSend,
-    SupportsSendImm, Transport,
+    SupportsAtomics, SupportsFence, SupportsRdmaRead, SupportsRdmaWrite, SupportsSend, SupportsSendImm, Transport,
+    Unaddressed, UD,
 };
 
 mod sealed {
@@ -36,11 +45,7 @@ pub struct RawSendWr {
 
 impl RawSendWr {
     pub(crate) fn new() -> Self {
-        RawSendWr {
-            wr: sys::ibv_send_wr::default(),
-            sge: sys::ibv_sge::default(),
-            num_sge: 0,
-        }
+        RawSendWr { wr: sys::ibv_send_wr::default(), sge: sys::ibv_sge::default(), num_sge: 0 }
     }
 
     fn local(&mut self, sge: sys::ibv_sge) {
@@ -49,12 +54,10 @@ impl RawSendWr {
     }
 }
 
-/// A work request that may be posted to the send queue of a `T` queue pair.
-///
-/// Implemented exactly for the opcode/transport pairs the ibv_post_send(3) opcode table
-/// allows. Sealed.
-pub trait SendWr<T: Transport>: SendRequest {
+/// A send work request, whatever the transport. Sealed; its methods add the optional flags.
+pub trait SendRequest: sealed::Sealed + Sized {
     /// The memory views handed back with the completion.
+    #[doc(hidden)]
     type Buffers;
     /// Fills the raw work request, validating what can only be checked at run time.
     #[doc(hidden)]
@@ -62,10 +65,17 @@ pub trait SendWr<T: Transport>: SendRequest {
     /// Gives up the memory views.
     #[doc(hidden)]
     fn into_buffers(self) -> Self::Buffers;
-}
+    /// The inline payload length, for inline requests (checked against `max_inline_data`).
+    #[doc(hidden)]
+    fn inline_len(&self) -> Option<usize> {
+        None
+    }
+    /// The address handle the request uses, kept alive until it completes.
+    #[doc(hidden)]
+    fn address_handle(&self) -> Option<&Ah> {
+        None
+    }
 
-/// Flags common to every send work request. Sealed.
-pub trait SendRequest: sealed::Sealed + Sized {
     /// Clears `IBV_SEND_SIGNALED`: no completion of its own; the request is known complete
     /// when a later signaled request of the same send queue completes.
     fn unsignaled(self) -> Unsignaled<Self> {
@@ -83,7 +93,33 @@ pub trait SendRequest: sealed::Sealed + Sized {
     {
         Solicited(self)
     }
+    /// Sets `IBV_SEND_IP_CSUM`: the device computes the IPv4 and TCP/UDP checksums. Needs the
+    /// capability value from [`DeviceAttr::ip_csum`](crate::device::DeviceAttr::ip_csum),
+    /// which exists only when the device reports checksum offload for transport `T`.
+    fn ip_csum<T: Transport>(self, cap: IpCsum<T>) -> Checksummed<Self, T> {
+        Checksummed(self, cap)
+    }
+    /// The destination of a UD send: an address handle, the remote QP number and its Q_Key.
+    /// The address handle stays borrowed until the request completes.
+    fn to(self, ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> To<'_, Self> {
+        To { wr: self, ah, remote_qpn, remote_qkey }
+    }
 }
+
+/// A work request that may be posted to the send queue of a `T` queue pair: implemented
+/// exactly for the opcode/transport pairs the ibv_post_send(3) opcode table allows.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be posted on a {T} queue pair",
+    label = "not a valid send work request for this transport",
+    note = "ibv_post_send(3): the opcode table and the flag rules decide what each transport accepts; a destination (`.to(&ah, qpn, qkey)`) applies to UD queue pairs only, an IpCsum<T> capability to T queue pairs only"
+)]
+pub trait SendWr<T: Transport>: SendRequest {}
+
+/// Whether the request carries the destination transport `T` needs: nothing for the
+/// [`Unaddressed`] transports, an address handle, remote QPN and Q_Key ([`To`]) for UD.
+pub trait AddressedFor<T: Transport> {}
+impl<T: Unaddressed, W> AddressedFor<T> for W {}
+impl<W> AddressedFor<UD> for To<'_, W> {}
 
 /// Opcodes that may carry `IBV_SEND_SOLICITED`.
 #[diagnostic::on_unimplemented(
@@ -92,6 +128,16 @@ pub trait SendRequest: sealed::Sealed + Sized {
     note = "ibv_post_send(3): \"IBV_SEND_SOLICITED Set the solicited event indicator. Valid only for Send and RDMA Write with immediate\""
 )]
 pub trait AllowsSolicited: SendRequest {}
+
+/// Requests whose payload is copied into the work queue entry (`IBV_SEND_INLINE`), so that the
+/// memory is released when the post returns.
+#[diagnostic::on_unimplemented(
+    message = "IBV_SEND_INLINE is valid only for Send and RDMA Write; `{Self}` is not an inline request",
+    label = "not an inline request",
+    note = "ibv_post_send(3): \"IBV_SEND_INLINE Send data in given gather list as inline data in a send WQE. Valid only for Send and RDMA Write.\"",
+    note = "use InlineSend, InlineSendImm, InlineWrite or InlineWriteImm"
+)]
+pub trait InlineWr: SendRequest {}
 
 /// `IBV_WR_SEND`: sends `local` to the peer's next receive buffer.
 #[derive(Debug)]
@@ -114,7 +160,7 @@ pub struct SendImm<'a> {
 }
 
 impl<'a> SendImm<'a> {
-    /// Sends `local` with immediate data `imm` (host byte order; converted to network order).
+    /// Sends `local` with immediate data `imm` (host byte order; sent in network order).
     pub fn new(local: LocalBuf<'a>, imm: u32) -> Self {
         SendImm { local, imm }
     }
@@ -165,7 +211,7 @@ impl<'a, A: HasRemoteRead> Read<'a, A> {
 }
 
 /// `IBV_WR_ATOMIC_CMP_AND_SWP`: if the 8 bytes at `remote` equal `compare`, replace them with
-/// `swap`; the original value lands in `result`.
+/// `swap`; the original value lands in `result` (in the remote's byte order, i.e. as stored).
 #[derive(Debug)]
 pub struct CompareSwap<'a, A> {
     result: LocalBufMut<'a>,
@@ -175,15 +221,18 @@ pub struct CompareSwap<'a, A> {
 }
 
 impl<'a, A: HasRemoteAtomic> CompareSwap<'a, A> {
-    /// Compare-and-swap on the 8 bytes at the start of `remote`. `result` must be 8 bytes and
-    /// `remote` 8-byte aligned; checked when posting ([`Error::InvalidArgument`]).
+    /// Compare-and-swap on the 8 bytes at the start of `remote`. `result` must be 8 bytes at
+    /// an 8-byte aligned address and `remote` 8-byte aligned; checked when posting
+    /// ([`Error::InvalidArgument`], the request handed back).
     pub fn new(result: LocalBufMut<'a>, remote: RemoteSlice<A>, compare: u64, swap: u64) -> Self {
-        CompareSwap {
-            result,
-            remote,
-            compare,
-            swap,
-        }
+        CompareSwap { result, remote, compare, swap }
+    }
+}
+
+impl<'a, A> CompareSwap<'a, A> {
+    /// Gives the result buffer back (e.g. after a refused post).
+    pub fn into_result(self) -> LocalBufMut<'a> {
+        self.result
     }
 }
 
@@ -200,67 +249,121 @@ impl<'a, A: HasRemoteAtomic> FetchAdd<'a, A> {
     /// Fetch-and-add on the 8 bytes at the start of `remote`. Same checks as
     /// [`CompareSwap::new`].
     pub fn new(result: LocalBufMut<'a>, remote: RemoteSlice<A>, add: u64) -> Self {
-        FetchAdd {
-            result,
-            remote,
-            add,
-        }
+        FetchAdd { result, remote, add }
     }
 }
 
-fn check_fits<A>(verb: &'static str, len: u32, remote: &RemoteSlice<A>) -> Result<()> {
-    if u64::from(len) > remote.len {
-        return Err(Error::invalid(
-            verb,
-            format!(
-                "{len} bytes do not fit the remote range of {} bytes",
-                remote.len
-            ),
-        ));
+impl<'a, A> FetchAdd<'a, A> {
+    /// Gives the result buffer back (e.g. after a refused post).
+    pub fn into_result(self) -> LocalBufMut<'a> {
+        self.result
+    }
+}
+
+/// `IBV_WR_SEND` with `IBV_SEND_INLINE`: the bytes are copied into the work request, so they
+/// are borrowed only for the call and need no registration.
+#[derive(Debug)]
+pub struct InlineSend<'d> {
+    data: &'d [u8],
+}
+
+impl<'d> InlineSend<'d> {
+    /// Sends `data` inline (at most the QP's `max_inline_data` bytes, checked when posting).
+    pub fn new(data: &'d [u8]) -> Self {
+        InlineSend { data }
+    }
+}
+
+/// `IBV_WR_SEND_WITH_IMM` with `IBV_SEND_INLINE`.
+#[derive(Debug)]
+pub struct InlineSendImm<'d> {
+    data: &'d [u8],
+    imm: u32,
+}
+
+impl<'d> InlineSendImm<'d> {
+    /// Sends `data` inline with immediate data `imm` (host byte order).
+    pub fn new(data: &'d [u8], imm: u32) -> Self {
+        InlineSendImm { data, imm }
+    }
+}
+
+/// `IBV_WR_RDMA_WRITE` with `IBV_SEND_INLINE`.
+#[derive(Debug)]
+pub struct InlineWrite<'d, A> {
+    data: &'d [u8],
+    remote: RemoteSlice<A>,
+}
+
+impl<'d, A: HasRemoteWrite> InlineWrite<'d, A> {
+    /// Writes `data` inline to the start of `remote`.
+    pub fn new(data: &'d [u8], remote: RemoteSlice<A>) -> Self {
+        InlineWrite { data, remote }
+    }
+}
+
+/// `IBV_WR_RDMA_WRITE_WITH_IMM` with `IBV_SEND_INLINE`.
+#[derive(Debug)]
+pub struct InlineWriteImm<'d, A> {
+    data: &'d [u8],
+    remote: RemoteSlice<A>,
+    imm: u32,
+}
+
+impl<'d, A: HasRemoteWrite> InlineWriteImm<'d, A> {
+    /// Writes `data` inline to `remote` with immediate data `imm` (host byte order).
+    pub fn new(data: &'d [u8], remote: RemoteSlice<A>, imm: u32) -> Self {
+        InlineWriteImm { data, remote, imm }
+    }
+}
+
+fn check_fits<A>(what: &'static str, len: u64, remote: &RemoteSlice<A>) -> Result<()> {
+    if len > remote.len {
+        return Err(Error::invalid(what, format!("{len} bytes do not fit the remote range of {} bytes", remote.len)));
     }
     Ok(())
 }
 
 fn check_atomic<A>(result: &LocalBufMut<'_>, remote: &RemoteSlice<A>) -> Result<()> {
-    if result.len != 8 {
+    if result.len != 8 || result.addr % 8 != 0 {
         return Err(Error::invalid(
-            "ibv_post_send",
+            "ibv_post_send (atomic)",
             format!(
-                "an atomic result buffer must be 8 bytes, not {}",
-                result.len
-            ),
-        ));
-    }
-    if result.addr % 8 != 0 {
-        return Err(Error::invalid(
-            "ibv_post_send",
-            format!(
-                "the atomic result buffer at {:#x} is not 8-byte aligned",
-                result.addr
+                "the result buffer must be 8 bytes at an 8-byte aligned address (got {} bytes at {:#x})",
+                result.len, result.addr
             ),
         ));
     }
     if remote.len < 8 || remote.addr % 8 != 0 {
         return Err(Error::invalid(
-            "ibv_post_send",
-            format!("an atomic target must be 8 bytes at an 8-byte aligned address (got {} bytes at {:#x})", remote.len, remote.addr),
+            "ibv_post_send (atomic)",
+            format!(
+                "the target must be 8 bytes at an 8-byte aligned address (got {} bytes at {:#x})",
+                remote.len, remote.addr
+            ),
         ));
     }
     Ok(())
 }
 
-fn rdma(raw: &mut RawSendWr, addr: u64, rkey: u32) {
-    raw.wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-        remote_addr: addr,
-        rkey,
-    };
+fn rdma<A>(raw: &mut RawSendWr, remote: &RemoteSlice<A>) {
+    raw.wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: remote.addr, rkey: remote.rkey };
 }
 
-macro_rules! send_op {
-    ($ty:ident <$($lt:lifetime),* $(, $a:ident)?>, $cap:ident, $bufs:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr) => {
+fn imm(raw: &mut RawSendWr, imm: u32) {
+    raw.wr.__bindgen_anon_1.imm_data = imm.to_be();
+}
+
+fn inline_sge(raw: &mut RawSendWr, data: &[u8]) {
+    raw.wr.send_flags |= sys::IBV_SEND_INLINE;
+    // The provider copies the bytes during ibv_post_send; "The L_Key will not be checked".
+    raw.local(sys::ibv_sge { addr: data.as_ptr() as u64, length: data.len() as u32, lkey: 0 });
+}
+
+macro_rules! request {
+    ($ty:ident <$($lt:lifetime),* $(, $a:ident)?>, $bufs:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)?) => {
         impl<$($lt,)* $($a)?> sealed::Sealed for $ty<$($lt,)* $($a)?> {}
-        impl<$($lt,)* $($a)?> SendRequest for $ty<$($lt,)* $($a)?> {}
-        impl<$($lt,)* T: $cap $(, $a)?> SendWr<T> for $ty<$($lt,)* $($a)?> {
+        impl<$($lt,)* $($a)?> SendRequest for $ty<$($lt,)* $($a)?> {
             type Buffers = $bufs;
             fn build(&self, $raw: &mut RawSendWr) -> Result<()> {
                 let $s = self;
@@ -272,13 +375,22 @@ macro_rules! send_op {
                 let $s2 = self;
                 $into
             }
+            $(fn inline_len(&self) -> Option<usize> {
+                let $s3 = self;
+                Some($len)
+            })?
         }
     };
 }
 
-send_op!(
+macro_rules! valid_on {
+    ($cap:ident: $ty:ident <$($lt:lifetime),* $(, $a:ident)?>) => {
+        impl<$($lt,)* T: $cap $(, $a)?> SendWr<T> for $ty<$($lt,)* $($a)?> {}
+    };
+}
+
+request!(
     Send<'a>,
-    SupportsSend,
     LocalBuf<'a>,
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND;
@@ -286,66 +398,62 @@ send_op!(
     },
     |s| s.local
 );
+valid_on!(SupportsSend: Send<'a>);
 
-send_op!(
+request!(
     SendImm<'a>,
-    SupportsSendImm,
     LocalBuf<'a>,
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
-        raw.wr.__bindgen_anon_1.imm_data = s.imm.to_be();
+        imm(raw, s.imm);
         raw.local(s.local.sge());
     },
     |s| s.local
 );
+valid_on!(SupportsSendImm: SendImm<'a>);
 
-send_op!(
+request!(
     Write<'a, A>,
-    SupportsRdmaWrite,
     LocalBuf<'a>,
     |s, raw| {
-        check_fits("ibv_post_send (RDMA WRITE)", s.local.len, &s.remote)?;
+        check_fits("ibv_post_send (RDMA WRITE)", s.local.len.into(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_WRITE;
-        rdma(raw, s.remote.addr, s.remote.rkey);
+        rdma(raw, &s.remote);
         raw.local(s.local.sge());
     },
     |s| s.local
 );
+valid_on!(SupportsRdmaWrite: Write<'a, A>);
 
-send_op!(
+request!(
     WriteImm<'a, A>,
-    SupportsRdmaWrite,
     LocalBuf<'a>,
     |s, raw| {
-        check_fits(
-            "ibv_post_send (RDMA WRITE with immediate)",
-            s.local.len,
-            &s.remote,
-        )?;
+        check_fits("ibv_post_send (RDMA WRITE with immediate)", s.local.len.into(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
-        raw.wr.__bindgen_anon_1.imm_data = s.imm.to_be();
-        rdma(raw, s.remote.addr, s.remote.rkey);
+        imm(raw, s.imm);
+        rdma(raw, &s.remote);
         raw.local(s.local.sge());
     },
     |s| s.local
 );
+valid_on!(SupportsRdmaWrite: WriteImm<'a, A>);
 
-send_op!(
+request!(
     Read<'a, A>,
-    SupportsRdmaRead,
     LocalBufMut<'a>,
     |s, raw| {
-        check_fits("ibv_post_send (RDMA READ)", s.local.len, &s.remote)?;
+        check_fits("ibv_post_send (RDMA READ)", s.local.len.into(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_READ;
-        rdma(raw, s.remote.addr, s.remote.rkey);
+        rdma(raw, &s.remote);
         raw.local(s.local.sge());
     },
     |s| s.local
 );
+valid_on!(SupportsRdmaRead: Read<'a, A>);
 
-send_op!(
+request!(
     CompareSwap<'a, A>,
-    SupportsAtomics,
     LocalBufMut<'a>,
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
@@ -360,10 +468,10 @@ send_op!(
     },
     |s| s.result
 );
+valid_on!(SupportsAtomics: CompareSwap<'a, A>);
 
-send_op!(
+request!(
     FetchAdd<'a, A>,
-    SupportsAtomics,
     LocalBufMut<'a>,
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
@@ -378,10 +486,49 @@ send_op!(
     },
     |s| s.result
 );
+valid_on!(SupportsAtomics: FetchAdd<'a, A>);
+
+request!(InlineSend<'d>, (), |s, raw| {
+    raw.wr.opcode = sys::IBV_WR_SEND;
+    inline_sge(raw, s.data);
+}, |_s| (), inline: |s| s.data.len());
+valid_on!(SupportsSend: InlineSend<'d>);
+
+request!(InlineSendImm<'d>, (), |s, raw| {
+    raw.wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
+    imm(raw, s.imm);
+    inline_sge(raw, s.data);
+}, |_s| (), inline: |s| s.data.len());
+valid_on!(SupportsSendImm: InlineSendImm<'d>);
+
+request!(InlineWrite<'d, A>, (), |s, raw| {
+    check_fits("ibv_post_send (inline RDMA WRITE)", s.data.len() as u64, &s.remote)?;
+    raw.wr.opcode = sys::IBV_WR_RDMA_WRITE;
+    rdma(raw, &s.remote);
+    inline_sge(raw, s.data);
+}, |_s| (), inline: |s| s.data.len());
+valid_on!(SupportsRdmaWrite: InlineWrite<'d, A>);
+
+request!(InlineWriteImm<'d, A>, (), |s, raw| {
+    check_fits("ibv_post_send (inline RDMA WRITE with immediate)", s.data.len() as u64, &s.remote)?;
+    raw.wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
+    imm(raw, s.imm);
+    rdma(raw, &s.remote);
+    inline_sge(raw, s.data);
+}, |_s| (), inline: |s| s.data.len());
+valid_on!(SupportsRdmaWrite: InlineWriteImm<'d, A>);
+
+impl InlineWr for InlineSend<'_> {}
+impl InlineWr for InlineSendImm<'_> {}
+impl<A> InlineWr for InlineWrite<'_, A> {}
+impl<A> InlineWr for InlineWriteImm<'_, A> {}
 
 impl AllowsSolicited for Send<'_> {}
 impl AllowsSolicited for SendImm<'_> {}
 impl<A> AllowsSolicited for WriteImm<'_, A> {}
+impl AllowsSolicited for InlineSend<'_> {}
+impl AllowsSolicited for InlineSendImm<'_> {}
+impl<A> AllowsSolicited for InlineWriteImm<'_, A> {}
 
 /// A send work request without `IBV_SEND_SIGNALED`.
 #[derive(Debug)]
@@ -392,55 +539,95 @@ pub struct Fenced<W>(W);
 /// A send work request with `IBV_SEND_SOLICITED`.
 #[derive(Debug)]
 pub struct Solicited<W>(W);
+/// A send work request with `IBV_SEND_IP_CSUM`, for transport `T` whose checksum offload the
+/// device reported.
+#[derive(Debug)]
+pub struct Checksummed<W, T: Transport>(W, IpCsum<T>);
+/// A UD send work request with its destination.
+#[derive(Debug)]
+pub struct To<'a, W> {
+    wr: W,
+    ah: &'a Ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+}
 
-impl<W: SendRequest> sealed::Sealed for Unsignaled<W> {}
-impl<W: SendRequest> SendRequest for Unsignaled<W> {}
-impl<W: SendRequest> sealed::Sealed for Fenced<W> {}
-impl<W: SendRequest> SendRequest for Fenced<W> {}
-impl<W: SendRequest> sealed::Sealed for Solicited<W> {}
-impl<W: SendRequest> SendRequest for Solicited<W> {}
+macro_rules! wrapper {
+    ($ty:ident <$($lt:lifetime,)? W $(, $t:ident: $tb:path)?>, |$s:ident, $raw:ident| $extra:block, $inner:tt) => {
+        impl<$($lt,)? W: SendRequest $(, $t: $tb)?> sealed::Sealed for $ty<$($lt,)? W $(, $t)?> {}
+        impl<$($lt,)? W: SendRequest $(, $t: $tb)?> SendRequest for $ty<$($lt,)? W $(, $t)?> {
+            type Buffers = W::Buffers;
+            fn build(&self, $raw: &mut RawSendWr) -> Result<()> {
+                let $s = self;
+                $s.$inner.build($raw)?;
+                $extra
+                Ok(())
+            }
+            fn into_buffers(self) -> W::Buffers {
+                self.$inner.into_buffers()
+            }
+            fn inline_len(&self) -> Option<usize> {
+                self.$inner.inline_len()
+            }
+            fn address_handle(&self) -> Option<&Ah> {
+                wrapper!(@ah $ty, self, $inner)
+            }
+        }
+        impl<$($lt,)? W: InlineWr $(, $t: $tb)?> InlineWr for $ty<$($lt,)? W $(, $t)?> {}
+    };
+    (@ah To, $self:ident, $inner:tt) => { Some($self.ah) };
+    (@ah $other:ident, $self:ident, $inner:tt) => { $self.$inner.address_handle() };
+}
+
+wrapper!(
+    Unsignaled<W>,
+    |_s, raw| {
+        raw.wr.send_flags &= !sys::IBV_SEND_SIGNALED;
+    },
+    0
+);
+wrapper!(
+    Fenced<W>,
+    |_s, raw| {
+        raw.wr.send_flags |= sys::IBV_SEND_FENCE;
+    },
+    0
+);
+wrapper!(
+    Solicited<W>,
+    |_s, raw| {
+        raw.wr.send_flags |= sys::IBV_SEND_SOLICITED;
+    },
+    0
+);
+wrapper!(Checksummed<W, T: Transport>, |_s, raw| { raw.wr.send_flags |= sys::IBV_SEND_IP_CSUM; }, 0);
+wrapper!(
+    To<'a, W>,
+    |s, raw| {
+        raw.wr.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+            ah: s.ah.as_ptr(),
+            remote_qpn: s.remote_qpn,
+            remote_qkey: s.remote_qkey,
+        };
+    },
+    wr
+);
+
+impl<T: Transport, W: SendWr<T>> SendWr<T> for Unsignaled<W> {}
+impl<T: SupportsFence, W: SendWr<T>> SendWr<T> for Fenced<W> {}
+// `Solicited` is only built by `solicited()`, which already requires `AllowsSolicited`.
+impl<T: Transport, W: SendWr<T>> SendWr<T> for Solicited<W> {}
+impl<T: Transport, W: SendWr<T>> SendWr<T> for Checksummed<W, T> {}
+impl<W: SendWr<UD>> SendWr<UD> for To<'_, W> {}
+
 impl<W: AllowsSolicited> AllowsSolicited for Unsignaled<W> {}
 impl<W: AllowsSolicited> AllowsSolicited for Fenced<W> {}
-
-impl<T: Transport, W: SendWr<T>> SendWr<T> for Unsignaled<W> {
-    type Buffers = W::Buffers;
-    fn build(&self, raw: &mut RawSendWr) -> Result<()> {
-        self.0.build(raw)?;
-        raw.wr.send_flags &= !sys::IBV_SEND_SIGNALED;
-        Ok(())
-    }
-    fn into_buffers(self) -> W::Buffers {
-        self.0.into_buffers()
-    }
-}
-
-impl<T: SupportsFence, W: SendWr<T>> SendWr<T> for Fenced<W> {
-    type Buffers = W::Buffers;
-    fn build(&self, raw: &mut RawSendWr) -> Result<()> {
-        self.0.build(raw)?;
-        raw.wr.send_flags |= sys::IBV_SEND_FENCE;
-        Ok(())
-    }
-    fn into_buffers(self) -> W::Buffers {
-        self.0.into_buffers()
-    }
-}
-
-// `Solicited` is only built by `solicited()`, which already requires `AllowsSolicited`.
-impl<T: Transport, W: SendWr<T>> SendWr<T> for Solicited<W> {
-    type Buffers = W::Buffers;
-    fn build(&self, raw: &mut RawSendWr) -> Result<()> {
-        self.0.build(raw)?;
-        raw.wr.send_flags |= sys::IBV_SEND_SOLICITED;
-        Ok(())
-    }
-    fn into_buffers(self) -> W::Buffers {
-        self.0.into_buffers()
-    }
-}
+impl<W: AllowsSolicited, T: Transport> AllowsSolicited for Checksummed<W, T> {}
+impl<W: AllowsSolicited> AllowsSolicited for To<'_, W> {}
 
 /// A receive work request (ibv_post_recv(3)): the device writes an incoming message into
-/// `buf`, which must come from a region with LOCAL_WRITE.
+/// `buf`, which must come from a region with LOCAL_WRITE. On UD the first 40 bytes receive the
+/// GRH (or are left untouched without one).
 #[derive(Debug)]
 pub struct Recv<'a> {
     pub(crate) buf: LocalBufMut<'a>,

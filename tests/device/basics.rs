@@ -9,10 +9,7 @@ use crate::common::*;
 fn the_device_under_test_is_listed() {
     let name = device_name();
     let devs = devices().expect("ibv_get_device_list");
-    assert!(
-        devs.iter().any(|d| d.name == name),
-        "{name} not in {devs:?}"
-    );
+    assert!(devs.iter().any(|d| d.name == name), "{name} not in {devs:?}");
 }
 
 #[test]
@@ -33,10 +30,7 @@ fn device_port_and_gid_attributes() {
     let ctx = open();
     let dev = ctx.query_device().expect("ibv_query_device");
     assert!(dev.phys_port_cnt() >= 1);
-    assert!(
-        dev.max_qp_wr() > 0 && dev.max_cqe() > 0 && dev.max_mr() > 0,
-        "{dev:?}"
-    );
+    assert!(dev.max_qp_wr() > 0 && dev.max_cqe() > 0 && dev.max_mr() > 0, "{dev:?}");
     let port = ctx.query_port(PORT).expect("ibv_query_port");
     assert_eq!(port.state(), PortState::Active, "{port:?}");
     assert!(port.active_mtu().is_some());
@@ -45,12 +39,7 @@ fn device_port_and_gid_attributes() {
         assert_eq!(port.lid(), 0);
     }
     let gid = ctx.query_gid(PORT, gid_index()).expect("ibv_query_gid");
-    assert!(
-        !gid.is_zero(),
-        "GID {} at index {} is empty",
-        gid,
-        gid_index()
-    );
+    assert!(!gid.is_zero(), "GID {} at index {} is empty", gid, gid_index());
 }
 
 #[test]
@@ -67,33 +56,15 @@ fn bad_port_and_gid_index_are_typed_errors() {
         }
     }
     let len = ctx.query_port(PORT).unwrap().gid_tbl_len();
-    assert!(matches!(
-        ctx.query_gid(PORT, len),
-        Err(Error::InvalidArgument {
-            verb: "ibv_query_gid",
-            ..
-        })
-    ));
+    assert!(matches!(ctx.query_gid(PORT, len), Err(Error::InvalidArgument { verb: "ibv_query_gid", .. })));
 }
 
 #[test]
 fn cq_size_limits_are_checked() {
     let ctx = open();
     let max = ctx.query_device().unwrap().max_cqe();
-    assert!(matches!(
-        ctx.create_cq(0),
-        Err(Error::InvalidArgument {
-            verb: "ibv_create_cq",
-            ..
-        })
-    ));
-    assert!(matches!(
-        ctx.create_cq(max + 1),
-        Err(Error::InvalidArgument {
-            verb: "ibv_create_cq",
-            ..
-        })
-    ));
+    assert!(matches!(ctx.create_cq(0), Err(Error::InvalidArgument { verb: "ibv_create_cq", .. })));
+    assert!(matches!(ctx.create_cq(max + 1), Err(Error::InvalidArgument { verb: "ibv_create_cq", .. })));
     let cq = ctx.create_cq(16).expect("ibv_create_cq");
     assert!(cq.capacity() >= 16);
 }
@@ -110,15 +81,8 @@ fn memory_registration_with_legal_access_sets() {
     assert_eq!(b.addr() % 4096, 0);
     assert_ne!(b.remote(..).unwrap().rkey(), 0);
     pd.alloc_mr(64, access::LOCAL_READ).expect("LOCAL_READ");
-    pd.alloc_mr(64, access::REMOTE_READ_ONLY)
-        .expect("REMOTE_READ");
+    pd.alloc_mr(64, access::REMOTE_READ_ONLY).expect("REMOTE_READ");
     pd.alloc_mr(64, access::FULL).expect("FULL");
-    assert!(matches!(
-        pd.alloc_mr(0, access::LOCAL_RW),
-        Err(Error::InvalidArgument {
-            verb: "ibv_reg_mr",
-            ..
-        })
-    ));
+    assert!(matches!(pd.alloc_mr(0, access::LOCAL_RW), Err(Error::InvalidArgument { verb: "ibv_reg_mr", .. })));
     b.deregister().map_err(|(e, _)| e).expect("ibv_dereg_mr");
 }

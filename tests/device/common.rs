@@ -30,10 +30,7 @@ pub fn device_name() -> String {
 
 /// The GID index to use: `$TYPED_VERBS_GID_INDEX`, default 1 (the IPv4-mapped RoCEv2 GID of rxe).
 pub fn gid_index() -> u32 {
-    std::env::var("TYPED_VERBS_GID_INDEX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
+    std::env::var("TYPED_VERBS_GID_INDEX").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
 }
 
 pub const PORT: u8 = 1;
@@ -50,12 +47,8 @@ pub struct RcPair {
 }
 
 pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: QpAccess, caps: QpCaps) -> RcPair {
-    let a = pd
-        .create_qp::<RC>(&QpConfig::new(cq_a).caps(caps))
-        .expect("create QP a");
-    let b = pd
-        .create_qp::<RC>(&QpConfig::new(cq_b).caps(caps))
-        .expect("create QP b");
+    let a = pd.create_qp::<RC>(&QpConfig::new(cq_a).caps(caps)).expect("create QP a");
+    let b = pd.create_qp::<RC>(&QpConfig::new(cq_b).caps(caps)).expect("create QP b");
     let ea = a.endpoint(PORT, gid_index(), 0x1000).expect("endpoint a");
     let eb = b.endpoint(PORT, gid_index(), 0x2000).expect("endpoint b");
     let a = connect_rc(a, access, &ea, &eb);
@@ -63,18 +56,42 @@ pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: QpAccess, caps: QpCaps) ->
     RcPair { a, b }
 }
 
-pub fn connect_rc(
-    qp: Qp<RC, RESET>,
-    access: QpAccess,
-    me: &Endpoint,
-    peer: &Endpoint,
-) -> Qp<RC, RTS> {
-    let qp = qp
-        .to_init(&ConnectedInit::new(PORT, access))
-        .expect("RESET->INIT");
+pub fn connect_rc(qp: Qp<RC, RESET>, access: QpAccess, me: &Endpoint, peer: &Endpoint) -> Qp<RC, RTS> {
+    let qp = qp.to_init(&ConnectedInit::new(PORT, access)).expect("RESET->INIT");
     let av = AddressVector::global(PORT, peer.gid, gid_index() as u8);
-    let qp = qp
-        .to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))
-        .expect("INIT->RTR");
+    let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn)).expect("INIT->RTR");
     qp.to_rts(&RcRts::new(me.psn)).expect("RTR->RTS")
+}
+
+/// Two UC QPs on one device, connected to each other, in RTS.
+pub fn uc_pair(pd: &Pd, cq: &Cq, access: QpAccess, caps: QpCaps) -> (Qp<UC, RTS>, Qp<UC, RTS>) {
+    let a = pd.create_qp::<UC>(&QpConfig::new(cq).caps(caps)).expect("create UC QP a");
+    let b = pd.create_qp::<UC>(&QpConfig::new(cq).caps(caps)).expect("create UC QP b");
+    let ea = a.endpoint(PORT, gid_index(), 0x3000).expect("endpoint a");
+    let eb = b.endpoint(PORT, gid_index(), 0x4000).expect("endpoint b");
+    let connect = |qp: Qp<UC, RESET>, me: &Endpoint, peer: &Endpoint| {
+        let qp = qp.to_init(&ConnectedInit::new(PORT, access)).expect("UC RESET->INIT");
+        let av = AddressVector::global(PORT, peer.gid, gid_index() as u8);
+        let qp = qp.to_rtr(&UcRtr::new(av, peer.qp_num, peer.psn)).expect("UC INIT->RTR");
+        qp.to_rts(&SqPsn { sq_psn: me.psn }).expect("UC RTR->RTS")
+    };
+    (connect(a, &ea, &eb), connect(b, &eb, &ea))
+}
+
+/// The Q_Key the UD tests use (the one ibv_ud_pingpong uses).
+pub const QKEY: u32 = 0x1111_1111;
+
+/// A UD QP in RTS.
+pub fn ud_qp(pd: &Pd, cq: &Cq, caps: QpCaps) -> Qp<UD, RTS> {
+    let qp = pd.create_qp::<UD>(&QpConfig::new(cq).caps(caps)).expect("create UD QP");
+    let qp = qp.to_init(&UdInit { port: PORT, pkey_index: 0, qkey: QKEY }).expect("UD RESET->INIT");
+    let qp = qp.to_rtr(&UdRtr).expect("UD INIT->RTR");
+    qp.to_rts(&SqPsn { sq_psn: 0x5000 }).expect("UD RTR->RTS")
+}
+
+/// Fills a region no peer can write with a recognisable pattern.
+pub fn fill<A: typed_verbs::access::PeerCannotWrite>(mr: &mut Mr<A>, seed: u8) {
+    for (i, b) in mr.as_mut_slice().iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
+    }
 }

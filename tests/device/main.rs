@@ -7,5 +7,6 @@
 mod common;
 
 mod basics;
+mod opcodes;
 mod rc;
 mod scope_safety;

@@ -27,12 +27,7 @@ fn a_forgotten_token_still_drains_before_the_buffer_is_reused() {
 
     scope(|s| {
         // A 1 MiB RDMA READ: the device writes `local` for a while after the post.
-        let t = s
-            .post_send(
-                &pair.a,
-                Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap()),
-            )
-            .unwrap();
+        let t = s.post_send(&pair.a, Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
         std::mem::forget(t);
     })
     .unwrap();
@@ -40,10 +35,7 @@ fn a_forgotten_token_still_drains_before_the_buffer_is_reused() {
     // The scope returned, so the device has finished writing: all the data is there.
     assert_eq!(pair.a.outstanding(), (0, 0));
     let got = local.as_mut_slice();
-    assert!(
-        got.iter().enumerate().all(|(i, &b)| b == pattern(i)),
-        "the READ had not landed when the scope returned"
-    );
+    assert!(got.iter().enumerate().all(|(i, &b)| b == pattern(i)), "the READ had not landed when the scope returned");
     got.fill(0); // reuse is allowed now
 }
 
@@ -61,24 +53,12 @@ fn a_panic_inside_the_scope_drains_then_resumes_the_panic() {
 
     let r = catch_unwind(AssertUnwindSafe(|| {
         let _ = scope(|s| {
-            let _t = s
-                .post_send(
-                    &pair.a,
-                    Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap()),
-                )
-                .unwrap();
+            let _t = s.post_send(&pair.a, Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
             panic!("boom with a READ in flight");
         });
     }));
     let msg = r.expect_err("the panic must propagate");
-    assert_eq!(
-        msg.downcast_ref::<&str>(),
-        Some(&"boom with a READ in flight")
-    );
+    assert_eq!(msg.downcast_ref::<&str>(), Some(&"boom with a READ in flight"));
     assert_eq!(pair.a.outstanding(), (0, 0));
-    assert!(local
-        .as_slice()
-        .iter()
-        .enumerate()
-        .all(|(i, &b)| b == pattern(i)));
+    assert!(local.as_slice().iter().enumerate().all(|(i, &b)| b == pattern(i)));
 }

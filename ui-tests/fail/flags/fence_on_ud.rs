@@ -1,14 +1,15 @@
 // ibv_post_send(3): "IBV_SEND_FENCE Set the fence indicator. Valid only for QPs with Transport Service Type IBV_QPT_RC" (here: UD).
 use typed_verbs::access;
+use typed_verbs::ah::Ah;
 use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UD};
 use typed_verbs::wr::{Send, SendRequest};
 
-fn f(qp: &Qp<UD, RTS>, local: &Mr<access::LocalRead>) {
+fn f(qp: &Qp<UD, RTS>, ah: &Ah, local: &Mr<access::LocalRead>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, Send::new(local.slice(..).unwrap()).fence());
+        let _ = s.post_send(qp, Send::new(local.slice(..).unwrap()).fence().to(ah, 1, 2));
     });
 }
 

@@ -1,14 +1,15 @@
 // ibv_post_send(3) opcode table: IBV_WR_ATOMIC_CMP_AND_SWP is not valid on UD (only RC, XRC_SEND).
 use typed_verbs::access;
+use typed_verbs::ah::Ah;
 use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UD};
-use typed_verbs::wr::CompareSwap;
+use typed_verbs::wr::{CompareSwap, SendRequest};
 
-fn f(qp: &Qp<UD, RTS>, result: &mut Mr<access::LocalRw>, remote: RemoteSlice<access::RemoteAll>) {
+fn f(qp: &Qp<UD, RTS>, ah: &Ah, result: &mut Mr<access::LocalRw>, remote: RemoteSlice<access::RemoteAll>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, CompareSwap::new(result.slice_mut(..8).unwrap(), remote, 0, 1));
+        let _ = s.post_send(qp, CompareSwap::new(result.slice_mut(..8).unwrap(), remote, 0, 1).to(ah, 1, 2));
     });
 }
 

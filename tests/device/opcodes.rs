@@ -1,0 +1,320 @@
+//! Every opcode rxe supports, on each transport that allows it (ibv_post_send(3) opcode
+//! table), with both sides' data checked; and the typed errors for what the device lacks.
+
+use typed_verbs::prelude::*;
+
+use crate::common::*;
+
+struct Rig {
+    _ctx: Context,
+    pd: Pd,
+    cq: Cq,
+}
+
+fn rig() -> Rig {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    Rig { _ctx: ctx, pd, cq }
+}
+
+fn inline_caps() -> QpCaps {
+    QpCaps { max_inline_data: 64, ..QpCaps::default() }
+}
+
+#[test]
+fn rc_send_and_send_with_immediate() {
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
+    fill(&mut src, 3);
+    let mut dst = r.pd.alloc_mr(512, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let (d1, d2) = dst.slice_mut(..).unwrap().split_at(256).unwrap();
+        let r1 = s.post_recv(&p.b, Recv::new(d1)).unwrap();
+        let r2 = s.post_recv(&p.b, Recv::new(d2)).unwrap();
+        let t1 = s.post_send(&p.a, Send::new(src.slice(..100).unwrap())).unwrap();
+        let t2 = s.post_send(&p.a, SendImm::new(src.slice(100..256).unwrap(), 0x0102_0304)).unwrap();
+        for t in [t1, t2] {
+            let (c, _) = s.wait(t, WAIT).unwrap();
+            assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::Send), "{c:?}");
+        }
+        let (c1, _) = s.wait(r1, WAIT).unwrap();
+        assert_eq!((c1.status(), c1.opcode(), c1.byte_len(), c1.imm()), (WcStatus::Success, WcOpcode::Recv, 100, None));
+        let (c2, _) = s.wait(r2, WAIT).unwrap();
+        assert_eq!(
+            (c2.status(), c2.opcode(), c2.byte_len(), c2.imm()),
+            (WcStatus::Success, WcOpcode::Recv, 156, Some(0x0102_0304))
+        );
+    })
+    .unwrap();
+    assert_eq!(&dst.as_slice()[..100], &src.as_slice()[..100]);
+    assert_eq!(&dst.as_slice()[256..256 + 156], &src.as_slice()[100..256]);
+}
+
+#[test]
+fn rc_write_with_immediate_consumes_a_receive() {
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let mut src = r.pd.alloc_mr(4096, access::LOCAL_READ).unwrap();
+    fill(&mut src, 9);
+    let target = r.pd.alloc_mr(4096, access::LOCAL_REMOTE_WRITE).unwrap();
+    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let rt = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let remote = target.remote(1024..).unwrap();
+        let t = s.post_send(&p.a, WriteImm::new(src.slice(..2048).unwrap(), remote, 77)).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::RdmaWrite), "{c:?}");
+        let (rc, _) = s.wait(rt, WAIT).unwrap();
+        assert_eq!((rc.status(), rc.opcode(), rc.imm()), (WcStatus::Success, WcOpcode::RecvRdmaWithImm, Some(77)));
+        assert_eq!(rc.byte_len(), 2048);
+    })
+    .unwrap();
+    let mut got = vec![0u8; 2048];
+    target.read_volatile_into(1024, &mut got).unwrap();
+    assert_eq!(got, &src.as_slice()[..2048]);
+}
+
+#[test]
+fn rc_read_fetches_remote_memory() {
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, QpCaps::default());
+    let mut remote = r.pd.alloc_mr(8192, access::REMOTE_READ_ONLY).unwrap();
+    fill(&mut remote, 5);
+    let mut local = r.pd.alloc_mr(8192, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let t = s.post_send(&p.a, Read::new(local.slice_mut(..5000).unwrap(), remote.remote(100..).unwrap())).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::RdmaRead), "{c:?}");
+    })
+    .unwrap();
+    assert_eq!(&local.as_slice()[..5000], &remote.as_slice()[100..5100]);
+}
+
+#[test]
+fn rc_atomics_compare_swap_and_fetch_add_on_both_sides() {
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_ATOMIC, QpCaps::default());
+    let mut target = r.pd.alloc_mr(64, access::REMOTE_ALL).unwrap();
+    target.write_volatile_from(8, &40u64.to_ne_bytes()).unwrap();
+    let mut result = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let remote = target.remote(8..16).unwrap();
+    let mut word = [0u8; 8];
+    scope(|s| {
+        let (r0, rest) = result.slice_mut(..).unwrap().split_at(8).unwrap();
+        let (r1, rest) = rest.split_at(8).unwrap();
+        let (r2, _) = rest.split_at(8).unwrap();
+        // FAA: 40 + 2 = 42, returns 40.
+        let t = s.post_send(&p.a, FetchAdd::new(r0, remote, 2)).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::FetchAdd), "{c:?}");
+        // CAS that fails: compare 7 != 42, returns 42, leaves 42.
+        let t = s.post_send(&p.a, CompareSwap::new(r1, remote, 7, 1000)).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::CompSwap), "{c:?}");
+        // CAS that succeeds: 42 -> 99, returns 42.
+        let t = s.post_send(&p.a, CompareSwap::new(r2, remote, 42, 99)).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+    })
+    .unwrap();
+    let got = |i: usize| u64::from_ne_bytes(result.as_slice()[i * 8..i * 8 + 8].try_into().unwrap());
+    assert_eq!((got(0), got(1), got(2)), (40, 42, 42));
+    target.read_volatile_into(8, &mut word).unwrap();
+    assert_eq!(u64::from_ne_bytes(word), 99);
+}
+
+#[test]
+fn misaligned_atomics_are_refused_before_the_provider_sees_them() {
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_ATOMIC, QpCaps::default());
+    let target = r.pd.alloc_mr(64, access::REMOTE_ALL).unwrap();
+    let mut result = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let whole = result.slice_mut(..).unwrap();
+        let e = s.post_send(&p.a, FetchAdd::new(whole, target.remote(4..12).unwrap(), 1));
+        let e = e.expect_err("misaligned remote");
+        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        // The request comes back with the error: its buffer is usable again.
+        let (_, rest) = e.wr.into_result().split_at(1).unwrap();
+        let (odd, _) = rest.split_at(8).unwrap();
+        let e = s.post_send(&p.a, FetchAdd::new(odd, target.remote(0..8).unwrap(), 1));
+        let e = e.expect_err("misaligned result");
+        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        let (short, _) = e.wr.into_result().split_at(4).unwrap();
+        let e = s.post_send(&p.a, CompareSwap::new(short, target.remote(0..8).unwrap(), 0, 1));
+        assert!(matches!(e.expect_err("short result").error, Error::InvalidArgument { .. }));
+    })
+    .unwrap();
+    assert_eq!(p.a.outstanding(), (0, 0));
+}
+
+#[test]
+fn rc_inline_send_and_write_release_the_bytes_at_once() {
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, inline_caps());
+    assert!(p.a.caps().max_inline_data >= 64);
+    let target = r.pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
+    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let rt = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let mut bytes = *b"inline send, not registered";
+        let t1 = s.post_inline(&p.a, InlineSend::new(&bytes)).unwrap();
+        bytes.fill(b'X'); // the call returned: the bytes may be reused at once
+        let mut bytes2 = *b"inline write";
+        let t2 = s.post_inline(&p.a, InlineWrite::new(&bytes2, target.remote(..).unwrap())).unwrap();
+        bytes2.fill(0);
+        for t in [t1, t2] {
+            let (c, ()) = s.wait(t, WAIT).unwrap();
+            assert!(c.is_success(), "{c:?}");
+        }
+        let (rc, _) = s.wait(rt, WAIT).unwrap();
+        assert_eq!(rc.byte_len(), 27);
+        let too_big = [0u8; 65];
+        let e = s.post_inline(&p.a, InlineSend::new(&too_big)).expect_err("above max_inline_data");
+        assert!(matches!(e.error, Error::InlineTooLarge { len: 65, .. }), "{:?}", e.error);
+    })
+    .unwrap();
+    assert_eq!(&rbuf.as_slice()[..27], b"inline send, not registered");
+    let mut got = [0u8; 12];
+    target.read_volatile_into(0, &mut got).unwrap();
+    assert_eq!(&got, b"inline write");
+}
+
+#[test]
+fn rc_fence_and_solicited_flags_are_accepted_and_ordered() {
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ | QpAccess::REMOTE_WRITE, QpCaps::default());
+    let mut remote = r.pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
+    remote.write_volatile_from(0, &[0xAB; 4096]).unwrap();
+    let mut local = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
+    let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(0xCD);
+    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let rt = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        // READ the remote, then a fenced WRITE over the same remote bytes: the fence makes the
+        // WRITE wait for the READ, so the READ sees the old bytes.
+        let t1 = s.post_send(&p.a, Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+        let t2 = s.post_send(&p.a, Write::new(src.slice(..).unwrap(), remote.remote(..64).unwrap()).fence()).unwrap();
+        let t3 = s.post_send(&p.a, Send::new(src.slice(..8).unwrap()).solicited()).unwrap();
+        assert!(s.wait(t1, WAIT).unwrap().0.is_success());
+        for t in [t2, t3] {
+            let (c, _) = s.wait(t, WAIT).unwrap();
+            assert!(c.is_success(), "{c:?}");
+        }
+        let (rc, _) = s.wait(rt, WAIT).unwrap();
+        assert!(rc.is_success() && rc.byte_len() == 8, "{rc:?}");
+    })
+    .unwrap();
+    assert!(local.as_slice().iter().all(|&b| b == 0xAB), "the fenced WRITE overtook the READ");
+    let mut head = [0u8; 64];
+    remote.read_volatile_into(0, &mut head).unwrap();
+    assert_eq!(head, [0xCD; 64]);
+}
+
+#[test]
+fn uc_send_imm_write_and_write_imm() {
+    let r = rig();
+    let (a, b) = uc_pair(&r.pd, &r.cq, QpAccess::REMOTE_WRITE, inline_caps());
+    let mut src = r.pd.alloc_mr(1024, access::LOCAL_READ).unwrap();
+    fill(&mut src, 11);
+    let target = r.pd.alloc_mr(1024, access::LOCAL_REMOTE_WRITE).unwrap();
+    let mut rbuf = r.pd.alloc_mr(1024, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let (r1, rest) = rbuf.slice_mut(..).unwrap().split_at(512).unwrap();
+        let (r2, r3) = rest.split_at(256).unwrap();
+        let rts = [r1, r2, r3].map(|buf| s.post_recv(&b, Recv::new(buf)).unwrap());
+        let sends = [
+            s.post_send(&a, Send::new(src.slice(..300).unwrap())).unwrap(),
+            s.post_send(&a, SendImm::new(src.slice(300..400).unwrap(), 5)).unwrap(),
+            s.post_send(&a, Write::new(src.slice(..512).unwrap(), target.remote(..).unwrap())).unwrap(),
+            s.post_send(&a, WriteImm::new(src.slice(512..).unwrap(), target.remote(512..).unwrap(), 6)).unwrap(),
+        ];
+        for t in sends {
+            let (c, _) = s.wait(t, WAIT).unwrap();
+            assert!(c.is_success(), "{c:?}");
+        }
+        let got: Vec<_> = rts.into_iter().map(|t| s.wait(t, WAIT).unwrap().0).collect();
+        assert_eq!((got[0].byte_len(), got[0].imm()), (300, None));
+        assert_eq!((got[1].byte_len(), got[1].imm()), (100, Some(5)));
+        assert_eq!((got[2].opcode(), got[2].imm(), got[2].byte_len()), (WcOpcode::RecvRdmaWithImm, Some(6), 512));
+        let t = s.post_inline(&a, InlineSend::new(b"uc inline")).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+    })
+    .unwrap();
+    assert_eq!(&rbuf.as_slice()[..300], &src.as_slice()[..300]);
+    assert_eq!(&rbuf.as_slice()[512..612], &src.as_slice()[300..400]);
+    let mut got = vec![0u8; 1024];
+    target.read_volatile_into(0, &mut got).unwrap();
+    assert_eq!(got, src.as_slice());
+}
+
+#[test]
+fn ud_send_and_send_imm_through_an_address_handle() {
+    let r = rig();
+    let a = ud_qp(&r.pd, &r.cq, inline_caps());
+    let b = ud_qp(&r.pd, &r.cq, QpCaps::default());
+    let eb = b.endpoint(PORT, gid_index(), 0).unwrap();
+    let ah = r.pd.create_ah(&AddressVector::global(PORT, eb.gid, gid_index() as u8)).unwrap();
+    let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
+    fill(&mut src, 21);
+    // UD receive buffers start with 40 bytes for the GRH.
+    let mut rbuf = r.pd.alloc_mr(1024, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let (r1, r2) = rbuf.slice_mut(..).unwrap().split_at(512).unwrap();
+        let rt1 = s.post_recv(&b, Recv::new(r1)).unwrap();
+        let rt2 = s.post_recv(&b, Recv::new(r2)).unwrap();
+        let t1 = s.post_send(&a, Send::new(src.slice(..200).unwrap()).to(&ah, eb.qp_num, QKEY)).unwrap();
+        let t2 = s.post_send(&a, SendImm::new(src.slice(200..).unwrap(), 0xfeed).to(&ah, eb.qp_num, QKEY)).unwrap();
+        for t in [t1, t2] {
+            let (c, _) = s.wait(t, WAIT).unwrap();
+            assert!(c.is_success(), "{c:?}");
+        }
+        let (c1, _) = s.wait(rt1, WAIT).unwrap();
+        assert!(c1.is_success(), "{c1:?}");
+        assert_eq!((c1.byte_len(), c1.src_qp(), c1.imm()), (40 + 200, a.qp_num(), None));
+        let (c2, _) = s.wait(rt2, WAIT).unwrap();
+        assert_eq!((c2.byte_len(), c2.imm()), (40 + 56, Some(0xfeed)));
+    })
+    .unwrap();
+    assert_eq!(&rbuf.as_slice()[40..240], &src.as_slice()[..200]);
+    assert_eq!(&rbuf.as_slice()[512 + 40..512 + 96], &src.as_slice()[200..]);
+}
+
+#[test]
+fn transports_the_device_lacks_are_typed_errors() {
+    let r = rig();
+    for (name, res) in [
+        ("XRC_SEND", r.pd.create_qp::<XRC_SEND>(&QpConfig::new(&r.cq)).map(|_| ())),
+        ("RAW_PACKET", r.pd.create_qp::<RAW_PACKET>(&QpConfig::new(&r.cq)).map(|_| ())),
+    ] {
+        match res {
+            Err(Error::Unsupported { what, .. }) => assert!(what.contains(name), "{what}"),
+            other => panic!("{name}: expected Error::Unsupported, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn ip_checksum_capability_matches_the_device_flags() {
+    let r = rig();
+    let attr = r._ctx.query_device().unwrap();
+    let flags = attr.device_cap_flags();
+    assert_eq!(attr.ip_csum::<UD>().is_some(), flags & (1 << 18) != 0);
+    assert_eq!(attr.ip_csum::<RAW_PACKET>().is_some(), flags & (1 << 26) != 0);
+}
+
+#[test]
+fn queue_sizes_above_the_device_limits_are_typed_errors() {
+    let r = rig();
+    let max = r._ctx.query_device().unwrap().max_qp_wr();
+    let caps = QpCaps { max_send_wr: max + 1, ..QpCaps::default() };
+    match r.pd.create_qp::<RC>(&QpConfig::new(&r.cq).caps(caps)) {
+        Err(Error::InvalidArgument { verb: "ibv_create_qp", reason }) => {
+            assert!(reason.contains("max_send_wr"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

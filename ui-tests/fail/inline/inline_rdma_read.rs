@@ -1,0 +1,15 @@
+// ibv_post_send(3): "IBV_SEND_INLINE ... Valid only for Send and RDMA Write."
+use typed_verbs::access;
+use typed_verbs::mr::{Mr, RemoteSlice};
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RC, RTS};
+use typed_verbs::wr::Read;
+
+fn f(qp: &Qp<RC, RTS>, local: &mut Mr<access::LocalRw>, remote: RemoteSlice<access::RemoteRw>) {
+    let _ = scope(|s| {
+        let _ = s.post_inline(qp, Read::new(local.slice_mut(..).unwrap(), remote));
+    });
+}
+
+fn main() {}

@@ -1,0 +1,15 @@
+// ibv_post_send(3): a UD send carries wr.ud.ah, remote_qpn and remote_qkey; a UD send without them does not compile.
+use typed_verbs::access;
+use typed_verbs::mr::Mr;
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RTS, UD};
+use typed_verbs::wr::Send;
+
+fn f(qp: &Qp<UD, RTS>, src: &Mr<access::LocalRead>) {
+    let _ = scope(|s| {
+        let _ = s.post_send(qp, Send::new(src.slice(..).unwrap()));
+    });
+}
+
+fn main() {}
