@@ -7,29 +7,20 @@ use std::env;
 use std::path::PathBuf;
 
 fn main() {
-    let lib = pkg_config::Config::new()
-        .atleast_version("1.8")
-        .probe("libibverbs")
-        .unwrap_or_else(|e| {
-            panic!(
-                "typed-verbs-sys needs the system libibverbs development files \
+    let lib = pkg_config::Config::new().atleast_version("1.8").probe("libibverbs").unwrap_or_else(|e| {
+        panic!(
+            "typed-verbs-sys needs the system libibverbs development files \
                  (Debian: `apt-get install libibverbs-dev pkg-config libclang-dev`, \
                  or run scripts/install-deps): {e}"
-            )
-        });
+        )
+    });
 
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let wrapper_c = out.join("static_wrappers.c");
 
     let mut builder = bindgen::Builder::default()
-        .header(
-            manifest
-                .join("wrapper.h")
-                .to_str()
-                .expect("utf-8 path")
-                .to_owned(),
-        )
+        .header(manifest.join("wrapper.h").to_str().expect("utf-8 path").to_owned())
         .allowlist_function("_*ibv_.*")
         .allowlist_type("_*ibv_.*")
         .allowlist_type("verbs_.*")
@@ -49,12 +40,8 @@ fn main() {
     for path in &lib.include_paths {
         builder = builder.clang_arg(format!("-I{}", path.display()));
     }
-    let bindings = builder
-        .generate()
-        .expect("bindgen could not generate bindings for <infiniband/verbs.h>");
-    bindings
-        .write_to_file(out.join("bindings.rs"))
-        .expect("could not write bindings.rs");
+    let bindings = builder.generate().expect("bindgen could not generate bindings for <infiniband/verbs.h>");
+    bindings.write_to_file(out.join("bindings.rs")).expect("could not write bindings.rs");
 
     // The generated C file defines one exported wrapper per static inline function.
     let mut cc = cc::Build::new();

@@ -12,17 +12,8 @@
 //! The layouts of the structs shared with the C library that the safe layer fills or reads
 //! directly (`ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`) are pinned by compile-time
 //! assertions below, in addition to bindgen's own layout tests.
-#![allow(
-    non_upper_case_globals,
-    non_camel_case_types,
-    non_snake_case,
-    missing_docs
-)]
-#![allow(
-    clippy::all,
-    clippy::undocumented_unsafe_blocks,
-    clippy::missing_safety_doc
-)]
+#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, missing_docs)]
+#![allow(clippy::all, clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 #![allow(unsafe_code, unsafe_op_in_unsafe_fn)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
