@@ -155,12 +155,15 @@ where
         | bit(MB::SET, sys::IBV_ACCESS_MW_BIND);
 }
 
-impl<LW, RW, RR, RA, MB> fmt::Debug for Access<LW, RW, RR, RA, MB>
-where
-    Self: AccessSet,
-{
+impl<LW, RW, RR, RA, MB> fmt::Debug for Access<LW, RW, RR, RA, MB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Access({:#x})", <Self as AccessSet>::BITS)
+        f.write_str(std::any::type_name::<Self>())
+    }
+}
+
+impl<RW, RR, RA, ZB> fmt::Debug for WindowAccess<RW, RR, RA, ZB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(std::any::type_name::<Self>())
     }
 }
 
@@ -190,29 +193,29 @@ impl<RW, RR, RA, MB> HasLocalWrite for Access<LocalWrite, RW, RR, RA, MB> where 
 
 /// The set includes `IBV_ACCESS_REMOTE_WRITE`.
 #[diagnostic::on_unimplemented(
-    message = "RDMA WRITE needs a target registered with IBV_ACCESS_REMOTE_WRITE; `{Self}` lacks it",
+    message = "RDMA WRITE needs a target (region or window) with IBV_ACCESS_REMOTE_WRITE; `{Self}` lacks it",
     label = "this remote region does not allow remote writes",
     note = "ibv_reg_mr(3): IBV_ACCESS_REMOTE_WRITE enables remote write access"
 )]
-pub trait HasRemoteWrite: LegalAccess {}
+pub trait HasRemoteWrite: RemoteRights {}
 impl<RR, RA, MB> HasRemoteWrite for Access<LocalWrite, RemoteWrite, RR, RA, MB> where Self: LegalAccess {}
 
 /// The set includes `IBV_ACCESS_REMOTE_READ`.
 #[diagnostic::on_unimplemented(
-    message = "RDMA READ needs a source registered with IBV_ACCESS_REMOTE_READ; `{Self}` lacks it",
+    message = "RDMA READ needs a source (region or window) with IBV_ACCESS_REMOTE_READ; `{Self}` lacks it",
     label = "this remote region does not allow remote reads",
     note = "ibv_reg_mr(3): IBV_ACCESS_REMOTE_READ enables remote read access"
 )]
-pub trait HasRemoteRead: LegalAccess {}
+pub trait HasRemoteRead: RemoteRights {}
 impl<LW, RW, RA, MB> HasRemoteRead for Access<LW, RW, RemoteRead, RA, MB> where Self: LegalAccess {}
 
 /// The set includes `IBV_ACCESS_REMOTE_ATOMIC`.
 #[diagnostic::on_unimplemented(
-    message = "atomic operations need a target registered with IBV_ACCESS_REMOTE_ATOMIC; `{Self}` lacks it",
+    message = "atomic operations need a target (region or window) with IBV_ACCESS_REMOTE_ATOMIC; `{Self}` lacks it",
     label = "this remote region does not allow remote atomics",
     note = "ibv_reg_mr(3): IBV_ACCESS_REMOTE_ATOMIC enables remote atomic operation access"
 )]
-pub trait HasRemoteAtomic: LegalAccess {}
+pub trait HasRemoteAtomic: RemoteRights {}
 impl<RW, RR, MB> HasRemoteAtomic for Access<LocalWrite, RW, RR, RemoteAtomic, MB> where Self: LegalAccess {}
 
 /// The set includes `IBV_ACCESS_MW_BIND`.
@@ -238,6 +241,184 @@ impl<LW, RW, RR, RA> HasMwBind for Access<LW, RW, RR, RA, MwBind> where Self: Le
 pub trait PeerCannotWrite: LegalAccess {}
 impl<LW, RR> PeerCannotWrite for Access<LW, (), RR, (), ()> where Self: LegalAccess {}
 impl<RR> PeerCannotWrite for Access<(), (), RR, (), MwBind> where Self: LegalAccess {}
+
+/// Marker: `IBV_ACCESS_ZERO_BASED` is set on a memory window: remote addresses are offsets
+/// from the window's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ZeroBased;
+
+/// The rights behind an rkey: a region's [`Access`] set or a window's [`WindowAccess`].
+/// [`RemoteSlice`](crate::mr::RemoteSlice) is typed by them. Sealed.
+pub trait RemoteRights: sealed::Sealed + Copy + Send + Sync + fmt::Debug + 'static {
+    /// True when remote addresses are offsets from the start of a zero-based window.
+    const ZERO_BASED: bool;
+}
+impl<LW, RW, RR, RA, MB> RemoteRights for Access<LW, RW, RR, RA, MB>
+where
+    Self: LegalAccess,
+{
+    const ZERO_BASED: bool = false;
+}
+
+/// The access a memory window grants (`mw_access_flags` of ibv_bind_mw(3)): each position is
+/// the flag's marker or `()`: [`RemoteWrite`], [`RemoteRead`], [`RemoteAtomic`],
+/// [`ZeroBased`].
+///
+/// ibv_bind_mw(3): REMOTE_WRITE and REMOTE_ATOMIC windows "require local write access to the
+/// MR" ([`WindowOn`]).
+pub struct WindowAccess<RW = (), RR = (), RA = (), ZB = ()>(PhantomData<WindowFlags<RW, RR, RA, ZB>>);
+
+type WindowFlags<RW, RR, RA, ZB> = fn() -> (RW, RR, RA, ZB);
+
+impl<RW, RR, RA, ZB> Clone for WindowAccess<RW, RR, RA, ZB> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<RW, RR, RA, ZB> Copy for WindowAccess<RW, RR, RA, ZB> {}
+impl<RW, RR, RA, ZB> Default for WindowAccess<RW, RR, RA, ZB> {
+    fn default() -> Self {
+        WindowAccess(PhantomData)
+    }
+}
+
+impl WindowAccess {
+    /// No access: a window nobody can use (the start of the builder).
+    pub const NONE: WindowAccess = WindowAccess(PhantomData);
+}
+
+impl<RW, RR, RA, ZB> WindowAccess<RW, RR, RA, ZB> {
+    const fn new() -> Self {
+        WindowAccess(PhantomData)
+    }
+    /// Adds `IBV_ACCESS_REMOTE_WRITE` (the MR needs LOCAL_WRITE).
+    pub const fn remote_write(self) -> WindowAccess<RemoteWrite, RR, RA, ZB> {
+        WindowAccess::new()
+    }
+    /// Adds `IBV_ACCESS_REMOTE_READ`.
+    pub const fn remote_read(self) -> WindowAccess<RW, RemoteRead, RA, ZB> {
+        WindowAccess::new()
+    }
+    /// Adds `IBV_ACCESS_REMOTE_ATOMIC` (the MR needs LOCAL_WRITE).
+    pub const fn remote_atomic(self) -> WindowAccess<RW, RR, RemoteAtomic, ZB> {
+        WindowAccess::new()
+    }
+    /// Adds `IBV_ACCESS_ZERO_BASED`: remote addresses become offsets from the window start
+    /// (type 2 windows only).
+    pub const fn zero_based(self) -> WindowAccess<RW, RR, RA, ZeroBased> {
+        WindowAccess::new()
+    }
+}
+
+mod window_sealed {
+    pub trait Flag<const BIT: u32> {
+        const SET: bool;
+    }
+}
+macro_rules! window_flag {
+    ($($marker:ident => $bit:path),* $(,)?) => {$(
+        impl window_sealed::Flag<{ $bit }> for $marker { const SET: bool = true; }
+        impl window_sealed::Flag<{ $bit }> for () { const SET: bool = false; }
+    )*};
+}
+window_flag! {
+    RemoteWrite => sys::IBV_ACCESS_REMOTE_WRITE,
+    RemoteRead => sys::IBV_ACCESS_REMOTE_READ,
+    RemoteAtomic => sys::IBV_ACCESS_REMOTE_ATOMIC,
+    ZeroBased => sys::IBV_ACCESS_ZERO_BASED,
+}
+
+/// A window access set. Sealed; implemented by [`WindowAccess`].
+pub trait WindowRights: RemoteRights {
+    /// The `IBV_ACCESS_*` bits of `mw_access_flags`.
+    const BITS: u32;
+}
+
+impl<RW, RR, RA, ZB> sealed::Sealed for WindowAccess<RW, RR, RA, ZB>
+where
+    RW: window_sealed::Flag<{ sys::IBV_ACCESS_REMOTE_WRITE }>,
+    RR: window_sealed::Flag<{ sys::IBV_ACCESS_REMOTE_READ }>,
+    RA: window_sealed::Flag<{ sys::IBV_ACCESS_REMOTE_ATOMIC }>,
+    ZB: window_sealed::Flag<{ sys::IBV_ACCESS_ZERO_BASED }>,
+{
+}
+
+impl<RW, RR, RA, ZB> RemoteRights for WindowAccess<RW, RR, RA, ZB>
+where
+    Self: sealed::Sealed,
+    RW: window_sealed::Flag<{ sys::IBV_ACCESS_REMOTE_WRITE }> + 'static,
+    RR: window_sealed::Flag<{ sys::IBV_ACCESS_REMOTE_READ }> + 'static,
+    RA: window_sealed::Flag<{ sys::IBV_ACCESS_REMOTE_ATOMIC }> + 'static,
+    ZB: window_sealed::Flag<{ sys::IBV_ACCESS_ZERO_BASED }> + 'static,
+{
+    const ZERO_BASED: bool = ZB::SET;
+}
+
+impl<RW, RR, RA, ZB> WindowRights for WindowAccess<RW, RR, RA, ZB>
+where
+    Self: RemoteRights,
+    RW: window_sealed::Flag<{ sys::IBV_ACCESS_REMOTE_WRITE }> + 'static,
+    RR: window_sealed::Flag<{ sys::IBV_ACCESS_REMOTE_READ }> + 'static,
+    RA: window_sealed::Flag<{ sys::IBV_ACCESS_REMOTE_ATOMIC }> + 'static,
+    ZB: window_sealed::Flag<{ sys::IBV_ACCESS_ZERO_BASED }> + 'static,
+{
+    const BITS: u32 = bit(RW::SET, sys::IBV_ACCESS_REMOTE_WRITE)
+        | bit(RR::SET, sys::IBV_ACCESS_REMOTE_READ)
+        | bit(RA::SET, sys::IBV_ACCESS_REMOTE_ATOMIC)
+        | bit(ZB::SET, sys::IBV_ACCESS_ZERO_BASED);
+}
+
+impl<RR, RA, ZB> HasRemoteWrite for WindowAccess<RemoteWrite, RR, RA, ZB> where Self: RemoteRights {}
+impl<RW, RA, ZB> HasRemoteRead for WindowAccess<RW, RemoteRead, RA, ZB> where Self: RemoteRights {}
+impl<RW, RR, ZB> HasRemoteAtomic for WindowAccess<RW, RR, RemoteAtomic, ZB> where Self: RemoteRights {}
+
+/// A region that can host a window granting REMOTE_WRITE or REMOTE_ATOMIC: MW_BIND and
+/// LOCAL_WRITE.
+#[diagnostic::on_unimplemented(
+    message = "a window with REMOTE_WRITE or REMOTE_ATOMIC needs a region with IBV_ACCESS_LOCAL_WRITE; `{Self}` lacks it",
+    label = "registered without `.local_write()`",
+    note = "ibv_bind_mw(3): \"IBV_ACCESS_REMOTE_WRITE Enable Remote Write Access. Requires local write access to the MR.\" (likewise IBV_ACCESS_REMOTE_ATOMIC)"
+)]
+pub trait HostsWritableWindow: HasMwBind {}
+impl<RW, RR, RA> HostsWritableWindow for Access<LocalWrite, RW, RR, RA, MwBind> where Self: HasMwBind {}
+
+/// The window access set `Self` may be bound to a region with access set `MA`: MA has MW_BIND,
+/// and a window with REMOTE_WRITE or REMOTE_ATOMIC needs MA to have LOCAL_WRITE too.
+pub trait WindowOn<MA>: WindowRights {}
+impl<MA: HasMwBind, RR, ZB> WindowOn<MA> for WindowAccess<(), RR, (), ZB> where Self: WindowRights {}
+impl<MA: HostsWritableWindow, RR, RA, ZB> WindowOn<MA> for WindowAccess<RemoteWrite, RR, RA, ZB> where Self: WindowRights
+{}
+impl<MA: HostsWritableWindow, RR, ZB> WindowOn<MA> for WindowAccess<(), RR, RemoteAtomic, ZB> where Self: WindowRights {}
+
+/// Window rights without ZERO_BASED (what a type 1 window may have).
+#[diagnostic::on_unimplemented(
+    message = "a type 1 memory window cannot be zero-based",
+    label = "drop `.zero_based()` or use a type 2 window",
+    note = "IBTA o10-36.2.2: type 1 windows are bound with virtual addresses; rdma-core's ibv_bind_mw rejects IBV_ACCESS_ZERO_BASED"
+)]
+pub trait VirtuallyAddressed: WindowRights {}
+impl<RW, RR, RA> VirtuallyAddressed for WindowAccess<RW, RR, RA, ()> where Self: WindowRights {}
+
+/// Window presets.
+pub mod window {
+    use super::{RemoteAtomic, RemoteRead, RemoteWrite, WindowAccess};
+    /// A window peers may read.
+    pub type Read = WindowAccess<(), RemoteRead>;
+    /// A window peers may write.
+    pub type Write = WindowAccess<RemoteWrite>;
+    /// A window peers may read and write.
+    pub type ReadWrite = WindowAccess<RemoteWrite, RemoteRead>;
+    /// A window peers may read, write and use atomics on.
+    pub type All = WindowAccess<RemoteWrite, RemoteRead, RemoteAtomic>;
+    /// Value of [`Read`].
+    pub const READ: Read = WindowAccess::NONE.remote_read();
+    /// Value of [`Write`].
+    pub const WRITE: Write = WindowAccess::NONE.remote_write();
+    /// Value of [`ReadWrite`].
+    pub const READ_WRITE: ReadWrite = WindowAccess::NONE.remote_write().remote_read();
+    /// Value of [`All`].
+    pub const ALL: All = READ_WRITE.remote_atomic();
+}
 
 /// Local read only (no flag).
 pub type LocalRead = Access;

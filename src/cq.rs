@@ -31,6 +31,8 @@ pub struct Cq {
 pub(crate) struct CqShared {
     cq: NonNull<sys::ibv_cq>,
     cqe: u32,
+    /// The device reports `wc_flags` in the kernel's numbering (see [`WcFlagsQuirk`]).
+    quirk: WcFlagsQuirk,
     ctx: Arc<ContextInner>,
     /// QPs whose completions land here, by QP number. Also serialises polling, so that the
     /// completions of one work queue are routed in the order the device produced them.
@@ -67,7 +69,8 @@ impl Context {
     /// See ibv_create_cq(3).
     #[doc(alias = "ibv_create_cq")]
     pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
-        let max = self.query_device()?.max_cqe();
+        let dev = self.query_device()?;
+        let max = dev.max_cqe();
         if cqe == 0 || cqe > max {
             return Err(Error::invalid(
                 "ibv_create_cq",
@@ -85,6 +88,7 @@ impl Context {
             inner: Arc::new(CqShared {
                 cq,
                 cqe: u32::try_from(granted).unwrap_or(cqe),
+                quirk: if dev.is_soft_roce() { WcFlagsQuirk::KernelNumbering } else { WcFlagsQuirk::None },
                 ctx: Arc::clone(&self.inner),
                 routes: Mutex::new(Vec::new()),
             }),
@@ -131,7 +135,7 @@ impl CqShared {
             let target = routes.iter().find(|(num, _)| *num == wc.qp_num).and_then(|(_, w)| w.upgrade());
             // A completion of a QP that no longer exists has nobody to go to.
             if let Some(qp) = target {
-                let c = Completion::from_raw(wc);
+                let c = Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
                 let is_recv = wc.wr_id & RECV_BIT != 0;
                 qp.route(wc.wr_id & !RECV_BIT, is_recv, c);
             }
@@ -140,9 +144,52 @@ impl CqShared {
     }
 }
 
+/// How a device's completions encode `wc_flags`.
+///
+/// Soft-RoCE (rxe, kernel 6.12 with rdma-core 44) hands user space its completion entries with
+/// the flags in the kernel's `enum ib_wc_flags` numbering, where `IB_WC_WITH_INVALIDATE` is
+/// `1 << 2` and `IB_WC_IP_CSUM_OK` is `1 << 3`: the reverse of libibverbs' `IBV_WC_IP_CSUM_OK`
+/// (`1 << 2`) and `IBV_WC_WITH_INV` (`1 << 3`). Observed on the device: the receive completion
+/// of a SEND_WITH_INV carries bit 2. The other bits agree. Decoding swaps the two bits back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WcFlagsQuirk {
+    /// libibverbs numbering.
+    None,
+    /// Kernel numbering (rxe).
+    KernelNumbering,
+}
+
+impl WcFlagsQuirk {
+    pub(crate) fn fix(self, flags: u32) -> u32 {
+        match self {
+            WcFlagsQuirk::None => flags,
+            WcFlagsQuirk::KernelNumbering => {
+                let bit2 = flags & (1 << 2);
+                let bit3 = flags & (1 << 3);
+                (flags & !((1 << 2) | (1 << 3))) | (bit2 << 1) | (bit3 >> 1)
+            }
+        }
+    }
+}
+
 /// The `imm_data` / `invalidate_rkey` union of a completion, as raw bits.
 pub(crate) fn wc_imm_bits(wc: &sys::ibv_wc) -> u32 {
     // SAFETY: both members of the union are 32-bit integers, so every bit pattern is valid
     // for either; the value is read as `invalidate_rkey` and reinterpreted by the caller.
     unsafe { wc.__bindgen_anon_1.invalidated_rkey }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WcFlagsQuirk;
+    use typed_verbs_sys as sys;
+
+    #[test]
+    fn kernel_numbering_swaps_invalidate_and_checksum_bits() {
+        let q = WcFlagsQuirk::KernelNumbering;
+        assert_eq!(q.fix(1 << 2), sys::IBV_WC_WITH_INV);
+        assert_eq!(q.fix(1 << 3), sys::IBV_WC_IP_CSUM_OK);
+        assert_eq!(q.fix(sys::IBV_WC_GRH | sys::IBV_WC_WITH_IMM), sys::IBV_WC_GRH | sys::IBV_WC_WITH_IMM);
+        assert_eq!(WcFlagsQuirk::None.fix(1 << 2), 1 << 2);
+    }
 }

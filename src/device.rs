@@ -243,6 +243,9 @@ impl Context {
     }
 }
 
+/// The vendor id the rxe driver reports (`RXE_VENDOR_ID`).
+const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
+
 /// A 128-bit global identifier, in network byte order as on the wire.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Gid(pub [u8; 16]);
@@ -343,6 +346,21 @@ impl DeviceAttr {
         max_ah: max_ah as u32;
         /// Number of physical ports.
         phys_port_cnt: phys_port_cnt as u8;
+    }
+
+    /// The IEEE vendor id.
+    pub fn vendor_id(&self) -> u32 {
+        self.raw.vendor_id
+    }
+
+    /// The vendor's part id.
+    pub fn vendor_part_id(&self) -> u32 {
+        self.raw.vendor_part_id
+    }
+
+    /// True for Soft-RoCE (`rdma_rxe`), which reports vendor id 0xFFFFFF.
+    pub fn is_soft_roce(&self) -> bool {
+        self.raw.vendor_id == RXE_VENDOR_ID
     }
 
     /// The `IBV_DEVICE_*` capability flags.

@@ -40,6 +40,7 @@ pub mod cq;
 pub mod device;
 pub mod error;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod qp;
 mod queue;
@@ -61,7 +62,7 @@ pub mod prelude {
     pub use crate::ah::{AddressVector, Ah, Grh};
     pub use crate::cq::Cq;
     pub use crate::device::{devices, Context, Gid, Mtu};
-    pub use crate::error::{Error, Result};
+    pub use crate::error::{Error, Result, Verb};
     pub use crate::mr::{LocalBuf, LocalBufMut, Mr, RemoteSlice};
     pub use crate::pd::Pd;
     pub use crate::qp::{

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use typed_verbs_sys as sys;
 
-use crate::access::{AccessSet, HasLocalWrite, LegalAccess, PeerCannotWrite};
+use crate::access::{AccessSet, HasLocalWrite, LegalAccess, PeerCannotWrite, RemoteRights};
 use crate::error::{Error, Result, Verb};
 use crate::pd::{Pd, PdInner};
 
@@ -114,7 +114,7 @@ impl Pd {
     }
 }
 
-fn range_of(r: impl RangeBounds<usize>, len: usize, what: &'static str) -> Result<(usize, usize)> {
+pub(crate) fn range_of(r: impl RangeBounds<usize>, len: usize, what: &'static str) -> Result<(usize, usize)> {
     let start = match r.start_bound() {
         Bound::Included(&s) => s,
         Bound::Excluded(&s) => s.saturating_add(1),
@@ -155,6 +155,18 @@ impl<A: AccessSet> Mr<A> {
     /// The local key.
     pub fn lkey(&self) -> u32 {
         self.lkey
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_mr {
+        self.mr.as_ptr()
+    }
+
+    pub(crate) fn raw(&self) -> crate::mw::RawMr {
+        crate::mw::RawMr(self.mr)
+    }
+
+    pub(crate) fn pd(&self) -> &Arc<PdInner> {
+        &self.pd
     }
 
     /// A view of `range` that the local device may read (a send or RDMA WRITE source).
@@ -428,10 +440,17 @@ impl<A> fmt::Debug for RemoteSlice<A> {
     }
 }
 
-impl<A: LegalAccess> RemoteSlice<A> {
-    /// A remote region described by a peer: `addr`, `len` and `rkey` as it sent them; `A`
-    /// states the rights it granted.
+impl<A: RemoteRights> RemoteSlice<A> {
+    /// A remote region (or window) described by a peer: `addr`, `len` and `rkey` as it sent
+    /// them; `A` states the rights it granted (and, for windows, whether addresses are
+    /// offsets from a zero-based window).
     pub fn from_wire(addr: u64, len: u64, rkey: u32) -> Self {
+        RemoteSlice { addr, len, rkey, _access: PhantomData }
+    }
+}
+
+impl<A> RemoteSlice<A> {
+    pub(crate) fn new(addr: u64, len: u64, rkey: u32) -> Self {
         RemoteSlice { addr, len, rkey, _access: PhantomData }
     }
 }

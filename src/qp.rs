@@ -791,6 +791,28 @@ impl QpShared {
         Ok(sq.push(signaled))
     }
 
+    /// `ibv_bind_mw` of a type 1 window, recorded as the next sequence number of the send
+    /// queue (the provider posts it as a BIND_MW work request).
+    ///
+    /// # Safety
+    /// `mw` must be a valid window and `bind.bind_info.mr` null or a valid region, both alive
+    /// until the request completes or the QP is reset.
+    pub(crate) unsafe fn bind_mw(&self, mw: *mut sys::ibv_mw, bind: &mut sys::ibv_mw_bind) -> Result<u64> {
+        self.check_usable()?;
+        let mut sq = lock(&self.sq);
+        let Some(seq) = sq.next_seq() else {
+            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() });
+        };
+        bind.wr_id = seq;
+        bind.send_flags |= sys::IBV_SEND_SIGNALED;
+        // SAFETY: QP alive; `mw`/`bind` valid per the caller.
+        let ret = unsafe { sys::ibv_bind_mw(self.qp.as_ptr(), mw, bind) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::BindMw, format!("QP {:#x}", self.qp_num), ret));
+        }
+        Ok(sq.push(true))
+    }
+
     /// `ibv_post_recv` of one work request, recorded as the next sequence number of the
     /// receive queue.
     ///

@@ -23,14 +23,16 @@ use std::time::{Duration, Instant};
 
 use typed_verbs_sys as sys;
 
+use crate::access::{AccessSet, VirtuallyAddressed, WindowOn, WindowRights};
 use crate::ah::Ah;
 use crate::error::{Error, Result};
-use crate::mr::LocalBufMut;
+use crate::mr::{LocalBuf, LocalBufMut, Mr};
+use crate::mw::{BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind};
 use crate::qp::{Qp, QpShared};
 use crate::queue::Take;
-use crate::transport::{CanPostRecv, CanPostSend, QpState, Transport};
+use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
 use crate::wc::Completion;
-use crate::wr::{AddressedFor, InlineWr, RawSendWr, Recv, SendRequest, SendWr};
+use crate::wr::{check_window_range, AddressedFor, InlineSend, InlineWr, RawSendWr, Recv, SendRequest, SendWr};
 
 /// How long the end of a scope waits for outstanding work requests by default.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -120,6 +122,9 @@ impl<W> From<PostError<W>> for Error {
         e.error
     }
 }
+
+/// What a post returns: the token, or the error with the request handed back.
+pub type PostResult<'scope, B, W> = std::result::Result<Token<'scope, B>, PostError<W>>;
 
 /// A wait that ran out: the error, and the token to wait on again.
 #[derive(Debug)]
@@ -221,11 +226,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// See ibv_post_send(3).
     #[doc(alias = "ibv_post_send")]
-    pub fn post_send<T, S, W>(
-        &'scope self,
-        qp: &'scope Qp<T, S>,
-        wr: W,
-    ) -> std::result::Result<Token<'scope, W::Buffers>, PostError<W>>
+    pub fn post_send<T, S, W>(&'scope self, qp: &'scope Qp<T, S>, wr: W) -> PostResult<'scope, W::Buffers, W>
     where
         T: Transport,
         S: CanPostSend,
@@ -253,11 +254,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// See ibv_post_send(3).
     #[doc(alias = "ibv_post_send")]
-    pub fn post_inline<T, S, W>(
-        &'scope self,
-        qp: &'scope Qp<T, S>,
-        wr: W,
-    ) -> std::result::Result<Token<'scope, ()>, PostError<W>>
+    pub fn post_inline<T, S, W>(&'scope self, qp: &'scope Qp<T, S>, wr: W) -> PostResult<'scope, (), W>
     where
         T: Transport,
         S: CanPostSend,
@@ -286,7 +283,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         &'scope self,
         qp: &'scope Qp<T, S>,
         wr: Recv<'a>,
-    ) -> std::result::Result<Token<'scope, LocalBufMut<'a>>, PostError<Recv<'a>>>
+    ) -> PostResult<'scope, LocalBufMut<'a>, Recv<'a>>
     where
         T: Transport,
         S: CanPostRecv,
@@ -304,16 +301,17 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 
     /// Waits at most `timeout` for the completion of `token`'s request, polling its CQ, and
-    /// hands back the completion (whatever its status) with the request's memory views.
+    /// hands back the completion (whatever its status) with what the request held: its memory
+    /// views, or for a window bind the bound window (success) or the window back (failure).
     ///
     /// # Errors
     /// [`WaitError`] with [`Error::Timeout`] (or a poll failure) and the token, which stays
     /// valid.
-    pub fn wait<B>(
+    pub fn wait<B: Completes>(
         &'scope self,
         token: Token<'scope, B>,
         timeout: Duration,
-    ) -> std::result::Result<(Completion, B), WaitError<'scope, B>> {
+    ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
         let deadline = Instant::now() + timeout;
         let p = token.guard.posted;
         loop {
@@ -321,7 +319,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 let Token { mut guard, buffers } = token;
                 guard.consumed = true;
                 guard.release();
-                return Ok((c, buffers));
+                return Ok((c, buffers.complete(&c)));
             }
             match p.qp.cq(p.is_recv).poll_and_route() {
                 Ok(0) => {
@@ -340,6 +338,146 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 Err(error) => return Err(WaitError { error, token }),
             }
         }
+    }
+
+    /// `ibv_bind_mw`: binds the type 1 window `mw` to `mr[offset..offset + len]` with rights
+    /// `access`, through `qp` (UC, RC or XRC_SEND, in RTS).
+    ///
+    /// Compile-time: the window is type 1 (type 2 windows are bound with a
+    /// [`BindMw`](crate::wr::BindMw) work request), the region has MW_BIND (and LOCAL_WRITE for a
+    /// writable or atomic window), the window is not zero-based, the transport allows binds.
+    /// The region stays borrowed while the window is bound. The new rkey is only available from
+    /// the [`BoundMw`] that [`Scope::wait`] returns on success.
+    ///
+    /// # Errors
+    /// Returns the window with a [`PostError`]: [`Error::InvalidArgument`] for an empty range,
+    /// a range outside the region or a window of another PD; [`Error::QueueFull`];
+    /// [`Error::Verb`] with `ibv_bind_mw` and its errno.
+    ///
+    /// See ibv_bind_mw(3).
+    #[doc(alias = "ibv_bind_mw")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_mw<'m, T, S, K, MA, R>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        mw: Mw<K>,
+        mr: &'m Mr<MA>,
+        offset: u64,
+        len: u64,
+        access: R,
+    ) -> PostResult<'scope, PendingBind<'m, K, R>, Mw<K>>
+    where
+        T: SupportsBindMw,
+        S: CanPostSend,
+        K: BoundByVerb,
+        MA: AccessSet,
+        R: WindowOn<MA> + VirtuallyAddressed,
+        'm: 'scope,
+    {
+        let _ = access;
+        let mut mw = mw;
+        if let Err(error) = check_window_range("ibv_bind_mw", offset, len, mr.len() as u64) {
+            return Err(PostError { error, wr: mw });
+        }
+        if !mw.same_pd(mr.pd()) {
+            let error =
+                Error::invalid("ibv_bind_mw", "the window and the region belong to different protection domains");
+            return Err(PostError { error, wr: mw });
+        }
+        let addr = mr.addr() + offset;
+        let old_rkey = mw.raw_rkey();
+        let mut bind = sys::ibv_mw_bind {
+            wr_id: 0,
+            send_flags: sys::IBV_SEND_SIGNALED,
+            bind_info: sys::ibv_mw_bind_info { mr: mr.as_ptr(), addr, length: len, mw_access_flags: R::BITS },
+        };
+        // SAFETY: the window is owned here and moves into the token; the region is borrowed for
+        // 'm, which outlives 'scope, and `scope` drains before returning, so both stay valid
+        // until the bind completes.
+        let seq = match unsafe { qp.shared.bind_mw(mw.as_ptr(), &mut bind) } {
+            Ok(seq) => seq,
+            Err(error) => {
+                mw.set_raw_rkey(old_rkey);
+                return Err(PostError { error, wr: mw });
+            }
+        };
+        let new_rkey = mw.raw_rkey();
+        let pending =
+            PendingBind { mw, mr: mr.raw(), old_rkey, new_rkey, addr, len, _region: PhantomData, _rights: PhantomData };
+        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, None, pending))
+    }
+
+    /// `ibv_bind_mw` with a zero length: unbinds the type 1 window `bound` (its rkey stops
+    /// working). On success [`Scope::wait`] hands the window back unbound; on failure, still
+    /// bound.
+    ///
+    /// # Errors
+    /// Returns the bound window with a [`PostError`]: [`Error::QueueFull`], [`Error::Verb`]
+    /// with `ibv_bind_mw` and its errno.
+    ///
+    /// See ibv_bind_mw(3).
+    #[doc(alias = "ibv_bind_mw")]
+    pub fn unbind_mw<'m, T, S, K, R>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        bound: BoundMw<'m, K, R>,
+    ) -> PostResult<'scope, PendingUnbind<'m, K, R>, BoundMw<'m, K, R>>
+    where
+        T: SupportsBindMw,
+        S: CanPostSend,
+        K: BoundByVerb,
+        R: WindowRights,
+        'm: 'scope,
+    {
+        // A zero-length bind ignores the region, but rdma-core 44's rxe provider dereferences
+        // `bind_info.mr` unconditionally: name the region the window is bound to.
+        let mut bind = sys::ibv_mw_bind {
+            wr_id: 0,
+            send_flags: sys::IBV_SEND_SIGNALED,
+            bind_info: sys::ibv_mw_bind_info { mr: bound.region_ptr(), addr: 0, length: 0, mw_access_flags: 0 },
+        };
+        // SAFETY: the window is owned by `bound`, which moves into the token; the region it names
+        // is borrowed by `bound` for 'm, which outlives 'scope.
+        let seq = match unsafe { qp.shared.bind_mw(bound.mw().as_ptr(), &mut bind) } {
+            Ok(seq) => seq,
+            Err(error) => return Err(PostError { error, wr: bound }),
+        };
+        let new_rkey = Some(bound.mw().raw_rkey());
+        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, None, PendingUnbind { bound, new_rkey }))
+    }
+
+    /// Sends the window of a bind still in flight to the peer, the one way ibv_bind_mw(3) NOTES
+    /// allow before the bind's completion: "a send after a bind request on the same QP [is]
+    /// always ordered". Posts an inline SEND of a [`WindowAdvert`](crate::mw::WindowAdvert) (21 bytes; the QP needs
+    /// `max_inline_data >= 21`) on `qp`, which must be the QP the bind was posted on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `qp` is not the QP of the bind; [`Error::InlineTooLarge`];
+    /// [`Error::QueueFull`]; [`Error::Verb`] with `ibv_post_send`.
+    ///
+    /// See ibv_bind_mw(3), ibv_post_send(3).
+    pub fn advertise_window<T, S, K, R>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        bind: &Token<'scope, PendingBind<'_, K, R>>,
+    ) -> Result<Token<'scope, ()>>
+    where
+        T: SupportsSend + Unaddressed,
+        S: CanPostSend,
+        K: MwType,
+        R: WindowRights,
+    {
+        if !std::ptr::eq(bind.guard.posted.qp, &*qp.shared) {
+            return Err(Error::invalid(
+                "ibv_post_send",
+                "a window may be advertised before its bind completed only on the QP that posted the bind (ibv_bind_mw(3) NOTES)",
+            ));
+        }
+        let bytes = bind.buffers.advert().encode();
+        let wr = InlineSend::new(&bytes);
+        // SAFETY: an inline send's payload is copied during the call.
+        let (seq, keep) = unsafe { post_raw(qp, &wr) }?;
+        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, keep, ()))
     }
 
     fn drain(&self) -> Result<()> {
@@ -448,6 +586,18 @@ fn force_quiesce(qp: &QpShared) -> Error {
     Error::QpBroken { qp_num: qp.qp_num() }
 }
 
+impl<'m, K: MwType, R: WindowRights> Token<'_, PendingBind<'m, K, R>> {
+    /// Not available: the rkey of a new binding is only obtainable from the [`BoundMw`] that a
+    /// successful bind completion yields ([`Scope::wait`]), or sent to the peer on the same QP
+    /// with [`Scope::advertise_window`]. This method exists to say so at compile time.
+    pub fn rkey(&self) -> u32
+    where
+        PendingBind<'m, K, R>: BindCompleted,
+    {
+        self.buffers.advert().rkey
+    }
+}
+
 impl TokenGuard<'_> {
     fn release(&mut self) {
         let mut o = lock(self.state);
@@ -478,5 +628,47 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// Requests outstanding on the (send, receive) queues.
     pub fn outstanding(&self) -> (u32, u32) {
         self.shared.outstanding()
+    }
+}
+
+/// What a token holds, and what it becomes once the request completed. Sealed.
+pub trait Completes: sealed::Sealed {
+    /// What [`Scope::wait`] hands back with the completion.
+    type Output;
+    /// Turns the held value into the output, given the completion.
+    #[doc(hidden)]
+    fn complete(self, c: &Completion) -> Self::Output;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! completes_as_itself {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Completes for $t {
+            type Output = Self;
+            fn complete(self, _: &Completion) -> Self {
+                self
+            }
+        }
+    )*};
+}
+completes_as_itself!((), LocalBuf<'_>, LocalBufMut<'_>);
+
+impl<K: MwType, R> sealed::Sealed for PendingBind<'_, K, R> {}
+impl<'m, K: MwType, R: WindowRights> Completes for PendingBind<'m, K, R> {
+    type Output = std::result::Result<BoundMw<'m, K, R>, Mw<K>>;
+    fn complete(self, c: &Completion) -> Self::Output {
+        self.finish(c)
+    }
+}
+
+impl<K: MwType, R> sealed::Sealed for PendingUnbind<'_, K, R> {}
+impl<'m, K: MwType, R: WindowRights> Completes for PendingUnbind<'m, K, R> {
+    type Output = std::result::Result<Mw<K>, BoundMw<'m, K, R>>;
+    fn complete(self, c: &Completion) -> Self::Output {
+        self.finish(c)
     }
 }

@@ -165,8 +165,8 @@ pub struct Completion {
 }
 
 impl Completion {
-    pub(crate) fn from_raw(wc: &sys::ibv_wc) -> Self {
-        let flags = wc.wc_flags;
+    /// Decodes `wc`, whose flags (in libibverbs' numbering) are `flags`.
+    pub(crate) fn from_raw(wc: &sys::ibv_wc, flags: u32) -> Self {
         let imm_or_inv = crate::cq::wc_imm_bits(wc);
         Completion {
             status: WcStatus::from_raw(wc.status),

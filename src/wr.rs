@@ -20,16 +20,19 @@
 //! completion. Inline requests copy their bytes during the post and borrow them only for the
 //! call.
 
+use std::marker::PhantomData;
+
 use typed_verbs_sys as sys;
 
-use crate::access::{HasRemoteAtomic, HasRemoteRead, HasRemoteWrite};
+use crate::access::{AccessSet, HasRemoteAtomic, HasRemoteRead, HasRemoteWrite, WindowOn, WindowRights};
 use crate::ah::Ah;
 use crate::device::IpCsum;
 use crate::error::{Error, Result};
-use crate::mr::{LocalBuf, LocalBufMut, RemoteSlice};
+use crate::mr::{LocalBuf, LocalBufMut, Mr, RemoteSlice};
+use crate::mw::{inc_rkey, BoundByWr, BoundMw, Invalidatable, Mw, MwType, PendingBind, PendingUnbind};
 use crate::transport::{
-    SupportsAtomics, SupportsFence, SupportsRdmaRead, SupportsRdmaWrite, SupportsSend, SupportsSendImm, Transport,
-    Unaddressed, UD,
+    SupportsAtomics, SupportsBindMw, SupportsFence, SupportsLocalInv, SupportsRdmaRead, SupportsRdmaWrite,
+    SupportsSend, SupportsSendImm, SupportsSendInv, Transport, Unaddressed, UD,
 };
 
 mod sealed {
@@ -529,6 +532,152 @@ impl<A> AllowsSolicited for WriteImm<'_, A> {}
 impl AllowsSolicited for InlineSend<'_> {}
 impl AllowsSolicited for InlineSendImm<'_> {}
 impl<A> AllowsSolicited for InlineWriteImm<'_, A> {}
+
+/// `IBV_WR_SEND_WITH_INV`: a send that also invalidates the peer's type 2 window with rkey
+/// `invalidate_rkey`; the peer's receive completion carries `IBV_WC_WITH_INV` and the rkey.
+#[derive(Debug)]
+pub struct SendInv<'a> {
+    local: LocalBuf<'a>,
+    invalidate_rkey: u32,
+}
+
+impl<'a> SendInv<'a> {
+    /// Sends `local` and invalidates the peer's window `invalidate_rkey`.
+    pub fn new(local: LocalBuf<'a>, invalidate_rkey: u32) -> Self {
+        SendInv { local, invalidate_rkey }
+    }
+}
+
+request!(
+    SendInv<'a>,
+    LocalBuf<'a>,
+    |s, raw| {
+        raw.wr.opcode = sys::IBV_WR_SEND_WITH_INV;
+        raw.wr.__bindgen_anon_1.invalidate_rkey = s.invalidate_rkey;
+        raw.local(s.local.sge());
+    },
+    |s| s.local
+);
+valid_on!(SupportsSendInv: SendInv<'a>);
+impl AllowsSolicited for SendInv<'_> {}
+
+/// `IBV_WR_BIND_MW`: binds a type 2 window to `len` bytes of `mr` at `offset`, granting `R`.
+/// The region stays borrowed for `'m`, as long as the window is bound.
+pub struct BindMw<'m, K: MwType, MA: AccessSet, R> {
+    mw: Mw<K>,
+    mr: &'m Mr<MA>,
+    offset: u64,
+    len: u64,
+    _rights: PhantomData<fn() -> R>,
+}
+
+impl<K: MwType, MA: AccessSet, R> std::fmt::Debug for BindMw<'_, K, MA, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BindMw").field("mw", &self.mw).field("offset", &self.offset).field("len", &self.len).finish()
+    }
+}
+
+impl<'m, K: BoundByWr, MA: AccessSet, R: WindowOn<MA>> BindMw<'m, K, MA, R> {
+    /// Binds the type 2 window `mw` to `mr[offset..offset + len]` with rights `access`.
+    ///
+    /// The window type (type 2 only), and the window's rights against the region's (MW_BIND;
+    /// LOCAL_WRITE for a writable or atomic window) are checked at compile time. The range must
+    /// lie inside the region and be non-empty, and the window must belong to the region's PD:
+    /// checked when posting ([`Error::InvalidArgument`], the request handed back).
+    pub fn new(mw: Mw<K>, mr: &'m Mr<MA>, offset: u64, len: u64, access: R) -> Self {
+        let _ = access;
+        BindMw { mw, mr, offset, len, _rights: PhantomData }
+    }
+}
+
+impl<K: MwType, MA: AccessSet, R> BindMw<'_, K, MA, R> {
+    /// Gives the window back (e.g. after a refused post).
+    pub fn into_window(self) -> Mw<K> {
+        self.mw
+    }
+}
+
+impl<K: MwType, MA: AccessSet, R> sealed::Sealed for BindMw<'_, K, MA, R> {}
+// `BindMw` is only built by `new`, which requires `BoundByWr`.
+impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K, MA, R> {
+    type Buffers = PendingBind<'m, K, R>;
+    fn build(&self, raw: &mut RawSendWr) -> Result<()> {
+        check_window_range("ibv_post_send (BIND_MW)", self.offset, self.len, self.mr.len() as u64)?;
+        if !self.mw.same_pd(self.mr.pd()) {
+            return Err(Error::invalid(
+                "ibv_post_send (BIND_MW)",
+                "the window and the region belong to different protection domains",
+            ));
+        }
+        raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
+        raw.wr.opcode = sys::IBV_WR_BIND_MW;
+        raw.wr.__bindgen_anon_2.bind_mw = sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
+            mw: self.mw.as_ptr(),
+            rkey: inc_rkey(self.mw.raw_rkey()),
+            bind_info: sys::ibv_mw_bind_info {
+                mr: self.mr.as_ptr(),
+                addr: self.mr.addr() + self.offset,
+                length: self.len,
+                mw_access_flags: R::BITS,
+            },
+        };
+        Ok(())
+    }
+    fn into_buffers(self) -> Self::Buffers {
+        let old_rkey = self.mw.raw_rkey();
+        PendingBind {
+            new_rkey: inc_rkey(old_rkey),
+            old_rkey,
+            mr: self.mr.raw(),
+            addr: self.mr.addr() + self.offset,
+            len: self.len,
+            mw: self.mw,
+            _region: PhantomData,
+            _rights: PhantomData,
+        }
+    }
+}
+impl<K: MwType, MA: AccessSet, R: WindowRights, T: SupportsBindMw> SendWr<T> for BindMw<'_, K, MA, R> {}
+
+pub(crate) fn check_window_range(what: &'static str, offset: u64, len: u64, mr_len: u64) -> Result<()> {
+    if len == 0 {
+        return Err(Error::invalid(what, "a window binding needs at least one byte (a zero-length bind unbinds)"));
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= mr_len => Ok(()),
+        _ => Err(Error::invalid(what, format!("window {offset}+{len} is outside the region of {mr_len} bytes"))),
+    }
+}
+
+/// `IBV_WR_LOCAL_INV`: invalidates a bound type 2 window; on success its rkey is dead and the
+/// window comes back unbound.
+#[derive(Debug)]
+pub struct LocalInv<'m, K: MwType, R> {
+    bound: BoundMw<'m, K, R>,
+}
+
+impl<'m, K: Invalidatable, R: WindowRights> LocalInv<'m, K, R> {
+    /// Invalidates `bound`.
+    pub fn new(bound: BoundMw<'m, K, R>) -> Self {
+        LocalInv { bound }
+    }
+}
+
+// `LocalInv` is only built by `new`, which requires `Invalidatable`.
+impl<K: MwType, R> sealed::Sealed for LocalInv<'_, K, R> {}
+impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
+    type Buffers = PendingUnbind<'m, K, R>;
+    fn build(&self, raw: &mut RawSendWr) -> Result<()> {
+        raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
+        raw.wr.opcode = sys::IBV_WR_LOCAL_INV;
+        raw.wr.__bindgen_anon_1.invalidate_rkey = self.bound.rkey();
+        Ok(())
+    }
+    fn into_buffers(self) -> Self::Buffers {
+        PendingUnbind { bound: self.bound, new_rkey: None }
+    }
+}
+impl<K: MwType, R: WindowRights, T: SupportsLocalInv> SendWr<T> for LocalInv<'_, K, R> {}
 
 /// A send work request without `IBV_SEND_SIGNALED`.
 #[derive(Debug)]

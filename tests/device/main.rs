@@ -7,6 +7,8 @@
 mod common;
 
 mod basics;
+mod interop;
 mod opcodes;
 mod rc;
 mod scope_safety;
+mod windows;

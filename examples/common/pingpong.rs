@@ -1,0 +1,719 @@
+//! What `rc_pingpong` and `uc_pingpong` share: the command line, the connection exchange of
+//! rdma-core's `ibv_*_pingpong` tools (wire format and TCP protocol), and the ping-pong loop,
+//! which is the same for every connected transport (RC, UC).
+//!
+//! The exchange, as rdma-core's `libibverbs/examples/*_pingpong.c` do it (TCP port 18515 by
+//! default):
+//!
+//! 1. the client connects and writes its 52-byte address message;
+//! 2. the server reads it, moves its QP to RTR and RTS towards the client, then writes its own
+//!    52 bytes;
+//! 3. the client reads them and writes `"done\0"` (5 bytes), which the server reads; both close
+//!    the connection and the client moves its QP to RTR and RTS.
+//!
+//! The address message is `printf("%04x:%06x:%06x:%s", lid, qpn, psn, gid)` plus its NUL:
+//! 51 characters and a terminating zero byte, where `gid` is the 16 bytes of the GID in
+//! network order as 32 lowercase hex digits (rdma-core's `gid_to_wire_gid`).
+//!
+//! Then the client sends first; each side posts its next SEND once its previous SEND has
+//! completed and a message from the peer has arrived, until both have sent and received
+//! `iters` messages of `size` bytes.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use typed_verbs::device::LinkLayer;
+use typed_verbs::prelude::*;
+use typed_verbs::qp::Transitions;
+use typed_verbs::transport::{SupportsSend, Unaddressed};
+
+/// The length of the address message on the wire, NUL included.
+pub const WIRE_LEN: usize = 52;
+
+/// What the client writes after reading the server's address (`sizeof "done"`).
+pub const DONE: &[u8; 5] = b"done\0";
+
+/// The default TCP port of the rdma-core pingpong tools.
+pub const DEFAULT_PORT: u16 = 18515;
+
+// --- wire format ----------------------------------------------------------------------------
+
+/// A malformed address message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireError(pub String);
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed pingpong address message: {}", self.0)
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// Encodes `ep` as the 52-byte message (`"%04x:%06x:%06x:%s"` and a NUL).
+pub fn encode(ep: &Endpoint) -> [u8; WIRE_LEN] {
+    let mut text = format!("{:04x}:{:06x}:{:06x}:", ep.lid, ep.qp_num & 0xff_ffff, ep.psn & 0xff_ffff);
+    for b in ep.gid.0 {
+        text.push_str(&format!("{b:02x}"));
+    }
+    let mut out = [0u8; WIRE_LEN];
+    out[..WIRE_LEN - 1].copy_from_slice(text.as_bytes());
+    out
+}
+
+fn hex_field(msg: &[u8], start: usize, len: usize, what: &str) -> Result<u32, WireError> {
+    let field = &msg[start..start + len];
+    let mut v: u32 = 0;
+    for &c in field {
+        let d = (c as char).to_digit(16).ok_or_else(|| {
+            WireError(format!(
+                "{what} must be {len} hex digits at offset {start}, found {:?}",
+                String::from_utf8_lossy(field)
+            ))
+        })?;
+        v = (v << 4) | d;
+    }
+    Ok(v)
+}
+
+/// Parses a 52-byte address message. Strict: exactly 52 bytes, fields of exactly 4, 6, 6 and
+/// 32 hex digits (either case) separated by `:`, then the NUL.
+///
+/// # Errors
+/// [`WireError`] describing the first thing that is wrong.
+pub fn parse(msg: &[u8]) -> Result<Endpoint, WireError> {
+    if msg.len() != WIRE_LEN {
+        return Err(WireError(format!("expected {WIRE_LEN} bytes, got {}", msg.len())));
+    }
+    for (pos, what) in [(4, "LID"), (11, "QPN"), (18, "PSN")] {
+        if msg[pos] != b':' {
+            return Err(WireError(format!(
+                "expected ':' after the {what} at offset {pos}, found {:?}",
+                msg[pos] as char
+            )));
+        }
+    }
+    if msg[WIRE_LEN - 1] != 0 {
+        return Err(WireError(format!(
+            "expected a NUL terminator at offset {}, found {:?}",
+            WIRE_LEN - 1,
+            msg[WIRE_LEN - 1] as char
+        )));
+    }
+    let lid = hex_field(msg, 0, 4, "the LID")?;
+    let qp_num = hex_field(msg, 5, 6, "the QPN")?;
+    let psn = hex_field(msg, 12, 6, "the PSN")?;
+    let mut gid = [0u8; 16];
+    for (i, b) in gid.iter_mut().enumerate() {
+        // Each byte is two hex digits; report the whole GID field when one is bad.
+        let v = hex_field(msg, 19 + 2 * i, 2, "each GID byte").map_err(|_| {
+            WireError(format!(
+                "the GID must be 32 hex digits at offset 19, found {:?}",
+                String::from_utf8_lossy(&msg[19..WIRE_LEN - 1])
+            ))
+        })?;
+        *b = v as u8;
+    }
+    Ok(Endpoint { lid: lid as u16, qp_num, psn, gid: Gid(gid) })
+}
+
+// --- TCP exchange ---------------------------------------------------------------------------
+
+fn timed_out(what: &str, after: Duration) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, format!("{what}: no answer within {} s", after.as_secs_f64()))
+}
+
+fn context(e: io::Error, what: &str) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// Client side of the exchange: connects to `host:port` (retrying until `connect_timeout`, so
+/// the server may start later), writes `me`, reads the server's address, writes `"done\0"`.
+/// Every read and write is bounded by `io_timeout`.
+///
+/// # Errors
+/// The connection failed for `connect_timeout`, an I/O error or timeout, or a malformed reply.
+pub fn client_exchange(
+    host: &str,
+    port: u16,
+    me: &Endpoint,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+) -> Result<Endpoint, Box<dyn std::error::Error>> {
+    let deadline = Instant::now() + connect_timeout;
+    let mut stream = loop {
+        let attempt = (host, port).to_socket_addrs().and_then(|addrs| {
+            let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
+            for addr in addrs {
+                let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+                match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
+                    Ok(s) => return Ok(s),
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        });
+        match attempt {
+            Ok(s) => break s,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!(
+                    "couldn't connect to {host}:{port} within {} s: {e}",
+                    connect_timeout.as_secs_f64()
+                )
+                .into())
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    stream.set_read_timeout(Some(io_timeout))?;
+    stream.set_write_timeout(Some(io_timeout))?;
+    // One write call each: the C server reads each message with a single read(2).
+    stream.write_all(&encode(me)).map_err(|e| context(e, "sending the local address"))?;
+    let mut msg = [0u8; WIRE_LEN];
+    read_exact_bounded(&mut stream, &mut msg, io_timeout, "reading the server's address")?;
+    let peer = parse(&msg)?;
+    stream.write_all(DONE).map_err(|e| context(e, "sending \"done\""))?;
+    Ok(peer)
+}
+
+fn read_exact_bounded(stream: &mut TcpStream, buf: &mut [u8], timeout: Duration, what: &str) -> io::Result<()> {
+    stream.read_exact(buf).map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(what, timeout),
+        io::ErrorKind::UnexpectedEof => {
+            io::Error::new(io::ErrorKind::UnexpectedEof, format!("{what}: the peer closed the connection early"))
+        }
+        _ => context(e, what),
+    })
+}
+
+/// Server side, first half: listening on `port` on every address, IPv6 and IPv4.
+pub struct Listener {
+    listeners: Vec<TcpListener>,
+    port: u16,
+}
+
+/// Server side, second half: the accepted connection, after the client's address was read.
+pub struct ServerConn {
+    stream: TcpStream,
+    io_timeout: Duration,
+}
+
+impl Listener {
+    /// Binds `[::]:port` and `0.0.0.0:port`. Where `[::]` is dual-stack (the Linux default)
+    /// it already covers IPv4 and the second bind is refused; where IPv6 sockets are
+    /// IPv6-only, both are kept; where IPv6 is unavailable, IPv4 alone. Port 0 picks a free
+    /// port (see [`Listener::port`]).
+    ///
+    /// # Errors
+    /// No address could be bound.
+    pub fn bind(port: u16) -> io::Result<Listener> {
+        let mut listeners = Vec::new();
+        let mut port = port;
+        let mut first_err = None;
+        for ip in [IpAddr::V6(Ipv6Addr::UNSPECIFIED), IpAddr::V4(Ipv4Addr::UNSPECIFIED)] {
+            match TcpListener::bind(SocketAddr::new(ip, port)) {
+                Ok(l) => {
+                    port = l.local_addr()?.port();
+                    listeners.push(l);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if listeners.is_empty() {
+            let e = first_err.unwrap_or_else(|| io::Error::other("no address to bind"));
+            return Err(context(e, &format!("couldn't listen on port {port}")));
+        }
+        Ok(Listener { listeners, port })
+    }
+
+    /// The port listened on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Waits at most `accept_timeout` for one client and reads its address (bounded by
+    /// `io_timeout`). The listening sockets are closed afterwards, as the C tool does.
+    ///
+    /// # Errors
+    /// No client in time, an I/O error or timeout, or a malformed message.
+    pub fn accept(
+        self,
+        accept_timeout: Duration,
+        io_timeout: Duration,
+    ) -> Result<(ServerConn, Endpoint), Box<dyn std::error::Error>> {
+        for l in &self.listeners {
+            l.set_nonblocking(true)?;
+        }
+        let deadline = Instant::now() + accept_timeout;
+        let mut stream = 'wait: loop {
+            for l in &self.listeners {
+                match l.accept() {
+                    Ok((s, _)) => break 'wait s,
+                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+                    Err(e) => return Err(context(e, "accept").into()),
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(timed_out(&format!("waiting for a client on port {}", self.port), accept_timeout).into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(io_timeout))?;
+        stream.set_write_timeout(Some(io_timeout))?;
+        let mut msg = [0u8; WIRE_LEN];
+        read_exact_bounded(&mut stream, &mut msg, io_timeout, "reading the client's address")?;
+        let peer = parse(&msg)?;
+        Ok((ServerConn { stream, io_timeout }, peer))
+    }
+}
+
+impl ServerConn {
+    /// Writes the server's address (call it once the QP is in RTS and its receives are
+    /// posted: the client sends as soon as it has read it), then reads the client's
+    /// `"done\0"`.
+    ///
+    /// # Errors
+    /// An I/O error or timeout, or something else than `"done\0"`.
+    pub fn finish(mut self, me: &Endpoint) -> Result<(), Box<dyn std::error::Error>> {
+        self.stream.write_all(&encode(me)).map_err(|e| context(e, "sending the local address"))?;
+        let mut done = [0u8; DONE.len()];
+        read_exact_bounded(&mut self.stream, &mut done, self.io_timeout, "reading \"done\"")?;
+        if &done != DONE {
+            return Err(
+                format!("expected \"done\\0\" from the client, got {:?}", String::from_utf8_lossy(&done)).into()
+            );
+        }
+        Ok(())
+    }
+}
+
+// --- command line ---------------------------------------------------------------------------
+
+/// The options of `ibv_rc_pingpong` / `ibv_uc_pingpong` that these examples implement, plus
+/// the time bounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// `-p`: the TCP port.
+    pub port: u16,
+    /// `-d`: the device (default: the first one found).
+    pub ib_dev: Option<String>,
+    /// `-i`: the device port.
+    pub ib_port: u8,
+    /// `-s`: the message size.
+    pub size: u32,
+    /// `-m`: the path MTU.
+    pub mtu: Mtu,
+    /// `-r`: receives kept posted.
+    pub rx_depth: u32,
+    /// `-n`: messages each way.
+    pub iters: u32,
+    /// `-l`: the service level.
+    pub sl: u8,
+    /// `-g`: the local GID index (none: no GID is sent, LID addressing).
+    pub gid_index: Option<u32>,
+    /// `--timeout`: bound on each completion, each socket read/write, and the client's
+    /// connection attempts.
+    pub timeout: Duration,
+    /// `--accept-timeout`: how long the server waits for a client.
+    pub accept_timeout: Duration,
+    /// The server to connect to; none means: be the server.
+    pub server: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            port: DEFAULT_PORT,
+            ib_dev: None,
+            ib_port: 1,
+            size: 4096,
+            mtu: Mtu::Mtu1024,
+            rx_depth: 500,
+            iters: 1000,
+            sl: 0,
+            gid_index: None,
+            timeout: Duration::from_secs(30),
+            accept_timeout: Duration::from_secs(300),
+            server: None,
+        }
+    }
+}
+
+/// The usage text.
+pub fn usage(prog: &str) -> String {
+    format!(
+        "Usage:
+  {prog}            start a server and wait for connection
+  {prog} <host>     connect to server at <host>
+
+Options:
+  -p, --port=<port>      listen on/connect to port <port> (default 18515)
+  -d, --ib-dev=<dev>     use IB device <dev> (default first device found)
+  -i, --ib-port=<port>   use port <port> of IB device (default 1)
+  -s, --size=<size>      size of message to exchange (default 4096)
+  -m, --mtu=<size>       path MTU (default 1024)
+  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)
+  -n, --iters=<iters>    number of exchanges (default 1000)
+  -l, --sl=<sl>          service level value
+  -g, --gid-idx=<gid index> local port gid index
+      --timeout=<secs>   bound on each completion, socket read/write and the
+                         client's connection attempts (default 30)
+      --accept-timeout=<secs>  how long the server waits for a client (default 300)
+  -h, --help             this text
+"
+    )
+}
+
+/// What the command line asked for: run, or print the usage.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Run with these options.
+    Run(Options),
+    /// `-h` / `--help`.
+    Help,
+}
+
+/// `strtoul(s, NULL, 0)`-like: decimal, `0x` hex, or `0` octal; but the whole string must be a
+/// number.
+fn parse_num(opt: &str, s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let parsed = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16)
+    } else if t.len() > 1 && t.starts_with('0') {
+        u64::from_str_radix(&t[1..], 8)
+    } else {
+        t.parse()
+    };
+    parsed.map_err(|_| format!("option {opt}: {s:?} is not a number"))
+}
+
+fn num<T: TryFrom<u64>>(opt: &str, s: &str, lo: u64, hi: u64) -> Result<T, String> {
+    let v = parse_num(opt, s)?;
+    if v < lo || v > hi {
+        return Err(format!("option {opt}: {v} is out of range {lo}..={hi}"));
+    }
+    T::try_from(v).map_err(|_| format!("option {opt}: {v} is out of range"))
+}
+
+/// Parses the arguments (without the program name), getopt style: `-p 1`, `-p1`,
+/// `--port=1`, `--port 1`, and one positional server name.
+///
+/// # Errors
+/// A message naming the bad option or value.
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
+    let mut o = Options::default();
+    let mut args = args.into_iter();
+    let mut positional = Vec::new();
+    while let Some(arg) = args.next() {
+        let (key, inline): (String, Option<String>) = if let Some(long) = arg.strip_prefix("--") {
+            if long.is_empty() {
+                positional.extend(args.by_ref());
+                break;
+            }
+            match long.split_once('=') {
+                Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                None => (long.to_string(), None),
+            }
+        } else if arg.len() > 1 && arg.starts_with('-') {
+            let mut chars = arg[1..].chars();
+            let short = chars.next().map(String::from).unwrap_or_default();
+            let rest = chars.as_str();
+            (short, (!rest.is_empty()).then(|| rest.to_string()))
+        } else {
+            positional.push(arg);
+            continue;
+        };
+        let name = match key.as_str() {
+            "p" | "port" => "port",
+            "d" | "ib-dev" => "ib-dev",
+            "i" | "ib-port" => "ib-port",
+            "s" | "size" => "size",
+            "m" | "mtu" => "mtu",
+            "r" | "rx-depth" => "rx-depth",
+            "n" | "iters" => "iters",
+            "l" | "sl" => "sl",
+            "g" | "gid-idx" => "gid-idx",
+            "timeout" => "timeout",
+            "accept-timeout" => "accept-timeout",
+            "h" | "help" => return Ok(Command::Help),
+            "e" | "events" | "c" | "chk" | "o" | "odp" | "O" | "iodp" | "P" | "prefetch" | "t" | "ts" | "j" | "dm"
+            | "N" | "new_send" => return Err(format!("option {arg} is not implemented by this example")),
+            _ => return Err(format!("unknown option {arg}")),
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => args.next().ok_or_else(|| format!("option {arg} needs a value"))?,
+        };
+        let opt = format!("--{name}");
+        match name {
+            "port" => o.port = num(&opt, &value, 0, 65535)?,
+            "ib-dev" => o.ib_dev = Some(value),
+            "ib-port" => o.ib_port = num(&opt, &value, 1, 255)?,
+            "size" => o.size = num(&opt, &value, 1, u64::from(u32::MAX))?,
+            "mtu" => {
+                o.mtu = match parse_num(&opt, &value)? {
+                    256 => Mtu::Mtu256,
+                    512 => Mtu::Mtu512,
+                    1024 => Mtu::Mtu1024,
+                    2048 => Mtu::Mtu2048,
+                    4096 => Mtu::Mtu4096,
+                    v => return Err(format!("option {opt}: {v} is not 256, 512, 1024, 2048 or 4096")),
+                }
+            }
+            "rx-depth" => o.rx_depth = num(&opt, &value, 1, u64::from(u32::MAX))?,
+            "iters" => o.iters = num(&opt, &value, 1, u64::from(u32::MAX))?,
+            "sl" => o.sl = num(&opt, &value, 0, 15)?,
+            "gid-idx" => o.gid_index = Some(num(&opt, &value, 0, 255)?),
+            "timeout" => o.timeout = Duration::from_secs(num(&opt, &value, 1, 86_400)?),
+            "accept-timeout" => o.accept_timeout = Duration::from_secs(num(&opt, &value, 1, 86_400)?),
+            _ => unreachable!("every name is handled"),
+        }
+    }
+    match positional.len() {
+        0 => {}
+        1 => o.server = positional.pop(),
+        _ => return Err(format!("more than one server name: {positional:?}")),
+    }
+    Ok(Command::Run(o))
+}
+
+// --- the ping-pong --------------------------------------------------------------------------
+
+/// How a transport moves its QP from INIT to RTS towards the peer (the only step in which
+/// `ibv_rc_pingpong` and `ibv_uc_pingpong` differ).
+pub type Connect<T> = fn(Qp<T, INIT>, &Options, &Endpoint, &Endpoint) -> typed_verbs::Result<Qp<T, RTS>>;
+
+/// The address vector both C tools use: a GRH (hop limit 1, from the local GID index) when
+/// the peer sent a GID whose interface ID is not zero, LID addressing otherwise.
+pub fn address_vector(opts: &Options, peer: &Endpoint) -> AddressVector {
+    let mut av = if peer.gid.0[8..].iter().any(|&b| b != 0) {
+        let sgid_index = opts.gid_index.unwrap_or(0) as u8;
+        let mut av = AddressVector::global(opts.ib_port, peer.gid, sgid_index);
+        if let Some(grh) = av.grh.as_mut() {
+            grh.hop_limit = 1;
+        }
+        av.dlid = peer.lid;
+        av
+    } else {
+        AddressVector::local(opts.ib_port, peer.lid)
+    };
+    av.sl = opts.sl;
+    av
+}
+
+fn print_address(which: &str, ep: &Endpoint) {
+    println!(
+        "  {which} LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
+        ep.lid,
+        ep.qp_num,
+        ep.psn,
+        Ipv6Addr::from(ep.gid.0)
+    );
+}
+
+/// A 24-bit PSN that differs between runs (the C tools use `lrand48() & 0xffffff`).
+fn random_psn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    (h.finish() as u32) & 0xff_ffff
+}
+
+fn open(opts: &Options) -> typed_verbs::Result<Context> {
+    match &opts.ib_dev {
+        Some(name) => Context::open(name),
+        None => {
+            let first = devices()?
+                .into_iter()
+                .next()
+                .ok_or(Error::DeviceNotFound { name: "(any)".into(), available: vec![] })?;
+            Context::open(&first.name)
+        }
+    }
+}
+
+/// Sets up the device, exchanges addresses, connects with `connect` and ping-pongs. Returns
+/// the time the loop took.
+///
+/// # Errors
+/// Any verbs, completion, I/O or protocol error; a wait beyond `opts.timeout`.
+pub fn run<T>(opts: &Options, connect: Connect<T>) -> Result<Duration, Box<dyn std::error::Error>>
+where
+    T: Transitions<InitAttr = ConnectedInit> + SupportsSend + Unaddressed,
+{
+    let ctx = open(opts)?;
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(opts.rx_depth + 1)?;
+    let size = opts.size as usize;
+
+    // The C tools use one buffer for everything, since they never look at the data. Here a
+    // receive buffer is exclusively lent to the device until its completion comes back, so
+    // each posted receive has its own; the send buffer is only read by the device.
+    let mut send_mr = pd.alloc_mr(size, access::LOCAL_READ)?;
+    send_mr.as_mut_slice().fill(0x7b);
+    // Exactly `iters` receives are ever posted (see below), at most `rx_depth` at a time.
+    let nbufs = opts.rx_depth.min(opts.iters) as usize;
+    let mut recv_mr = pd.alloc_mr(size * nbufs, access::LOCAL_RW)?;
+
+    let caps =
+        QpCaps { max_send_wr: 1, max_recv_wr: opts.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qp = pd.create_qp::<T>(&QpConfig::new(&cq).caps(caps))?;
+    let qp = qp.to_init(&ConnectedInit::new(opts.ib_port, QpAccess::empty()))?;
+
+    let port = ctx.query_port(opts.ib_port)?;
+    if port.link_layer() != LinkLayer::Ethernet && port.lid() == 0 {
+        return Err("couldn't get the local LID (port not active?)".into());
+    }
+    let psn = random_psn();
+    let me = match opts.gid_index {
+        Some(g) => qp.endpoint(opts.ib_port, g, psn)?,
+        None => Endpoint { lid: port.lid(), qp_num: qp.qp_num(), psn, gid: Gid::default() },
+    };
+    print_address("local address: ", &me);
+
+    let (peer, server_conn) = match &opts.server {
+        Some(host) => {
+            let peer = client_exchange(host, opts.port, &me, opts.timeout, opts.timeout)?;
+            (peer, None)
+        }
+        None => {
+            let listener = Listener::bind(opts.port)?;
+            println!("  waiting for a client on port {}", listener.port());
+            let (conn, peer) = listener.accept(opts.accept_timeout, opts.timeout)?;
+            (peer, Some(conn))
+        }
+    };
+    print_address("remote address:", &peer);
+
+    // The C tools post their receives in INIT, before the exchange. A QP that has receives
+    // posted in a scope is borrowed by the scope and cannot change state, so here they are
+    // posted in RTS, still before the peer is allowed to send: the server posts them before
+    // writing its address (the client sends only after reading it), the client before its
+    // first SEND (the server sends only after receiving it). Nothing arrives before a
+    // receive is ready, which matters for UC, where such a message would be dropped.
+    let qp = connect(qp, opts, &me, &peer)?;
+
+    let mut free: Vec<LocalBufMut<'_>> = Vec::with_capacity(nbufs);
+    let mut rest = recv_mr.slice_mut(..)?;
+    for _ in 0..nbufs {
+        let (head, tail) = rest.split_at(size)?;
+        free.push(head);
+        rest = tail;
+    }
+    let send_buf = send_mr.slice(..)?;
+    let is_client = opts.server.is_some();
+    let (iters, wait) = (opts.iters, opts.timeout);
+
+    // Nothing is outstanding when the loop succeeds. After an error, the receives still
+    // posted will not complete: the scope flushes them after a short wait and then reports
+    // the QP as broken instead of the closure's result, so the loop's error is kept aside.
+    let mut failure = None;
+    let outcome = scope_with_timeout(Duration::from_secs(1), |s| {
+        let result = (|| -> Result<Duration, Box<dyn std::error::Error>> {
+            // Exactly `iters` receives in total, so that none is left outstanding at the end
+            // (the C tools keep `rx_depth` posted and exit with them still posted).
+            let mut posted = VecDeque::with_capacity(nbufs);
+            let mut to_post = iters;
+            for buf in free.drain(..) {
+                posted.push_back(s.post_recv(&qp, Recv::new(buf)).map_err(|e| e.error)?);
+                to_post -= 1;
+            }
+            if let Some(conn) = server_conn {
+                conn.finish(&me)?;
+            }
+
+            let start = Instant::now();
+            for i in 0..iters {
+                let mut recv = || -> Result<(), Box<dyn std::error::Error>> {
+                    // The receive queue completes in order: the oldest receive is the next one.
+                    let token = posted.pop_front().ok_or("no receive posted")?;
+                    let (c, buf) = s.wait(token, wait).map_err(|e| e.error)?;
+                    c.ok().map_err(|e| format!("receive {}: {e}", i + 1))?;
+                    if to_post > 0 {
+                        posted.push_back(s.post_recv(&qp, Recv::new(buf)).map_err(|e| e.error)?);
+                        to_post -= 1;
+                    }
+                    Ok(())
+                };
+                let send = || -> Result<(), Box<dyn std::error::Error>> {
+                    let token = s.post_send(&qp, Send::new(send_buf)).map_err(|e| e.error)?;
+                    let (c, _buf) = s.wait(token, wait).map_err(|e| e.error)?;
+                    c.ok().map_err(|e| format!("send {}: {e}", i + 1))?;
+                    Ok(())
+                };
+                // The client sends first; each side sends its next message once its previous
+                // send completed and the peer's message arrived.
+                if is_client {
+                    send()?;
+                    recv()?;
+                } else {
+                    recv()?;
+                    send()?;
+                }
+            }
+            Ok(start.elapsed())
+        })();
+        if let Err(e) = &result {
+            failure = Some(e.to_string());
+        }
+        result
+    });
+    match (outcome, failure) {
+        (Ok(result), _) => result,
+        (Err(scope_error), Some(first)) => Err(format!("{first} (then: {scope_error})").into()),
+        (Err(scope_error), None) => Err(scope_error.into()),
+    }
+}
+
+/// The two result lines of the C tools.
+pub fn report(opts: &Options, elapsed: Duration) -> String {
+    let usec = elapsed.as_secs_f64() * 1e6;
+    let bytes = u64::from(opts.size) * u64::from(opts.iters) * 2;
+    format!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec,
+        opts.iters,
+        usec / 1e6,
+        usec / f64::from(opts.iters)
+    )
+}
+
+/// The whole program: parse the command line, run, print the result; exit status 0 only on
+/// success.
+pub fn main<T>(prog: &str, connect: Connect<T>) -> std::process::ExitCode
+where
+    T: Transitions<InitAttr = ConnectedInit> + SupportsSend + Unaddressed,
+{
+    use std::process::ExitCode;
+    let opts = match parse_args(std::env::args().skip(1)) {
+        Ok(Command::Run(o)) => o,
+        Ok(Command::Help) => {
+            print!("{}", usage(prog));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{prog}: {e}\n\n{}", usage(prog));
+            return ExitCode::FAILURE;
+        }
+    };
+    match run::<T>(&opts, connect) {
+        Ok(elapsed) => {
+            println!("{}", report(&opts, elapsed));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{prog}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! Memory windows: `ibv_alloc_mw`, `ibv_bind_mw`, `ibv_dealloc_mw`, and the bound state.
+//!
+//! A window exposes part of a registered region to peers under its own rkey, with its own
+//! rights, and can be revoked without deregistering the region.
+//!
+//! - [`Mw<Type1>`] is bound with `ibv_bind_mw` ([`Scope::bind_mw`](crate::scope::Scope::bind_mw))
+//!   and unbound by a zero-length bind ([`Scope::unbind_mw`](crate::scope::Scope::unbind_mw)) or
+//!   deallocation. It cannot be zero-based nor invalidated by LOCAL_INV / SEND_WITH_INV
+//!   (IBTA o10-36.2.2, o10-37.2.26).
+//! - [`Mw<Type2>`] is bound with a BIND_MW work request ([`BindMw`](crate::wr::BindMw)) and
+//!   invalidated by LOCAL_INV ([`LocalInv`](crate::wr::LocalInv)), by a peer's SEND_WITH_INV
+//!   ([`BoundMw::invalidated_by`]) or deallocation. It must be unbound before it is bound
+//!   again (o10-37.2.30).
+//!
+//! A bind is a work request: it completes later, and may fail. The new rkey exists only on a
+//! [`BoundMw`], which only a successful bind completion produces; ibv_bind_mw(3) NOTES allow the
+//! rkey to travel before that only "using a send request on the same QP", which is
+//! [`Scope::advertise_window`](crate::scope::Scope::advertise_window). A failed bind hands the
+//! window back unbound, with its previous rkey restored. A [`BoundMw`] borrows its region, so the
+//! region cannot be dropped (deregistered) while a window is bound to it (ibv_reg_mr(3):
+//! "ibv_dereg_mr() fails if any memory window is still bound to this MR").
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::RangeBounds;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use typed_verbs_sys as sys;
+
+use crate::access::{RemoteRights, WindowRights};
+use crate::error::{Error, Result, Verb};
+use crate::mr::RemoteSlice;
+use crate::pd::{Pd, PdInner};
+use crate::wc::Completion;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A memory window type. Sealed; implemented by [`Type1`] and [`Type2`].
+pub trait MwType: sealed::Sealed + Send + Sync + 'static {
+    /// `IBV_MW_TYPE_1` or `IBV_MW_TYPE_2`.
+    const RAW: sys::ibv_mw_type;
+    /// The name used in messages.
+    const NAME: &'static str;
+}
+
+/// Type 1 memory windows: bound with `ibv_bind_mw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Type1;
+/// Type 2 memory windows: bound with a BIND_MW work request, to one QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Type2;
+
+impl sealed::Sealed for Type1 {}
+impl sealed::Sealed for Type2 {}
+impl MwType for Type1 {
+    const RAW: sys::ibv_mw_type = sys::IBV_MW_TYPE_1;
+    const NAME: &'static str = "type 1";
+}
+impl MwType for Type2 {
+    const RAW: sys::ibv_mw_type = sys::IBV_MW_TYPE_2;
+    const NAME: &'static str = "type 2";
+}
+
+/// Window types bound with `ibv_bind_mw`.
+#[diagnostic::on_unimplemented(
+    message = "a {Self} memory window is not bound with ibv_bind_mw",
+    label = "use a BIND_MW work request (`BindMw`) for type 2 windows",
+    note = "ibv_bind_mw(3): \"Note that for type 2 MW, one should directly post bind WR to the QP, using ibv_post_send.\""
+)]
+pub trait BoundByVerb: MwType {}
+impl BoundByVerb for Type1 {}
+
+/// Window types bound with a BIND_MW work request.
+#[diagnostic::on_unimplemented(
+    message = "a {Self} memory window is not bound with a BIND_MW work request",
+    label = "bind type 1 windows with ibv_bind_mw (`Scope::bind_mw`)",
+    note = "ibv_bind_mw(3): ibv_bind_mw binds type 1 windows; type 2 windows are bound by posting IBV_WR_BIND_MW"
+)]
+pub trait BoundByWr: MwType {}
+impl BoundByWr for Type2 {}
+
+/// Window types that LOCAL_INV and SEND_WITH_INV can invalidate.
+#[diagnostic::on_unimplemented(
+    message = "a {Self} memory window cannot be invalidated by LOCAL_INV or SEND_WITH_INV",
+    label = "unbind type 1 windows with a zero-length bind (`Scope::unbind_mw`) or drop them",
+    note = "IBTA o10-37.2.26: only type 2 windows are invalidated by LOCAL_INV / SEND_WITH_INV"
+)]
+pub trait Invalidatable: MwType {}
+impl Invalidatable for Type2 {}
+
+pub(crate) struct MwInner {
+    mw: NonNull<sys::ibv_mw>,
+    pd: Arc<PdInner>,
+}
+
+// SAFETY: windows may be used from any thread (libibverbs is thread-safe); the only field we
+// write after creation (`rkey`, to undo a failed bind) is written while we own the window by
+// value.
+unsafe impl Send for MwInner {}
+// SAFETY: `&MwInner` only reads.
+unsafe impl Sync for MwInner {}
+
+impl Drop for MwInner {
+    fn drop(&mut self) {
+        // SAFETY: the window is valid and deallocated once. Deallocation invalidates it; a bind
+        // or invalidation in flight holds the window by value in its token, so none is pending.
+        // A failure cannot be acted on in drop; ignored.
+        let _ = unsafe { sys::ibv_dealloc_mw(self.mw.as_ptr()) };
+    }
+}
+
+/// An unbound memory window of type `K`: `struct ibv_mw`. Deallocated on drop.
+pub struct Mw<K: MwType> {
+    pub(crate) inner: MwInner,
+    _type: PhantomData<K>,
+}
+
+impl<K: MwType> fmt::Debug for Mw<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mw").field("type", &K::NAME).field("rkey", &format_args!("{:#x}", self.raw_rkey())).finish()
+    }
+}
+
+impl Pd {
+    /// `ibv_alloc_mw`: a new, unbound memory window of type `K` ([`Type1`] or [`Type2`]).
+    ///
+    /// # Errors
+    /// - [`Error::Unsupported`] when the device does not report the window type
+    ///   (`IBV_DEVICE_MEM_WINDOW`, `IBV_DEVICE_MEM_WINDOW_TYPE_2A`/`_2B`);
+    /// - [`Error::Verb`] with `ibv_alloc_mw` and its errno.
+    ///
+    /// See ibv_alloc_mw(3).
+    #[doc(alias = "ibv_alloc_mw")]
+    pub fn alloc_mw<K: MwType>(&self) -> Result<Mw<K>> {
+        let flags = self.context().query_device()?.device_cap_flags();
+        let supported = match K::RAW {
+            sys::IBV_MW_TYPE_1 => flags & sys::IBV_DEVICE_MEM_WINDOW != 0,
+            _ => flags & (sys::IBV_DEVICE_MEM_WINDOW_TYPE_2A | sys::IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0,
+        };
+        if !supported {
+            return Err(Error::Unsupported {
+                verb: Verb::AllocMw,
+                what: format!("{} memory windows", K::NAME),
+                source: None,
+            });
+        }
+        // SAFETY: the PD is alive; the type is a valid `ibv_mw_type`.
+        let mw = unsafe { sys::ibv_alloc_mw(self.as_ptr(), K::RAW) };
+        let mw = NonNull::new(mw).ok_or_else(|| Error::last_os(Verb::AllocMw, format!("{} window", K::NAME)))?;
+        Ok(Mw { inner: MwInner { mw, pd: Arc::clone(&self.inner) }, _type: PhantomData })
+    }
+}
+
+impl<K: MwType> Mw<K> {
+    /// The rkey the window has now. It grants nothing while the window is unbound; it becomes
+    /// stale when the window is bound (the bind gives a new one).
+    pub fn raw_rkey(&self) -> u32 {
+        // SAFETY: the window is valid; `rkey` is a plain field.
+        unsafe { (*self.inner.mw.as_ptr()).rkey }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_mw {
+        self.inner.mw.as_ptr()
+    }
+
+    pub(crate) fn same_pd(&self, pd: &Arc<PdInner>) -> bool {
+        Arc::ptr_eq(&self.inner.pd, pd)
+    }
+
+    /// Restores the rkey recorded in the `ibv_mw` (ibv_bind_mw(3): "The user should keep a copy
+    /// of the old R_key, and fix the mw structure if the subsequent CQE for the bind operation
+    /// indicates a failure").
+    pub(crate) fn set_raw_rkey(&mut self, rkey: u32) {
+        // SAFETY: the window is valid and owned by value (`&mut self`); nothing else writes it.
+        unsafe { (*self.inner.mw.as_ptr()).rkey = rkey };
+    }
+}
+
+/// A window bound to part of a region (borrowed for `'m`), granting the rights `R` under its
+/// rkey. Dropping it deallocates the window, which revokes the rkey.
+pub struct BoundMw<'m, K: MwType, R> {
+    mw: Mw<K>,
+    mr: RawMr,
+    rkey: u32,
+    addr: u64,
+    len: u64,
+    _region: PhantomData<&'m ()>,
+    _rights: PhantomData<fn() -> R>,
+}
+
+impl<K: MwType, R> fmt::Debug for BoundMw<'_, K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoundMw")
+            .field("type", &K::NAME)
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// The `ibv_mr` a window is bound to (kept for the zero-length unbind, see
+/// [`BoundMw::region_ptr`]).
+#[derive(Clone, Copy)]
+pub(crate) struct RawMr(pub(crate) NonNull<sys::ibv_mr>);
+
+// SAFETY: only handed to the provider as a value while the region is borrowed by the bound
+// window; never dereferenced by this crate.
+unsafe impl Send for RawMr {}
+// SAFETY: as above.
+unsafe impl Sync for RawMr {}
+
+impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
+    pub(crate) fn new(mw: Mw<K>, mr: RawMr, rkey: u32, addr: u64, len: u64) -> Self {
+        BoundMw { mw, mr, rkey, addr, len, _region: PhantomData, _rights: PhantomData }
+    }
+
+    /// The region the window is bound to. A zero-length bind names it although the bind ignores
+    /// it: rdma-core 44's rxe provider dereferences `bind_info.mr` even for a zero-length bind,
+    /// and crashes on NULL.
+    pub(crate) fn region_ptr(&self) -> *mut sys::ibv_mr {
+        self.mr.0.as_ptr()
+    }
+
+    /// The window's rkey, valid since the bind completed successfully.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The window length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for an empty window (never the case for a bound window).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The remote view of `range` of the window, for a peer. Zero-based windows address by
+    /// offset from the window start, the others by virtual address; the rights type `R` records
+    /// which, so the two cannot be mixed up.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the range is outside the window.
+    pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteSlice<R>> {
+        let (off, len) = crate::mr::range_of(range, self.len as usize, "BoundMw::remote")?;
+        let base = if R::ZERO_BASED { 0 } else { self.addr };
+        Ok(RemoteSlice::new(base + off as u64, len as u64, self.rkey))
+    }
+
+    /// The receiving side of a SEND_WITH_INV: if `completion` (a receive completion of the QP
+    /// the window is bound to) invalidated this window's rkey (`IBV_WC_WITH_INV`), the window
+    /// is unbound and handed back; otherwise it is still bound and handed back as is.
+    ///
+    /// # Errors
+    /// `Err(self)` when the completion did not invalidate this window.
+    pub fn invalidated_by(self, completion: &Completion) -> std::result::Result<Mw<K>, Self>
+    where
+        K: crate::mw::Invalidatable,
+    {
+        if completion.is_success() && completion.invalidated_rkey() == Some(self.rkey) {
+            Ok(self.mw)
+        } else {
+            Err(self)
+        }
+    }
+
+    pub(crate) fn into_mw(self) -> Mw<K> {
+        self.mw
+    }
+
+    pub(crate) fn mw(&self) -> &Mw<K> {
+        &self.mw
+    }
+}
+
+/// `ibv_inc_rkey`: the rkey a new binding of a window whose rkey is `rkey` gets (the low
+/// "key" byte incremented).
+pub(crate) fn inc_rkey(rkey: u32) -> u32 {
+    // SAFETY: a pure function of its argument (a static inline helper of verbs.h).
+    unsafe { sys::ibv_inc_rkey(rkey) }
+}
+
+/// A bind in flight: what the token of a bind hands over. On completion it becomes a
+/// [`BoundMw`] (success) or the window back, unbound, with its old rkey (failure).
+pub struct PendingBind<'m, K: MwType, R> {
+    pub(crate) mw: Mw<K>,
+    pub(crate) mr: RawMr,
+    pub(crate) old_rkey: u32,
+    pub(crate) new_rkey: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) _region: PhantomData<&'m ()>,
+    pub(crate) _rights: PhantomData<fn() -> R>,
+}
+
+impl<K: MwType, R> fmt::Debug for PendingBind<'_, K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingBind").field("type", &K::NAME).finish_non_exhaustive()
+    }
+}
+
+/// Proof that a bind completed: only [`BoundMw`] has it.
+#[diagnostic::on_unimplemented(
+    message = "the rkey of a new binding is not available before the bind completed",
+    label = "wait for the bind's token first",
+    note = "ibv_bind_mw(3) NOTES: the rkey \"must not [be transferred] to the remote in any other manner before reading a successful CQE\"; a send on the same QP after the bind is allowed: `Scope::advertise_window`"
+)]
+pub trait BindCompleted {}
+
+impl<K: MwType, R: WindowRights> PendingBind<'_, K, R> {
+    /// What the scope's `advertise_window` sends: address, length and the new rkey.
+    pub(crate) fn advert(&self) -> WindowAdvert {
+        let base = if R::ZERO_BASED { 0 } else { self.addr };
+        WindowAdvert { addr: base, len: self.len, rkey: self.new_rkey, zero_based: R::ZERO_BASED }
+    }
+}
+
+impl<'m, K: MwType, R: WindowRights> PendingBind<'m, K, R> {
+    pub(crate) fn finish(mut self, c: &Completion) -> std::result::Result<BoundMw<'m, K, R>, Mw<K>> {
+        if c.is_success() {
+            self.mw.set_raw_rkey(self.new_rkey);
+            Ok(BoundMw::new(self.mw, self.mr, self.new_rkey, self.addr, self.len))
+        } else {
+            self.mw.set_raw_rkey(self.old_rkey);
+            Err(self.mw)
+        }
+    }
+}
+
+/// An invalidation or unbinding in flight (LOCAL_INV of a type 2 window, zero-length bind of a
+/// type 1 window). On completion the window comes back unbound (success) or still bound.
+pub struct PendingUnbind<'m, K: MwType, R> {
+    pub(crate) bound: BoundMw<'m, K, R>,
+    pub(crate) new_rkey: Option<u32>,
+}
+
+impl<K: MwType, R> fmt::Debug for PendingUnbind<'_, K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingUnbind").field("window", &self.bound).finish()
+    }
+}
+
+impl<'m, K: MwType, R: WindowRights> PendingUnbind<'m, K, R> {
+    pub(crate) fn finish(self, c: &Completion) -> std::result::Result<Mw<K>, BoundMw<'m, K, R>> {
+        let PendingUnbind { mut bound, new_rkey } = self;
+        if c.is_success() {
+            let mut mw = bound.into_mw();
+            if let Some(k) = new_rkey {
+                mw.set_raw_rkey(k);
+            }
+            Ok(mw)
+        } else {
+            bound.mw.set_raw_rkey(bound.rkey);
+            Err(bound)
+        }
+    }
+}
+
+/// The wire form of a window advertisement sent by
+/// [`Scope::advertise_window`](crate::scope::Scope::advertise_window): 21 bytes, little
+/// endian: `addr: u64, len: u64, rkey: u32, flags: u8` (bit 0: zero-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowAdvert {
+    /// Remote address (an offset for zero-based windows).
+    pub addr: u64,
+    /// Window length in bytes.
+    pub len: u64,
+    /// The window's rkey.
+    pub rkey: u32,
+    /// Whether the window is zero-based.
+    pub zero_based: bool,
+}
+
+impl WindowAdvert {
+    /// Encoded size in bytes.
+    pub const LEN: usize = 21;
+
+    /// Encodes the advertisement.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b[16..20].copy_from_slice(&self.rkey.to_le_bytes());
+        b[20] = u8::from(self.zero_based);
+        b
+    }
+
+    /// Decodes an advertisement received from a peer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `bytes` is not exactly [`WindowAdvert::LEN`] bytes or the
+    /// flags byte has unknown bits.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let b: &[u8; Self::LEN] = bytes.try_into().map_err(|_| {
+            Error::invalid("WindowAdvert::decode", format!("{} bytes, expected {}", bytes.len(), Self::LEN))
+        })?;
+        if b[20] & !1 != 0 {
+            return Err(Error::invalid("WindowAdvert::decode", format!("unknown flags {:#x}", b[20])));
+        }
+        let u64_at =
+            |i: usize| u64::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3], b[i + 4], b[i + 5], b[i + 6], b[i + 7]]);
+        Ok(WindowAdvert {
+            addr: u64_at(0),
+            len: u64_at(8),
+            rkey: u32::from_le_bytes([b[16], b[17], b[18], b[19]]),
+            zero_based: b[20] & 1 != 0,
+        })
+    }
+
+    /// The remote window as a [`RemoteSlice`], with the rights `R` the peer granted.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the advertisement's addressing mode (zero-based or not)
+    /// differs from `R`'s.
+    pub fn remote<R: RemoteRights>(&self) -> Result<RemoteSlice<R>> {
+        if self.zero_based != R::ZERO_BASED {
+            return Err(Error::invalid(
+                "WindowAdvert::remote",
+                "the advertised window's addressing mode (zero-based or virtual) differs from the rights type",
+            ));
+        }
+        Ok(RemoteSlice::new(self.addr, self.len, self.rkey))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WindowAdvert;
+
+    #[test]
+    fn advert_round_trips_and_rejects_garbage() {
+        let a = WindowAdvert { addr: 0x1122_3344_5566_7788, len: 4096, rkey: 0xabcd_ef01, zero_based: true };
+        assert_eq!(WindowAdvert::decode(&a.encode()).unwrap(), a);
+        assert!(WindowAdvert::decode(&a.encode()[..20]).is_err());
+        let mut bad = a.encode();
+        bad[20] = 2;
+        assert!(WindowAdvert::decode(&bad).is_err());
+    }
+}

@@ -1,0 +1,392 @@
+//! Interoperation with rdma-core's C tools: `examples/rc_pingpong` and `examples/uc_pingpong`
+//! against `ibv_rc_pingpong` / `ibv_uc_pingpong` (package ibverbs-utils), in both roles, as
+//! separate processes on the device under test.
+//!
+//! The examples must be built first (`cargo build --examples`): `cargo test --test device`
+//! alone does not build them. They are looked up next to this test binary
+//! (`target/<profile>/examples/`).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::common::{device_name, gid_index};
+
+/// Bound on one whole ping-pong (both processes), generous for software emulation.
+const DEADLINE: Duration = Duration::from_secs(120);
+/// Small, to keep the run short under emulation.
+const ITERS: u32 = 100;
+const SIZE: u32 = 4096;
+
+/// Our example binary `name`, next to this test binary: `target/<profile>/deps/device-…` →
+/// `target/<profile>/examples/<name>`.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the path of the test binary");
+    let mut candidates = Vec::new();
+    if let Some(profile_dir) = exe.parent().and_then(Path::parent) {
+        candidates.push(profile_dir.join("examples").join(name));
+    }
+    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples").join(name));
+    candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| {
+        panic!(
+            "example binary `{name}` not found (looked at {candidates:?}): build the examples \
+                 before running the device tests: `cargo build --examples`"
+        )
+    })
+}
+
+/// The C tool `name` (ibverbs-utils), from `$PATH` or `/usr/bin`.
+fn c_tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("`{name}` not found in $PATH or /usr/bin: install ibverbs-utils (scripts/install-deps)")
+        })
+}
+
+/// A child process whose stdout and stderr are collected by reader threads; stdout lines are
+/// also forwarded on a channel so a test can wait for one.
+struct Proc {
+    label: String,
+    child: Child,
+    status: Option<ExitStatus>,
+    output: Arc<Mutex<String>>,
+    lines: Receiver<String>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Proc {
+    fn spawn(label: &str, program: &Path, args: &[String]) -> Proc {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        let output = Arc::new(Mutex::new(format!("$ {} {}\n", program.display(), args.join(" "))));
+        let (tx, lines) = mpsc::channel();
+        let mut readers = Vec::new();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let out = Arc::clone(&output);
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                lock(&out).push_str(&format!("{line}\n"));
+                let _ = tx.send(line);
+            }
+        }));
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let out = Arc::clone(&output);
+        readers.push(std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            if !s.is_empty() {
+                lock(&out).push_str(&format!("[stderr]\n{s}"));
+            }
+        }));
+        Proc { label: label.to_string(), child, status: None, output, lines, readers }
+    }
+
+    /// Polls the process; records its exit status once it has exited.
+    fn poll(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+        }
+        self.status
+    }
+
+    /// Waits (bounded) for a stdout line containing `needle`.
+    fn wait_for_line(&mut self, needle: &str, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
+                Ok(line) if line.contains(needle) => return Ok(()),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(st) = self.poll() {
+                        return Err(format!("{} exited ({st}) before printing {needle:?}", self.label));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(format!("{} did not print {needle:?} within {} s", self.label, within.as_secs()));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(format!("{} closed its stdout before printing {needle:?}", self.label))
+                }
+            }
+        }
+    }
+
+    /// Kills the process if it is still running and reaps it; collects its output.
+    fn stop(&mut self) {
+        if self.poll().is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+
+    fn output(&self) -> String {
+        lock(&self.output).clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The processes of one test: all killed when the test ends, also when it fails.
+struct Procs(Vec<Proc>);
+
+impl Procs {
+    /// Waits until every process exited, at most until `deadline`; kills the rest then.
+    /// Returns a report of every process (status and output), and whether all exited 0.
+    fn wait_all(&mut self, deadline: Instant) -> (bool, String) {
+        loop {
+            let running = self.0.iter_mut().map(|p| p.poll().is_none()).filter(|&r| r).count();
+            // One failure dooms the ping-pong: the peer would only wait for its timeouts.
+            let failed = self.0.iter_mut().any(|p| matches!(p.poll(), Some(s) if !s.success()));
+            if running == 0 || failed || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut ok = true;
+        let mut report = String::new();
+        for p in &mut self.0 {
+            let exited = p.poll();
+            p.stop();
+            let status = match exited {
+                Some(s) => {
+                    ok &= s.success();
+                    s.to_string()
+                }
+                None => {
+                    ok = false;
+                    format!("still running after the deadline, killed ({:?})", p.status)
+                }
+            };
+            report.push_str(&format!("----- {}: {status}\n{}\n", p.label, p.output()));
+        }
+        (ok, report)
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for p in &mut self.0 {
+            p.stop();
+        }
+    }
+}
+
+fn common_args(port: u16) -> Vec<String> {
+    vec![
+        "-d".into(),
+        device_name(),
+        "-g".into(),
+        gid_index().to_string(),
+        "-p".into(),
+        port.to_string(),
+        "-n".into(),
+        ITERS.to_string(),
+        "-s".into(),
+        SIZE.to_string(),
+    ]
+}
+
+/// The result lines both the C tool and ours print.
+fn assert_result_lines(label: &str, output: &str, report: &str) {
+    let bytes = format!("{} bytes in ", u64::from(SIZE) * u64::from(ITERS) * 2);
+    let iters = format!("{ITERS} iters in ");
+    assert!(
+        output.contains(&bytes) && output.contains(&iters) && output.contains("Mbit/sec"),
+        "{label} did not print its result lines ({bytes:?}, {iters:?}):\n{report}"
+    );
+}
+
+/// Which side is ours.
+#[derive(Clone, Copy, PartialEq)]
+enum Ours {
+    Server,
+    Client,
+}
+
+/// Runs one ping-pong between our example `ours` and the C tool `theirs` on TCP port `port`.
+fn pingpong(ours: &str, theirs: &str, our_role: Ours, port: u16) {
+    let our_bin = example(ours);
+    let c_bin = c_tool(theirs);
+    let deadline = Instant::now() + DEADLINE;
+    let server_args = common_args(port);
+    let mut client_args = common_args(port);
+    client_args.push("127.0.0.1".into());
+    let mut procs = Procs(Vec::new());
+
+    match our_role {
+        Ours::Server => {
+            // Extra time bounds of ours: the C client does not retry its connection, so it
+            // is started only once our server listens.
+            let mut args = server_args;
+            args.extend(["--timeout".into(), "60".into()]);
+            args.extend(["--accept-timeout".into(), "100".into()]);
+            procs.0.push(Proc::spawn(&format!("{ours} (server)"), &our_bin, &args));
+            if let Err(e) = procs.0[0].wait_for_line("waiting for a client", Duration::from_secs(60)) {
+                let (_, report) = procs.wait_all(Instant::now());
+                panic!("{e}\n{report}");
+            }
+            procs.0.push(Proc::spawn(&format!("{theirs} (client)"), &c_bin, &client_args));
+        }
+        Ours::Client => {
+            // The C server starts listening after its device set-up; our client retries its
+            // connection meanwhile (bounded by --timeout).
+            procs.0.push(Proc::spawn(&format!("{theirs} (server)"), &c_bin, &server_args));
+            let mut args = client_args;
+            args.extend(["--timeout".into(), "60".into()]);
+            procs.0.push(Proc::spawn(&format!("{ours} (client)"), &our_bin, &args));
+        }
+    }
+
+    let (ok, report) = procs.wait_all(deadline);
+    assert!(ok, "the ping-pong failed:\n{report}");
+    let (ours_out, theirs_out) = match our_role {
+        Ours::Server => (procs.0[0].output(), procs.0[1].output()),
+        Ours::Client => (procs.0[1].output(), procs.0[0].output()),
+    };
+    assert_result_lines(ours, &ours_out, &report);
+    assert_result_lines(theirs, &theirs_out, &report);
+    // Both sides agree on each other's QP numbers: ours printed the C tool's local address
+    // as its remote one.
+    let qpn_of = |out: &str, which: &str| -> Option<String> {
+        let line = out.lines().find(|l| l.contains(which))?;
+        let at = line.find("QPN ")? + 4;
+        Some(line[at..at + 8].to_string())
+    };
+    assert_eq!(qpn_of(&theirs_out, "local address"), qpn_of(&ours_out, "remote address"), "QPN mismatch:\n{report}");
+    assert_eq!(qpn_of(&ours_out, "local address"), qpn_of(&theirs_out, "remote address"), "QPN mismatch:\n{report}");
+    println!("{report}");
+}
+
+// Distinct TCP ports so the tests can run in parallel.
+
+#[test]
+fn rc_pingpong_server_with_c_client() {
+    pingpong("rc_pingpong", "ibv_rc_pingpong", Ours::Server, 18611);
+}
+
+#[test]
+fn rc_pingpong_client_with_c_server() {
+    pingpong("rc_pingpong", "ibv_rc_pingpong", Ours::Client, 18612);
+}
+
+#[test]
+fn uc_pingpong_server_with_c_client() {
+    pingpong("uc_pingpong", "ibv_uc_pingpong", Ours::Server, 18613);
+}
+
+#[test]
+fn uc_pingpong_client_with_c_server() {
+    pingpong("uc_pingpong", "ibv_uc_pingpong", Ours::Client, 18614);
+}
+
+// --- failure paths: bounded, non-zero, and saying why ---------------------------------------
+
+/// The 52-byte message of the C tools for `qpn`/`psn` and the device's GID (read from the
+/// address our example printed, so this test does not need its own device context).
+fn c_style_message(qpn: u32, psn: u32, gid: std::net::Ipv6Addr) -> Vec<u8> {
+    let hex: String = gid.octets().iter().map(|b| format!("{b:02x}")).collect();
+    let mut m = format!("{:04x}:{qpn:06x}:{psn:06x}:{hex}", 0).into_bytes();
+    m.push(0);
+    m
+}
+
+fn gid_in(output: &str) -> std::net::Ipv6Addr {
+    let line = output.lines().find(|l| l.contains("local address")).expect("a local address line");
+    line.rsplit("GID ").next().and_then(|g| g.trim().parse().ok()).expect("a GID")
+}
+
+/// A server (this test) that answers our client with garbage: the client must refuse it and
+/// exit non-zero, naming the problem.
+#[test]
+fn rc_pingpong_client_rejects_a_malformed_address() {
+    use std::io::Write as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:18615").expect("bind 18615");
+    let mut args = common_args(18615);
+    args.extend(["127.0.0.1".into(), "--timeout".into(), "30".into()]);
+    let mut procs = Procs(vec![Proc::spawn("rc_pingpong (client)", &example("rc_pingpong"), &args)]);
+    listener.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    let mut conn = loop {
+        match listener.accept() {
+            Ok((c, _)) => break c,
+            Err(_) if Instant::now() < deadline && procs.0[0].poll().is_none() => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => {
+                let (_, report) = procs.wait_all(Instant::now());
+                panic!("our client never connected ({e}):\n{report}");
+            }
+        }
+    };
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut msg = [0u8; 52];
+    conn.read_exact(&mut msg).expect("the client's 52-byte address");
+    assert_eq!(msg[51], 0, "NUL-terminated: {msg:?}");
+    assert_eq!((msg[4], msg[11], msg[18]), (b':', b':', b':'), "{:?}", String::from_utf8_lossy(&msg));
+    conn.write_all(&[b'x'; 52]).unwrap();
+    let (ok, report) = procs.wait_all(deadline);
+    assert!(!ok, "the client accepted a malformed address:\n{report}");
+    assert!(procs.0[0].status.is_some(), "the client did not exit by itself:\n{report}");
+    assert!(report.contains("malformed pingpong address message"), "{report}");
+}
+
+/// A client (this test) that completes the exchange but never sends: our UC server must give
+/// up after its --timeout, exit non-zero, and say what it was waiting for.
+#[test]
+fn uc_pingpong_server_times_out_when_the_peer_never_sends() {
+    use std::io::Write as _;
+    let mut args = common_args(18616);
+    args.extend(["--timeout".into(), "3".into(), "--accept-timeout".into(), "100".into()]);
+    let mut procs = Procs(vec![Proc::spawn("uc_pingpong (server)", &example("uc_pingpong"), &args)]);
+    if let Err(e) = procs.0[0].wait_for_line("waiting for a client", Duration::from_secs(60)) {
+        let (_, report) = procs.wait_all(Instant::now());
+        panic!("{e}\n{report}");
+    }
+    let gid = gid_in(&procs.0[0].output());
+    let mut conn = connect_retry(18616);
+    conn.write_all(&c_style_message(0xabcd, 0x123456, gid)).unwrap();
+    let mut reply = [0u8; 52];
+    conn.read_exact(&mut reply).expect("the server's 52-byte address");
+    conn.write_all(b"done\0").unwrap();
+    let started = Instant::now();
+    let (ok, report) = procs.wait_all(Instant::now() + DEADLINE);
+    assert!(!ok, "the server succeeded without a peer:\n{report}");
+    assert!(procs.0[0].status.is_some(), "the server did not exit by itself:\n{report}");
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}:\n{report}", started.elapsed());
+    assert!(report.contains("timed out after 3s waiting for the completion of receive"), "{report}");
+}
+
+/// Connects to our server on `port` (it listens already; retried briefly all the same).
+fn connect_retry(port: u16) -> std::net::TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => {
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                return s;
+            }
+            Err(e) if Instant::now() >= deadline => panic!("cannot connect to port {port}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}

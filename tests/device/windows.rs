@@ -1,0 +1,321 @@
+//! Memory windows on the device, mirroring rdma-core's MR/MW tests; the expected outcomes are
+//! those of ../shared/notes/softroce.md.
+
+use typed_verbs::access::{self, window};
+use typed_verbs::mw::{Type1, Type2, WindowAdvert};
+use typed_verbs::prelude::*;
+use typed_verbs::wr::{BindMw, LocalInv, SendInv};
+
+use crate::common::*;
+
+struct Rig {
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    p: RcPair,
+    /// The "server" region, reachable only through windows.
+    target: Mr<access::WindowBindable>,
+    /// The "client" source buffer.
+    src: Mr<access::LocalRead>,
+}
+
+fn rig() -> Rig {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, caps);
+    let target = pd.alloc_mr(8192, access::WINDOW_BINDABLE).unwrap();
+    let mut src = pd.alloc_mr(4096, access::LOCAL_READ).unwrap();
+    fill(&mut src, 42);
+    Rig { ctx, pd, cq, p, target, src }
+}
+
+/// Posts an RDMA WRITE of `len` bytes from the client (QP a) to `remote` and returns its status.
+fn write_status<R: typed_verbs::access::HasRemoteWrite>(r: &Rig, remote: RemoteSlice<R>, len: usize) -> WcStatus {
+    scope(|s| {
+        let t = s.post_send(&r.p.a, Write::new(r.src.slice(..len).unwrap(), remote)).unwrap();
+        s.wait(t, WAIT).unwrap().0.status()
+    })
+    .unwrap()
+}
+
+fn target_bytes(r: &Rig, offset: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    r.target.read_volatile_into(offset, &mut v).unwrap();
+    v
+}
+
+#[test]
+fn type1_bind_then_remote_write_through_the_window() {
+    let r = rig();
+    let mw = r.pd.alloc_mw::<Type1>().unwrap();
+    let stale = mw.raw_rkey();
+    let bound = scope(|s| {
+        let t = s.bind_mw(&r.p.b, mw, &r.target, 1024, 2048, window::WRITE).unwrap();
+        let (c, bound) = s.wait(t, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::BindMw), "{c:?}");
+        bound.expect("bind succeeded")
+    })
+    .unwrap();
+    assert_ne!(bound.rkey(), stale, "a bind gives a new rkey");
+    assert_eq!(write_status(&r, bound.remote(0..512).unwrap(), 512), WcStatus::Success);
+    assert_eq!(target_bytes(&r, 1024, 512), &r.src.as_slice()[..512]);
+    assert_eq!(target_bytes(&r, 0, 1024), vec![0; 1024], "nothing outside the window was written");
+}
+
+#[test]
+fn a_stale_pre_bind_rkey_is_rejected() {
+    let r = rig();
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let stale = mw.raw_rkey();
+    let bound = scope(|s| {
+        let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
+        s.wait(t, WAIT).unwrap().1.expect("bind")
+    })
+    .unwrap();
+    assert_ne!(stale, bound.rkey());
+    let forged = RemoteSlice::<window::Write>::from_wire(r.target.addr(), 4096, stale);
+    assert_eq!(write_status(&r, forged, 64), WcStatus::RemAccessErr);
+}
+
+#[test]
+fn type2_bind_by_work_request_then_write_then_local_inv_revokes() {
+    let r = rig();
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let bound = scope(|s| {
+        let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 4096, 4096, window::READ_WRITE)).unwrap();
+        let (c, bound) = s.wait(t, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::BindMw), "{c:?}");
+        bound.expect("bind succeeded")
+    })
+    .unwrap();
+    let remote = bound.remote(..).unwrap();
+    assert_eq!(write_status(&r, remote.slice(8, 1000).unwrap(), 1000), WcStatus::Success);
+    assert_eq!(target_bytes(&r, 4096 + 8, 1000), &r.src.as_slice()[..1000]);
+
+    let mw = scope(|s| {
+        let t = s.post_send(&r.p.b, LocalInv::new(bound)).unwrap();
+        let (c, unbound) = s.wait(t, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::LocalInv), "{c:?}");
+        unbound.expect("invalidated")
+    })
+    .unwrap();
+    assert_eq!(write_status(&r, remote, 64), WcStatus::RemAccessErr);
+    drop(mw);
+}
+
+#[test]
+fn send_with_invalidate_revokes_the_receivers_window() {
+    let r = rig();
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let bound = scope(|s| {
+        let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
+        s.wait(t, WAIT).unwrap().1.expect("bind")
+    })
+    .unwrap();
+    let remote = bound.remote(..).unwrap();
+    let rkey = bound.rkey();
+    let (completion, _) = scope(|s| {
+        let rt = s.post_recv(&r.p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&r.p.a, SendInv::new(r.src.slice(..16).unwrap(), rkey)).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        s.wait(rt, WAIT).unwrap()
+    })
+    .unwrap();
+    assert!(completion.is_success(), "{completion:?}");
+    assert_eq!(completion.invalidated_rkey(), Some(rkey), "{completion:?}");
+    assert_eq!(completion.byte_len(), 16);
+    let mw = bound.invalidated_by(&completion).expect("the receive completion invalidated the window");
+    assert_eq!(write_status(&r, remote, 64), WcStatus::RemAccessErr);
+    drop(mw);
+}
+
+#[test]
+fn zero_length_rebind_of_a_type1_window_revokes_it() {
+    let r = rig();
+    let mw = r.pd.alloc_mw::<Type1>().unwrap();
+    let (remote, mw) = scope(|s| {
+        let t = s.bind_mw(&r.p.b, mw, &r.target, 0, 4096, window::WRITE).unwrap();
+        let bound = s.wait(t, WAIT).unwrap().1.expect("bind");
+        let remote = bound.remote(..).unwrap();
+        let t = s.unbind_mw(&r.p.b, bound).unwrap();
+        let (c, unbound) = s.wait(t, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        (remote, unbound.expect("unbound"))
+    })
+    .unwrap();
+    assert_ne!(mw.raw_rkey(), remote.rkey());
+    assert_eq!(write_status(&r, remote, 64), WcStatus::RemAccessErr);
+}
+
+#[test]
+fn deallocating_a_bound_window_revokes_it() {
+    let r = rig();
+    let mw = r.pd.alloc_mw::<Type1>().unwrap();
+    let bound = scope(|s| {
+        let t = s.bind_mw(&r.p.b, mw, &r.target, 0, 4096, window::WRITE).unwrap();
+        s.wait(t, WAIT).unwrap().1.expect("bind")
+    })
+    .unwrap();
+    let remote = bound.remote(..).unwrap();
+    assert_eq!(write_status(&r, remote, 64), WcStatus::Success);
+    drop(bound); // ibv_dealloc_mw
+    let r2 = rig_with(&r);
+    assert_eq!(write_status(&r2, remote, 64), WcStatus::RemAccessErr);
+}
+
+/// A fresh client/server QP pair on the same PD and target (the previous pair's client QP went
+/// to ERR after a remote access error).
+fn rig_with(r: &Rig) -> Rig {
+    let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, caps);
+    let target = r.pd.alloc_mr(8192, access::WINDOW_BINDABLE).unwrap();
+    let mut src = r.pd.alloc_mr(4096, access::LOCAL_READ).unwrap();
+    fill(&mut src, 7);
+    Rig { ctx: r.ctx.clone(), pd: r.pd.clone(), cq: r.cq.clone(), p, target, src }
+}
+
+#[test]
+fn zero_based_type2_window_addresses_by_offset() {
+    let r = rig();
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let bound = scope(|s| {
+        let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 2048, 1024, window::WRITE.zero_based())).unwrap();
+        s.wait(t, WAIT).unwrap().1.expect("zero-based bind")
+    })
+    .unwrap();
+    let remote = bound.remote(100..300).unwrap();
+    assert_eq!(remote.addr(), 100, "zero-based: the remote address is an offset");
+    assert_eq!(write_status(&r, remote, 200), WcStatus::Success);
+    assert_eq!(target_bytes(&r, 2048 + 100, 200), &r.src.as_slice()[..200]);
+}
+
+#[test]
+fn a_window_advertised_on_the_binding_qp_is_usable_by_the_peer() {
+    let r = rig();
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let (advert, bound) = scope(|s| {
+        let rt = s.post_recv(&r.p.a, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let bind = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
+        // Before the bind's completion: only a send on the same QP may carry the rkey.
+        let adv = s.advertise_window(&r.p.b, &bind).unwrap();
+        let (c, buf) = s.wait(rt, WAIT).unwrap();
+        assert!(c.is_success() && c.byte_len() as usize == WindowAdvert::LEN, "{c:?}");
+        let mut bytes = [0u8; WindowAdvert::LEN];
+        buf.read_volatile_into(&mut bytes);
+        assert!(s.wait(adv, WAIT).unwrap().0.is_success());
+        let bound = s.wait(bind, WAIT).unwrap().1.expect("bind");
+        (WindowAdvert::decode(&bytes).unwrap(), bound)
+    })
+    .unwrap();
+    assert_eq!(advert.rkey, bound.rkey());
+    let remote = advert.remote::<window::Write>().unwrap();
+    assert_eq!(write_status(&r, remote, 256), WcStatus::Success);
+    assert_eq!(target_bytes(&r, 0, 256), &r.src.as_slice()[..256]);
+}
+
+#[test]
+fn advertising_on_another_qp_is_refused() {
+    let r = rig();
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    scope(|s| {
+        let bind = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
+        let e = s.advertise_window(&r.p.a, &bind).expect_err("other QP");
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+        assert!(s.wait(bind, WAIT).unwrap().1.is_ok());
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_failed_bind_restores_the_old_rkey_and_the_qp_recovers() {
+    // The window and region are in one PD, the QP in another: rxe refuses the bind at
+    // execution (C10-72) with IBV_WC_MW_BIND_ERR.
+    let r = rig();
+    let other_pd = r.ctx.alloc_pd().unwrap();
+    let caps = QpCaps::default();
+    let p = rc_pair(&other_pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps);
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let old = mw.raw_rkey();
+    let mw = scope(|s| {
+        let t = s.post_send(&p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
+        let (c, res) = s.wait(t, WAIT).unwrap();
+        // IBV_WC_MW_BIND_ERR per the IB spec; rxe on 6.12 reports the failed bind as flushed.
+        assert!(matches!(c.status(), WcStatus::MwBindErr | WcStatus::WrFlushErr), "{c:?}");
+        res.expect_err("a failed bind hands the window back")
+    })
+    .unwrap();
+    assert_eq!(mw.raw_rkey(), old, "the old rkey is restored");
+
+    // The QP went to ERR; reset it, reconnect, and traffic resumes.
+    let eb = p.b.endpoint(PORT, gid_index(), 0x2000).unwrap();
+    let ea = p.a.endpoint(PORT, gid_index(), 0x1000).unwrap();
+    let b = p.b.reset().expect("reset");
+    let b = connect_rc(b, QpAccess::REMOTE_WRITE, &eb, &ea);
+    let mut src = other_pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(9);
+    let mut dst = other_pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let rt = s.post_recv(&p.a, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&b, Send::new(src.slice(..).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        assert!(s.wait(rt, WAIT).unwrap().0.is_success());
+    })
+    .unwrap();
+    assert_eq!(dst.as_slice(), src.as_slice());
+}
+
+#[test]
+fn deregistering_a_region_with_a_leaked_bound_window_fails_and_is_reported() {
+    let r = rig();
+    let target = r.pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
+    let mw = r.pd.alloc_mw::<Type1>().unwrap();
+    scope(|s| {
+        let t = s.bind_mw(&r.p.b, mw, &target, 0, 4096, window::WRITE).unwrap();
+        let bound = s.wait(t, WAIT).unwrap().1.expect("bind");
+        // Leaking the bound window ends its borrow of the region without unbinding it.
+        std::mem::forget(bound);
+    })
+    .unwrap();
+    let (err, target) = target.deregister().expect_err("ibv_dereg_mr fails while a window is bound");
+    assert!(matches!(err, Error::Verb { verb: Verb::DeregMr, .. }), "{err:?}");
+    // Dropping it again leaks the memory instead of freeing it under the device.
+    drop(target);
+}
+
+#[test]
+fn every_legal_access_set_registers() {
+    let r = rig();
+    macro_rules! reg {
+        ($($a:expr),* $(,)?) => {{ let mut n = 0; $( r.pd.alloc_mr(64, $a).expect(stringify!($a)); n += 1; )* n }};
+    }
+    let n = Access::NONE;
+    let lw = Access::NONE.local_write();
+    let count = reg!(
+        n,
+        n.remote_read(),
+        n.mw_bind(),
+        n.remote_read().mw_bind(),
+        lw,
+        lw.remote_write(),
+        lw.remote_read(),
+        lw.remote_atomic(),
+        lw.mw_bind(),
+        lw.remote_write().remote_read(),
+        lw.remote_write().remote_atomic(),
+        lw.remote_write().mw_bind(),
+        lw.remote_read().remote_atomic(),
+        lw.remote_read().mw_bind(),
+        lw.remote_atomic().mw_bind(),
+        lw.remote_write().remote_read().remote_atomic(),
+        lw.remote_write().remote_read().mw_bind(),
+        lw.remote_write().remote_atomic().mw_bind(),
+        lw.remote_read().remote_atomic().mw_bind(),
+        lw.remote_write().remote_read().remote_atomic().mw_bind(),
+    );
+    // 16 sets with LOCAL_WRITE, 4 without (no REMOTE_WRITE/ATOMIC): every legal one.
+    assert_eq!(count, 20);
+}

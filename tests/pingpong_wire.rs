@@ -1,0 +1,285 @@
+//! Host tests of what the pingpong examples share (`examples/common/pingpong.rs`): the
+//! 52-byte address message of rdma-core's `ibv_*_pingpong`, the command line, and the TCP
+//! exchange over loopback. (Unit tests inside an example are not run by `cargo test`, so the
+//! module is included here.) The interoperation with the C tools themselves is tested on a
+//! device: `tests/device/interop.rs`.
+
+#[path = "../examples/common/pingpong.rs"]
+#[allow(dead_code)]
+mod pingpong;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use pingpong::{client_exchange, encode, parse, parse_args, Command, Listener, Options, DONE, WIRE_LEN};
+use typed_verbs::prelude::*;
+
+/// The GID rxe gives GID index 1 in the test VM: `::ffff:192.0.2.1`.
+fn rxe_gid() -> Gid {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&[192, 0, 2, 1]);
+    Gid(g)
+}
+
+fn ep(lid: u16, qp_num: u32, psn: u32, gid: Gid) -> Endpoint {
+    Endpoint { lid, qp_num, psn, gid }
+}
+
+/// What `sprintf(msg, "%04x:%06x:%06x:%s", ...)` plus the NUL produces in the C tools.
+fn c_message(text: &str) -> Vec<u8> {
+    let mut v = text.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+#[test]
+fn encodes_like_the_c_tools() {
+    let m = encode(&ep(0, 0x11, 0xabcdef, rxe_gid()));
+    assert_eq!(m.to_vec(), c_message("0000:000011:abcdef:00000000000000000000ffffc0000201"));
+    assert_eq!(m.len(), WIRE_LEN);
+    // The GID bytes in order (network order), lowercase; a LID on InfiniBand.
+    let gid = Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x1a, 0x4b, 0xff, 0xfe, 0x01, 0xAB, 0xCD]);
+    assert_eq!(
+        encode(&ep(0x1f, 0xffffff, 0, gid)).to_vec(),
+        c_message("001f:ffffff:000000:fe80000000000000021a4bfffe01abcd")
+    );
+    // rdma-core's gid_to_wire_gid, step by step: copy the GID into four 32-bit words in host
+    // order, convert each with htobe32 and print it with %08x.
+    for g in [gid, rxe_gid()] {
+        let mut wire = String::new();
+        for w in g.0.chunks(4) {
+            let host = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
+            wire.push_str(&format!("{:08x}", host.to_be()));
+        }
+        assert_eq!(&encode(&ep(0, 0, 0, g))[19..51], wire.as_bytes());
+    }
+}
+
+#[test]
+fn encode_keeps_24_bits_of_qpn_and_psn() {
+    let m = encode(&ep(0, 0x1234567, 0xff000001, Gid::default()));
+    assert_eq!(&m[..19], b"0000:234567:000001:");
+}
+
+#[test]
+fn parses_what_the_c_tools_send() {
+    let e = parse(&c_message("0000:000011:abcdef:00000000000000000000ffffc0000201")).unwrap();
+    assert_eq!(e, ep(0, 0x11, 0xabcdef, rxe_gid()));
+    // sscanf("%x") accepts upper case too.
+    let e = parse(&c_message("00AB:0000FF:ABCDEF:FE800000000000000000000000000001")).unwrap();
+    assert_eq!((e.lid, e.qp_num, e.psn), (0xab, 0xff, 0xabcdef));
+    assert_eq!(e.gid.0[0], 0xfe);
+    assert_eq!(e.gid.0[15], 0x01);
+}
+
+#[test]
+fn round_trips() {
+    for e in [
+        ep(0, 0, 0, Gid::default()),
+        ep(0xffff, 0xffffff, 0xffffff, Gid([0xff; 16])),
+        ep(0x1234, 0x56789a, 0xbcdef0, rxe_gid()),
+    ] {
+        assert_eq!(parse(&encode(&e)).unwrap(), e);
+    }
+}
+
+#[test]
+fn rejects_malformed_messages() {
+    let good = c_message("0000:000011:abcdef:00000000000000000000ffffc0000201");
+    let bad = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut m = good.clone();
+        f(&mut m);
+        parse(&m).unwrap_err()
+    };
+    assert!(parse(&good[..51]).unwrap_err().0.contains("expected 52 bytes, got 51"));
+    assert!(bad(&|m| m.push(0)).0.contains("got 53"));
+    assert!(parse(&[]).is_err());
+    assert!(bad(&|m| m[51] = b'0').0.contains("NUL"));
+    assert!(bad(&|m| m[4] = b'-').0.contains("':' after the LID"));
+    assert!(bad(&|m| m[11] = b' ').0.contains("':' after the QPN"));
+    assert!(bad(&|m| m[18] = b'0').0.contains("':' after the PSN"));
+    assert!(bad(&|m| m[0] = b'g').0.contains("the LID"));
+    assert!(bad(&|m| m[7] = b' ').0.contains("the QPN"));
+    assert!(bad(&|m| m[12] = b'+').0.contains("the PSN"));
+    assert!(bad(&|m| m[12] = b'-').0.contains("the PSN"));
+    assert!(bad(&|m| m[30] = b'z').0.contains("the GID"));
+    assert!(bad(&|m| m[50] = 0).0.contains("the GID"));
+    assert!(bad(&|m| m[40] = 0xc3).0.contains("the GID"));
+    // A message shifted by one (a short field) is caught by the separators.
+    let shifted = c_message("000:0000011:abcdef:00000000000000000000ffffc0000201");
+    assert!(parse(&shifted).is_err());
+    // The error says what is wrong in words.
+    let msg = bad(&|m| m[4] = b'-').to_string();
+    assert!(msg.starts_with("malformed pingpong address message"), "{msg}");
+}
+
+fn args(s: &str) -> Result<Command, String> {
+    parse_args(s.split_whitespace().map(String::from))
+}
+
+fn run_opts(s: &str) -> Options {
+    match args(s) {
+        Ok(Command::Run(o)) => o,
+        other => panic!("{s:?}: {other:?}"),
+    }
+}
+
+#[test]
+fn command_line_defaults_are_the_c_tools() {
+    let o = run_opts("");
+    assert_eq!(o.port, 18515);
+    assert_eq!(o.ib_dev, None);
+    assert_eq!(o.ib_port, 1);
+    assert_eq!(o.size, 4096);
+    assert_eq!(o.mtu, Mtu::Mtu1024);
+    assert_eq!(o.rx_depth, 500);
+    assert_eq!(o.iters, 1000);
+    assert_eq!(o.sl, 0);
+    assert_eq!(o.gid_index, None);
+    assert_eq!(o.server, None);
+}
+
+#[test]
+fn command_line_getopt_forms() {
+    let o = run_opts("-d rxe0 -g1 -p 18600 -n 0x64 -s 64 -r 10 -m 2048 -i 1 -l 3 10.0.0.1");
+    assert_eq!(o.ib_dev.as_deref(), Some("rxe0"));
+    assert_eq!(o.gid_index, Some(1));
+    assert_eq!(o.port, 18600);
+    assert_eq!(o.iters, 100);
+    assert_eq!(o.size, 64);
+    assert_eq!(o.rx_depth, 10);
+    assert_eq!(o.mtu, Mtu::Mtu2048);
+    assert_eq!(o.sl, 3);
+    assert_eq!(o.server.as_deref(), Some("10.0.0.1"));
+    let o = run_opts("--ib-dev=mlx5_0 --gid-idx 3 --iters=5 --timeout=7 --accept-timeout 9 host");
+    assert_eq!(o.ib_dev.as_deref(), Some("mlx5_0"));
+    assert_eq!(o.gid_index, Some(3));
+    assert_eq!(o.iters, 5);
+    assert_eq!(o.timeout, Duration::from_secs(7));
+    assert_eq!(o.accept_timeout, Duration::from_secs(9));
+    assert_eq!(o.server.as_deref(), Some("host"));
+    assert_eq!(args("-h"), Ok(Command::Help));
+}
+
+#[test]
+fn command_line_errors() {
+    for (line, expect) in [
+        ("-m 1000", "not 256, 512, 1024, 2048 or 4096"),
+        ("-p 70000", "out of range"),
+        ("-n 0", "out of range"),
+        ("-s abc", "not a number"),
+        ("-g", "needs a value"),
+        ("-x", "unknown option"),
+        ("-e", "not implemented"),
+        ("a b", "more than one server"),
+    ] {
+        let e = args(line).unwrap_err();
+        assert!(e.contains(expect), "{line:?}: {e}");
+    }
+}
+
+#[test]
+fn exchange_over_tcp() {
+    let listener = Listener::bind(0).unwrap();
+    let port = listener.port();
+    let server_ep = ep(0, 0x22, 0x222222, rxe_gid());
+    let client_ep = ep(0, 0x11, 0x111111, rxe_gid());
+    let t = Duration::from_secs(10);
+    let server = std::thread::spawn(move || {
+        let (conn, peer) = listener.accept(t, t).unwrap();
+        // Here the real server moves its QP to RTS and posts its receives.
+        conn.finish(&server_ep).unwrap();
+        peer
+    });
+    let got = client_exchange("127.0.0.1", port, &client_ep, t, t).unwrap();
+    assert_eq!(got, server_ep);
+    assert_eq!(server.join().unwrap(), client_ep);
+}
+
+/// By name, as users type it: `localhost` may resolve to `::1` and `127.0.0.1`; the server
+/// listens on both families.
+#[test]
+fn exchange_via_localhost() {
+    let listener = Listener::bind(0).unwrap();
+    let port = listener.port();
+    let t = Duration::from_secs(10);
+    let server = std::thread::spawn(move || {
+        let (conn, peer) = listener.accept(t, t).unwrap();
+        conn.finish(&ep(0, 2, 2, Gid::default())).unwrap();
+        peer
+    });
+    let got = client_exchange("localhost", port, &ep(0, 1, 1, Gid::default()), t, t).unwrap();
+    assert_eq!(got, ep(0, 2, 2, Gid::default()));
+    assert_eq!(server.join().unwrap(), ep(0, 1, 1, Gid::default()));
+}
+
+/// A peer speaking the protocol byte by byte as the C client does: one write of 52 bytes, one
+/// read of 52, one write of "done\0".
+#[test]
+fn server_side_against_a_raw_c_style_client() {
+    let listener = Listener::bind(0).unwrap();
+    let port = listener.port();
+    let t = Duration::from_secs(10);
+    let server = std::thread::spawn(move || {
+        let (conn, peer) = listener.accept(t, t).unwrap();
+        conn.finish(&ep(0, 0x22, 0x222222, Gid::default())).unwrap();
+        peer
+    });
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(&c_message("0000:000011:111111:00000000000000000000ffffc0000201")).unwrap();
+    let mut reply = [0u8; WIRE_LEN];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(reply.to_vec(), c_message("0000:000022:222222:00000000000000000000000000000000"));
+    s.write_all(DONE).unwrap();
+    assert_eq!(server.join().unwrap(), ep(0, 0x11, 0x111111, rxe_gid()));
+}
+
+#[test]
+fn server_rejects_a_malformed_client_message() {
+    let listener = Listener::bind(0).unwrap();
+    let port = listener.port();
+    let t = Duration::from_secs(10);
+    let server = std::thread::spawn(move || listener.accept(t, t).map(|_| ()).map_err(|e| e.to_string()));
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(&[b'x'; WIRE_LEN]).unwrap();
+    let e = server.join().unwrap().unwrap_err();
+    assert!(e.contains("malformed"), "{e}");
+}
+
+#[test]
+fn waits_are_bounded() {
+    // No client: the server gives up.
+    let listener = Listener::bind(0).unwrap();
+    let e = listener.accept(Duration::from_millis(200), Duration::from_secs(1)).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("waiting for a client"), "{e}");
+
+    // A client that connects and never writes: the read times out.
+    let listener = Listener::bind(0).unwrap();
+    let port = listener.port();
+    let server = std::thread::spawn(move || {
+        listener.accept(Duration::from_secs(10), Duration::from_millis(300)).map(|_| ()).map_err(|e| e.to_string())
+    });
+    let _silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let e = server.join().unwrap().unwrap_err();
+    assert!(e.contains("reading the client's address"), "{e}");
+
+    // No server: the client retries, then gives up.
+    let unused = Listener::bind(0).unwrap();
+    let port = unused.port();
+    drop(unused);
+    let start = std::time::Instant::now();
+    let e = client_exchange(
+        "127.0.0.1",
+        port,
+        &ep(0, 1, 1, Gid::default()),
+        Duration::from_millis(500),
+        Duration::from_secs(1),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("couldn't connect"), "{e}");
+    assert!(start.elapsed() >= Duration::from_millis(500));
+    assert!(start.elapsed() < Duration::from_secs(10));
+}

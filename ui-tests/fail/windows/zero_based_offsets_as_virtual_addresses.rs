@@ -1,0 +1,18 @@
+// Zero-based windows address by offset: their remote view cannot pass for a virtually addressed one.
+use typed_verbs::access::{self, window, Access};
+use typed_verbs::mr::Mr;
+use typed_verbs::mw::{Mw, Type1, Type2};
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RC, RTS, UD};
+use typed_verbs::wr::{BindMw, LocalInv};
+
+fn f(qp: &Qp<RC, RTS>, mw: Mw<Type2>, mr: &Mr<access::WindowBindable>) {
+    let _ = scope(|s| {
+        let t = s.post_send(qp, BindMw::new(mw, mr, 0, 64, window::WRITE.zero_based())).unwrap();
+        let bound = s.wait(t, std::time::Duration::from_secs(1)).unwrap().1.unwrap();
+        let _va: typed_verbs::mr::RemoteSlice<window::Write> = bound.remote(..).unwrap();
+    });
+}
+
+fn main() {}

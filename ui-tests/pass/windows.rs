@@ -1,0 +1,44 @@
+// Memory windows: every allowed combination compiles (type 1 via ibv_bind_mw, type 2 via BIND_MW, invalidation paths).
+use std::time::Duration;
+use typed_verbs::access::{self, window};
+use typed_verbs::mr::{Mr, RemoteSlice};
+use typed_verbs::mw::{Mw, Type1, Type2, WindowAdvert};
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RC, RTS, UC};
+use typed_verbs::wr::{BindMw, LocalInv, SendInv, Write};
+
+const T: Duration = Duration::from_secs(1);
+
+fn check(
+    rc: &Qp<RC, RTS>,
+    uc: &Qp<UC, RTS>,
+    mw1: Mw<Type1>,
+    mw2: Mw<Type2>,
+    host: &Mr<access::WindowBindable>,
+    read_host: &Mr<typed_verbs::access::Access<(), (), (), (), access::MwBind>>,
+    src: &Mr<access::LocalRead>,
+) -> typed_verbs::Result<()> {
+    scope(|s| -> typed_verbs::Result<()> {
+        // Type 1: bind (read-only windows on a region without LOCAL_WRITE are fine), unbind.
+        let t = s.bind_mw(uc, mw1, read_host, 0, 64, window::READ)?;
+        let bound = s.wait(t, T)?.1.map_err(|_| typed_verbs::Error::QpBroken { qp_num: 0 })?;
+        let t = s.unbind_mw(uc, bound)?;
+        let _mw1 = s.wait(t, T)?.1;
+        // Type 2: zero-based bind, advertise on the same QP, write through it, LOCAL_INV.
+        let t = s.post_send(rc, BindMw::new(mw2, host, 0, 4096, window::ALL.zero_based()))?;
+        let _adv = s.advertise_window(rc, &t)?;
+        if let Ok(bound) = s.wait(t, T)?.1 {
+            let remote = bound.remote(0..64)?;
+            let _w = s.post_send(rc, Write::new(src.slice(..64)?, remote))?;
+            let _inv = s.post_send(rc, SendInv::new(src.slice(..8)?, bound.rkey()))?;
+            let _l = s.post_send(rc, LocalInv::new(bound))?;
+        }
+        let _peer: RemoteSlice<window::ReadWrite> = WindowAdvert::decode(&[0; WindowAdvert::LEN])?.remote()?;
+        Ok(())
+    })?
+}
+
+fn main() {
+    let _ = check;
+}
