@@ -34,6 +34,8 @@ pub(crate) struct CqShared {
     /// The device reports `wc_flags` in the kernel's numbering (see [`WcFlagsQuirk`]).
     quirk: WcFlagsQuirk,
     ctx: Arc<ContextInner>,
+    /// The completion channel the CQ reports to, kept alive as long as the CQ.
+    _channel: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// QPs whose completions land here, by QP number. Also serialises polling, so that the
     /// completions of one work queue are routed in the order the device produced them.
     routes: Mutex<Vec<(u32, Weak<QpShared>)>>,
@@ -69,6 +71,17 @@ impl Context {
     /// See ibv_create_cq(3).
     #[doc(alias = "ibv_create_cq")]
     pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
+        self.create_cq_on(cqe, std::ptr::null_mut(), None)
+    }
+
+    /// `ibv_create_cq` attached to the completion channel `channel` (may be null), keeping
+    /// `keep` (the channel's owner) alive as long as the CQ.
+    pub(crate) fn create_cq_on(
+        &self,
+        cqe: u32,
+        channel: *mut sys::ibv_comp_channel,
+        keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Result<Cq> {
         let dev = self.query_device()?;
         let max = dev.max_cqe();
         if cqe == 0 || cqe > max {
@@ -77,9 +90,9 @@ impl Context {
                 format!("{cqe} entries requested; {} allows 1..={max}", self.inner.name),
             ));
         }
-        // SAFETY: the context is open; no completion channel and no user context are given.
-        let cq =
-            unsafe { sys::ibv_create_cq(self.as_ptr(), cqe as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        // SAFETY: the context is open; `channel` is null or a live channel of this context, kept
+        // alive by `keep` as long as the CQ; no user context.
+        let cq = unsafe { sys::ibv_create_cq(self.as_ptr(), cqe as i32, std::ptr::null_mut(), channel, 0) };
         let cq = NonNull::new(cq)
             .ok_or_else(|| Error::last_os(Verb::CreateCq, format!("{cqe} entries on {}", self.inner.name)))?;
         // SAFETY: `cq` is valid; `cqe` is the size the provider granted.
@@ -90,6 +103,7 @@ impl Context {
                 cqe: u32::try_from(granted).unwrap_or(cqe),
                 quirk: if dev.is_soft_roce() { WcFlagsQuirk::KernelNumbering } else { WcFlagsQuirk::None },
                 ctx: Arc::clone(&self.inner),
+                _channel: keep,
                 routes: Mutex::new(Vec::new()),
             }),
         })

@@ -27,6 +27,15 @@ fn main() {
         .allowlist_var("IBV_.*")
         .allowlist_var("IB_UVERBS_.*")
         .allowlist_type("ib_uverbs_.*")
+        .allowlist_function("poll")
+        .allowlist_function("fcntl")
+        .allowlist_type("pollfd")
+        .allowlist_var("POLLIN")
+        .allowlist_var("POLLERR")
+        .allowlist_var("POLLHUP")
+        .allowlist_var("F_GETFL")
+        .allowlist_var("F_SETFL")
+        .allowlist_var("O_NONBLOCK")
         // C enums become Rust constants: every value the kernel or a newer provider may report
         // stays representable (an out-of-range Rust enum would be UB).
         .default_enum_style(bindgen::EnumVariation::Consts)
