@@ -111,6 +111,19 @@ impl Context {
 }
 
 impl Cq {
+    /// `ibv_poll_cq` once: routes the completions found to the tokens of their requests (and
+    /// releases buffers parked for dropped tokens). Returns how many completions were polled.
+    /// Waiting on a token polls by itself; this is for progress without a token at hand.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_poll_cq` and its errno.
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
+    pub fn progress(&self) -> Result<usize> {
+        self.inner.poll_and_route()
+    }
+
     /// The number of entries the provider granted.
     pub fn capacity(&self) -> u32 {
         self.inner.cqe
@@ -118,6 +131,15 @@ impl Cq {
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_cq {
         self.inner.cq.as_ptr()
+    }
+
+    /// True when `self` and `other` are handles to the same CQ.
+    pub fn same_as(&self, other: &Cq) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub(crate) fn device_name(&self) -> &str {
+        &self.inner.ctx.name
     }
 }
 

@@ -342,6 +342,8 @@ impl DeviceAttr {
         max_mw: max_mw as u32;
         /// Maximum shared receive queues.
         max_srq: max_srq as u32;
+        /// Maximum receives per shared receive queue.
+        max_srq_wr: max_srq_wr as u32;
         /// Maximum address handles.
         max_ah: max_ah as u32;
         /// Number of physical ports.

@@ -33,6 +33,13 @@ pub enum Verb {
     QueryQp,
     PostSend,
     PostRecv,
+    CreateCompChannel,
+    ReqNotifyCq,
+    GetCqEvent,
+    GetAsyncEvent,
+    CreateSrq,
+    ModifySrq,
+    PostSrqRecv,
 }
 
 impl Verb {
@@ -58,6 +65,13 @@ impl Verb {
             Verb::QueryQp => "ibv_query_qp",
             Verb::PostSend => "ibv_post_send",
             Verb::PostRecv => "ibv_post_recv",
+            Verb::CreateSrq => "ibv_create_srq",
+            Verb::ModifySrq => "ibv_modify_srq",
+            Verb::PostSrqRecv => "ibv_post_srq_recv",
+            Verb::CreateCompChannel => "ibv_create_comp_channel",
+            Verb::ReqNotifyCq => "ibv_req_notify_cq",
+            Verb::GetCqEvent => "ibv_get_cq_event",
+            Verb::GetAsyncEvent => "ibv_get_async_event",
         }
     }
 }

@@ -36,15 +36,19 @@
 
 pub mod access;
 pub mod ah;
+pub mod channel;
 pub mod cq;
 pub mod device;
 pub mod error;
+pub mod event;
 pub mod mr;
 pub mod mw;
+pub mod owned;
 pub mod pd;
 pub mod qp;
 mod queue;
 pub mod scope;
+pub mod srq;
 pub mod transport;
 pub mod wc;
 pub mod wr;
@@ -60,15 +64,19 @@ pub struct ReadmeDoctests;
 pub mod prelude {
     pub use crate::access::{self, Access};
     pub use crate::ah::{AddressVector, Ah, Grh};
+    pub use crate::channel::{CompChannel, CqEvent};
     pub use crate::cq::Cq;
     pub use crate::device::{devices, Context, Gid, Mtu};
     pub use crate::error::{Error, Result, Verb};
-    pub use crate::mr::{LocalBuf, LocalBufMut, Mr, RemoteSlice};
+    pub use crate::event::AsyncEvent;
+    pub use crate::mr::{Chunk, LocalBuf, LocalBufMut, Mr, RemoteSlice};
+    pub use crate::owned::OwnedToken;
     pub use crate::pd::Pd;
     pub use crate::qp::{
         ConnectedInit, Endpoint, Qp, QpAccess, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, UcRtr, UdInit, UdRtr,
     };
     pub use crate::scope::{scope, scope_with_timeout, Scope, Token};
+    pub use crate::srq::Srq;
     pub use crate::transport::{ERR, INIT, RAW_PACKET, RC, RESET, RTR, RTS, UC, UD, XRC_SEND};
     pub use crate::wc::{Completion, WcOpcode, WcStatus};
     pub use crate::wr::{

@@ -487,3 +487,150 @@ impl<A> RemoteSlice<A> {
         }
     }
 }
+
+/// A piece of a registered region that owns its share of the region: the owned counterpart of
+/// [`LocalBuf`]/[`LocalBufMut`], for buffers that move into work requests and come back with
+/// their completion (see [`Qp::post_send_owned`](crate::qp::Qp::post_send_owned)).
+///
+/// Made by [`Mr::into_chunks`]; the chunks of one region are disjoint, and the region is
+/// deregistered and freed when the last chunk is dropped. Leaking a chunk (or the token that
+/// holds it) leaks the region; it is never freed while a chunk exists.
+pub struct Chunk<A: AccessSet> {
+    mr: Arc<Mr<A>>,
+    offset: usize,
+    len: u32,
+}
+
+impl<A: AccessSet> fmt::Debug for Chunk<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Chunk")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#x}", self.mr.lkey))
+            .finish()
+    }
+}
+
+impl<A: AccessSet> Mr<A> {
+    /// Splits the region into owned chunks of `chunk_len` bytes (the last one may be shorter).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `chunk_len` is 0 or above `u32::MAX` (one scatter/gather
+    /// entry); the region is dropped in that case.
+    pub fn into_chunks(self, chunk_len: usize) -> Result<Vec<Chunk<A>>> {
+        if chunk_len == 0 || u32::try_from(chunk_len).is_err() {
+            return Err(Error::invalid("Mr::into_chunks", format!("chunk length {chunk_len} is not in 1..=u32::MAX")));
+        }
+        let len = self.len;
+        let mr = Arc::new(self);
+        Ok((0..len)
+            .step_by(chunk_len)
+            .map(|offset| Chunk { mr: Arc::clone(&mr), offset, len: (len - offset).min(chunk_len) as u32 })
+            .collect())
+    }
+}
+
+impl<A: AccessSet> Chunk<A> {
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// True if the chunk has no bytes (never: chunks have at least one).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.mr.addr() + self.offset as u64
+    }
+    /// The local key of the region.
+    pub fn lkey(&self) -> u32 {
+        self.mr.lkey
+    }
+
+    /// The bytes, for chunks of regions no peer can write.
+    pub fn as_slice(&self) -> &[u8]
+    where
+        A: PeerCannotWrite,
+    {
+        // SAFETY: the chunk's range lies in the region's initialised allocation, kept alive by
+        // the Arc; chunks are disjoint and a chunk in flight is owned by its token, so no work
+        // request writes this range while `&self` is held; no peer can write it (`A`).
+        unsafe { std::slice::from_raw_parts(self.mr.mem.as_ptr().add(self.offset), self.len as usize) }
+    }
+
+    /// The bytes, mutably, for chunks of regions no peer can write.
+    pub fn as_mut_slice(&mut self) -> &mut [u8]
+    where
+        A: PeerCannotWrite,
+    {
+        // SAFETY: as for `as_slice`, and `&mut self` makes the access exclusive (chunks are
+        // disjoint, so no other chunk aliases this range).
+        unsafe { std::slice::from_raw_parts_mut(self.mr.mem.as_ptr().add(self.offset), self.len as usize) }
+    }
+
+    /// Copies the bytes out with volatile reads (any region).
+    pub fn read_volatile_into(&self, dst: &mut [u8]) {
+        for (i, d) in dst.iter_mut().enumerate().take(self.len as usize) {
+            // SAFETY: `offset + i` is inside the region's allocation, kept alive by the Arc.
+            *d = unsafe { self.mr.mem.as_ptr().add(self.offset + i).read_volatile() };
+        }
+    }
+
+    /// Copies `src` in with volatile writes (any region); `&mut self`: not in flight.
+    pub fn write_volatile_from(&mut self, src: &[u8]) {
+        for (i, s) in src.iter().enumerate().take(self.len as usize) {
+            // SAFETY: in bounds; exclusive (`&mut self`, disjoint chunks); volatile for peers.
+            unsafe { self.mr.mem.as_ptr().add(self.offset + i).write_volatile(*s) };
+        }
+    }
+
+    /// The remote view of the chunk, typed by the region's rights.
+    pub fn remote(&self) -> RemoteSlice<A> {
+        RemoteSlice::new(self.addr(), u64::from(self.len), self.mr.rkey)
+    }
+}
+
+mod local_sealed {
+    pub trait Sealed {}
+}
+
+/// Memory the local device may read for a work request (a send or RDMA WRITE source):
+/// [`LocalBuf`], [`LocalBufMut`], [`Chunk`]. Sealed.
+pub trait LocalSource: local_sealed::Sealed {
+    /// The scatter/gather entry naming the memory.
+    #[doc(hidden)]
+    fn sge(&self) -> sys::ibv_sge;
+}
+
+/// Memory the local device may write for a work request (a receive buffer, an RDMA READ
+/// destination, an atomic result): [`LocalBufMut`], or a [`Chunk`] of a region with
+/// LOCAL_WRITE. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not memory the device may write",
+    label = "needs a `LocalBufMut` (from `Mr::slice_mut`) or a `Chunk` of a region with LOCAL_WRITE",
+    note = "a receive buffer, an RDMA READ destination and an atomic result are written by the local device (ibv_reg_mr(3): IBV_ACCESS_LOCAL_WRITE)"
+)]
+pub trait LocalSink: LocalSource {}
+
+impl local_sealed::Sealed for LocalBuf<'_> {}
+impl local_sealed::Sealed for LocalBufMut<'_> {}
+impl<A: AccessSet> local_sealed::Sealed for Chunk<A> {}
+
+impl LocalSource for LocalBuf<'_> {
+    fn sge(&self) -> sys::ibv_sge {
+        LocalBuf::sge(self)
+    }
+}
+impl LocalSource for LocalBufMut<'_> {
+    fn sge(&self) -> sys::ibv_sge {
+        LocalBufMut::sge(self)
+    }
+}
+impl<A: AccessSet> LocalSource for Chunk<A> {
+    fn sge(&self) -> sys::ibv_sge {
+        sys::ibv_sge { addr: self.addr(), length: self.len, lkey: self.mr.lkey }
+    }
+}
+impl LocalSink for LocalBufMut<'_> {}
+impl<A: HasLocalWrite> LocalSink for Chunk<A> {}

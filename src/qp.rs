@@ -15,7 +15,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use bitflags::bitflags;
 use typed_verbs_sys as sys;
@@ -25,7 +25,8 @@ use crate::cq::{Cq, CqShared};
 use crate::device::{Gid, Mtu};
 use crate::error::{Error, Result, Verb};
 use crate::pd::{Pd, PdInner};
-use crate::queue::{Take, WorkQueue, RECV_BIT};
+use crate::queue::{TrackedQueue, RECV_BIT};
+use crate::srq::{Srq, SrqShared};
 use crate::transport::{self, IsInit, IsReset, IsRtr, QpState, Transport, RC, RESET, UC, UD};
 use crate::wc::Completion;
 
@@ -72,17 +73,25 @@ pub struct QpConfig<'a> {
     pub recv_cq: &'a Cq,
     /// Queue sizes.
     pub caps: QpCaps,
+    /// Take receives from this shared receive queue instead of a receive queue of its own.
+    pub srq: Option<&'a Srq>,
 }
 
 impl<'a> QpConfig<'a> {
     /// Both queues complete on `cq`, default sizes.
     pub fn new(cq: &'a Cq) -> Self {
-        QpConfig { send_cq: cq, recv_cq: cq, caps: QpCaps::default() }
+        QpConfig { send_cq: cq, recv_cq: cq, caps: QpCaps::default(), srq: None }
     }
 
     /// Sets the queue sizes.
     pub fn caps(mut self, caps: QpCaps) -> Self {
         self.caps = caps;
+        self
+    }
+
+    /// Takes receives from `srq` (ibv_create_srq(3)).
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.srq = Some(srq);
         self
     }
 }
@@ -102,8 +111,10 @@ pub(crate) struct QpShared {
     pub(crate) send_cq: Arc<CqShared>,
     pub(crate) recv_cq: Arc<CqShared>,
     pd: Arc<PdInner>,
-    sq: Mutex<WorkQueue>,
-    rq: Mutex<WorkQueue>,
+    pub(crate) sq: TrackedQueue,
+    pub(crate) rq: TrackedQueue,
+    /// The shared receive queue receives come from, if any (then `rq` is unused).
+    pub(crate) srq: Option<Arc<SrqShared>>,
     broken: AtomicBool,
 }
 
@@ -130,11 +141,6 @@ impl<T: Transport, S: QpState> fmt::Debug for Qp<T, S> {
             .field("qp_num", &format_args!("{:#x}", self.shared.qp_num))
             .finish()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The book-keeping is consistent at every step, so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Pd {
@@ -179,6 +185,7 @@ impl Pd {
                 max_inline_data: c.max_inline_data,
             },
             qp_type: T::QP_TYPE,
+            srq: config.srq.map_or(std::ptr::null_mut(), |s| s.as_ptr()),
             // Completions are requested per work request; unsignaled ones are tracked.
             sq_sig_all: 0,
             ..Default::default()
@@ -220,10 +227,14 @@ impl Pd {
             recv_cq: Arc::clone(&config.recv_cq.inner),
             pd: Arc::clone(&self.inner),
             // Track against what we asked for: never more than the queue can hold.
-            sq: Mutex::new(WorkQueue::new(c.max_send_wr)),
-            rq: Mutex::new(WorkQueue::new(c.max_recv_wr)),
+            sq: TrackedQueue::new(c.max_send_wr, true),
+            rq: TrackedQueue::new(c.max_recv_wr, false),
+            srq: config.srq.map(|s| Arc::clone(&s.shared)),
             broken: AtomicBool::new(false),
         });
+        if let Some(srq) = &shared.srq {
+            srq.attach_cq(&shared.recv_cq);
+        }
         shared.send_cq.register(qp_num, Arc::downgrade(&shared));
         if !Arc::ptr_eq(&shared.send_cq, &shared.recv_cq) {
             shared.recv_cq.register(qp_num, Arc::downgrade(&shared));
@@ -709,49 +720,19 @@ impl QpShared {
     }
 
     fn after_reset(&self) {
-        lock(&self.sq).force_flush(self.qp_num);
-        lock(&self.rq).force_flush(self.qp_num);
+        // After a reset the device no longer touches any buffer of the QP's own queues (the
+        // receives of a shared receive queue stay posted there).
+        self.sq.force_flush(self.qp_num);
+        self.rq.force_flush(self.qp_num);
         self.broken.store(false, Ordering::Release);
     }
 
     /// Routes a polled completion to its work queue.
     pub(crate) fn route(&self, seq: u64, is_recv: bool, c: Completion) {
-        if is_recv {
-            lock(&self.rq).complete(seq, c, false);
-        } else {
-            lock(&self.sq).complete(seq, c, true);
-        }
-    }
-
-    pub(crate) fn try_take(&self, is_recv: bool, seq: u64) -> Take {
-        if is_recv {
-            lock(&self.rq).try_take(seq)
-        } else {
-            lock(&self.sq).try_take(seq)
-        }
-    }
-
-    pub(crate) fn abandon(&self, is_recv: bool, seq: u64) {
-        if is_recv {
-            lock(&self.rq).abandon(seq)
-        } else {
-            lock(&self.sq).abandon(seq)
-        }
-    }
-
-    pub(crate) fn is_pending(&self, is_recv: bool, seq: u64) -> bool {
-        if is_recv {
-            lock(&self.rq).is_pending(seq)
-        } else {
-            lock(&self.sq).is_pending(seq)
-        }
-    }
-
-    pub(crate) fn cq(&self, is_recv: bool) -> &CqShared {
-        if is_recv {
-            &self.recv_cq
-        } else {
-            &self.send_cq
+        match (is_recv, &self.srq) {
+            (false, _) => self.sq.complete(seq, c),
+            (true, None) => self.rq.complete(seq, c),
+            (true, Some(srq)) => srq.rq.complete(seq, c),
         }
     }
 
@@ -772,23 +753,81 @@ impl QpShared {
     /// reset. `wr.next` must be null. Pointers in `wr` (sg_list, ah, mw) must be valid for the
     /// duration of the call.
     pub(crate) unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr) -> Result<u64> {
-        self.check_usable()?;
-        let mut sq = lock(&self.sq);
-        if sq.next_seq().is_none() {
-            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() });
+        // SAFETY: forwarded from the caller; a list of one.
+        let (posted, err) = unsafe { self.post_send_list(std::slice::from_mut(wr)) };
+        match (posted.first(), err) {
+            (Some(&seq), None) => Ok(seq),
+            (_, Some(e)) => Err(e),
+            (None, None) => Err(Error::invalid("ibv_post_send", "nothing to post")),
         }
-        let signaled = wr.send_flags & sys::IBV_SEND_SIGNALED != 0;
-        let seq = sq.next_seq().unwrap_or_default();
-        wr.wr_id = seq;
-        wr.next = std::ptr::null_mut();
+    }
+
+    /// `ibv_post_send` of `wrs` chained into one list, recorded as consecutive sequence
+    /// numbers of the send queue. Requests asking to be unsignaled are signaled where needed so
+    /// the queue never fills with unsignaled requests. Returns the sequence numbers of the
+    /// requests the provider accepted (a prefix of the list) and the error that stopped it.
+    ///
+    /// # Safety
+    /// As for [`QpShared::post_send`], for every request of the list.
+    pub(crate) unsafe fn post_send_list(&self, wrs: &mut [sys::ibv_send_wr]) -> (Vec<u64>, Option<Error>) {
+        if let Err(e) = self.check_usable() {
+            return (Vec::new(), Some(e));
+        }
+        let mut sq = self.sq.lock();
+        let Some(base) = sq.next_seq().filter(|_| sq.room_for(wrs.len())) else {
+            let e = Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() };
+            return (Vec::new(), Some(e));
+        };
+        let n = wrs.len();
+        let mut ahead = 0;
+        for (i, wr) in wrs.iter_mut().enumerate() {
+            if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 {
+                if sq.must_signal(ahead) {
+                    wr.send_flags |= sys::IBV_SEND_SIGNALED;
+                    ahead = 0;
+                } else {
+                    ahead += 1;
+                }
+            } else {
+                ahead = 0;
+            }
+            wr.wr_id = base + i as u64;
+        }
+        let first: *mut sys::ibv_send_wr = wrs.as_mut_ptr();
+        for i in 0..n {
+            // SAFETY: `i` and `i + 1` are in bounds (or the last `next` is null).
+            unsafe { (*first.add(i)).next = if i + 1 < n { first.add(i + 1) } else { std::ptr::null_mut() } };
+        }
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the QP is alive; `wr` is a valid single work request whose memory validity
-        // the caller guarantees; `bad` is a valid out-pointer.
-        let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
-        if ret != 0 {
-            return Err(Error::from_ret(Verb::PostSend, format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode), ret));
-        }
-        Ok(sq.push(signaled))
+        // SAFETY: the QP is alive; the list is valid and terminated; the memory it names is
+        // valid per the caller; `bad` is a valid out-pointer.
+        let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), first, &mut bad) };
+        let accepted = if ret == 0 {
+            n
+        } else if bad.is_null() {
+            // ibv_post_send(3) returns the failing request in `bad_wr`; some providers leave it
+            // NULL. A single request that failed was not posted; for a longer list the prefix
+            // that went through is unknown, so every request is treated as posted: its memory
+            // then stays reserved until it completes or the QP is reset, which is always safe.
+            if n == 1 {
+                0
+            } else {
+                n
+            }
+        } else {
+            // SAFETY: `bad` points into `wrs` (ibv_post_send(3)).
+            usize::try_from(unsafe { bad.offset_from(first) }).unwrap_or(n).min(n)
+        };
+        let seqs = wrs[..accepted].iter().map(|wr| sq.push(wr.send_flags & sys::IBV_SEND_SIGNALED != 0)).collect();
+        let err = (ret != 0).then(|| {
+            let opcode = wrs.get(accepted).map_or(u32::MAX, |w| w.opcode);
+            Error::from_ret(
+                Verb::PostSend,
+                format!("QP {:#x}, request {accepted} of {n} (opcode {opcode})", self.qp_num),
+                ret,
+            )
+        });
+        (seqs, err)
     }
 
     /// `ibv_bind_mw` of a type 1 window, recorded as the next sequence number of the send
@@ -799,7 +838,7 @@ impl QpShared {
     /// until the request completes or the QP is reset.
     pub(crate) unsafe fn bind_mw(&self, mw: *mut sys::ibv_mw, bind: &mut sys::ibv_mw_bind) -> Result<u64> {
         self.check_usable()?;
-        let mut sq = lock(&self.sq);
+        let mut sq = self.sq.lock();
         let Some(seq) = sq.next_seq() else {
             return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() });
         };
@@ -821,7 +860,13 @@ impl QpShared {
     /// and untouched by the program until the request completes or the QP is reset.
     pub(crate) unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr) -> Result<u64> {
         self.check_usable()?;
-        let mut rq = lock(&self.rq);
+        if self.srq.is_some() {
+            return Err(Error::invalid(
+                "ibv_post_recv",
+                format!("QP {:#x} takes its receives from a shared receive queue; post to the SRQ", self.qp_num),
+            ));
+        }
+        let mut rq = self.rq.lock();
         let Some(seq) = rq.next_seq() else {
             return Err(Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth: rq.depth() });
         };
@@ -836,12 +881,74 @@ impl QpShared {
         Ok(rq.push(true))
     }
 
-    /// True if the send queue's last outstanding request is unsignaled.
-    pub(crate) fn sq_has_uncovered_tail(&self) -> bool {
-        lock(&self.sq).has_uncovered_tail()
+    pub(crate) fn outstanding(&self) -> (u32, u32) {
+        (self.sq.outstanding(), self.rq.outstanding())
+    }
+}
+
+/// The work queue a posted request belongs to: where its completion is recorded and which CQs
+/// to poll for it.
+#[derive(Clone, Copy)]
+pub(crate) enum QueueRef<'a> {
+    /// The send queue of a QP.
+    Send(&'a QpShared),
+    /// The receive queue of a QP.
+    Recv(&'a QpShared),
+    /// A shared receive queue.
+    Srq(&'a SrqShared),
+}
+
+impl<'a> QueueRef<'a> {
+    pub(crate) fn tracked(self) -> &'a TrackedQueue {
+        match self {
+            QueueRef::Send(q) => &q.sq,
+            QueueRef::Recv(q) => &q.rq,
+            QueueRef::Srq(s) => &s.rq,
+        }
     }
 
-    pub(crate) fn outstanding(&self) -> (u32, u32) {
-        (lock(&self.sq).outstanding(), lock(&self.rq).outstanding())
+    /// Polls the CQ(s) this queue completes on; returns how many completions were polled.
+    pub(crate) fn poll(self) -> Result<usize> {
+        match self {
+            QueueRef::Send(q) => q.send_cq.poll_and_route(),
+            QueueRef::Recv(q) => q.recv_cq.poll_and_route(),
+            QueueRef::Srq(s) => s.poll(),
+        }
+    }
+
+    pub(crate) fn describe(self, seq: u64) -> String {
+        match self {
+            QueueRef::Send(q) => format!("send request {seq} on QP {:#x}", q.qp_num),
+            QueueRef::Recv(q) => format!("receive request {seq} on QP {:#x}", q.qp_num),
+            QueueRef::Srq(_) => format!("shared receive request {seq}"),
+        }
+    }
+
+    /// The QP, for the queues a QP reset can reclaim.
+    pub(crate) fn qp(self) -> Option<&'a QpShared> {
+        match self {
+            QueueRef::Send(q) | QueueRef::Recv(q) => Some(q),
+            QueueRef::Srq(_) => None,
+        }
+    }
+}
+
+/// [`QueueRef`] with ownership of the QP or SRQ, for owned tokens.
+pub(crate) enum QueueArc {
+    /// The send queue of a QP.
+    Send(Arc<QpShared>),
+    /// The receive queue of a QP.
+    Recv(Arc<QpShared>),
+    /// A shared receive queue.
+    Srq(Arc<SrqShared>),
+}
+
+impl QueueArc {
+    pub(crate) fn as_ref(&self) -> QueueRef<'_> {
+        match self {
+            QueueArc::Send(q) => QueueRef::Send(q),
+            QueueArc::Recv(q) => QueueRef::Recv(q),
+            QueueArc::Srq(s) => QueueRef::Srq(s),
+        }
     }
 }

@@ -43,11 +43,13 @@ pub(crate) struct WorkQueue {
     slots: VecDeque<Slot>,
     /// Requests posted and not yet completed (they occupy the hardware queue).
     outstanding: u32,
+    /// Unsignaled requests posted since the last signaled one.
+    unsignaled_run: u32,
 }
 
 impl WorkQueue {
     pub(crate) fn new(depth: u32) -> Self {
-        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0 }
+        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0, unsignaled_run: 0 }
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -60,7 +62,19 @@ impl WorkQueue {
 
     /// The sequence number the next request will get, if there is room for it.
     pub(crate) fn next_seq(&self) -> Option<u64> {
-        (self.outstanding < self.depth).then(|| self.base + self.slots.len() as u64)
+        self.room_for(1).then(|| self.base + self.slots.len() as u64)
+    }
+
+    /// Whether `n` more requests fit.
+    pub(crate) fn room_for(&self, n: usize) -> bool {
+        (self.outstanding as usize).saturating_add(n) <= self.depth as usize
+    }
+
+    /// Whether a request that asks to be unsignaled must be signaled anyway, given `ahead`
+    /// unsignaled requests about to be posted before it: a send queue whose requests are all
+    /// unsignaled never frees a slot, so every `depth / 2`-th one is signaled.
+    pub(crate) fn must_signal(&self, ahead: u32) -> bool {
+        self.unsignaled_run + ahead + 1 >= (self.depth / 2).max(1)
     }
 
     /// Records that the request with sequence `next_seq()` was posted.
@@ -68,6 +82,7 @@ impl WorkQueue {
         let seq = self.base + self.slots.len() as u64;
         self.slots.push_back(Slot::Pending { signaled, abandoned: false });
         self.outstanding += 1;
+        self.unsignaled_run = if signaled { 0 } else { self.unsignaled_run + 1 };
         seq
     }
 
@@ -171,6 +186,85 @@ impl WorkQueue {
     }
 }
 
+/// A [`WorkQueue`] behind a mutex, with the buffers of owned tokens that were dropped while
+/// their request was outstanding ("graves"), kept until the request is no longer outstanding.
+pub(crate) struct TrackedQueue {
+    wq: std::sync::Mutex<WorkQueue>,
+    /// Whether a completion also completes the earlier requests (send queues).
+    ordered: bool,
+    graves: std::sync::Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
+    grave_count: std::sync::atomic::AtomicUsize,
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The book-keeping is consistent at every step, so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl TrackedQueue {
+    pub(crate) fn new(depth: u32, ordered: bool) -> Self {
+        TrackedQueue {
+            wq: std::sync::Mutex::new(WorkQueue::new(depth)),
+            ordered,
+            graves: std::sync::Mutex::new(Vec::new()),
+            grave_count: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The queue, locked, for posting.
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, WorkQueue> {
+        lock(&self.wq)
+    }
+
+    pub(crate) fn complete(&self, seq: u64, c: Completion) {
+        lock(&self.wq).complete(seq, c, self.ordered);
+        if self.grave_count.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            let mut graves = lock(&self.graves);
+            graves.retain(|(seq, _)| self.is_pending(*seq));
+            self.grave_count.store(graves.len(), std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    pub(crate) fn try_take(&self, seq: u64) -> Take {
+        lock(&self.wq).try_take(seq)
+    }
+
+    pub(crate) fn abandon(&self, seq: u64) {
+        lock(&self.wq).abandon(seq)
+    }
+
+    pub(crate) fn is_pending(&self, seq: u64) -> bool {
+        lock(&self.wq).is_pending(seq)
+    }
+
+    pub(crate) fn outstanding(&self) -> u32 {
+        lock(&self.wq).outstanding()
+    }
+
+    pub(crate) fn has_uncovered_tail(&self) -> bool {
+        lock(&self.wq).has_uncovered_tail()
+    }
+
+    /// Keeps `held` until request `seq` is no longer outstanding.
+    pub(crate) fn bury(&self, seq: u64, held: Box<dyn std::any::Any + Send>) {
+        lock(&self.graves).push((seq, held));
+        self.grave_count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// How many buffers of dropped tokens are kept.
+    pub(crate) fn parked(&self) -> usize {
+        self.grave_count.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The device no longer uses any buffer of this queue (the QP was reset): every pending
+    /// request completes with a synthetic flush and the graves are released.
+    pub(crate) fn force_flush(&self, qp_num: u32) {
+        lock(&self.wq).force_flush(qp_num);
+        lock(&self.graves).clear();
+        self.grave_count.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,6 +303,19 @@ mod tests {
         assert_eq!(q.try_take(c), Take::Unknown);
         assert_eq!(q.outstanding(), 0);
         assert!(q.slots.is_empty());
+    }
+
+    #[test]
+    fn runs_of_unsignaled_requests_are_broken_before_they_fill_the_queue() {
+        let mut q = WorkQueue::new(8);
+        let mut forced = 0;
+        for _ in 0..8 {
+            let signaled = q.must_signal(0);
+            forced += usize::from(signaled);
+            q.push(signaled);
+        }
+        assert_eq!(forced, 2, "every 4th of 8 is signaled");
+        assert!(!q.has_uncovered_tail());
     }
 
     #[test]

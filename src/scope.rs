@@ -26,9 +26,9 @@ use typed_verbs_sys as sys;
 use crate::access::{AccessSet, VirtuallyAddressed, WindowOn, WindowRights};
 use crate::ah::Ah;
 use crate::error::{Error, Result};
-use crate::mr::{LocalBuf, LocalBufMut, Mr};
+use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSink, LocalSource, Mr};
 use crate::mw::{BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind};
-use crate::qp::{Qp, QpShared};
+use crate::qp::{Qp, QpShared, QueueRef};
 use crate::queue::Take;
 use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
 use crate::wc::Completion;
@@ -42,8 +42,7 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Copy)]
 struct Posted<'scope> {
-    qp: &'scope QpShared,
-    is_recv: bool,
+    q: QueueRef<'scope>,
     seq: u64,
 }
 
@@ -88,11 +87,7 @@ struct TokenGuard<'scope> {
 
 impl<B> std::fmt::Debug for Token<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Token")
-            .field("qp_num", &format_args!("{:#x}", self.guard.posted.qp.qp_num()))
-            .field("queue", &if self.guard.posted.is_recv { "receive" } else { "send" })
-            .field("seq", &self.guard.posted.seq)
-            .finish()
+        f.debug_struct("Token").field("request", &self.guard.posted.q.describe(self.guard.posted.seq)).finish()
     }
 }
 
@@ -119,6 +114,23 @@ impl<W: std::fmt::Debug> std::error::Error for PostError<W> {
 
 impl<W> From<PostError<W>> for Error {
     fn from(e: PostError<W>) -> Self {
+        e.error
+    }
+}
+
+/// A post list that was not (entirely) posted.
+#[derive(Debug)]
+pub struct PostListError<'scope, W: SendRequest> {
+    /// What stopped it.
+    pub error: Error,
+    /// The tokens of the requests that were posted (a prefix of the list).
+    pub posted: Vec<Token<'scope, W::Buffers>>,
+    /// The requests that were not posted, in order, with their buffers.
+    pub rejected: Vec<W>,
+}
+
+impl<W: SendRequest> From<PostListError<'_, W>> for Error {
+    fn from(e: PostListError<'_, W>) -> Self {
         e.error
     }
 }
@@ -241,7 +253,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Ok(r) => r,
             Err(error) => return Err(PostError { error, wr }),
         };
-        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, keep, wr.into_buffers()))
+        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers()))
     }
 
     /// `ibv_post_send` of an inline request (`IBV_SEND_INLINE`: Send and RDMA Write only,
@@ -268,7 +280,88 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Ok(r) => r,
             Err(error) => return Err(PostError { error, wr }),
         };
-        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, keep, ()))
+        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, ()))
+    }
+
+    /// `ibv_post_send` of several requests chained into one list (one call into the
+    /// provider). Requests that ask to be unsignaled are signaled where needed so the send
+    /// queue never fills with unsignaled requests.
+    ///
+    /// # Errors
+    /// [`PostListError`] with the tokens of the requests that were posted (a prefix of the
+    /// list) and the requests that were not, with their buffers: on a request's own check
+    /// failing (nothing is posted then), [`Error::QueueFull`] when the whole list does not fit
+    /// (nothing is posted), or the provider refusing a request (the ones before it are posted).
+    ///
+    /// See ibv_post_send(3).
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send_list<T, S, W, I>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        wrs: I,
+    ) -> std::result::Result<Vec<Token<'scope, W::Buffers>>, PostListError<'scope, W>>
+    where
+        T: Transport,
+        S: CanPostSend,
+        W: SendWr<T> + AddressedFor<T> + 'scope,
+        I: IntoIterator<Item = W>,
+    {
+        let wrs: Vec<W> = wrs.into_iter().collect();
+        let mut built = Vec::with_capacity(wrs.len());
+        for wr in &wrs {
+            match build_checked(qp, wr) {
+                Ok(raw) => built.push(raw),
+                Err(error) => return Err(PostListError { error, posted: Vec::new(), rejected: wrs }),
+            }
+        }
+        let mut sges: Vec<sys::ibv_sge> = built.iter().map(|r| r.sge).collect();
+        let mut raws: Vec<sys::ibv_send_wr> = built.iter().map(|r| r.wr).collect();
+        for (i, raw) in raws.iter_mut().enumerate() {
+            raw.sg_list = &mut sges[i];
+            raw.num_sge = built[i].num_sge;
+        }
+        // SAFETY: as in `post_send`, for every request: the memory is borrowed for 'scope and
+        // moves into the tokens, and `scope` drains before returning. `sges` outlives the call.
+        let (seqs, err) = unsafe { qp.shared.post_send_list(&mut raws) };
+        let mut rest = wrs.into_iter();
+        let posted: Vec<_> = seqs
+            .into_iter()
+            .zip(rest.by_ref())
+            .map(|(seq, wr)| {
+                let keep = wr.address_handle().cloned();
+                self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers())
+            })
+            .collect();
+        match err {
+            None => Ok(posted),
+            Some(error) => Err(PostListError { error, posted, rejected: rest.collect() }),
+        }
+    }
+
+    /// Moves `qp` to ERR so that every outstanding request completes with
+    /// `IBV_WC_WR_FLUSH_ERR`, and waits at most `timeout` for those completions. Use it to end a
+    /// scope that still has receives posted; reset the QP afterwards to use it again.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_modify_qp`; [`Error::Timeout`] if the flushes do not all
+    /// arrive (the scope's own drain then takes over).
+    pub fn flush<T: Transport, S: QpState>(&'scope self, qp: &'scope Qp<T, S>, timeout: Duration) -> Result<()> {
+        qp.shared.force_state(sys::IBV_QPS_ERR)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (sq, rq) = qp.shared.outstanding();
+            if sq == 0 && rq == 0 {
+                return Ok(());
+            }
+            let polled = QueueRef::Send(&qp.shared).poll()? + QueueRef::Recv(&qp.shared).poll()?;
+            if polled == 0 {
+                if Instant::now() >= deadline {
+                    let what = format!("the flush of QP {:#x} ({sq} send, {rq} receive requests left)", qp.qp_num());
+                    return Err(Error::Timeout { what, after: timeout });
+                }
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// `ibv_post_recv` of `wr` on `qp`, which must be in INIT, RTR or RTS (compile-time).
@@ -279,25 +372,21 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// See ibv_post_recv(3).
     #[doc(alias = "ibv_post_recv")]
-    pub fn post_recv<'a, T, S>(
-        &'scope self,
-        qp: &'scope Qp<T, S>,
-        wr: Recv<'a>,
-    ) -> PostResult<'scope, LocalBufMut<'a>, Recv<'a>>
+    pub fn post_recv<T, S, L>(&'scope self, qp: &'scope Qp<T, S>, wr: Recv<L>) -> PostResult<'scope, L, Recv<L>>
     where
         T: Transport,
         S: CanPostRecv,
-        'a: 'scope,
+        L: LocalSink + 'scope,
     {
-        let mut sge = wr.buf.sge();
+        let mut sge = LocalSource::sge(&wr.buf);
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
-        // SAFETY: as in `post_send`: the receive buffer is exclusively borrowed for 'a, which
-        // outlives 'scope, and moves into the token; `scope` drains before returning.
+        // SAFETY: as in `post_send`: the receive buffer is borrowed (or owned) for at least
+        // 'scope and moves into the token; `scope` drains before returning.
         let seq = match unsafe { qp.shared.post_recv(&mut raw) } {
             Ok(seq) => seq,
             Err(error) => return Err(PostError { error, wr }),
         };
-        Ok(self.token(Posted { qp: &qp.shared, is_recv: true, seq }, None, wr.buf))
+        Ok(self.token(Posted { q: QueueRef::Recv(&qp.shared), seq }, None, wr.buf))
     }
 
     /// Waits at most `timeout` for the completion of `token`'s request, polling its CQ, and
@@ -315,21 +404,16 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let deadline = Instant::now() + timeout;
         let p = token.guard.posted;
         loop {
-            if let Take::Done(c) = p.qp.try_take(p.is_recv, p.seq) {
+            if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
                 let Token { mut guard, buffers } = token;
                 guard.consumed = true;
                 guard.release();
                 return Ok((c, buffers.complete(&c)));
             }
-            match p.qp.cq(p.is_recv).poll_and_route() {
+            match p.q.poll() {
                 Ok(0) => {
                     if Instant::now() >= deadline {
-                        let what = format!(
-                            "the completion of {} request {} on QP {:#x}",
-                            if p.is_recv { "receive" } else { "send" },
-                            p.seq,
-                            p.qp.qp_num()
-                        );
+                        let what = format!("the completion of {}", p.q.describe(p.seq));
                         return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
                     }
                     std::thread::yield_now();
@@ -404,7 +488,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let new_rkey = mw.raw_rkey();
         let pending =
             PendingBind { mw, mr: mr.raw(), old_rkey, new_rkey, addr, len, _region: PhantomData, _rights: PhantomData };
-        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, None, pending))
+        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, None, pending))
     }
 
     /// `ibv_bind_mw` with a zero length: unbinds the type 1 window `bound` (its rkey stops
@@ -443,7 +527,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Err(error) => return Err(PostError { error, wr: bound }),
         };
         let new_rkey = Some(bound.mw().raw_rkey());
-        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, None, PendingUnbind { bound, new_rkey }))
+        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, None, PendingUnbind { bound, new_rkey }))
     }
 
     /// Sends the window of a bind still in flight to the peer, the one way ibv_bind_mw(3) NOTES
@@ -467,7 +551,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         K: MwType,
         R: WindowRights,
     {
-        if !std::ptr::eq(bind.guard.posted.qp, &*qp.shared) {
+        if !matches!(bind.guard.posted.q, QueueRef::Send(q) if std::ptr::eq(q, &*qp.shared)) {
             return Err(Error::invalid(
                 "ibv_post_send",
                 "a window may be advertised before its bind completed only on the QP that posted the bind (ibv_bind_mw(3) NOTES)",
@@ -477,7 +561,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let wr = InlineSend::new(&bytes);
         // SAFETY: an inline send's payload is copied during the call.
         let (seq, keep) = unsafe { post_raw(qp, &wr) }?;
-        Ok(self.token(Posted { qp: &qp.shared, is_recv: false, seq }, keep, ()))
+        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, ()))
     }
 
     fn drain(&self) -> Result<()> {
@@ -490,18 +574,20 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let mut broken = None;
         let mut forced: Vec<*const QpShared> = Vec::new();
         for p in &pending {
-            if forced.contains(&(p.qp as *const QpShared)) {
+            // Only QP queues are posted in a scope (shared receive queues take owned buffers).
+            let Some(qp) = p.q.qp() else { continue };
+            if forced.contains(&(qp as *const QpShared)) {
                 continue;
             }
             if !wait_until_done(p, deadline) {
                 // Nothing will complete it in time: flush, and if even that fails, reset.
-                forced.push(p.qp);
-                let e = force_quiesce(p.qp);
+                forced.push(qp);
+                let e = force_quiesce(qp);
                 broken.get_or_insert(e);
             }
         }
         for p in &pending {
-            p.qp.abandon(p.is_recv, p.seq);
+            p.q.tracked().abandon(p.seq);
         }
         match broken {
             Some(e) => Err(e),
@@ -516,15 +602,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 /// # Safety
 /// The memory `wr` names (other than an inline payload) must stay valid and untouched by the
 /// program until the request completes or the QP is reset.
-unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(qp: &Qp<T, S>, wr: &W) -> Result<(u64, Option<Ah>)> {
-    if let Some(len) = wr.inline_len() {
-        let max = qp.shared.caps().max_inline_data;
-        if len > max as usize {
-            return Err(Error::InlineTooLarge { qp_num: qp.shared.qp_num(), len, max });
-        }
-    }
-    let mut raw = RawSendWr::new();
-    wr.build(&mut raw)?;
+pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
+    qp: &Qp<T, S>,
+    wr: &W,
+) -> Result<(u64, Option<Ah>)> {
+    let mut raw = build_checked(qp, wr)?;
     raw.wr.sg_list = &mut raw.sge;
     raw.wr.num_sge = raw.num_sge;
     // SAFETY: the caller guarantees the memory; `raw` (with its sge) outlives the call; the
@@ -533,21 +615,35 @@ unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(qp: &Qp<T, S>, wr: 
     Ok((seq, wr.address_handle().cloned()))
 }
 
+/// Builds `wr` for `qp`, with every check that needs no device (inline length included).
+fn build_checked<T: Transport, S: QpState, W: SendRequest>(qp: &Qp<T, S>, wr: &W) -> Result<RawSendWr> {
+    if let Some(len) = wr.inline_len() {
+        let max = qp.shared.caps().max_inline_data;
+        if len > max as usize {
+            return Err(Error::InlineTooLarge { qp_num: qp.shared.qp_num(), len, max });
+        }
+    }
+    let mut raw = RawSendWr::new();
+    wr.build(&mut raw)?;
+    Ok(raw)
+}
+
 /// Polls until `p` completed or `deadline`; true if it completed.
 fn wait_until_done(p: &Posted<'_>, deadline: Instant) -> bool {
+    let q = p.q.tracked();
     loop {
-        if !p.qp.is_pending(p.is_recv, p.seq) {
+        if !q.is_pending(p.seq) {
             return true;
         }
         // An unsignaled request at the tail of the send queue never completes on its own.
-        if !p.is_recv && p.qp.sq_has_uncovered_tail() {
-            let polled = p.qp.cq(false).poll_and_route().unwrap_or(0);
+        if matches!(p.q, QueueRef::Send(_)) && q.has_uncovered_tail() {
+            let polled = p.q.poll().unwrap_or(0);
             if polled == 0 {
-                return !p.qp.is_pending(false, p.seq);
+                return !q.is_pending(p.seq);
             }
             continue;
         }
-        match p.qp.cq(p.is_recv).poll_and_route() {
+        match p.q.poll() {
             Ok(0) | Err(_) => {
                 if Instant::now() >= deadline {
                     return false;
@@ -569,7 +665,7 @@ fn force_quiesce(qp: &QpShared) -> Error {
         if sq == 0 && rq == 0 {
             break;
         }
-        let polled = qp.cq(false).poll_and_route().unwrap_or(0) + qp.cq(true).poll_and_route().unwrap_or(0);
+        let polled = QueueRef::Send(qp).poll().unwrap_or(0) + QueueRef::Recv(qp).poll().unwrap_or(0);
         if polled == 0 {
             if Instant::now() >= deadline {
                 break;
@@ -617,8 +713,9 @@ impl Drop for TokenGuard<'_> {
         // Nobody will collect this completion. If the request is done, forget its result now;
         // otherwise the scope waits for it at its end and forgets it then.
         let p = self.posted;
-        if !p.qp.is_pending(p.is_recv, p.seq) {
-            p.qp.abandon(p.is_recv, p.seq);
+        let q = p.q.tracked();
+        if !q.is_pending(p.seq) {
+            q.abandon(p.seq);
             self.release();
         }
     }
@@ -656,6 +753,14 @@ macro_rules! completes_as_itself {
     )*};
 }
 completes_as_itself!((), LocalBuf<'_>, LocalBufMut<'_>);
+
+impl<A: AccessSet> sealed::Sealed for Chunk<A> {}
+impl<A: AccessSet> Completes for Chunk<A> {
+    type Output = Self;
+    fn complete(self, _: &Completion) -> Self {
+        self
+    }
+}
 
 impl<K: MwType, R> sealed::Sealed for PendingBind<'_, K, R> {}
 impl<'m, K: MwType, R: WindowRights> Completes for PendingBind<'m, K, R> {

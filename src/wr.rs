@@ -28,7 +28,7 @@ use crate::access::{AccessSet, HasRemoteAtomic, HasRemoteRead, HasRemoteWrite, W
 use crate::ah::Ah;
 use crate::device::IpCsum;
 use crate::error::{Error, Result};
-use crate::mr::{LocalBuf, LocalBufMut, Mr, RemoteSlice};
+use crate::mr::{LocalSink, LocalSource, Mr, RemoteSlice};
 use crate::mw::{inc_rkey, BoundByWr, BoundMw, Invalidatable, Mw, MwType, PendingBind, PendingUnbind};
 use crate::transport::{
     SupportsAtomics, SupportsBindMw, SupportsFence, SupportsLocalInv, SupportsRdmaRead, SupportsRdmaWrite,
@@ -40,6 +40,7 @@ mod sealed {
 }
 
 /// The raw work request being built; only the library can look inside.
+#[derive(Clone, Copy)]
 pub struct RawSendWr {
     pub(crate) wr: sys::ibv_send_wr,
     pub(crate) sge: sys::ibv_sge,
@@ -142,43 +143,44 @@ pub trait AllowsSolicited: SendRequest {}
 )]
 pub trait InlineWr: SendRequest {}
 
-/// `IBV_WR_SEND`: sends `local` to the peer's next receive buffer.
+/// `IBV_WR_SEND`: sends `local` to the peer's next receive buffer. `L` is borrowed
+/// ([`LocalBuf`]) or owned ([`Chunk`](crate::mr::Chunk)) memory the device reads.
 #[derive(Debug)]
-pub struct Send<'a> {
-    local: LocalBuf<'a>,
+pub struct Send<L> {
+    local: L,
 }
 
-impl<'a> Send<'a> {
+impl<L: LocalSource> Send<L> {
     /// Sends the bytes of `local`.
-    pub fn new(local: LocalBuf<'a>) -> Self {
+    pub fn new(local: L) -> Self {
         Send { local }
     }
 }
 
 /// `IBV_WR_SEND_WITH_IMM`: a send that also delivers 32 bits of immediate data.
 #[derive(Debug)]
-pub struct SendImm<'a> {
-    local: LocalBuf<'a>,
+pub struct SendImm<L> {
+    local: L,
     imm: u32,
 }
 
-impl<'a> SendImm<'a> {
+impl<L: LocalSource> SendImm<L> {
     /// Sends `local` with immediate data `imm` (host byte order; sent in network order).
-    pub fn new(local: LocalBuf<'a>, imm: u32) -> Self {
+    pub fn new(local: L, imm: u32) -> Self {
         SendImm { local, imm }
     }
 }
 
 /// `IBV_WR_RDMA_WRITE`: writes `local` into the peer's memory at `remote`.
 #[derive(Debug)]
-pub struct Write<'a, A> {
-    local: LocalBuf<'a>,
+pub struct Write<L, A> {
+    local: L,
     remote: RemoteSlice<A>,
 }
 
-impl<'a, A: HasRemoteWrite> Write<'a, A> {
+impl<L: LocalSource, A: HasRemoteWrite> Write<L, A> {
     /// Writes the bytes of `local` to the start of `remote`, which must allow remote writes.
-    pub fn new(local: LocalBuf<'a>, remote: RemoteSlice<A>) -> Self {
+    pub fn new(local: L, remote: RemoteSlice<A>) -> Self {
         Write { local, remote }
     }
 }
@@ -186,29 +188,30 @@ impl<'a, A: HasRemoteWrite> Write<'a, A> {
 /// `IBV_WR_RDMA_WRITE_WITH_IMM`: an RDMA WRITE that also consumes a receive at the peer and
 /// delivers immediate data.
 #[derive(Debug)]
-pub struct WriteImm<'a, A> {
-    local: LocalBuf<'a>,
+pub struct WriteImm<L, A> {
+    local: L,
     remote: RemoteSlice<A>,
     imm: u32,
 }
 
-impl<'a, A: HasRemoteWrite> WriteImm<'a, A> {
+impl<L: LocalSource, A: HasRemoteWrite> WriteImm<L, A> {
     /// Writes `local` to `remote` with immediate data `imm` (host byte order).
-    pub fn new(local: LocalBuf<'a>, remote: RemoteSlice<A>, imm: u32) -> Self {
+    pub fn new(local: L, remote: RemoteSlice<A>, imm: u32) -> Self {
         WriteImm { local, remote, imm }
     }
 }
 
-/// `IBV_WR_RDMA_READ`: reads the peer's memory at `remote` into `local`.
+/// `IBV_WR_RDMA_READ`: reads the peer's memory at `remote` into `local`, which the device
+/// writes (LOCAL_WRITE, checked by [`LocalSink`]).
 #[derive(Debug)]
-pub struct Read<'a, A> {
-    local: LocalBufMut<'a>,
+pub struct Read<L, A> {
+    local: L,
     remote: RemoteSlice<A>,
 }
 
-impl<'a, A: HasRemoteRead> Read<'a, A> {
+impl<L: LocalSink, A: HasRemoteRead> Read<L, A> {
     /// Reads `local.len()` bytes from `remote`, which must allow remote reads, into `local`.
-    pub fn new(local: LocalBufMut<'a>, remote: RemoteSlice<A>) -> Self {
+    pub fn new(local: L, remote: RemoteSlice<A>) -> Self {
         Read { local, remote }
     }
 }
@@ -216,25 +219,25 @@ impl<'a, A: HasRemoteRead> Read<'a, A> {
 /// `IBV_WR_ATOMIC_CMP_AND_SWP`: if the 8 bytes at `remote` equal `compare`, replace them with
 /// `swap`; the original value lands in `result` (in the remote's byte order, i.e. as stored).
 #[derive(Debug)]
-pub struct CompareSwap<'a, A> {
-    result: LocalBufMut<'a>,
+pub struct CompareSwap<L, A> {
+    result: L,
     remote: RemoteSlice<A>,
     compare: u64,
     swap: u64,
 }
 
-impl<'a, A: HasRemoteAtomic> CompareSwap<'a, A> {
+impl<L: LocalSink, A: HasRemoteAtomic> CompareSwap<L, A> {
     /// Compare-and-swap on the 8 bytes at the start of `remote`. `result` must be 8 bytes at
     /// an 8-byte aligned address and `remote` 8-byte aligned; checked when posting
     /// ([`Error::InvalidArgument`], the request handed back).
-    pub fn new(result: LocalBufMut<'a>, remote: RemoteSlice<A>, compare: u64, swap: u64) -> Self {
+    pub fn new(result: L, remote: RemoteSlice<A>, compare: u64, swap: u64) -> Self {
         CompareSwap { result, remote, compare, swap }
     }
 }
 
-impl<'a, A> CompareSwap<'a, A> {
+impl<L, A> CompareSwap<L, A> {
     /// Gives the result buffer back (e.g. after a refused post).
-    pub fn into_result(self) -> LocalBufMut<'a> {
+    pub fn into_result(self) -> L {
         self.result
     }
 }
@@ -242,23 +245,23 @@ impl<'a, A> CompareSwap<'a, A> {
 /// `IBV_WR_ATOMIC_FETCH_AND_ADD`: add `add` to the 8 bytes at `remote`; the original value
 /// lands in `result`.
 #[derive(Debug)]
-pub struct FetchAdd<'a, A> {
-    result: LocalBufMut<'a>,
+pub struct FetchAdd<L, A> {
+    result: L,
     remote: RemoteSlice<A>,
     add: u64,
 }
 
-impl<'a, A: HasRemoteAtomic> FetchAdd<'a, A> {
+impl<L: LocalSink, A: HasRemoteAtomic> FetchAdd<L, A> {
     /// Fetch-and-add on the 8 bytes at the start of `remote`. Same checks as
     /// [`CompareSwap::new`].
-    pub fn new(result: LocalBufMut<'a>, remote: RemoteSlice<A>, add: u64) -> Self {
+    pub fn new(result: L, remote: RemoteSlice<A>, add: u64) -> Self {
         FetchAdd { result, remote, add }
     }
 }
 
-impl<'a, A> FetchAdd<'a, A> {
+impl<L, A> FetchAdd<L, A> {
     /// Gives the result buffer back (e.g. after a refused post).
-    pub fn into_result(self) -> LocalBufMut<'a> {
+    pub fn into_result(self) -> L {
         self.result
     }
 }
@@ -327,13 +330,14 @@ fn check_fits<A>(what: &'static str, len: u64, remote: &RemoteSlice<A>) -> Resul
     Ok(())
 }
 
-fn check_atomic<A>(result: &LocalBufMut<'_>, remote: &RemoteSlice<A>) -> Result<()> {
-    if result.len != 8 || result.addr % 8 != 0 {
+fn check_atomic<L: LocalSource, A>(result: &L, remote: &RemoteSlice<A>) -> Result<()> {
+    let result = result.sge();
+    if result.length != 8 || result.addr % 8 != 0 {
         return Err(Error::invalid(
             "ibv_post_send (atomic)",
             format!(
                 "the result buffer must be 8 bytes at an 8-byte aligned address (got {} bytes at {:#x})",
-                result.len, result.addr
+                result.length, result.addr
             ),
         ));
     }
@@ -364,9 +368,9 @@ fn inline_sge(raw: &mut RawSendWr, data: &[u8]) {
 }
 
 macro_rules! request {
-    ($ty:ident <$($lt:lifetime),* $(, $a:ident)?>, $bufs:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)?) => {
-        impl<$($lt,)* $($a)?> sealed::Sealed for $ty<$($lt,)* $($a)?> {}
-        impl<$($lt,)* $($a)?> SendRequest for $ty<$($lt,)* $($a)?> {
+    ([$($gen:tt)*] $ty:ty, $bufs:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)?) => {
+        impl<$($gen)*> sealed::Sealed for $ty {}
+        impl<$($gen)*> SendRequest for $ty {
             type Buffers = $bufs;
             fn build(&self, $raw: &mut RawSendWr) -> Result<()> {
                 let $s = self;
@@ -387,25 +391,25 @@ macro_rules! request {
 }
 
 macro_rules! valid_on {
-    ($cap:ident: $ty:ident <$($lt:lifetime),* $(, $a:ident)?>) => {
-        impl<$($lt,)* T: $cap $(, $a)?> SendWr<T> for $ty<$($lt,)* $($a)?> {}
+    ($cap:ident: [$($gen:tt)*] $ty:ty) => {
+        impl<$($gen)*, T: $cap> SendWr<T> for $ty {}
     };
 }
 
 request!(
-    Send<'a>,
-    LocalBuf<'a>,
+    [L: LocalSource] Send<L>,
+    L,
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND;
         raw.local(s.local.sge());
     },
     |s| s.local
 );
-valid_on!(SupportsSend: Send<'a>);
+valid_on!(SupportsSend: [L: LocalSource] Send<L>);
 
 request!(
-    SendImm<'a>,
-    LocalBuf<'a>,
+    [L: LocalSource] SendImm<L>,
+    L,
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
         imm(raw, s.imm);
@@ -413,26 +417,26 @@ request!(
     },
     |s| s.local
 );
-valid_on!(SupportsSendImm: SendImm<'a>);
+valid_on!(SupportsSendImm: [L: LocalSource] SendImm<L>);
 
 request!(
-    Write<'a, A>,
-    LocalBuf<'a>,
+    [L: LocalSource, A] Write<L, A>,
+    L,
     |s, raw| {
-        check_fits("ibv_post_send (RDMA WRITE)", s.local.len.into(), &s.remote)?;
+        check_fits("ibv_post_send (RDMA WRITE)", s.local.sge().length.into(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_WRITE;
         rdma(raw, &s.remote);
         raw.local(s.local.sge());
     },
     |s| s.local
 );
-valid_on!(SupportsRdmaWrite: Write<'a, A>);
+valid_on!(SupportsRdmaWrite: [L: LocalSource, A] Write<L, A>);
 
 request!(
-    WriteImm<'a, A>,
-    LocalBuf<'a>,
+    [L: LocalSource, A] WriteImm<L, A>,
+    L,
     |s, raw| {
-        check_fits("ibv_post_send (RDMA WRITE with immediate)", s.local.len.into(), &s.remote)?;
+        check_fits("ibv_post_send (RDMA WRITE with immediate)", s.local.sge().length.into(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
         imm(raw, s.imm);
         rdma(raw, &s.remote);
@@ -440,24 +444,24 @@ request!(
     },
     |s| s.local
 );
-valid_on!(SupportsRdmaWrite: WriteImm<'a, A>);
+valid_on!(SupportsRdmaWrite: [L: LocalSource, A] WriteImm<L, A>);
 
 request!(
-    Read<'a, A>,
-    LocalBufMut<'a>,
+    [L: LocalSink, A] Read<L, A>,
+    L,
     |s, raw| {
-        check_fits("ibv_post_send (RDMA READ)", s.local.len.into(), &s.remote)?;
+        check_fits("ibv_post_send (RDMA READ)", s.local.sge().length.into(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_READ;
         rdma(raw, &s.remote);
         raw.local(s.local.sge());
     },
     |s| s.local
 );
-valid_on!(SupportsRdmaRead: Read<'a, A>);
+valid_on!(SupportsRdmaRead: [L: LocalSink, A] Read<L, A>);
 
 request!(
-    CompareSwap<'a, A>,
-    LocalBufMut<'a>,
+    [L: LocalSink, A] CompareSwap<L, A>,
+    L,
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_ATOMIC_CMP_AND_SWP;
@@ -471,11 +475,11 @@ request!(
     },
     |s| s.result
 );
-valid_on!(SupportsAtomics: CompareSwap<'a, A>);
+valid_on!(SupportsAtomics: [L: LocalSink, A] CompareSwap<L, A>);
 
 request!(
-    FetchAdd<'a, A>,
-    LocalBufMut<'a>,
+    [L: LocalSink, A] FetchAdd<L, A>,
+    L,
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_ATOMIC_FETCH_AND_ADD;
@@ -489,46 +493,46 @@ request!(
     },
     |s| s.result
 );
-valid_on!(SupportsAtomics: FetchAdd<'a, A>);
+valid_on!(SupportsAtomics: [L: LocalSink, A] FetchAdd<L, A>);
 
-request!(InlineSend<'d>, (), |s, raw| {
+request!(['d] InlineSend<'d>, (), |s, raw| {
     raw.wr.opcode = sys::IBV_WR_SEND;
     inline_sge(raw, s.data);
 }, |_s| (), inline: |s| s.data.len());
-valid_on!(SupportsSend: InlineSend<'d>);
+valid_on!(SupportsSend: ['d] InlineSend<'d>);
 
-request!(InlineSendImm<'d>, (), |s, raw| {
+request!(['d] InlineSendImm<'d>, (), |s, raw| {
     raw.wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
     imm(raw, s.imm);
     inline_sge(raw, s.data);
 }, |_s| (), inline: |s| s.data.len());
-valid_on!(SupportsSendImm: InlineSendImm<'d>);
+valid_on!(SupportsSendImm: ['d] InlineSendImm<'d>);
 
-request!(InlineWrite<'d, A>, (), |s, raw| {
+request!(['d, A] InlineWrite<'d, A>, (), |s, raw| {
     check_fits("ibv_post_send (inline RDMA WRITE)", s.data.len() as u64, &s.remote)?;
     raw.wr.opcode = sys::IBV_WR_RDMA_WRITE;
     rdma(raw, &s.remote);
     inline_sge(raw, s.data);
 }, |_s| (), inline: |s| s.data.len());
-valid_on!(SupportsRdmaWrite: InlineWrite<'d, A>);
+valid_on!(SupportsRdmaWrite: ['d, A] InlineWrite<'d, A>);
 
-request!(InlineWriteImm<'d, A>, (), |s, raw| {
+request!(['d, A] InlineWriteImm<'d, A>, (), |s, raw| {
     check_fits("ibv_post_send (inline RDMA WRITE with immediate)", s.data.len() as u64, &s.remote)?;
     raw.wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
     imm(raw, s.imm);
     rdma(raw, &s.remote);
     inline_sge(raw, s.data);
 }, |_s| (), inline: |s| s.data.len());
-valid_on!(SupportsRdmaWrite: InlineWriteImm<'d, A>);
+valid_on!(SupportsRdmaWrite: ['d, A] InlineWriteImm<'d, A>);
 
 impl InlineWr for InlineSend<'_> {}
 impl InlineWr for InlineSendImm<'_> {}
 impl<A> InlineWr for InlineWrite<'_, A> {}
 impl<A> InlineWr for InlineWriteImm<'_, A> {}
 
-impl AllowsSolicited for Send<'_> {}
-impl AllowsSolicited for SendImm<'_> {}
-impl<A> AllowsSolicited for WriteImm<'_, A> {}
+impl<L: LocalSource> AllowsSolicited for Send<L> {}
+impl<L: LocalSource> AllowsSolicited for SendImm<L> {}
+impl<L: LocalSource, A> AllowsSolicited for WriteImm<L, A> {}
 impl AllowsSolicited for InlineSend<'_> {}
 impl AllowsSolicited for InlineSendImm<'_> {}
 impl<A> AllowsSolicited for InlineWriteImm<'_, A> {}
@@ -536,21 +540,21 @@ impl<A> AllowsSolicited for InlineWriteImm<'_, A> {}
 /// `IBV_WR_SEND_WITH_INV`: a send that also invalidates the peer's type 2 window with rkey
 /// `invalidate_rkey`; the peer's receive completion carries `IBV_WC_WITH_INV` and the rkey.
 #[derive(Debug)]
-pub struct SendInv<'a> {
-    local: LocalBuf<'a>,
+pub struct SendInv<L> {
+    local: L,
     invalidate_rkey: u32,
 }
 
-impl<'a> SendInv<'a> {
+impl<L: LocalSource> SendInv<L> {
     /// Sends `local` and invalidates the peer's window `invalidate_rkey`.
-    pub fn new(local: LocalBuf<'a>, invalidate_rkey: u32) -> Self {
+    pub fn new(local: L, invalidate_rkey: u32) -> Self {
         SendInv { local, invalidate_rkey }
     }
 }
 
 request!(
-    SendInv<'a>,
-    LocalBuf<'a>,
+    [L: LocalSource] SendInv<L>,
+    L,
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND_WITH_INV;
         raw.wr.__bindgen_anon_1.invalidate_rkey = s.invalidate_rkey;
@@ -558,8 +562,8 @@ request!(
     },
     |s| s.local
 );
-valid_on!(SupportsSendInv: SendInv<'a>);
-impl AllowsSolicited for SendInv<'_> {}
+valid_on!(SupportsSendInv: [L: LocalSource] SendInv<L>);
+impl<L: LocalSource> AllowsSolicited for SendInv<L> {}
 
 /// `IBV_WR_BIND_MW`: binds a type 2 window to `len` bytes of `mr` at `offset`, granting `R`.
 /// The region stays borrowed for `'m`, as long as the window is bound.
@@ -778,13 +782,21 @@ impl<W: AllowsSolicited> AllowsSolicited for To<'_, W> {}
 /// `buf`, which must come from a region with LOCAL_WRITE. On UD the first 40 bytes receive the
 /// GRH (or are left untouched without one).
 #[derive(Debug)]
-pub struct Recv<'a> {
-    pub(crate) buf: LocalBufMut<'a>,
+pub struct Recv<L> {
+    pub(crate) buf: L,
 }
 
-impl<'a> Recv<'a> {
-    /// Receives into `buf`.
-    pub fn new(buf: LocalBufMut<'a>) -> Self {
+impl<L: LocalSink> Recv<L> {
+    /// Receives into `buf`: a [`LocalBufMut`](crate::mr::LocalBufMut) or an owned
+    /// [`Chunk`](crate::mr::Chunk) of a region with LOCAL_WRITE.
+    pub fn new(buf: L) -> Self {
         Recv { buf }
+    }
+}
+
+impl<L> Recv<L> {
+    /// Gives the buffer back (e.g. after a refused post).
+    pub fn into_buffer(self) -> L {
+        self.buf
     }
 }

@@ -9,6 +9,7 @@ mod common;
 mod basics;
 mod interop;
 mod opcodes;
+mod ownership;
 mod rc;
 mod scope_safety;
 mod windows;

@@ -1,0 +1,198 @@
+//! Shared receive queues: `ibv_create_srq`, `ibv_modify_srq`, `ibv_post_srq_recv`,
+//! `ibv_destroy_srq`.
+//!
+//! Several QPs take their receives from one SRQ ([`QpConfig::srq`](crate::qp::QpConfig::srq)).
+//! A receive of an SRQ is consumed by whichever QP gets a message first, and completes on that
+//! QP's receive CQ; the library routes it back to the SRQ's book-keeping.
+//!
+//! SRQ receives are posted with owned buffers only ([`Srq::post_recv_owned`]): resetting a QP
+//! does not take receives out of an SRQ (only destroying the SRQ does), so a
+//! [scope](crate::scope) could not reclaim borrowed receive buffers at its end. Owned buffers
+//! stay with the SRQ until they complete or the SRQ is destroyed.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use typed_verbs_sys as sys;
+
+use crate::cq::CqShared;
+use crate::error::{Error, Result, Verb};
+use crate::mr::{LocalSink, LocalSource};
+use crate::owned::OwnedToken;
+use crate::pd::{Pd, PdInner};
+use crate::qp::QueueArc;
+use crate::queue::{TrackedQueue, RECV_BIT};
+use crate::scope::PostError;
+use crate::wr::Recv;
+
+/// A shared receive queue: `struct ibv_srq`. Cheap to clone (shared); destroyed when the last
+/// clone, every QP using it and every token of it are gone.
+#[derive(Clone)]
+pub struct Srq {
+    pub(crate) shared: Arc<SrqShared>,
+}
+
+pub(crate) struct SrqShared {
+    srq: NonNull<sys::ibv_srq>,
+    max_wr: u32,
+    pub(crate) rq: TrackedQueue,
+    /// The receive CQs of the QPs attached to this SRQ: where its completions arrive.
+    cqs: Mutex<Vec<Weak<CqShared>>>,
+    _pd: Arc<PdInner>,
+}
+
+// SAFETY: SRQs may be used from any thread (libibverbs is thread-safe); our book-keeping is
+// behind mutexes.
+unsafe impl Send for SrqShared {}
+// SAFETY: as above.
+unsafe impl Sync for SrqShared {}
+
+impl Drop for SrqShared {
+    fn drop(&mut self) {
+        // SAFETY: every QP attached to the SRQ holds an `Arc` to it and every owned token too,
+        // so none is left. Destroying the SRQ takes its outstanding receives out of the device;
+        // the buffers kept for dropped tokens (`rq`'s graves) are released after this, when the
+        // fields drop. A failure cannot be acted on in drop; ignored.
+        let _ = unsafe { sys::ibv_destroy_srq(self.srq.as_ptr()) };
+    }
+}
+
+impl fmt::Debug for Srq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Srq").field("max_wr", &self.shared.max_wr).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Pd {
+    /// `ibv_create_srq`: a shared receive queue of `max_wr` receives of one scatter/gather
+    /// entry each.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for `max_wr == 0` or above the device's `max_srq_wr`;
+    /// - [`Error::Verb`] with `ibv_create_srq` and its errno.
+    ///
+    /// See ibv_create_srq(3).
+    #[doc(alias = "ibv_create_srq")]
+    pub fn create_srq(&self, max_wr: u32) -> Result<Srq> {
+        let dev = self.context().query_device()?;
+        let max = dev.max_srq_wr();
+        if max_wr == 0 || max_wr > max {
+            return Err(Error::invalid("ibv_create_srq", format!("max_wr = {max_wr}; the device allows 1..={max}")));
+        }
+        let mut attr = sys::ibv_srq_init_attr {
+            attr: sys::ibv_srq_attr { max_wr, max_sge: 1, srq_limit: 0 },
+            ..Default::default()
+        };
+        // SAFETY: the PD is alive; `attr` is a valid, initialised attribute struct.
+        let srq = unsafe { sys::ibv_create_srq(self.as_ptr(), &mut attr) };
+        let srq = NonNull::new(srq).ok_or_else(|| Error::last_os(Verb::CreateSrq, format!("max_wr {max_wr}")))?;
+        Ok(Srq {
+            shared: Arc::new(SrqShared {
+                srq,
+                max_wr,
+                rq: TrackedQueue::new(max_wr, false),
+                cqs: Mutex::new(Vec::new()),
+                _pd: Arc::clone(&self.inner),
+            }),
+        })
+    }
+}
+
+impl Srq {
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_srq {
+        self.shared.srq.as_ptr()
+    }
+
+    /// Receives posted and not yet completed.
+    pub fn outstanding(&self) -> u32 {
+        self.shared.rq.outstanding()
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event. When fewer than `limit`
+    /// receives remain posted, the device reports `IBV_EVENT_SRQ_LIMIT_REACHED` once on the
+    /// context's async event queue (see [`crate::event`]), and the limit disarms.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a limit at or above the SRQ size; [`Error::Verb`] with
+    /// `ibv_modify_srq` and its errno.
+    ///
+    /// See ibv_modify_srq(3).
+    #[doc(alias = "ibv_modify_srq")]
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        if limit >= self.shared.max_wr {
+            return Err(Error::invalid(
+                "ibv_modify_srq",
+                format!("limit {limit} is not below max_wr {}", self.shared.max_wr),
+            ));
+        }
+        let mut attr = sys::ibv_srq_attr { max_wr: 0, max_sge: 0, srq_limit: limit };
+        // SAFETY: the SRQ is alive; `attr` is valid and only `srq_limit` is selected.
+        let ret = unsafe { sys::ibv_modify_srq(self.as_ptr(), &mut attr, sys::IBV_SRQ_LIMIT as i32) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::ModifySrq, format!("srq_limit {limit}"), ret));
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_srq_recv` of a receive into owned memory (a [`Chunk`](crate::mr::Chunk) of a
+    /// region with LOCAL_WRITE). The token hands the buffer back with the completion of
+    /// whichever QP consumed it (`Completion::qp_num`).
+    ///
+    /// # Errors
+    /// Returns the request with a [`PostError`]: [`Error::QueueFull`], [`Error::Verb`] with
+    /// `ibv_post_srq_recv`.
+    ///
+    /// See ibv_post_srq_recv(3).
+    #[doc(alias = "ibv_post_srq_recv")]
+    pub fn post_recv_owned<L>(&self, wr: Recv<L>) -> std::result::Result<OwnedToken<L>, PostError<Recv<L>>>
+    where
+        L: LocalSink + Send + 'static,
+    {
+        let mut sge = LocalSource::sge(&wr.buf);
+        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        let seq = {
+            let mut rq = self.shared.rq.lock();
+            let Some(seq) = rq.next_seq() else {
+                let error = Error::QueueFull { queue: "shared receive", qp_num: 0, depth: rq.depth() };
+                return Err(PostError { error, wr });
+            };
+            raw.wr_id = seq | RECV_BIT;
+            let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
+            // SAFETY: the SRQ is alive; the buffer is owned and moves into the token, which
+            // never frees it while the receive is outstanding (on drop it is kept by the SRQ
+            // until completion or destruction); `raw`/`sge` outlive the call.
+            let ret = unsafe { sys::ibv_post_srq_recv(self.as_ptr(), &mut raw, &mut bad) };
+            if ret != 0 {
+                return Err(PostError { error: Error::from_ret(Verb::PostSrqRecv, "shared receive queue", ret), wr });
+            }
+            rq.push(true)
+        };
+        Ok(OwnedToken::new(QueueArc::Srq(Arc::clone(&self.shared)), seq, wr.buf, None))
+    }
+}
+
+impl SrqShared {
+    pub(crate) fn attach_cq(&self, cq: &Arc<CqShared>) {
+        let mut cqs = lock(&self.cqs);
+        cqs.retain(|w| w.strong_count() > 0);
+        if !cqs.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq))) {
+            cqs.push(Arc::downgrade(cq));
+        }
+    }
+
+    /// Polls every CQ an attached QP receives on; returns how many completions were polled.
+    pub(crate) fn poll(&self) -> Result<usize> {
+        let cqs: Vec<_> = lock(&self.cqs).iter().filter_map(Weak::upgrade).collect();
+        let mut n = 0;
+        for cq in cqs {
+            n += cq.poll_and_route()?;
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,231 @@
+//! Buffer ownership on the device: unsignaled batches, post lists, owned buffers handed back on
+//! success and on flush, receives that survive state transitions, dropped tokens, SRQ.
+
+use std::time::Duration;
+
+use typed_verbs::prelude::*;
+use typed_verbs::wc::CompletionSource;
+
+use crate::common::*;
+
+#[test]
+fn a_batch_of_1000_unsignaled_writes_with_the_last_signaled() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(2048).unwrap();
+    let caps = QpCaps { max_send_wr: 1024, ..QpCaps::default() };
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE, caps);
+    let mut src = pd.alloc_mr(1000 * 8, access::LOCAL_READ).unwrap();
+    for (i, w) in src.as_mut_slice().chunks_mut(8).enumerate() {
+        w.copy_from_slice(&(i as u64 * 3 + 1).to_le_bytes());
+    }
+    let dst = pd.alloc_mr(1000 * 8, access::REMOTE_RW).unwrap();
+    let (implied, own) = scope(|s| {
+        let write = |i: usize| Write::new(src.slice(i * 8..i * 8 + 8).unwrap(), dst.remote(i * 8..i * 8 + 8).unwrap());
+        // One post list of 999 unsignaled writes, then the signaled last one.
+        let tokens = s.post_send_list(&p.a, (0..999).map(|i| write(i).unsignaled())).expect("post list");
+        assert_eq!(tokens.len(), 999);
+        let last = write(999);
+        let t = s.post_send(&p.a, last).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        let (mut implied, mut own) = (0, 0);
+        for t in tokens {
+            let (c, _) = s.wait(t, Duration::ZERO).expect("already complete: covered by the last one");
+            assert!(c.is_success(), "{c:?}");
+            match c.source() {
+                CompletionSource::ImpliedByLater => implied += 1,
+                CompletionSource::Own => own += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        (implied, own)
+    })
+    .unwrap();
+    // The library signals every 512th request so the 1024-deep queue can never fill up.
+    assert_eq!(implied + own, 999);
+    assert!((1..=2).contains(&own), "{own} forced signals");
+    let mut got = vec![0u8; 8000];
+    dst.read_volatile_into(0, &mut got).unwrap();
+    assert_eq!(got, src.as_slice());
+    assert_eq!(p.a.outstanding(), (0, 0));
+}
+
+#[test]
+fn owned_receives_posted_in_init_survive_the_transitions() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let (ea, eb) = (a.endpoint(PORT, gid_index(), 1).unwrap(), b.endpoint(PORT, gid_index(), 2).unwrap());
+    // Pre-post receives on b in INIT, as the C pingpong examples do, then connect.
+    let b = b.to_init(&ConnectedInit::new(PORT, QpAccess::empty())).unwrap();
+    let chunks = pd.alloc_mr(4 * 256, access::LOCAL_RW).unwrap().into_chunks(256).unwrap();
+    let tokens: Vec<_> = chunks.into_iter().map(|c| b.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    let av = AddressVector::global(PORT, ea.gid, gid_index() as u8);
+    let b = b.to_rtr(&RcRtr::new(av, ea.qp_num, ea.psn)).unwrap().to_rts(&RcRts::new(eb.psn)).unwrap();
+    let a = connect_rc(a, QpAccess::empty(), &ea, &eb);
+    let mut src = pd.alloc_mr(256, access::LOCAL_READ).unwrap();
+    for i in 0..4u8 {
+        src.as_mut_slice().fill(b'a' + i);
+        scope(|s| {
+            let t = s.post_send(&a, Send::new(src.slice(..100 + usize::from(i)).unwrap())).unwrap();
+            assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        })
+        .unwrap();
+    }
+    for (i, t) in tokens.into_iter().enumerate() {
+        let (c, chunk) = t.wait(WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        assert_eq!(c.byte_len() as usize, 100 + i);
+        assert!(chunk.as_slice()[..100 + i].iter().all(|&x| x == b'a' + i as u8));
+        assert_eq!(chunk.len(), 256);
+    }
+    assert_eq!(b.outstanding(), (0, 0));
+}
+
+#[test]
+fn a_flush_hands_every_owned_buffer_back_with_a_flush_status() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let chunks = pd.alloc_mr(8 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
+    let addrs: Vec<u64> = chunks.iter().map(|c| c.addr()).collect();
+    let tokens: Vec<_> = chunks.into_iter().map(|c| p.b.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    assert_eq!(p.b.outstanding(), (0, 8));
+    // Typed transition to ERR: outstanding requests flush.
+    let b = p.b.to_error().unwrap();
+    for (t, addr) in tokens.into_iter().zip(addrs) {
+        let (c, mut chunk) = t.wait(WAIT).unwrap();
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+        assert_eq!(chunk.addr(), addr, "the same buffer comes back");
+        chunk.as_mut_slice().fill(7); // usable again
+    }
+    assert_eq!(b.outstanding(), (0, 0));
+}
+
+#[test]
+fn a_dropped_owned_token_parks_its_buffer_until_the_device_is_done() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let mut chunks = pd.alloc_mr(2 * 128, access::LOCAL_RW).unwrap().into_chunks(128).unwrap();
+    let keep = chunks.pop().unwrap();
+    let t = p.b.post_recv_owned(Recv::new(chunks.pop().unwrap())).unwrap();
+    drop(t); // in flight: the QP keeps the buffer
+    assert_eq!(p.b.parked_buffers(), 1);
+    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(1);
+    scope(|s| {
+        let t = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+    })
+    .unwrap();
+    // The receive completes; polling routes it and releases the parked buffer.
+    let deadline = std::time::Instant::now() + WAIT;
+    while p.b.parked_buffers() > 0 && std::time::Instant::now() < deadline {
+        cq.progress().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(p.b.parked_buffers(), 0);
+    drop(keep);
+}
+
+#[test]
+fn a_scope_with_receives_still_posted_ends_cleanly_after_a_flush() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let mut rbuf = pd.alloc_mr(1024, access::LOCAL_RW).unwrap();
+    let r = scope(|s| {
+        let (x, y) = rbuf.slice_mut(..).unwrap().split_at(512).unwrap();
+        let _t1 = s.post_recv(&p.b, Recv::new(x)).unwrap();
+        let _t2 = s.post_recv(&p.b, Recv::new(y)).unwrap();
+        s.flush(&p.b, WAIT).unwrap();
+        42
+    });
+    assert_eq!(r.unwrap(), 42, "no QpBroken: the flush completed everything");
+    rbuf.as_mut_slice().fill(0);
+}
+
+#[test]
+fn a_bounded_wait_times_out_and_gives_the_token_back() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let chunk = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
+    let t = p.b.post_recv_owned(Recv::new(chunk)).unwrap();
+    let started = std::time::Instant::now();
+    let e = t.wait(Duration::from_millis(300)).expect_err("nothing was sent");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(matches!(e.error, Error::Timeout { .. }), "{:?}", e.error);
+    // The token is still valid: send, and it completes.
+    let mut src = pd.alloc_mr(8, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(3);
+    scope(|s| {
+        let t = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+    })
+    .unwrap();
+    let (c, _) = e.token.wait(WAIT).unwrap();
+    assert!(c.is_success() && c.byte_len() == 8, "{c:?}");
+}
+
+#[test]
+fn an_srq_shared_by_two_qps() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let srq = pd.create_srq(64).unwrap();
+    // Two receivers on the SRQ, each connected to its own sender.
+    let mk = |srq_cfg: bool| {
+        let cfg = QpConfig::new(&cq);
+        let cfg = if srq_cfg { cfg.srq(&srq) } else { cfg };
+        pd.create_qp::<RC>(&cfg).unwrap()
+    };
+    let (s1, r1, s2, r2) = (mk(false), mk(true), mk(false), mk(true));
+    let e = |q: &Qp<RC, RESET>, psn| q.endpoint(PORT, gid_index(), psn).unwrap();
+    let (es1, er1, es2, er2) = (e(&s1, 10), e(&r1, 20), e(&s2, 30), e(&r2, 40));
+    let acc = QpAccess::empty();
+    let (s1, r1) = (connect_rc(s1, acc, &es1, &er1), connect_rc(r1, acc, &er1, &es1));
+    let (s2, r2) = (connect_rc(s2, acc, &es2, &er2), connect_rc(r2, acc, &er2, &es2));
+    let chunks = pd.alloc_mr(16 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
+    let tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    assert_eq!(srq.outstanding(), 16);
+    // Receiving on a QP that uses an SRQ is refused (post to the SRQ).
+    let stray = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
+    assert!(matches!(r1.post_recv_owned(Recv::new(stray)).map_err(|e| e.error), Err(Error::InvalidArgument { .. })));
+    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    for i in 0..8u8 {
+        for (sender, tag) in [(&s1, 1u8), (&s2, 2u8)] {
+            src.as_mut_slice()[..2].copy_from_slice(&[tag, i]);
+            scope(|s| {
+                let t = s.post_send(sender, Send::new(src.slice(..2).unwrap())).unwrap();
+                assert!(s.wait(t, WAIT).unwrap().0.is_success());
+            })
+            .unwrap();
+        }
+    }
+    let mut seen = Vec::new();
+    for t in tokens {
+        let (c, chunk) = t.wait(WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        let who = if c.qp_num() == r1.qp_num() {
+            1
+        } else {
+            assert_eq!(c.qp_num(), r2.qp_num());
+            2
+        };
+        assert_eq!(chunk.as_slice()[0], who, "the message from sender {who} arrived on its receiver");
+        seen.push((chunk.as_slice()[0], chunk.as_slice()[1]));
+    }
+    seen.sort();
+    let expected: Vec<_> = (1..=2u8).flat_map(|t| (0..8u8).map(move |i| (t, i))).collect();
+    assert_eq!(seen, expected, "every message was received exactly once");
+    assert_eq!(srq.outstanding(), 0);
+}
