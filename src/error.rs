@@ -40,6 +40,7 @@ pub enum Verb {
     CreateSrq,
     ModifySrq,
     PostSrqRecv,
+    AdviseMr,
 }
 
 impl Verb {
@@ -68,6 +69,7 @@ impl Verb {
             Verb::CreateSrq => "ibv_create_srq",
             Verb::ModifySrq => "ibv_modify_srq",
             Verb::PostSrqRecv => "ibv_post_srq_recv",
+            Verb::AdviseMr => "ibv_advise_mr",
             Verb::CreateCompChannel => "ibv_create_comp_channel",
             Verb::ReqNotifyCq => "ibv_req_notify_cq",
             Verb::GetCqEvent => "ibv_get_cq_event",

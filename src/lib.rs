@@ -43,6 +43,7 @@ pub mod error;
 pub mod event;
 pub mod mr;
 pub mod mw;
+pub mod odp;
 pub mod owned;
 pub mod pd;
 pub mod qp;

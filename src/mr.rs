@@ -37,24 +37,79 @@ pub const MR_ALIGN: usize = 4096;
 /// or the device still uses the region; the types prevent both, but should it fail anyway the
 /// memory is leaked rather than freed under the device (use [`Mr::deregister`] to see the
 /// error).
-pub struct Mr<A: AccessSet> {
+pub struct Mr<A: AccessSet, K: MrKind = Pinned> {
     mr: NonNull<sys::ibv_mr>,
     mem: NonNull<u8>,
     len: usize,
     lkey: u32,
     rkey: u32,
+    /// For ODP regions: the transport and operations the registration's capability verified.
+    odp: OdpTag,
     pd: Arc<PdInner>,
-    _access: PhantomData<A>,
+    _access: PhantomData<(A, K)>,
+}
+
+/// How a region's pages are held: [`Pinned`] (the default: registered memory is pinned) or
+/// [`Odp`] (On-Demand Paging, see [`crate::odp`]). Sealed.
+pub trait MrKind: kind_sealed::Sealed + Send + Sync + 'static {
+    /// Extra `IBV_ACCESS_*` bits of the registration.
+    const EXTRA_ACCESS: u32;
+}
+
+mod kind_sealed {
+    pub trait Sealed {}
+}
+
+/// Marker: pages pinned at registration (plain `ibv_reg_mr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pinned;
+/// Marker: an explicit On-Demand Paging region (`IBV_ACCESS_ON_DEMAND`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Odp;
+
+impl kind_sealed::Sealed for Pinned {}
+impl kind_sealed::Sealed for Odp {}
+impl MrKind for Pinned {
+    const EXTRA_ACCESS: u32 = 0;
+}
+impl MrKind for Odp {
+    const EXTRA_ACCESS: u32 = sys::IBV_ACCESS_ON_DEMAND;
+}
+
+/// The ODP verification a view of registered memory carries: the transport (`IBV_QPT_*`) and
+/// the `IBV_ODP_SUPPORT_*` operations its registration's capability covered. `None` for pinned
+/// memory, which any transport and operation may use.
+///
+/// Opaque: only the library reads it.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OdpTag(pub(crate) Option<(u32, u32)>);
+
+impl OdpTag {
+    /// Checks that an operation `op` (`IBV_ODP_SUPPORT_*`) on a `qp_type` QP was verified.
+    pub(crate) fn check(self, qp_type: u32, transport: &str, op: u32) -> Result<()> {
+        match self.0 {
+            None => Ok(()),
+            Some((t, ops)) if t == qp_type && ops & op == op => Ok(()),
+            Some((t, ops)) => Err(Error::invalid(
+                "ibv_post_send",
+                format!(
+                    "memory of an ODP region verified for QP type {t}, operations {ops:#x} (ibv_query_device_ex \
+                     odp_caps) is used on a {transport} QP for operation {op:#x}, which was not verified"
+                ),
+            )),
+        }
+    }
 }
 
 // SAFETY: the region's memory is owned by the `Mr` and only reached through `&self`/`&mut self`
 // methods that follow Rust's aliasing rules (or volatile copies for peer-writable memory); the
 // `ibv_mr` handle may be used from any thread.
-unsafe impl<A: AccessSet> Send for Mr<A> {}
+unsafe impl<A: AccessSet, K: MrKind> Send for Mr<A, K> {}
 // SAFETY: `&Mr` only gives shared access (reads, `LocalBuf`, volatile copies).
-unsafe impl<A: AccessSet> Sync for Mr<A> {}
+unsafe impl<A: AccessSet, K: MrKind> Sync for Mr<A, K> {}
 
-impl<A: AccessSet> fmt::Debug for Mr<A> {
+impl<A: AccessSet, K: MrKind> fmt::Debug for Mr<A, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mr")
             .field("addr", &self.mem)
@@ -81,6 +136,11 @@ impl Pd {
     #[doc(alias = "ibv_reg_mr")]
     pub fn alloc_mr<A: LegalAccess>(&self, len: usize, access: A) -> Result<Mr<A>> {
         let _ = access;
+        self.alloc_mr_kind::<A, Pinned>(len, OdpTag(None))
+    }
+
+    /// `ibv_reg_mr` of new memory with the access bits of `A` and of the kind `K`.
+    pub(crate) fn alloc_mr_kind<A: LegalAccess, K: MrKind>(&self, len: usize, odp: OdpTag) -> Result<Mr<A, K>> {
         if len == 0 {
             return Err(Error::invalid("ibv_reg_mr", "a memory region needs at least one byte"));
         }
@@ -95,22 +155,20 @@ impl Pd {
                 std::io::Error::from(std::io::ErrorKind::OutOfMemory),
             ));
         };
+        let bits = A::BITS | K::EXTRA_ACCESS;
         // SAFETY: the PD is alive; `mem..mem+len` is memory we own and keep at the same address
         // until after deregistration; the access bits obey ibv_reg_mr(3) (`A: LegalAccess`).
         // `ibv_reg_mr` is a macro over this inline helper.
-        let mr = unsafe { sys::__ibv_reg_mr(self.as_ptr(), mem.as_ptr().cast(), len, A::BITS, 0) };
+        let mr = unsafe { sys::__ibv_reg_mr(self.as_ptr(), mem.as_ptr().cast(), len, bits, 0) };
         let Some(mr) = NonNull::new(mr) else {
-            let err = Error::last_os(
-                Verb::RegMr,
-                format!("{len} bytes, access {:#x}, device {}", A::BITS, self.inner.ctx.name),
-            );
+            let err = Error::last_os(Verb::RegMr, format!("{len} bytes, access {bits:#x}, device {}", self.inner.ctx.name));
             // SAFETY: allocated above with this layout, never registered.
             unsafe { alloc::dealloc(mem.as_ptr(), layout) };
             return Err(err);
         };
         // SAFETY: `mr` is a valid registration returned just now.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
-        Ok(Mr { mr, mem, len, lkey, rkey, pd: Arc::clone(&self.inner), _access: PhantomData })
+        Ok(Mr { mr, mem, len, lkey, rkey, odp, pd: Arc::clone(&self.inner), _access: PhantomData })
     }
 }
 
@@ -135,7 +193,7 @@ fn sge_len(len: usize, what: &'static str) -> Result<u32> {
     u32::try_from(len).map_err(|_| Error::invalid(what, format!("{len} bytes do not fit one scatter/gather entry")))
 }
 
-impl<A: AccessSet> Mr<A> {
+impl<A: AccessSet, K: MrKind> Mr<A, K> {
     /// The length of the region in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -180,6 +238,7 @@ impl<A: AccessSet> Mr<A> {
             addr: self.addr() + off as u64,
             len: sge_len(len, "Mr::slice")?,
             lkey: self.lkey,
+            odp: self.odp,
             _borrow: PhantomData,
         })
     }
@@ -198,6 +257,7 @@ impl<A: AccessSet> Mr<A> {
             addr: self.addr() + off as u64,
             len: sge_len(len, "Mr::slice_mut")?,
             lkey: self.lkey,
+            odp: self.odp,
             _borrow: PhantomData,
         })
     }
@@ -298,7 +358,7 @@ impl<A: AccessSet> Mr<A> {
     }
 }
 
-impl<A: AccessSet> Drop for Mr<A> {
+impl<A: AccessSet, K: MrKind> Drop for Mr<A, K> {
     fn drop(&mut self) {
         // SAFETY: the registration is valid and is deregistered exactly once, here.
         let ret = unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
@@ -318,6 +378,7 @@ pub struct LocalBuf<'a> {
     pub(crate) addr: u64,
     pub(crate) len: u32,
     pub(crate) lkey: u32,
+    pub(crate) odp: OdpTag,
     _borrow: PhantomData<&'a [u8]>,
 }
 
@@ -327,6 +388,7 @@ pub struct LocalBufMut<'a> {
     pub(crate) addr: u64,
     pub(crate) len: u32,
     pub(crate) lkey: u32,
+    pub(crate) odp: OdpTag,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -367,7 +429,19 @@ macro_rules! buf_common {
 buf_common!(LocalBuf);
 buf_common!(LocalBufMut);
 
+impl<'a> LocalBuf<'a> {
+    /// A view of memory the caller guarantees to be registered under `lkey` and valid for 'a.
+    pub(crate) fn from_parts(addr: u64, len: u32, lkey: u32, odp: OdpTag) -> Self {
+        LocalBuf { addr, len, lkey, odp, _borrow: PhantomData }
+    }
+}
+
 impl<'a> LocalBufMut<'a> {
+    /// As [`LocalBuf::from_parts`], exclusive.
+    pub(crate) fn from_parts(addr: u64, len: u32, lkey: u32, odp: OdpTag) -> Self {
+        LocalBufMut { addr, len, lkey, odp, _borrow: PhantomData }
+    }
+
     /// Splits the view in two at `mid`.
     ///
     /// # Errors
@@ -380,6 +454,7 @@ impl<'a> LocalBufMut<'a> {
             addr: self.addr + u64::from(mid),
             len: self.len - mid,
             lkey: self.lkey,
+            odp: self.odp,
             _borrow: PhantomData,
         };
         Ok((LocalBufMut { len: mid, ..self }, tail))
@@ -387,7 +462,7 @@ impl<'a> LocalBufMut<'a> {
 
     /// The view as read-only device memory (e.g. to send what was received).
     pub fn as_local(&self) -> LocalBuf<'_> {
-        LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, _borrow: PhantomData }
+        LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, odp: self.odp, _borrow: PhantomData }
     }
 
     /// Copies the bytes out with volatile reads.
@@ -601,6 +676,11 @@ pub trait LocalSource: local_sealed::Sealed {
     /// The scatter/gather entry naming the memory.
     #[doc(hidden)]
     fn sge(&self) -> sys::ibv_sge;
+    /// The ODP verification of the memory's region.
+    #[doc(hidden)]
+    fn odp_tag(&self) -> OdpTag {
+        OdpTag(None)
+    }
 }
 
 /// Memory the local device may write for a work request (a receive buffer, an RDMA READ
@@ -621,10 +701,16 @@ impl LocalSource for LocalBuf<'_> {
     fn sge(&self) -> sys::ibv_sge {
         LocalBuf::sge(self)
     }
+    fn odp_tag(&self) -> OdpTag {
+        self.odp
+    }
 }
 impl LocalSource for LocalBufMut<'_> {
     fn sge(&self) -> sys::ibv_sge {
         LocalBufMut::sge(self)
+    }
+    fn odp_tag(&self) -> OdpTag {
+        self.odp
     }
 }
 impl<A: AccessSet> LocalSource for Chunk<A> {

@@ -182,6 +182,9 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         S: CanPostRecv,
         L: LocalSink + Send + 'static,
     {
+        if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
+            return Err(PostError { error, wr });
+        }
         let mut sge = LocalSource::sge(&wr.buf);
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
         // SAFETY: as in `post_send_owned`: the buffer is owned and moves into the token.

@@ -378,6 +378,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         S: CanPostRecv,
         L: LocalSink + 'scope,
     {
+        if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
+            return Err(PostError { error, wr });
+        }
         let mut sge = LocalSource::sge(&wr.buf);
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
         // SAFETY: as in `post_send`: the receive buffer is borrowed (or owned) for at least
@@ -625,6 +628,7 @@ fn build_checked<T: Transport, S: QpState, W: SendRequest>(qp: &Qp<T, S>, wr: &W
     }
     let mut raw = RawSendWr::new();
     wr.build(&mut raw)?;
+    raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
     Ok(raw)
 }
 

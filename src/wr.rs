@@ -28,7 +28,7 @@ use crate::access::{AccessSet, HasRemoteAtomic, HasRemoteRead, HasRemoteWrite, W
 use crate::ah::Ah;
 use crate::device::IpCsum;
 use crate::error::{Error, Result};
-use crate::mr::{LocalSink, LocalSource, Mr, RemoteSlice};
+use crate::mr::{LocalSink, LocalSource, Mr, OdpTag, RemoteSlice};
 use crate::mw::{inc_rkey, BoundByWr, BoundMw, Invalidatable, Mw, MwType, PendingBind, PendingUnbind};
 use crate::transport::{
     SupportsAtomics, SupportsBindMw, SupportsFence, SupportsLocalInv, SupportsRdmaRead, SupportsRdmaWrite,
@@ -45,14 +45,31 @@ pub struct RawSendWr {
     pub(crate) wr: sys::ibv_send_wr,
     pub(crate) sge: sys::ibv_sge,
     pub(crate) num_sge: i32,
+    /// The ODP verification of the local memory, and the operation (`IBV_ODP_SUPPORT_*`).
+    pub(crate) odp: OdpTag,
+    pub(crate) odp_op: u32,
 }
 
 impl RawSendWr {
     pub(crate) fn new() -> Self {
-        RawSendWr { wr: sys::ibv_send_wr::default(), sge: sys::ibv_sge::default(), num_sge: 0 }
+        RawSendWr {
+            wr: sys::ibv_send_wr::default(),
+            sge: sys::ibv_sge::default(),
+            num_sge: 0,
+            odp: OdpTag::default(),
+            odp_op: 0,
+        }
     }
 
-    fn local(&mut self, sge: sys::ibv_sge) {
+    /// Names `local` as the request's memory, for an operation `op` (`IBV_ODP_SUPPORT_*`).
+    fn local<L: LocalSource>(&mut self, local: &L, op: u32) {
+        self.sge = local.sge();
+        self.num_sge = 1;
+        self.odp = local.odp_tag();
+        self.odp_op = op;
+    }
+
+    fn inline(&mut self, sge: sys::ibv_sge) {
         self.sge = sge;
         self.num_sge = 1;
     }
@@ -364,7 +381,7 @@ fn imm(raw: &mut RawSendWr, imm: u32) {
 fn inline_sge(raw: &mut RawSendWr, data: &[u8]) {
     raw.wr.send_flags |= sys::IBV_SEND_INLINE;
     // The provider copies the bytes during ibv_post_send; "The L_Key will not be checked".
-    raw.local(sys::ibv_sge { addr: data.as_ptr() as u64, length: data.len() as u32, lkey: 0 });
+    raw.inline(sys::ibv_sge { addr: data.as_ptr() as u64, length: data.len() as u32, lkey: 0 });
 }
 
 macro_rules! request {
@@ -401,7 +418,7 @@ request!(
     L,
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND;
-        raw.local(s.local.sge());
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND);
     },
     |s| s.local
 );
@@ -413,7 +430,7 @@ request!(
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
         imm(raw, s.imm);
-        raw.local(s.local.sge());
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND);
     },
     |s| s.local
 );
@@ -426,7 +443,7 @@ request!(
         check_fits("ibv_post_send (RDMA WRITE)", s.local.sge().length.into(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_WRITE;
         rdma(raw, &s.remote);
-        raw.local(s.local.sge());
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_WRITE);
     },
     |s| s.local
 );
@@ -440,7 +457,7 @@ request!(
         raw.wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
         imm(raw, s.imm);
         rdma(raw, &s.remote);
-        raw.local(s.local.sge());
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_WRITE);
     },
     |s| s.local
 );
@@ -453,7 +470,7 @@ request!(
         check_fits("ibv_post_send (RDMA READ)", s.local.sge().length.into(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_READ;
         rdma(raw, &s.remote);
-        raw.local(s.local.sge());
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_READ);
     },
     |s| s.local
 );
@@ -471,7 +488,7 @@ request!(
             swap: s.swap,
             rkey: s.remote.rkey,
         };
-        raw.local(s.result.sge());
+        raw.local(&s.result, sys::IBV_ODP_SUPPORT_ATOMIC);
     },
     |s| s.result
 );
@@ -489,7 +506,7 @@ request!(
             swap: 0,
             rkey: s.remote.rkey,
         };
-        raw.local(s.result.sge());
+        raw.local(&s.result, sys::IBV_ODP_SUPPORT_ATOMIC);
     },
     |s| s.result
 );
@@ -558,7 +575,7 @@ request!(
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND_WITH_INV;
         raw.wr.__bindgen_anon_1.invalidate_rkey = s.invalidate_rkey;
-        raw.local(s.local.sge());
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND);
     },
     |s| s.local
 );

@@ -8,6 +8,7 @@ mod common;
 
 mod basics;
 mod interop;
+mod odp;
 mod opcodes;
 mod ownership;
 mod rc;

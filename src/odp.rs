@@ -1,0 +1,466 @@
+//! On-Demand Paging: explicit and implicit ODP memory regions, capabilities, prefetch.
+//!
+//! The upstream form of the MLNX_OFED ODP interface (../shared/seeds, "On-Demand Paging"):
+//! `IBV_ACCESS_ON_DEMAND` in `ibv_reg_mr`, the implicit region
+//! `ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | ...)`, capabilities from
+//! `ibv_query_device_ex()` (`odp_caps`), prefetch with `ibv_advise_mr()`.
+//!
+//! Capabilities are values: [`Context::query_odp`] reads what the device supports, and
+//! [`OdpCaps::check`] turns "ODP on transport `T` for these operations" into an [`OdpCap<T>`],
+//! or a typed [`Error::Unsupported`] right there. Registering an ODP region needs that value;
+//! the region's memory carries what it verified, and posting it on another transport or for an
+//! operation it did not verify is refused before the provider sees it.
+//!
+//! The implicit region ([`ImplicitMr`]) covers the whole address space with one lkey and no
+//! rkey: it has local access only (compile-time: [`LocalOnly`]), no `remote()`, cannot host a
+//! memory window, and lends views of ordinary Rust memory of at most
+//! [`IMPLICIT_MAX_OP`] bytes per operation, the limit the seed documents.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::RangeBounds;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use bitflags::bitflags;
+use typed_verbs_sys as sys;
+
+use crate::access::{Access, HasLocalWrite, LegalAccess, LocalWrite};
+use crate::device::Context;
+use crate::error::{Error, Result, Verb};
+use crate::mr::{range_of, LocalBuf, LocalBufMut, Mr, MrKind, Odp, OdpTag};
+use crate::pd::{Pd, PdInner};
+use crate::transport::{Transport, RC, UC, UD, XRC_SEND};
+
+/// The largest operation through the implicit ODP lkey: "The size of operations that can use
+/// this lkey is limited to 128MB" (MLNX_OFED 2.3 manual, ODP).
+pub const IMPLICIT_MAX_OP: usize = 128 << 20;
+
+bitflags! {
+    /// Operations a transport supports on ODP memory (`enum ibv_odp_transport_cap_bits`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct OdpOps: u32 {
+        /// `IBV_ODP_SUPPORT_SEND`.
+        const SEND = sys::IBV_ODP_SUPPORT_SEND;
+        /// `IBV_ODP_SUPPORT_RECV`.
+        const RECV = sys::IBV_ODP_SUPPORT_RECV;
+        /// `IBV_ODP_SUPPORT_WRITE`.
+        const WRITE = sys::IBV_ODP_SUPPORT_WRITE;
+        /// `IBV_ODP_SUPPORT_READ`.
+        const READ = sys::IBV_ODP_SUPPORT_READ;
+        /// `IBV_ODP_SUPPORT_ATOMIC`.
+        const ATOMIC = sys::IBV_ODP_SUPPORT_ATOMIC;
+        /// `IBV_ODP_SUPPORT_SRQ_RECV`.
+        const SRQ_RECV = sys::IBV_ODP_SUPPORT_SRQ_RECV;
+    }
+}
+
+/// What a device supports for On-Demand Paging (`struct ibv_odp_caps` of
+/// `ibv_query_device_ex`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OdpCaps {
+    general: u64,
+    rc: u32,
+    uc: u32,
+    ud: u32,
+    xrc: u32,
+}
+
+/// Transports with ODP capability bits. Sealed by `Transport`.
+pub trait OdpTransport: Transport {
+    /// This transport's bits in `caps`.
+    #[doc(hidden)]
+    fn ops(caps: &OdpCaps) -> u32;
+}
+impl OdpTransport for RC {
+    fn ops(c: &OdpCaps) -> u32 {
+        c.rc
+    }
+}
+impl OdpTransport for UC {
+    fn ops(c: &OdpCaps) -> u32 {
+        c.uc
+    }
+}
+impl OdpTransport for UD {
+    fn ops(c: &OdpCaps) -> u32 {
+        c.ud
+    }
+}
+impl OdpTransport for XRC_SEND {
+    fn ops(c: &OdpCaps) -> u32 {
+        c.xrc
+    }
+}
+
+/// Proof, from [`OdpCaps::check`], that the device supports ODP on `T` queue pairs for the
+/// operations it names. Cannot be built otherwise.
+pub struct OdpCap<T> {
+    ops: OdpOps,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// Proof, from [`OdpCaps::check_implicit`], that the device supports implicit ODP regions and
+/// ODP on `T` queue pairs for the operations it names.
+pub struct ImplicitOdpCap<T> {
+    ops: OdpOps,
+    _t: PhantomData<fn() -> T>,
+}
+
+macro_rules! cap_common {
+    ($t:ident) => {
+        impl<T> Clone for $t<T> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+        impl<T> Copy for $t<T> {}
+        impl<T: Transport> fmt::Debug for $t<T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}<{}>({:?})", stringify!($t), T::NAME, self.ops)
+            }
+        }
+        impl<T> $t<T> {
+            /// The operations this capability verified.
+            pub fn ops(&self) -> OdpOps {
+                self.ops
+            }
+        }
+    };
+}
+cap_common!(OdpCap);
+cap_common!(ImplicitOdpCap);
+
+impl Context {
+    /// `ibv_query_device_ex`: the device's On-Demand Paging capabilities.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_query_device_ex` and its errno.
+    ///
+    /// See ibv_query_device_ex(3).
+    #[doc(alias = "ibv_query_device_ex")]
+    pub fn query_odp(&self) -> Result<OdpCaps> {
+        let mut attr = sys::ibv_device_attr_ex::default();
+        // SAFETY: the context is open; no input struct is needed; `attr` is a valid out-pointer
+        // of the size the inline helper passes to the provider.
+        let ret = unsafe { sys::ibv_query_device_ex(self.as_ptr(), std::ptr::null(), &mut attr) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::QueryDeviceEx, format!("device {}", self.device_name()), ret));
+        }
+        let c = attr.odp_caps;
+        Ok(OdpCaps {
+            general: c.general_caps,
+            rc: c.per_transport_caps.rc_odp_caps,
+            uc: c.per_transport_caps.uc_odp_caps,
+            ud: c.per_transport_caps.ud_odp_caps,
+            xrc: attr.xrc_odp_caps,
+        })
+    }
+}
+
+impl OdpCaps {
+    /// `IBV_ODP_SUPPORT`: the device supports ODP at all.
+    pub fn supported(&self) -> bool {
+        self.general & u64::from(sys::IBV_ODP_SUPPORT) != 0
+    }
+
+    /// `IBV_ODP_SUPPORT_IMPLICIT`: the device supports the implicit ODP region.
+    pub fn implicit_supported(&self) -> bool {
+        self.general & u64::from(sys::IBV_ODP_SUPPORT_IMPLICIT) != 0
+    }
+
+    /// The operations ODP supports on `T` queue pairs (empty without general ODP support).
+    pub fn ops<T: OdpTransport>(&self) -> OdpOps {
+        if self.supported() {
+            OdpOps::from_bits_truncate(T::ops(self))
+        } else {
+            OdpOps::empty()
+        }
+    }
+
+    /// A capability for ODP on `T` queue pairs with the operations `ops`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] naming what is missing when the device has no ODP or lacks one
+    /// of `ops` on `T`.
+    pub fn check<T: OdpTransport>(&self, ops: OdpOps) -> Result<OdpCap<T>> {
+        let have = self.ops::<T>();
+        if !self.supported() || !have.contains(ops) {
+            return Err(Error::Unsupported {
+                verb: Verb::QueryDeviceEx,
+                what: format!("On-Demand Paging on {} for {:?} (the device reports {:?})", T::NAME, ops, have),
+                source: None,
+            });
+        }
+        Ok(OdpCap { ops, _t: PhantomData })
+    }
+
+    /// A capability for the implicit ODP region used on `T` queue pairs with `ops`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] without implicit ODP, or as [`OdpCaps::check`].
+    pub fn check_implicit<T: OdpTransport>(&self, ops: OdpOps) -> Result<ImplicitOdpCap<T>> {
+        let cap = self.check::<T>(ops)?;
+        if !self.implicit_supported() {
+            return Err(Error::Unsupported {
+                verb: Verb::QueryDeviceEx,
+                what: "implicit On-Demand Paging regions (IBV_ODP_SUPPORT_IMPLICIT)".into(),
+                source: None,
+            });
+        }
+        Ok(ImplicitOdpCap { ops: cap.ops, _t: PhantomData })
+    }
+}
+
+/// Access sets an implicit ODP region may have: local read, optionally local write.
+#[diagnostic::on_unimplemented(
+    message = "an implicit ODP region has local access only; `{Self}` asks for more",
+    label = "only `Access::NONE` or `Access::NONE.local_write()`",
+    note = "MLNX_OFED ODP: \"Implicit ODP MR is limited to local access permissions (local read or write). It only has a valid lkey, whereas its rkey is invalid.\""
+)]
+pub trait LocalOnly: LegalAccess {}
+impl LocalOnly for Access {}
+impl LocalOnly for Access<LocalWrite> {}
+
+impl Pd {
+    /// `ibv_reg_mr` with `IBV_ACCESS_ON_DEMAND`: an explicit ODP region of `len` new bytes, for
+    /// the transport and operations `cap` verified.
+    ///
+    /// # Errors
+    /// As [`Pd::alloc_mr`]; [`Error::Verb`] with `ibv_reg_mr` if the device refuses anyway.
+    ///
+    /// See ibv_reg_mr(3) (`IBV_ACCESS_ON_DEMAND`).
+    #[doc(alias = "ibv_reg_mr")]
+    pub fn alloc_mr_odp<A: LegalAccess, T: OdpTransport>(
+        &self,
+        len: usize,
+        access: A,
+        cap: &OdpCap<T>,
+    ) -> Result<Mr<A, Odp>> {
+        let _ = access;
+        self.alloc_mr_kind::<A, Odp>(len, OdpTag(Some((T::QP_TYPE, cap.ops.bits()))))
+    }
+
+    /// `ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | ...)`: the implicit ODP region,
+    /// for local operations on `T` queue pairs as `cap` verified.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_reg_mr` and its errno.
+    ///
+    /// See ibv_reg_mr(3).
+    #[doc(alias = "ibv_reg_mr")]
+    pub fn register_implicit_odp<A: LocalOnly, T: OdpTransport>(
+        &self,
+        access: A,
+        cap: &ImplicitOdpCap<T>,
+    ) -> Result<ImplicitMr<A>> {
+        let _ = access;
+        let bits = A::BITS | sys::IBV_ACCESS_ON_DEMAND;
+        // SAFETY: the PD is alive; a NULL address with SIZE_MAX length and ON_DEMAND is the
+        // documented implicit-ODP registration; no memory is named.
+        let mr = unsafe { sys::__ibv_reg_mr(self.as_ptr(), std::ptr::null_mut(), usize::MAX, bits, 0) };
+        let mr = NonNull::new(mr).ok_or_else(|| Error::last_os(Verb::RegMr, "implicit ODP region"))?;
+        // SAFETY: `mr` is a valid registration.
+        let lkey = unsafe { (*mr.as_ptr()).lkey };
+        Ok(ImplicitMr {
+            mr,
+            lkey,
+            odp: OdpTag(Some((T::QP_TYPE, cap.ops.bits()))),
+            pd: Arc::clone(&self.inner),
+            _access: PhantomData,
+        })
+    }
+}
+
+/// The implicit ODP region: one lkey for the whole address space, no rkey. Lends views of
+/// ordinary Rust memory to work requests. Deregistered on drop.
+pub struct ImplicitMr<A> {
+    mr: NonNull<sys::ibv_mr>,
+    lkey: u32,
+    odp: OdpTag,
+    pd: Arc<PdInner>,
+    _access: PhantomData<A>,
+}
+
+// SAFETY: the handle may be used from any thread; it owns no memory.
+unsafe impl<A> Send for ImplicitMr<A> {}
+// SAFETY: as above.
+unsafe impl<A> Sync for ImplicitMr<A> {}
+
+impl<A> Drop for ImplicitMr<A> {
+    fn drop(&mut self) {
+        // SAFETY: valid registration, deregistered once. Views borrow `self`, so none is in
+        // flight. A failure cannot be acted on; ignored (no memory of ours is involved).
+        let _ = unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
+    }
+}
+
+impl<A> fmt::Debug for ImplicitMr<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ImplicitMr").field("lkey", &format_args!("{:#x}", self.lkey)).finish()
+    }
+}
+
+fn implicit_len(len: usize, what: &'static str) -> Result<u32> {
+    if len == 0 || len > IMPLICIT_MAX_OP {
+        return Err(Error::invalid(
+            what,
+            format!("{len} bytes: an operation through the implicit ODP lkey takes 1..={IMPLICIT_MAX_OP} bytes"),
+        ));
+    }
+    Ok(len as u32)
+}
+
+impl<A: LocalOnly> ImplicitMr<A> {
+    /// The local key (valid for any address of the process).
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// A view of `data` that the device may read (a send or RDMA WRITE source).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty slice or one above [`IMPLICIT_MAX_OP`].
+    pub fn buf<'a>(&'a self, data: &'a [u8]) -> Result<LocalBuf<'a>> {
+        let len = implicit_len(data.len(), "ImplicitMr::buf")?;
+        Ok(LocalBuf::from_parts(data.as_ptr() as u64, len, self.lkey, self.odp))
+    }
+
+    /// A view of `data` that the device may write (receive buffer, RDMA READ destination).
+    ///
+    /// # Errors
+    /// As [`ImplicitMr::buf`].
+    pub fn buf_mut<'a>(&'a self, data: &'a mut [u8]) -> Result<LocalBufMut<'a>>
+    where
+        A: HasLocalWrite,
+    {
+        let len = implicit_len(data.len(), "ImplicitMr::buf_mut")?;
+        Ok(LocalBufMut::from_parts(data.as_mut_ptr() as u64, len, self.lkey, self.odp))
+    }
+
+    /// `ibv_advise_mr`: best-effort prefetch of `data`'s pages ("may silently ignore errors").
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a length above [`IMPLICIT_MAX_OP`]; the verb's own result
+    /// is ignored.
+    ///
+    /// See ibv_advise_mr(3).
+    #[doc(alias = "ibv_advise_mr")]
+    pub fn prefetch(&self, data: &[u8], advice: Prefetch) -> Result<()> {
+        let len = implicit_len(data.len(), "ibv_advise_mr")?;
+        let _ = advise(&self.pd, advice, 0, data.as_ptr() as u64, len, self.lkey);
+        Ok(())
+    }
+
+    /// `ibv_advise_mr` with `IBV_ADVISE_MR_FLAG_FLUSH` (= `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`): prefetch `data`'s pages and report
+    /// errors.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`]; [`Error::Verb`] with `ibv_advise_mr` and its errno.
+    ///
+    /// See ibv_advise_mr(3).
+    #[doc(alias = "ibv_advise_mr")]
+    pub fn prefetch_sync(&self, data: &[u8], advice: Prefetch) -> Result<()> {
+        let len = implicit_len(data.len(), "ibv_advise_mr")?;
+        advise(&self.pd, advice, sys::IB_UVERBS_ADVISE_MR_FLAG_FLUSH, data.as_ptr() as u64, len, self.lkey)
+    }
+}
+
+/// What to prefetch pages for (`enum ibv_advise_mr_advice`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefetch {
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH`: for reading.
+    Read,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE`: for writing.
+    Write,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT`: map pages already present, fault none in.
+    NoFault,
+}
+
+impl Prefetch {
+    fn raw(self) -> sys::ib_uverbs_advise_mr_advice {
+        match self {
+            Prefetch::Read => sys::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH,
+            Prefetch::Write => sys::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+            Prefetch::NoFault => sys::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT,
+        }
+    }
+}
+
+fn advise(pd: &PdInner, advice: Prefetch, flags: u32, addr: u64, len: u32, lkey: u32) -> Result<()> {
+    let mut sge = sys::ibv_sge { addr, length: len, lkey };
+    // SAFETY: the PD is alive; `sge` names memory of a live ODP registration (the caller's
+    // region or the implicit one); prefetching has no effect on memory contents.
+    let ret = unsafe { sys::ibv_advise_mr(pd.pd.as_ptr(), advice.raw(), flags, &mut sge, 1) };
+    if ret != 0 {
+        return Err(Error::from_ret(Verb::AdviseMr, format!("{len} bytes at {addr:#x}, {advice:?}"), ret));
+    }
+    Ok(())
+}
+
+/// Region kinds that ODP verbs apply to.
+#[diagnostic::on_unimplemented(
+    message = "prefetch (ibv_advise_mr) applies to On-Demand Paging regions only; this region is `{Self}`",
+    label = "not an ODP region",
+    note = "MLNX_OFED ODP: \"The pre-fetched verb is applicable for ODP MRs only\"; register with `Pd::alloc_mr_odp`"
+)]
+pub trait IsOdp: MrKind {}
+impl IsOdp for Odp {}
+
+/// Proof that a region has an rkey: never implemented for the implicit ODP region.
+#[diagnostic::on_unimplemented(
+    message = "the implicit ODP region has no rkey: it cannot be the target of remote access",
+    label = "implicit ODP regions are local only",
+    note = "MLNX_OFED ODP: \"It only has a valid lkey, whereas its rkey is invalid.\" Register an explicit ODP region (`Pd::alloc_mr_odp`) for remote access"
+)]
+pub trait HasRkey {}
+
+impl<A: LocalOnly> ImplicitMr<A> {
+    /// Not available: the implicit region has no rkey. This method exists to say so at compile
+    /// time.
+    pub fn remote(&self) -> crate::mr::RemoteSlice<A>
+    where
+        Self: HasRkey,
+    {
+        crate::mr::RemoteSlice::new(0, 0, 0)
+    }
+}
+
+impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
+    /// `ibv_advise_mr`: best-effort prefetch of `range` of the region ("done on a best effort
+    /// basis, and may silently ignore errors").
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a range outside the region (or above `u32::MAX`); the
+    /// verb's own result is ignored.
+    ///
+    /// See ibv_advise_mr(3).
+    #[doc(alias = "ibv_advise_mr")]
+    pub fn prefetch(&self, range: impl RangeBounds<usize>, advice: Prefetch) -> Result<()>
+    where
+        K: IsOdp,
+    {
+        let buf = self.slice(range)?;
+        let _ = advise(self.pd(), advice, 0, buf.addr(), buf.len() as u32, self.lkey());
+        Ok(())
+    }
+
+    /// `ibv_advise_mr` with `IBV_ADVISE_MR_FLAG_FLUSH` (= `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`): prefetch `range` synchronously and
+    /// report errors.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a range outside the region; [`Error::Verb`] with
+    /// `ibv_advise_mr` and its errno.
+    ///
+    /// See ibv_advise_mr(3).
+    #[doc(alias = "ibv_advise_mr")]
+    pub fn prefetch_sync(&self, range: impl RangeBounds<usize>, advice: Prefetch) -> Result<()>
+    where
+        K: IsOdp,
+    {
+        let (off, len) = range_of(range, self.len(), "ibv_advise_mr")?;
+        let len = u32::try_from(len).map_err(|_| Error::invalid("ibv_advise_mr", "more than u32::MAX bytes"))?;
+        advise(self.pd(), advice, sys::IB_UVERBS_ADVISE_MR_FLAG_FLUSH, self.addr() + off as u64, len, self.lkey())
+    }
+}
