@@ -161,7 +161,8 @@ impl Pd {
         // `ibv_reg_mr` is a macro over this inline helper.
         let mr = unsafe { sys::__ibv_reg_mr(self.as_ptr(), mem.as_ptr().cast(), len, bits, 0) };
         let Some(mr) = NonNull::new(mr) else {
-            let err = Error::last_os(Verb::RegMr, format!("{len} bytes, access {bits:#x}, device {}", self.inner.ctx.name));
+            let err =
+                Error::last_os(Verb::RegMr, format!("{len} bytes, access {bits:#x}, device {}", self.inner.ctx.name));
             // SAFETY: allocated above with this layout, never registered.
             unsafe { alloc::dealloc(mem.as_ptr(), layout) };
             return Err(err);
