@@ -540,6 +540,43 @@ impl Transitions for UD {
     type RtsAttr = SqPsn;
 }
 
+/// A QP state as reported by `ibv_query_qp` (`enum ibv_qp_state`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObservedState {
+    /// `IBV_QPS_RESET`.
+    Reset,
+    /// `IBV_QPS_INIT`.
+    Init,
+    /// `IBV_QPS_RTR`.
+    Rtr,
+    /// `IBV_QPS_RTS`.
+    Rts,
+    /// `IBV_QPS_SQD`.
+    Sqd,
+    /// `IBV_QPS_SQE`.
+    Sqe,
+    /// `IBV_QPS_ERR`.
+    Err,
+    /// A value this library does not know, preserved.
+    Unknown(u32),
+}
+
+impl ObservedState {
+    fn from_raw(v: sys::ibv_qp_state) -> Self {
+        match v {
+            sys::IBV_QPS_RESET => ObservedState::Reset,
+            sys::IBV_QPS_INIT => ObservedState::Init,
+            sys::IBV_QPS_RTR => ObservedState::Rtr,
+            sys::IBV_QPS_RTS => ObservedState::Rts,
+            sys::IBV_QPS_SQD => ObservedState::Sqd,
+            sys::IBV_QPS_SQE => ObservedState::Sqe,
+            sys::IBV_QPS_ERR => ObservedState::Err,
+            other => ObservedState::Unknown(other),
+        }
+    }
+}
+
 /// What a peer needs to connect to a QP: its number, the port's LID, a GID and the first PSN.
 /// This is what the rdma-core pingpong examples exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -586,6 +623,26 @@ impl<T: Transport, S: QpState> Qp<T, S> {
             Ok(()) => Ok(self.cast()),
             Err(error) => Err(TransitionError { error, qp: self }),
         }
+    }
+
+    /// `ibv_query_qp`: the state the QP is really in. The type `S` records the last state this
+    /// library moved it to; an error completion moves a QP to ERR behind the type's back, and
+    /// this is how to observe it (recover with [`Qp::reset`]).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_query_qp` and its errno.
+    ///
+    /// See ibv_query_qp(3).
+    #[doc(alias = "ibv_query_qp")]
+    pub fn query_state(&self) -> Result<ObservedState> {
+        let mut attr = sys::ibv_qp_attr::default();
+        let mut init = sys::ibv_qp_init_attr::default();
+        // SAFETY: the QP is alive; both out-pointers are valid.
+        let ret = unsafe { sys::ibv_query_qp(self.shared.qp.as_ptr(), &mut attr, sys::IBV_QP_STATE as i32, &mut init) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::QueryQp, format!("QP {:#x}", self.shared.qp_num), ret));
+        }
+        Ok(ObservedState::from_raw(attr.qp_state))
     }
 
     /// `ibv_modify_qp` to RESET, allowed from every state (also after the QP went to ERR).
