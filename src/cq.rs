@@ -166,7 +166,8 @@ impl CqShared {
         if n < 0 {
             return Err(Error::from_ret(Verb::PollCq, format!("CQ on {}", self.ctx.name), n));
         }
-        let n = n as usize;
+        // A provider never returns more than asked; clamp anyway so a faulty one cannot panic us.
+        let n = (n as usize).min(POLL_BATCH);
         for wc in &wcs[..n] {
             let target = routes.iter().find(|(num, _)| *num == wc.qp_num).and_then(|(_, w)| w.upgrade());
             // A completion of a QP that no longer exists has nobody to go to.

@@ -365,4 +365,93 @@ mod tests {
             }
         }
     }
+
+    /// A deterministic xorshift generator, so the property tests need no dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Model-based property test: random posts (signaled or not), in-order completions of
+    /// signaled requests (as a send queue delivers them), takes and abandons. Invariants: the
+    /// queue never holds more than its depth; every request's result is handed over at most
+    /// once; once the device is quiet, every request not abandoned is complete.
+    #[test]
+    fn send_queue_book_keeping_matches_a_model() {
+        for seed in 1..200u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let depth = 1 + rng.below(16) as u32;
+            let mut q = WorkQueue::new(depth);
+            let mut posted: Vec<(u64, bool)> = Vec::new(); // (seq, signaled)
+            let mut device_done = 0usize; // requests the device has finished, in order
+            let mut taken = std::collections::HashSet::new();
+            let mut abandoned = std::collections::HashSet::new();
+            for _ in 0..400 {
+                match rng.below(4) {
+                    0 => {
+                        if let Some(seq) = q.next_seq() {
+                            let signaled = q.must_signal(0) || rng.below(3) == 0;
+                            assert_eq!(q.push(signaled), seq);
+                            posted.push((seq, signaled));
+                        } else {
+                            assert_eq!(q.outstanding(), depth, "full only at depth");
+                        }
+                    }
+                    1 => {
+                        // The device finishes the next request; it reports it if signaled.
+                        if device_done < posted.len() {
+                            let (seq, signaled) = posted[device_done];
+                            device_done += 1;
+                            if signaled {
+                                assert!(q.complete(seq, wc(1), true));
+                            }
+                        }
+                    }
+                    2 => {
+                        if !posted.is_empty() {
+                            let (seq, _) = posted[rng.below(posted.len() as u64) as usize];
+                            if let Take::Done(_) = q.try_take(seq) {
+                                assert!(taken.insert(seq), "request {seq} handed over twice");
+                                assert!(!abandoned.contains(&seq));
+                            }
+                        }
+                    }
+                    _ => {
+                        if !posted.is_empty() {
+                            let (seq, _) = posted[rng.below(posted.len() as u64) as usize];
+                            if !taken.contains(&seq) {
+                                q.abandon(seq);
+                                abandoned.insert(seq);
+                            }
+                        }
+                    }
+                }
+                assert!(q.outstanding() <= depth);
+            }
+            // Quiesce: the device finishes everything; a signaled request ends each run (the
+            // library forces one at least every depth/2), except possibly an unsignaled tail.
+            while device_done < posted.len() {
+                let (seq, signaled) = posted[device_done];
+                device_done += 1;
+                if signaled {
+                    q.complete(seq, wc(1), true);
+                }
+            }
+            let last_signaled = posted.iter().rposition(|&(_, s)| s);
+            for (i, &(seq, _)) in posted.iter().enumerate() {
+                let covered = last_signaled.is_some_and(|l| i <= l);
+                if covered && !taken.contains(&seq) && !abandoned.contains(&seq) {
+                    assert!(matches!(q.try_take(seq), Take::Done(_)), "seed {seed}: request {seq} lost");
+                }
+            }
+        }
+    }
 }

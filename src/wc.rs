@@ -310,3 +310,48 @@ impl From<CompletionError> for Error {
         Error::Completion(e)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decoding never panics, whatever the provider wrote, and unknown values are preserved.
+    #[test]
+    fn decoding_arbitrary_completions_is_total() {
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let wc = sys::ibv_wc {
+                wr_id: x,
+                status: (x >> 8) as u32 % 40,
+                opcode: (x >> 16) as u32 % 300,
+                vendor_err: (x >> 24) as u32,
+                byte_len: (x >> 32) as u32,
+                qp_num: (x >> 40) as u32,
+                src_qp: x as u32,
+                wc_flags: (x >> 48) as u32,
+                pkey_index: (x >> 4) as u16,
+                slid: (x >> 12) as u16,
+                sl: (x >> 20) as u8,
+                dlid_path_bits: (x >> 28) as u8,
+                ..Default::default()
+            };
+            let c = Completion::from_raw(&wc, wc.wc_flags);
+            assert_eq!(c.status().to_raw(), wc.status);
+            assert_eq!(c.opcode().to_raw(), wc.opcode);
+            assert_eq!(c.imm().is_some(), wc.wc_flags & sys::IBV_WC_WITH_IMM != 0);
+            assert_eq!(c.invalidated_rkey().is_some(), wc.wc_flags & sys::IBV_WC_WITH_INV != 0);
+            assert_eq!(c.is_success(), wc.status == sys::IBV_WC_SUCCESS);
+            assert_eq!(c.ok().is_ok(), c.is_success());
+        }
+    }
+
+    #[test]
+    fn immediate_data_is_converted_from_network_order() {
+        let mut wc = sys::ibv_wc { wc_flags: sys::IBV_WC_WITH_IMM, ..Default::default() };
+        wc.__bindgen_anon_1.imm_data = 0x0102_0304u32.to_be();
+        assert_eq!(Completion::from_raw(&wc, wc.wc_flags).imm(), Some(0x0102_0304));
+    }
+}

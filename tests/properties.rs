@@ -1,0 +1,63 @@
+//! Host property tests of pure parts of the public API: window advertisements (a wire format
+//! peers send) and remote slicing. Deterministic pseudo-random inputs, no dependency.
+
+use typed_verbs::access::{self, window};
+use typed_verbs::mr::RemoteSlice;
+use typed_verbs::mw::WindowAdvert;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn window_adverts_round_trip_and_garbage_never_panics() {
+    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    for _ in 0..20_000 {
+        let a = WindowAdvert {
+            addr: rng.next(),
+            len: rng.next(),
+            rkey: rng.next() as u32,
+            zero_based: rng.next() & 1 == 1,
+        };
+        assert_eq!(WindowAdvert::decode(&a.encode()).unwrap(), a);
+        // Arbitrary bytes of arbitrary length: an error or a value, never a panic.
+        let len = (rng.next() % 40) as usize;
+        let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        match WindowAdvert::decode(&bytes) {
+            Ok(d) => {
+                assert_eq!(bytes.len(), WindowAdvert::LEN);
+                assert_eq!(d.encode().as_slice(), bytes.as_slice());
+            }
+            Err(e) => assert!(matches!(e, typed_verbs::Error::InvalidArgument { .. })),
+        }
+        // The addressing mode must match the rights type.
+        assert_eq!(a.remote::<window::Write>().is_ok(), !a.zero_based);
+    }
+}
+
+#[test]
+fn remote_slicing_stays_inside_and_never_overflows() {
+    let mut rng = Rng(42);
+    for _ in 0..50_000 {
+        let len = rng.next() % (1 << 40);
+        let base = RemoteSlice::<access::RemoteRw>::from_wire(rng.next() >> 1, len, 7);
+        let (off, n) = match rng.next() % 3 {
+            0 => (rng.next(), rng.next()),
+            1 => (rng.next() % (len + 1), rng.next() % (len + 1)),
+            _ => (len, 0),
+        };
+        match base.slice(off, n) {
+            Ok(s) => {
+                assert!(off.checked_add(n).is_some_and(|end| end <= len));
+                assert_eq!((s.addr(), s.len(), s.rkey()), (base.addr() + off, n, 7));
+            }
+            Err(_) => assert!(off.checked_add(n).is_none_or(|end| end > len)),
+        }
+    }
+}

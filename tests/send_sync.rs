@@ -1,0 +1,151 @@
+//! Host test: the Send / Sync / Unpin table of every public type (tokio's
+//! `tests/async_send_sync.rs` style). A change in any of these is an API change; this file
+//! makes it visible.
+#![allow(dead_code)]
+
+use static_assertions::assert_impl_all;
+use typed_verbs::access::{self, window, Access, LocalWrite, MwBind, RemoteAtomic, RemoteRead, RemoteWrite, ZeroBased};
+use typed_verbs::ah::{AddressVector, Ah, Grh};
+use typed_verbs::channel::{CompChannel, CqEvent};
+use typed_verbs::cq::Cq;
+use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLayer, Mtu, PortAttr, PortState};
+use typed_verbs::error::{Error, Verb};
+use typed_verbs::event::{AsyncEvent, HandleId};
+use typed_verbs::mr::{Chunk, LocalBuf, LocalBufMut, Mr, Odp, Pinned, RemoteSlice};
+use typed_verbs::mw::{BoundMw, Mw, PendingBind, PendingUnbind, Type1, Type2, WindowAdvert};
+use typed_verbs::odp::{ImplicitMr, ImplicitOdpCap, OdpCap, OdpCaps, OdpOps, Prefetch};
+use typed_verbs::owned::{OwnedToken, OwnedWaitError};
+use typed_verbs::pd::Pd;
+use typed_verbs::qp::{
+    ConnectedInit, Endpoint, ObservedState, Qp, QpAccess, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, TransitionError,
+    UcRtr, UdInit, UdRtr,
+};
+use typed_verbs::scope::{PostError, Scope, Token, WaitError};
+use typed_verbs::srq::Srq;
+use typed_verbs::transport::{ERR, INIT, RAW_PACKET, RC, RESET, RTR, RTS, UC, UD, XRC_SEND};
+use typed_verbs::wc::{Completion, CompletionError, CompletionSource, WcOpcode, WcStatus};
+use typed_verbs::wr::{
+    BindMw, Checksummed, CompareSwap, Fenced, FetchAdd, InlineSend, InlineSendImm, InlineWrite, InlineWriteImm,
+    LocalInv, Read, Recv, Send as SendOp, SendImm, SendInv, Solicited, To, Unsignaled, Write, WriteImm,
+};
+
+// Verbs objects: thread-safe handles.
+assert_impl_all!(Context: Send, Sync, Unpin, Clone);
+assert_impl_all!(Pd: Send, Sync, Unpin, Clone);
+assert_impl_all!(Cq: Send, Sync, Unpin, Clone);
+assert_impl_all!(Srq: Send, Sync, Unpin, Clone);
+assert_impl_all!(Ah: Send, Sync, Unpin, Clone);
+assert_impl_all!(CompChannel: Send, Sync, Unpin, Clone);
+assert_impl_all!(Qp<RC, RESET>: Send, Sync, Unpin);
+assert_impl_all!(Qp<UC, RTS>: Send, Sync, Unpin);
+assert_impl_all!(Qp<UD, RTR>: Send, Sync, Unpin);
+assert_impl_all!(Qp<XRC_SEND, INIT>: Send, Sync, Unpin);
+assert_impl_all!(Qp<RAW_PACKET, ERR>: Send, Sync, Unpin);
+assert_impl_all!(Mr<access::LocalRw>: Send, Sync, Unpin);
+assert_impl_all!(Mr<access::Full>: Send, Sync, Unpin);
+assert_impl_all!(Mr<access::RemoteRw, Odp>: Send, Sync, Unpin);
+assert_impl_all!(ImplicitMr<Access<LocalWrite>>: Send, Sync, Unpin);
+assert_impl_all!(Mw<Type1>: Send, Sync, Unpin);
+assert_impl_all!(Mw<Type2>: Send, Sync, Unpin);
+assert_impl_all!(BoundMw<'static, Type2, window::ReadWrite>: Send, Sync, Unpin);
+assert_impl_all!(PendingBind<'static, Type1, window::Read>: Send, Sync, Unpin);
+assert_impl_all!(PendingUnbind<'static, Type2, window::All>: Send, Sync, Unpin);
+
+// Memory views and owned buffers.
+assert_impl_all!(LocalBuf<'static>: Send, Sync, Unpin, Copy);
+assert_impl_all!(LocalBufMut<'static>: Send, Sync, Unpin);
+assert_impl_all!(Chunk<access::LocalRw>: Send, Sync, Unpin);
+assert_impl_all!(RemoteSlice<access::RemoteRw>: Send, Sync, Unpin, Copy);
+assert_impl_all!(RemoteSlice<window::Write>: Send, Sync, Unpin, Copy);
+
+// Tokens: owned tokens move between threads; scoped tokens too (with their scope's borrow).
+assert_impl_all!(OwnedToken<Chunk<access::LocalRw>>: Send, Sync, Unpin);
+assert_impl_all!(OwnedToken<()>: Send, Sync, Unpin);
+assert_impl_all!(OwnedWaitError<Chunk<access::LocalRw>>: Send, Sync, Unpin);
+assert_impl_all!(Token<'static, LocalBuf<'static>>: Send, Sync, Unpin);
+assert_impl_all!(Scope<'static, 'static>: Send, Sync, Unpin);
+assert_impl_all!(PostError<SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(WaitError<'static, LocalBufMut<'static>>: Send, Sync, Unpin);
+
+// Work requests.
+type Rw = access::RemoteRw;
+assert_impl_all!(SendOp<LocalBuf<'static>>: Send, Sync, Unpin);
+assert_impl_all!(SendImm<Chunk<access::LocalRead>>: Send, Sync, Unpin);
+assert_impl_all!(SendInv<LocalBuf<'static>>: Send, Sync, Unpin);
+assert_impl_all!(Write<LocalBuf<'static>, Rw>: Send, Sync, Unpin);
+assert_impl_all!(WriteImm<LocalBuf<'static>, Rw>: Send, Sync, Unpin);
+assert_impl_all!(Read<LocalBufMut<'static>, Rw>: Send, Sync, Unpin);
+assert_impl_all!(CompareSwap<LocalBufMut<'static>, access::RemoteAll>: Send, Sync, Unpin);
+assert_impl_all!(FetchAdd<Chunk<access::LocalRw>, access::RemoteAll>: Send, Sync, Unpin);
+assert_impl_all!(InlineSend<'static>: Send, Sync, Unpin);
+assert_impl_all!(InlineSendImm<'static>: Send, Sync, Unpin);
+assert_impl_all!(InlineWrite<'static, Rw>: Send, Sync, Unpin);
+assert_impl_all!(InlineWriteImm<'static, Rw>: Send, Sync, Unpin);
+assert_impl_all!(Recv<LocalBufMut<'static>>: Send, Sync, Unpin);
+assert_impl_all!(Unsignaled<SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(Fenced<Write<LocalBuf<'static>, Rw>>: Send, Sync, Unpin);
+assert_impl_all!(Solicited<SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(Checksummed<SendOp<LocalBuf<'static>>, UD>: Send, Sync, Unpin);
+assert_impl_all!(To<'static, SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(BindMw<'static, Type2, access::WindowBindable, window::Write>: Send, Sync, Unpin);
+assert_impl_all!(LocalInv<'static, Type2, window::Write>: Send, Sync, Unpin);
+
+// Plain values.
+assert_impl_all!(Completion: Send, Sync, Unpin, Copy);
+assert_impl_all!(CompletionError: Send, Sync, Unpin, Copy);
+assert_impl_all!(CompletionSource: Send, Sync, Unpin, Copy);
+assert_impl_all!(WcStatus: Send, Sync, Unpin, Copy);
+assert_impl_all!(WcOpcode: Send, Sync, Unpin, Copy);
+assert_impl_all!(Error: Send, Sync, Unpin, std::error::Error);
+assert_impl_all!(Verb: Send, Sync, Unpin, Copy);
+assert_impl_all!(TransitionError<Qp<RC, RESET>>: Send, Sync, Unpin, std::error::Error);
+assert_impl_all!(DeviceInfo: Send, Sync, Unpin, Clone);
+assert_impl_all!(DeviceAttr: Send, Sync, Unpin, Clone);
+assert_impl_all!(PortAttr: Send, Sync, Unpin, Clone);
+assert_impl_all!(Gid: Send, Sync, Unpin, Copy);
+assert_impl_all!(Mtu: Send, Sync, Unpin, Copy);
+assert_impl_all!(PortState: Send, Sync, Unpin, Copy);
+assert_impl_all!(LinkLayer: Send, Sync, Unpin, Copy);
+assert_impl_all!(IpCsum<UD>: Send, Sync, Unpin, Copy);
+assert_impl_all!(AddressVector: Send, Sync, Unpin, Copy);
+assert_impl_all!(Grh: Send, Sync, Unpin, Copy);
+assert_impl_all!(QpCaps: Send, Sync, Unpin, Copy);
+assert_impl_all!(QpConfig<'static>: Send, Sync, Unpin, Clone);
+assert_impl_all!(QpAccess: Send, Sync, Unpin, Copy);
+assert_impl_all!(Endpoint: Send, Sync, Unpin, Copy);
+assert_impl_all!(ObservedState: Send, Sync, Unpin, Copy);
+assert_impl_all!(ConnectedInit: Send, Sync, Unpin, Copy);
+assert_impl_all!(UdInit: Send, Sync, Unpin, Copy);
+assert_impl_all!(RcRtr: Send, Sync, Unpin, Copy);
+assert_impl_all!(UcRtr: Send, Sync, Unpin, Copy);
+assert_impl_all!(UdRtr: Send, Sync, Unpin, Copy);
+assert_impl_all!(RcRts: Send, Sync, Unpin, Copy);
+assert_impl_all!(SqPsn: Send, Sync, Unpin, Copy);
+assert_impl_all!(WindowAdvert: Send, Sync, Unpin, Copy);
+assert_impl_all!(OdpCaps: Send, Sync, Unpin, Copy);
+assert_impl_all!(OdpOps: Send, Sync, Unpin, Copy);
+assert_impl_all!(OdpCap<RC>: Send, Sync, Unpin, Copy);
+assert_impl_all!(ImplicitOdpCap<RC>: Send, Sync, Unpin, Copy);
+assert_impl_all!(Prefetch: Send, Sync, Unpin, Copy);
+assert_impl_all!(CqEvent: Send, Sync, Unpin);
+assert_impl_all!(AsyncEvent: Send, Sync, Unpin);
+assert_impl_all!(HandleId: Send, Sync, Unpin, Copy);
+
+// Zero-sized markers.
+assert_impl_all!(RC: Send, Sync, Unpin, Copy, Default);
+assert_impl_all!(UD: Send, Sync, Unpin, Copy, Default);
+assert_impl_all!(RTS: Send, Sync, Unpin, Copy, Default);
+assert_impl_all!(Access<LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic, MwBind>: Send, Sync, Unpin, Copy);
+assert_impl_all!(window::All: Send, Sync, Unpin, Copy);
+assert_impl_all!(typed_verbs::access::WindowAccess<RemoteWrite, (), (), ZeroBased>: Send, Sync, Unpin, Copy);
+assert_impl_all!(Type1: Send, Sync, Unpin, Copy);
+assert_impl_all!(Pinned: Send, Sync, Unpin, Copy);
+assert_impl_all!(Odp: Send, Sync, Unpin, Copy);
+
+/// The table is checked at compile time; this test makes the file part of the run.
+#[test]
+fn the_table_compiles() {
+    assert_eq!(std::mem::size_of::<RC>(), 0);
+    assert_eq!(std::mem::size_of::<Access<LocalWrite>>(), 0);
+    assert_eq!(std::mem::size_of::<Qp<RC, RTS>>(), std::mem::size_of::<usize>(), "the typestate is zero-cost");
+}
