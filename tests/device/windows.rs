@@ -319,3 +319,40 @@ fn every_legal_access_set_registers() {
     // 16 sets with LOCAL_WRITE, 4 without (no REMOTE_WRITE/ATOMIC): every legal one.
     assert_eq!(count, 20);
 }
+
+#[test]
+fn bind_arguments_the_device_would_refuse_are_typed_errors_before_posting() {
+    let r = rig();
+    let other_pd = r.ctx.alloc_pd().unwrap();
+    let foreign = other_pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
+    scope(|s| {
+        // Range outside the region (type 2, BIND_MW work request).
+        let mw = r.pd.alloc_mw::<Type2>().unwrap();
+        let e = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 8000, 4096, window::WRITE)).expect_err("outside");
+        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        // Zero-length bind of a type 2 window (o10-37.2.40): refused, not sent.
+        let mw = e.wr.into_window();
+        let e = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 0, window::WRITE)).expect_err("zero length");
+        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        // Window and region of different protection domains.
+        let mw = e.wr.into_window();
+        let e = s.post_send(&r.p.b, BindMw::new(mw, &foreign, 0, 64, window::WRITE)).expect_err("other PD");
+        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        // Type 1 through ibv_bind_mw: the same checks.
+        let mw1 = r.pd.alloc_mw::<Type1>().unwrap();
+        let e = s.bind_mw(&r.p.b, mw1, &r.target, 0, 9000, window::READ).expect_err("outside");
+        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        let e = s.bind_mw(&r.p.b, e.wr, &foreign, 0, 64, window::READ).expect_err("other PD");
+        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+    })
+    .unwrap();
+    // Nothing reached the device: the QP is still usable.
+    assert_eq!(r.p.b.outstanding(), (0, 0));
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let bound = scope(|s| {
+        let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 64, window::WRITE)).unwrap();
+        s.wait(t, WAIT).unwrap().1.expect("a valid bind still works")
+    })
+    .unwrap();
+    assert_eq!(write_status(&r, bound.remote(..).unwrap(), 64), WcStatus::Success);
+}
