@@ -13,8 +13,18 @@ fn pattern(i: usize) -> u8 {
     (i * 31 % 253) as u8 + 1
 }
 
-#[test]
-fn a_forgotten_token_still_drains_before_the_buffer_is_reused() {
+/// A connected RC pair, a 1 MiB remote-readable region filled with `pattern`, and a local
+/// destination for RDMA READs of it (large, so the device is busy for a while after the post).
+struct Rig {
+    _ctx: Context,
+    _pd: Pd,
+    _cq: Cq,
+    pair: RcPair,
+    remote: Mr<access::RemoteReadOnly>,
+    local: Mr<access::LocalRw>,
+}
+
+fn rig() -> Rig {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
@@ -23,7 +33,13 @@ fn a_forgotten_token_still_drains_before_the_buffer_is_reused() {
     for (i, b) in remote.as_mut_slice().iter_mut().enumerate() {
         *b = pattern(i);
     }
-    let mut local = pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    let local = pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    Rig { _ctx: ctx, _pd: pd, _cq: cq, pair, remote, local }
+}
+
+#[test]
+fn a_forgotten_token_still_drains_before_the_buffer_is_reused() {
+    let Rig { pair, remote, mut local, .. } = rig();
 
     scope(|s| {
         // A 1 MiB RDMA READ: the device writes `local` for a while after the post.
@@ -41,15 +57,7 @@ fn a_forgotten_token_still_drains_before_the_buffer_is_reused() {
 
 #[test]
 fn a_panic_inside_the_scope_drains_then_resumes_the_panic() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let pair = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_READ, QpCaps::default());
-    let mut remote = pd.alloc_mr(LEN, access::RemoteReadOnly::default()).unwrap();
-    for (i, b) in remote.as_mut_slice().iter_mut().enumerate() {
-        *b = pattern(i);
-    }
-    let mut local = pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    let Rig { pair, remote, mut local, .. } = rig();
 
     let r = catch_unwind(AssertUnwindSafe(|| {
         let _ = scope(|s| {
