@@ -64,6 +64,14 @@ impl<B: Send + 'static> From<OwnedWaitError<B>> for Error {
     }
 }
 
+impl<B: Send + 'static> OwnedToken<B> {
+    /// True once the request's completion has been routed to this token (by any poll, e.g.
+    /// [`Cq::progress`](crate::cq::Cq::progress) or another token's wait). Does not poll.
+    pub fn is_complete(&self) -> bool {
+        !self.q.as_ref().tracked().is_pending(self.seq)
+    }
+}
+
 impl<B: Completes + Send + 'static> OwnedToken<B> {
     /// The completion and the buffers, if the request has completed (polls the CQ once).
     ///

@@ -157,13 +157,16 @@ impl Pd {
     pub fn create_qp<T: Transport>(&self, config: &QpConfig<'_>) -> Result<Qp<T, RESET>> {
         let dev = self.context().query_device()?;
         let c = config.caps;
-        for (what, v, max) in [
-            ("max_send_wr", c.max_send_wr, dev.max_qp_wr()),
-            ("max_recv_wr", c.max_recv_wr, dev.max_qp_wr()),
-            ("max_send_sge", c.max_send_sge, dev.max_sge()),
-            ("max_recv_sge", c.max_recv_sge, dev.max_sge()),
+        // With a shared receive queue the QP has no receive queue of its own: its sizes may be 0
+        // (libibverbs ignores them).
+        let has_srq = config.srq.is_some();
+        for (what, v, max, zero_ok) in [
+            ("max_send_wr", c.max_send_wr, dev.max_qp_wr(), false),
+            ("max_recv_wr", c.max_recv_wr, dev.max_qp_wr(), has_srq),
+            ("max_send_sge", c.max_send_sge, dev.max_sge(), false),
+            ("max_recv_sge", c.max_recv_sge, dev.max_sge(), has_srq),
         ] {
-            if v == 0 || v > max {
+            if (v == 0 && !zero_ok) || v > max {
                 return Err(Error::invalid("ibv_create_qp", format!("{what} = {v}; the device allows 1..={max}")));
             }
         }

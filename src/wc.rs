@@ -30,6 +30,25 @@ macro_rules! c_enum {
                     $name::Unknown(v) => v,
                 }
             }
+
+            /// The C name, e.g. `"IBV_WC_REM_ACCESS_ERR"`; `"unknown"` for an unknown value.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => stringify!($c).trim_start_matches("sys::").trim_start(),)*
+                    $name::Unknown(_) => "unknown",
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            /// The C name, like `ibv_wc_status_str` but with the constant's spelling; unknown
+            /// values are shown with their number.
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self {
+                    $name::Unknown(v) => write!(f, "unknown ({v})"),
+                    known => f.write_str(known.name()),
+                }
+            }
         }
     };
 }
@@ -297,7 +316,7 @@ impl std::fmt::Display for CompletionError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "work request on QP {:#x} completed with {:?} (vendor error {:#x})",
+            "work request on QP {:#x} completed with {} (vendor error {:#x})",
             self.completion.qp_num, self.completion.status, self.completion.vendor_err
         )
     }
@@ -346,6 +365,14 @@ mod tests {
             assert_eq!(c.is_success(), wc.status == sys::IBV_WC_SUCCESS);
             assert_eq!(c.ok().is_ok(), c.is_success());
         }
+    }
+
+    #[test]
+    fn statuses_and_opcodes_print_their_c_names() {
+        assert_eq!(WcStatus::RemAccessErr.to_string(), "IBV_WC_REM_ACCESS_ERR");
+        assert_eq!(WcStatus::Success.name(), "IBV_WC_SUCCESS");
+        assert_eq!(WcOpcode::RecvRdmaWithImm.to_string(), "IBV_WC_RECV_RDMA_WITH_IMM");
+        assert_eq!(WcStatus::Unknown(99).to_string(), "unknown (99)");
     }
 
     #[test]

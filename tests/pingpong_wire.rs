@@ -1,18 +1,20 @@
 //! Host tests of what the pingpong examples share (`examples/common/pingpong.rs`): the
-//! 52-byte address message of rdma-core's `ibv_*_pingpong`, the command line, and the TCP
-//! exchange over loopback. (Unit tests inside an example are not run by `cargo test`, so the
+//! 52-byte address message of rdma-core's `ibv_*_pingpong`, the command lines (rc/uc, ud,
+//! srq), and the TCP exchange over loopback (one address each way, or `ibv_srq_pingpong`'s 256). (Unit tests inside an example are not run by `cargo test`, so the
 //! module is included here.) The interoperation with the C tools themselves is tested on a
 //! device: `tests/device/interop.rs`.
 
 #[path = "../examples/common/pingpong.rs"]
-#[allow(dead_code)]
 mod pingpong;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use pingpong::{client_exchange, encode, parse, parse_args, Command, Listener, Options, DONE, WIRE_LEN};
+use pingpong::{
+    client_exchange, client_exchange_all, encode, encode_all, parse, parse_all, parse_args, parse_args_for, Command,
+    Listener, Options, Tool, DONE, WIRE_LEN,
+};
 use typed_verbs::prelude::*;
 
 /// The GID rxe gives GID index 1 in the test VM: `::ffff:192.0.2.1`.
@@ -282,4 +284,116 @@ fn waits_are_bounded() {
     assert!(e.to_string().contains("couldn't connect"), "{e}");
     assert!(start.elapsed() >= Duration::from_millis(500));
     assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+// --- ud and srq command lines ---------------------------------------------------------------
+
+fn run_opts_for(tool: Tool, s: &str) -> Options {
+    match parse_args_for(tool, s.split_whitespace().map(String::from)) {
+        Ok(Command::Run(o)) => o,
+        other => panic!("{tool:?} {s:?}: {other:?}"),
+    }
+}
+
+#[test]
+fn ud_command_line_is_ibv_ud_pingpongs() {
+    // ibv_ud_pingpong's code uses 1024 (its usage text says 2048).
+    let o = run_opts_for(Tool::Ud, "");
+    assert_eq!((o.size, o.rx_depth, o.iters, o.port), (1024, 500, 1000, 18515));
+    let o = run_opts_for(Tool::Ud, "-d rxe0 -g 1 -s 512 -n 10 host");
+    assert_eq!((o.size, o.iters, o.gid_index, o.server.as_deref()), (512, 10, Some(1), Some("host")));
+    // No path MTU on UD, no QP count: the C tool rejects them too.
+    for line in ["-m 1024", "--mtu=1024", "-q 2"] {
+        let e = parse_args_for(Tool::Ud, line.split_whitespace().map(String::from)).unwrap_err();
+        assert!(e.contains("unknown option"), "{line:?}: {e}");
+    }
+}
+
+#[test]
+fn srq_command_line_is_ibv_srq_pingpongs() {
+    let o = run_opts_for(Tool::Srq, "");
+    assert_eq!((o.num_qp, o.size, o.rx_depth, o.mtu), (16, 4096, 500, Mtu::Mtu1024));
+    assert_eq!(run_opts_for(Tool::Srq, "-q 4 -m 2048").num_qp, 4);
+    assert_eq!(run_opts_for(Tool::Srq, "--num-qp=255").num_qp, 255);
+    for (line, expect) in
+        [("-q 0", "out of range"), ("-q 256", "out of range"), ("-q 20 -r 10", "rx_depth 10 is too small for 20 QPs")]
+    {
+        let e = parse_args_for(Tool::Srq, line.split_whitespace().map(String::from)).unwrap_err();
+        assert!(e.contains(expect), "{line:?}: {e}");
+    }
+    // `-q` belongs to srq_pingpong only.
+    assert!(args("-q 4").unwrap_err().contains("unknown option"));
+}
+
+// --- many addresses (ibv_srq_pingpong) ------------------------------------------------------
+
+/// `count` endpoints as `ibv_srq_pingpong` fills its table: `qps` real ones, zeros after.
+fn srq_table(qps: u32, base: u32, count: usize) -> Vec<Endpoint> {
+    let mut v: Vec<Endpoint> = (0..qps).map(|i| ep(0, base + i, 0x100 * (i + 1), rxe_gid())).collect();
+    v.resize(count, ep(0, 0, 0, Gid::default()));
+    v
+}
+
+#[test]
+fn many_messages_round_trip_and_errors_name_the_message() {
+    let table = srq_table(3, 0x40, 256);
+    let bytes = encode_all(&table);
+    assert_eq!(bytes.len(), 256 * WIRE_LEN);
+    // The unused entries are what the C tool's zeroed table prints.
+    assert_eq!(
+        bytes[3 * WIRE_LEN..4 * WIRE_LEN].to_vec(),
+        c_message("0000:000000:000000:00000000000000000000000000000000")
+    );
+    assert_eq!(parse_all(&bytes).unwrap(), table);
+    let mut bad = bytes.clone();
+    bad[7 * WIRE_LEN + 4] = b'-';
+    let e = parse_all(&bad).unwrap_err().0;
+    assert!(e.contains("message 7 of 256") && e.contains("':' after the LID"), "{e}");
+    assert!(parse_all(&bytes[..100]).unwrap_err().0.contains("not a whole number"));
+}
+
+#[test]
+fn srq_exchange_over_tcp() {
+    let listener = Listener::bind(0).unwrap();
+    let port = listener.port();
+    let t = Duration::from_secs(10);
+    let server_table = srq_table(4, 0x200, 256);
+    let client_table = srq_table(4, 0x100, 256);
+    let st = server_table.clone();
+    let server = std::thread::spawn(move || {
+        let (conn, peers) = listener.accept_all(256, t, t).unwrap();
+        conn.finish_all(&st).unwrap();
+        peers
+    });
+    let got = client_exchange_all("127.0.0.1", port, &client_table, t, t).unwrap();
+    assert_eq!(got, server_table);
+    assert_eq!(server.join().unwrap(), client_table);
+}
+
+/// The server side against a client speaking as `ibv_srq_pingpong` does: 256 writes of 52
+/// bytes, then 256 reads, then "done\0".
+#[test]
+fn srq_server_side_against_a_raw_c_style_client() {
+    let listener = Listener::bind(0).unwrap();
+    let port = listener.port();
+    let t = Duration::from_secs(10);
+    let server_table = srq_table(2, 0x20, 256);
+    let st = server_table.clone();
+    let server = std::thread::spawn(move || {
+        let (conn, peers) = listener.accept_all(256, t, t).unwrap();
+        conn.finish_all(&st).unwrap();
+        peers
+    });
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let client_table = srq_table(2, 0x10, 256);
+    for e in &client_table {
+        s.write_all(&encode(e)).unwrap();
+    }
+    for e in &server_table {
+        let mut m = [0u8; WIRE_LEN];
+        s.read_exact(&mut m).unwrap();
+        assert_eq!(parse(&m).unwrap(), *e);
+    }
+    s.write_all(DONE).unwrap();
+    assert_eq!(server.join().unwrap(), client_table);
 }

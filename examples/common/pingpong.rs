@@ -1,6 +1,7 @@
-//! What `rc_pingpong` and `uc_pingpong` share: the command line, the connection exchange of
-//! rdma-core's `ibv_*_pingpong` tools (wire format and TCP protocol), and the ping-pong loop,
-//! which is the same for every connected transport (RC, UC).
+//! What the pingpong examples share: the command line, the connection exchange of rdma-core's
+//! `ibv_*_pingpong` tools (wire format and TCP protocol), and the ping-pong loop, which is the
+//! same for every connected transport (RC, UC). `ud_pingpong` and `srq_pingpong` have loops of
+//! their own and use the rest.
 //!
 //! The exchange, as rdma-core's `libibverbs/examples/*_pingpong.c` do it (TCP port 18515 by
 //! default):
@@ -15,9 +16,17 @@
 //! 51 characters and a terminating zero byte, where `gid` is the 16 bytes of the GID in
 //! network order as 32 lowercase hex digits (rdma-core's `gid_to_wire_gid`).
 //!
+//! `ibv_srq_pingpong` sends a fixed 256 such messages each way (one per possible QP, unused
+//! ones all zeros) before `"done\0"`: [`client_exchange_all`], [`Listener::accept_all`],
+//! [`ServerConn::finish_all`].
+//!
 //! Then the client sends first; each side posts its next SEND once its previous SEND has
 //! completed and a message from the peer has arrived, until both have sent and received
 //! `iters` messages of `size` bytes.
+
+// Each example uses a part of this module (`ud_pingpong` has no path MTU, only
+// `srq_pingpong` exchanges many addresses).
+#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -143,6 +152,22 @@ pub fn client_exchange(
     connect_timeout: Duration,
     io_timeout: Duration,
 ) -> Result<Endpoint, Box<dyn std::error::Error>> {
+    let peers = client_exchange_all(host, port, std::slice::from_ref(me), connect_timeout, io_timeout)?;
+    Ok(peers[0])
+}
+
+/// [`client_exchange`] of several addresses: writes one message per entry of `mine`, then
+/// reads as many from the server, then writes `"done\0"` (`ibv_srq_pingpong` exchanges 256).
+///
+/// # Errors
+/// As [`client_exchange`]; a malformed reply names the message's index.
+pub fn client_exchange_all(
+    host: &str,
+    port: u16,
+    mine: &[Endpoint],
+    connect_timeout: Duration,
+    io_timeout: Duration,
+) -> Result<Vec<Endpoint>, Box<dyn std::error::Error>> {
     let deadline = Instant::now() + connect_timeout;
     let mut stream = loop {
         let attempt = (host, port).to_socket_addrs().and_then(|addrs| {
@@ -170,13 +195,33 @@ pub fn client_exchange(
     };
     stream.set_read_timeout(Some(io_timeout))?;
     stream.set_write_timeout(Some(io_timeout))?;
-    // One write call each: the C server reads each message with a single read(2).
-    stream.write_all(&encode(me)).map_err(|e| context(e, "sending the local address"))?;
-    let mut msg = [0u8; WIRE_LEN];
-    read_exact_bounded(&mut stream, &mut msg, io_timeout, "reading the server's address")?;
-    let peer = parse(&msg)?;
+    // One write call: the C servers of rc/uc/ud read the message with a single read(2).
+    stream.write_all(&encode_all(mine)).map_err(|e| context(e, "sending the local address"))?;
+    let mut msgs = vec![0u8; WIRE_LEN * mine.len()];
+    read_exact_bounded(&mut stream, &mut msgs, io_timeout, "reading the server's address")?;
+    let peers = parse_all(&msgs)?;
     stream.write_all(DONE).map_err(|e| context(e, "sending \"done\""))?;
-    Ok(peer)
+    Ok(peers)
+}
+
+/// The messages of `eps`, back to back.
+pub fn encode_all(eps: &[Endpoint]) -> Vec<u8> {
+    eps.iter().flat_map(encode).collect()
+}
+
+/// Parses back-to-back messages (a multiple of [`WIRE_LEN`] bytes).
+///
+/// # Errors
+/// [`WireError`] naming the first malformed message (by index when there are several).
+pub fn parse_all(msgs: &[u8]) -> Result<Vec<Endpoint>, WireError> {
+    if msgs.len() % WIRE_LEN != 0 {
+        return Err(WireError(format!("{} bytes is not a whole number of {WIRE_LEN}-byte messages", msgs.len())));
+    }
+    let n = msgs.len() / WIRE_LEN;
+    msgs.chunks(WIRE_LEN)
+        .enumerate()
+        .map(|(i, m)| parse(m).map_err(|e| if n == 1 { e } else { WireError(format!("message {i} of {n}: {}", e.0)) }))
+        .collect()
 }
 
 fn read_exact_bounded(stream: &mut TcpStream, buf: &mut [u8], timeout: Duration, what: &str) -> io::Result<()> {
@@ -246,6 +291,20 @@ impl Listener {
         accept_timeout: Duration,
         io_timeout: Duration,
     ) -> Result<(ServerConn, Endpoint), Box<dyn std::error::Error>> {
+        let (conn, peers) = self.accept_all(1, accept_timeout, io_timeout)?;
+        Ok((conn, peers[0]))
+    }
+
+    /// [`Listener::accept`] reading `count` addresses (`ibv_srq_pingpong` sends 256).
+    ///
+    /// # Errors
+    /// As [`Listener::accept`].
+    pub fn accept_all(
+        self,
+        count: usize,
+        accept_timeout: Duration,
+        io_timeout: Duration,
+    ) -> Result<(ServerConn, Vec<Endpoint>), Box<dyn std::error::Error>> {
         for l in &self.listeners {
             l.set_nonblocking(true)?;
         }
@@ -266,10 +325,10 @@ impl Listener {
         stream.set_nonblocking(false)?;
         stream.set_read_timeout(Some(io_timeout))?;
         stream.set_write_timeout(Some(io_timeout))?;
-        let mut msg = [0u8; WIRE_LEN];
-        read_exact_bounded(&mut stream, &mut msg, io_timeout, "reading the client's address")?;
-        let peer = parse(&msg)?;
-        Ok((ServerConn { stream, io_timeout }, peer))
+        let mut msgs = vec![0u8; WIRE_LEN * count];
+        read_exact_bounded(&mut stream, &mut msgs, io_timeout, "reading the client's address")?;
+        let peers = parse_all(&msgs)?;
+        Ok((ServerConn { stream, io_timeout }, peers))
     }
 }
 
@@ -280,8 +339,16 @@ impl ServerConn {
     ///
     /// # Errors
     /// An I/O error or timeout, or something else than `"done\0"`.
-    pub fn finish(mut self, me: &Endpoint) -> Result<(), Box<dyn std::error::Error>> {
-        self.stream.write_all(&encode(me)).map_err(|e| context(e, "sending the local address"))?;
+    pub fn finish(self, me: &Endpoint) -> Result<(), Box<dyn std::error::Error>> {
+        self.finish_all(std::slice::from_ref(me))
+    }
+
+    /// [`ServerConn::finish`] with one message per entry of `mine`, written at once.
+    ///
+    /// # Errors
+    /// As [`ServerConn::finish`].
+    pub fn finish_all(mut self, mine: &[Endpoint]) -> Result<(), Box<dyn std::error::Error>> {
+        self.stream.write_all(&encode_all(mine)).map_err(|e| context(e, "sending the local address"))?;
         let mut done = [0u8; DONE.len()];
         read_exact_bounded(&mut self.stream, &mut done, self.io_timeout, "reading \"done\"")?;
         if &done != DONE {
@@ -295,8 +362,31 @@ impl ServerConn {
 
 // --- command line ---------------------------------------------------------------------------
 
-/// The options of `ibv_rc_pingpong` / `ibv_uc_pingpong` that these examples implement, plus
-/// the time bounds.
+/// Which C tool's command line an example follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// `ibv_rc_pingpong`, `ibv_uc_pingpong`.
+    Connected,
+    /// `ibv_ud_pingpong`: no `-m` (UD has no path MTU; a message must fit the port's MTU),
+    /// default size 1024.
+    Ud,
+    /// `ibv_srq_pingpong`: `-q` QPs (default 16) sharing one receive queue.
+    Srq,
+}
+
+impl Tool {
+    /// The C tool's default message size (`ibv_ud_pingpong`'s usage text says 2048; its code
+    /// uses 1024).
+    pub fn default_size(self) -> u32 {
+        match self {
+            Tool::Ud => 1024,
+            Tool::Connected | Tool::Srq => 4096,
+        }
+    }
+}
+
+/// The options of the `ibv_*_pingpong` tools that these examples implement, plus the time
+/// bounds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     /// `-p`: the TCP port.
@@ -307,16 +397,19 @@ pub struct Options {
     pub ib_port: u8,
     /// `-s`: the message size.
     pub size: u32,
-    /// `-m`: the path MTU.
+    /// `-m`: the path MTU (connected transports).
     pub mtu: Mtu,
     /// `-r`: receives kept posted.
     pub rx_depth: u32,
-    /// `-n`: messages each way.
+    /// `-n`: messages each way (for `srq_pingpong`: in total over all its QPs, as the C tool
+    /// counts, whatever its usage text says).
     pub iters: u32,
     /// `-l`: the service level.
     pub sl: u8,
     /// `-g`: the local GID index (none: no GID is sent, LID addressing).
     pub gid_index: Option<u32>,
+    /// `-q`: the number of QPs (`srq_pingpong`).
+    pub num_qp: u32,
     /// `--timeout`: bound on each completion, each socket read/write, and the client's
     /// connection attempts.
     pub timeout: Duration,
@@ -328,16 +421,24 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
+        Options::for_tool(Tool::Connected)
+    }
+}
+
+impl Options {
+    /// The defaults of `tool`.
+    pub fn for_tool(tool: Tool) -> Self {
         Options {
             port: DEFAULT_PORT,
             ib_dev: None,
             ib_port: 1,
-            size: 4096,
+            size: tool.default_size(),
             mtu: Mtu::Mtu1024,
             rx_depth: 500,
             iters: 1000,
             sl: 0,
             gid_index: None,
+            num_qp: 16,
             timeout: Duration::from_secs(30),
             accept_timeout: Duration::from_secs(300),
             server: None,
@@ -345,8 +446,17 @@ impl Default for Options {
     }
 }
 
-/// The usage text.
+/// The usage text of `rc_pingpong` / `uc_pingpong`.
 pub fn usage(prog: &str) -> String {
+    usage_for(Tool::Connected, prog)
+}
+
+/// The usage text of an example following `tool`.
+pub fn usage_for(tool: Tool, prog: &str) -> String {
+    let size = tool.default_size();
+    let mtu = if tool == Tool::Ud { "" } else { "\n  -m, --mtu=<size>       path MTU (default 1024)" };
+    let num_qp = if tool == Tool::Srq { "\n  -q, --num-qp=<num>     number of QPs to use (default 16)" } else { "" };
+    let iters = if tool == Tool::Srq { "number of exchanges, over all QPs" } else { "number of exchanges" };
     format!(
         "Usage:
   {prog}            start a server and wait for connection
@@ -356,10 +466,9 @@ Options:
   -p, --port=<port>      listen on/connect to port <port> (default 18515)
   -d, --ib-dev=<dev>     use IB device <dev> (default first device found)
   -i, --ib-port=<port>   use port <port> of IB device (default 1)
-  -s, --size=<size>      size of message to exchange (default 4096)
-  -m, --mtu=<size>       path MTU (default 1024)
+  -s, --size=<size>      size of message to exchange (default {size}){mtu}{num_qp}
   -r, --rx-depth=<dep>   number of receives to post at a time (default 500)
-  -n, --iters=<iters>    number of exchanges (default 1000)
+  -n, --iters=<iters>    {iters} (default 1000)
   -l, --sl=<sl>          service level value
   -g, --gid-idx=<gid index> local port gid index
       --timeout=<secs>   bound on each completion, socket read/write and the
@@ -407,7 +516,15 @@ fn num<T: TryFrom<u64>>(opt: &str, s: &str, lo: u64, hi: u64) -> Result<T, Strin
 /// # Errors
 /// A message naming the bad option or value.
 pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
-    let mut o = Options::default();
+    parse_args_for(Tool::Connected, args)
+}
+
+/// [`parse_args`] for the command line of `tool`.
+///
+/// # Errors
+/// A message naming the bad option or value.
+pub fn parse_args_for<I: IntoIterator<Item = String>>(tool: Tool, args: I) -> Result<Command, String> {
+    let mut o = Options::for_tool(tool);
     let mut args = args.into_iter();
     let mut positional = Vec::new();
     while let Some(arg) = args.next() {
@@ -434,7 +551,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "d" | "ib-dev" => "ib-dev",
             "i" | "ib-port" => "ib-port",
             "s" | "size" => "size",
-            "m" | "mtu" => "mtu",
+            "m" | "mtu" if tool != Tool::Ud => "mtu",
+            "q" | "num-qp" if tool == Tool::Srq => "num-qp",
             "r" | "rx-depth" => "rx-depth",
             "n" | "iters" => "iters",
             "l" | "sl" => "sl",
@@ -472,6 +590,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "gid-idx" => o.gid_index = Some(num(&opt, &value, 0, 255)?),
             "timeout" => o.timeout = Duration::from_secs(num(&opt, &value, 1, 86_400)?),
             "accept-timeout" => o.accept_timeout = Duration::from_secs(num(&opt, &value, 1, 86_400)?),
+            // ibv_srq_pingpong exchanges addresses for at most 255 QPs (MAX_QP - 1).
+            "num-qp" => o.num_qp = num(&opt, &value, 1, 255)?,
             _ => unreachable!("every name is handled"),
         }
     }
@@ -479,6 +599,12 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
         0 => {}
         1 => o.server = positional.pop(),
         _ => return Err(format!("more than one server name: {positional:?}")),
+    }
+    if tool == Tool::Srq && o.num_qp > o.rx_depth {
+        return Err(format!(
+            "rx_depth {} is too small for {} QPs -- must have at least one receive per QP",
+            o.rx_depth, o.num_qp
+        ));
     }
     Ok(Command::Run(o))
 }
@@ -489,8 +615,9 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
 /// `ibv_rc_pingpong` and `ibv_uc_pingpong` differ).
 pub type Connect<T> = fn(Qp<T, INIT>, &Options, &Endpoint, &Endpoint) -> typed_verbs::Result<Qp<T, RTS>>;
 
-/// The address vector both C tools use: a GRH (hop limit 1, from the local GID index) when
-/// the peer sent a GID whose interface ID is not zero, LID addressing otherwise.
+/// The address vector the C tools use (at RTR for rc/uc/srq, for the address handle in ud):
+/// a GRH (hop limit 1, from the local GID index) when the peer sent a GID whose interface ID
+/// (its last 8 bytes) is not zero, LID addressing otherwise.
 pub fn address_vector(opts: &Options, peer: &Endpoint) -> AddressVector {
     let mut av = if peer.gid.0[8..].iter().any(|&b| b != 0) {
         let sgid_index = opts.gid_index.unwrap_or(0) as u8;
@@ -507,7 +634,9 @@ pub fn address_vector(opts: &Options, peer: &Endpoint) -> AddressVector {
     av
 }
 
-fn print_address(which: &str, ep: &Endpoint) {
+/// Prints an address the way the C tools do (`which` is `"local address: "` or
+/// `"remote address:"`).
+pub fn print_address(which: &str, ep: &Endpoint) {
     println!(
         "  {which} LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
         ep.lid,
@@ -518,7 +647,7 @@ fn print_address(which: &str, ep: &Endpoint) {
 }
 
 /// A 24-bit PSN that differs between runs (the C tools use `lrand48() & 0xffffff`).
-fn random_psn() -> u32 {
+pub fn random_psn() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -528,7 +657,11 @@ fn random_psn() -> u32 {
     (h.finish() as u32) & 0xff_ffff
 }
 
-fn open(opts: &Options) -> typed_verbs::Result<Context> {
+/// Opens `-d`'s device, or the first one found.
+///
+/// # Errors
+/// No such device (or none at all), or `ibv_open_device` failed.
+pub fn open(opts: &Options) -> typed_verbs::Result<Context> {
     match &opts.ib_dev {
         Some(name) => Context::open(name),
         None => {
@@ -539,6 +672,27 @@ fn open(opts: &Options) -> typed_verbs::Result<Context> {
             Context::open(&first.name)
         }
     }
+}
+
+/// What this side sends the peer for `qp`: the port's LID, the QP number, a random PSN, and
+/// the GID of `-g` (all zeros without `-g`, as the C tools do).
+///
+/// # Errors
+/// The port or GID query failed; an InfiniBand port without a LID (not active).
+pub fn local_endpoint<T: typed_verbs::transport::Transport, S: typed_verbs::transport::QpState>(
+    ctx: &Context,
+    qp: &Qp<T, S>,
+    opts: &Options,
+) -> Result<Endpoint, Box<dyn std::error::Error>> {
+    let port = ctx.query_port(opts.ib_port)?;
+    if port.link_layer() != LinkLayer::Ethernet && port.lid() == 0 {
+        return Err("couldn't get the local LID (port not active?)".into());
+    }
+    let psn = random_psn();
+    Ok(match opts.gid_index {
+        Some(g) => qp.endpoint(opts.ib_port, g, psn)?,
+        None => Endpoint { lid: port.lid(), qp_num: qp.qp_num(), psn, gid: Gid::default() },
+    })
 }
 
 /// Sets up the device, exchanges addresses, connects with `connect` and ping-pongs. Returns
@@ -569,15 +723,7 @@ where
     let qp = pd.create_qp::<T>(&QpConfig::new(&cq).caps(caps))?;
     let qp = qp.to_init(&ConnectedInit::new(opts.ib_port, QpAccess::empty()))?;
 
-    let port = ctx.query_port(opts.ib_port)?;
-    if port.link_layer() != LinkLayer::Ethernet && port.lid() == 0 {
-        return Err("couldn't get the local LID (port not active?)".into());
-    }
-    let psn = random_psn();
-    let me = match opts.gid_index {
-        Some(g) => qp.endpoint(opts.ib_port, g, psn)?,
-        None => Endpoint { lid: port.lid(), qp_num: qp.qp_num(), psn, gid: Gid::default() },
-    };
+    let me = local_endpoint(&ctx, &qp, opts)?;
     print_address("local address: ", &me);
 
     let (peer, server_conn) = match &opts.server {
@@ -688,25 +834,36 @@ pub fn report(opts: &Options, elapsed: Duration) -> String {
     )
 }
 
-/// The whole program: parse the command line, run, print the result; exit status 0 only on
-/// success.
+/// The whole program of `rc_pingpong` / `uc_pingpong`: parse the command line, run, print the
+/// result; exit status 0 only on success.
 pub fn main<T>(prog: &str, connect: Connect<T>) -> std::process::ExitCode
 where
     T: Transitions<InitAttr = ConnectedInit> + SupportsSend + Unaddressed,
 {
+    program(prog, Tool::Connected, |opts| run::<T>(opts, connect))
+}
+
+/// The whole program of an example following `tool`, whose ping-pong is `run` (returning the
+/// time its loop took): parse the command line, run, print the C tools' result lines; exit
+/// status 0 only on success.
+pub fn program(
+    prog: &str,
+    tool: Tool,
+    run: impl FnOnce(&Options) -> Result<Duration, Box<dyn std::error::Error>>,
+) -> std::process::ExitCode {
     use std::process::ExitCode;
-    let opts = match parse_args(std::env::args().skip(1)) {
+    let opts = match parse_args_for(tool, std::env::args().skip(1)) {
         Ok(Command::Run(o)) => o,
         Ok(Command::Help) => {
-            print!("{}", usage(prog));
+            print!("{}", usage_for(tool, prog));
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("{prog}: {e}\n\n{}", usage(prog));
+            eprintln!("{prog}: {e}\n\n{}", usage_for(tool, prog));
             return ExitCode::FAILURE;
         }
     };
-    match run::<T>(&opts, connect) {
+    match run(&opts) {
         Ok(elapsed) => {
             println!("{}", report(&opts, elapsed));
             ExitCode::SUCCESS

@@ -1,6 +1,6 @@
-//! Interoperation with rdma-core's C tools: `examples/rc_pingpong` and `examples/uc_pingpong`
-//! against `ibv_rc_pingpong` / `ibv_uc_pingpong` (package ibverbs-utils), in both roles, as
-//! separate processes on the device under test.
+//! Interoperation with rdma-core's C tools: `examples/{rc,uc,ud,srq}_pingpong` against
+//! `ibv_{rc,uc,ud,srq}_pingpong` (package ibverbs-utils), in both roles, as separate processes
+//! on the device under test.
 //!
 //! The examples must be built first (`cargo build --examples`): `cargo test --test device`
 //! alone does not build them. They are looked up next to this test binary
@@ -191,7 +191,12 @@ impl Drop for Procs {
 }
 
 fn common_args(port: u16) -> Vec<String> {
-    vec![
+    args_with(port, SIZE, ITERS, &[])
+}
+
+/// The arguments both sides get: device, GID index, TCP port, iterations, size, and `extra`.
+fn args_with(port: u16, size: u32, iters: u32, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
         "-d".into(),
         device_name(),
         "-g".into(),
@@ -199,16 +204,18 @@ fn common_args(port: u16) -> Vec<String> {
         "-p".into(),
         port.to_string(),
         "-n".into(),
-        ITERS.to_string(),
+        iters.to_string(),
         "-s".into(),
-        SIZE.to_string(),
-    ]
+        size.to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
 }
 
 /// The result lines both the C tool and ours print.
-fn assert_result_lines(label: &str, output: &str, report: &str) {
-    let bytes = format!("{} bytes in ", u64::from(SIZE) * u64::from(ITERS) * 2);
-    let iters = format!("{ITERS} iters in ");
+fn assert_result_lines(label: &str, output: &str, report: &str, size: u32, iters: u32) {
+    let bytes = format!("{} bytes in ", u64::from(size) * u64::from(iters) * 2);
+    let iters = format!("{iters} iters in ");
     assert!(
         output.contains(&bytes) && output.contains(&iters) && output.contains("Mbit/sec"),
         "{label} did not print its result lines ({bytes:?}, {iters:?}):\n{report}"
@@ -224,11 +231,25 @@ enum Ours {
 
 /// Runs one ping-pong between our example `ours` and the C tool `theirs` on TCP port `port`.
 fn pingpong(ours: &str, theirs: &str, our_role: Ours, port: u16) {
+    pingpong_with(ours, theirs, our_role, port, SIZE, ITERS, &[]);
+}
+
+/// [`pingpong`] with `size`-byte messages, `iters` iterations and `extra` arguments for both
+/// sides. Returns the outputs of (ours, theirs).
+fn pingpong_with(
+    ours: &str,
+    theirs: &str,
+    our_role: Ours,
+    port: u16,
+    size: u32,
+    iters: u32,
+    extra: &[&str],
+) -> (String, String) {
     let our_bin = example(ours);
     let c_bin = c_tool(theirs);
     let deadline = Instant::now() + DEADLINE;
-    let server_args = common_args(port);
-    let mut client_args = common_args(port);
+    let server_args = args_with(port, size, iters, extra);
+    let mut client_args = args_with(port, size, iters, extra);
     client_args.push("127.0.0.1".into());
     let mut procs = Procs(Vec::new());
 
@@ -262,8 +283,8 @@ fn pingpong(ours: &str, theirs: &str, our_role: Ours, port: u16) {
         Ours::Server => (procs.0[0].output(), procs.0[1].output()),
         Ours::Client => (procs.0[1].output(), procs.0[0].output()),
     };
-    assert_result_lines(ours, &ours_out, &report);
-    assert_result_lines(theirs, &theirs_out, &report);
+    assert_result_lines(ours, &ours_out, &report, size, iters);
+    assert_result_lines(theirs, &theirs_out, &report, size, iters);
     // Both sides agree on each other's QP numbers: ours printed the C tool's local address
     // as its remote one.
     let qpn_of = |out: &str, which: &str| -> Option<String> {
@@ -274,6 +295,7 @@ fn pingpong(ours: &str, theirs: &str, our_role: Ours, port: u16) {
     assert_eq!(qpn_of(&theirs_out, "local address"), qpn_of(&ours_out, "remote address"), "QPN mismatch:\n{report}");
     assert_eq!(qpn_of(&ours_out, "local address"), qpn_of(&theirs_out, "remote address"), "QPN mismatch:\n{report}");
     println!("{report}");
+    (ours_out, theirs_out)
 }
 
 // Distinct TCP ports so the tests can run in parallel.
@@ -296,6 +318,55 @@ fn uc_pingpong_server_with_c_client() {
 #[test]
 fn uc_pingpong_client_with_c_server() {
     pingpong("uc_pingpong", "ibv_uc_pingpong", Ours::Client, 18614);
+}
+
+/// `ibv_ud_pingpong` refuses messages larger than the port's MTU (1024 on rxe over veth); its
+/// default size is 1024.
+const UD_SIZE: u32 = 1024;
+
+#[test]
+fn ud_pingpong_server_with_c_client() {
+    pingpong_with("ud_pingpong", "ibv_ud_pingpong", Ours::Server, 18617, UD_SIZE, ITERS, &[]);
+}
+
+#[test]
+fn ud_pingpong_client_with_c_server() {
+    pingpong_with("ud_pingpong", "ibv_ud_pingpong", Ours::Client, 18618, UD_SIZE, ITERS, &[]);
+}
+
+/// QPs per side in the SRQ tests: several, so that completions of different QPs interleave.
+const SRQ_QPS: usize = 4;
+
+/// Every QP of one side printed its local address, and the other side printed the same QP
+/// numbers as its remote addresses, in order (the 256-message exchange lined up).
+fn assert_srq_addresses(ours: &str, theirs: &str) {
+    let qpns = |out: &str, which: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.contains(which))
+            .filter_map(|l| l.find("QPN ").map(|at| l[at + 4..at + 12].to_string()))
+            .collect()
+    };
+    for (a, b) in [(ours, theirs), (theirs, ours)] {
+        let local = qpns(a, "local address");
+        assert_eq!(local.len(), SRQ_QPS, "one local address per QP:\n{a}");
+        assert_eq!(local, qpns(b, "remote address"), "QPNs differ:\n{a}\n{b}");
+    }
+}
+
+#[test]
+fn srq_pingpong_server_with_c_client() {
+    let q = SRQ_QPS.to_string();
+    let (ours, theirs) =
+        pingpong_with("srq_pingpong", "ibv_srq_pingpong", Ours::Server, 18619, SIZE, ITERS, &["-q", &q]);
+    assert_srq_addresses(&ours, &theirs);
+}
+
+#[test]
+fn srq_pingpong_client_with_c_server() {
+    let q = SRQ_QPS.to_string();
+    let (ours, theirs) =
+        pingpong_with("srq_pingpong", "ibv_srq_pingpong", Ours::Client, 18620, SIZE, ITERS, &["-q", &q]);
+    assert_srq_addresses(&ours, &theirs);
 }
 
 // --- failure paths: bounded, non-zero, and saying why ---------------------------------------
