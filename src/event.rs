@@ -324,9 +324,9 @@ impl Context {
                     after: timeout,
                 });
             }
-            let mut raw = std::mem::MaybeUninit::<sys::ibv_async_event>::zeroed();
+            let mut raw = sys::ibv_async_event::default();
             // SAFETY: the context is open; `raw` is a valid out-pointer; the fd is non-blocking.
-            let ret = unsafe { sys::ibv_get_async_event(self.as_ptr(), raw.as_mut_ptr()) };
+            let ret = unsafe { sys::ibv_get_async_event(self.as_ptr(), &mut raw) };
             if ret != 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
@@ -335,14 +335,50 @@ impl Context {
                 }
                 return Err(err("reading async_fd", e));
             }
-            // SAFETY: `ibv_get_async_event` succeeded, so it filled the event; an all-zero
-            // `ibv_async_event` is valid anyway (null pointer, event type 0).
-            let mut raw = unsafe { raw.assume_init() };
             // SAFETY: the event was just read and is not acknowledged yet.
             let ev = unsafe { AsyncEvent::from_raw(&raw) };
             // SAFETY: `raw` is an event returned by `ibv_get_async_event`, acknowledged once.
             unsafe { sys::ibv_ack_async_event(&mut raw) };
             return Ok(ev);
         }
+    }
+}
+
+static_assertions::assert_impl_all!(AsyncEvent: Send, Sync);
+
+#[cfg(test)]
+mod tests {
+    use super::{AsyncEvent, HandleId};
+    use typed_verbs_sys as sys;
+
+    fn decode(event_type: u32, fill: impl FnOnce(&mut sys::ibv_async_event)) -> AsyncEvent {
+        let mut raw = sys::ibv_async_event { event_type, ..Default::default() };
+        fill(&mut raw);
+        // SAFETY: the event names no object, or one that lives on this stack frame.
+        unsafe { AsyncEvent::from_raw(&raw) }
+    }
+
+    #[test]
+    fn decodes_qp_port_handle_and_unknown_events() {
+        let mut qp = sys::ibv_qp { qp_num: 0x1234, ..Default::default() };
+        let qp_ptr: *mut sys::ibv_qp = &mut qp;
+        let ev = decode(sys::IBV_EVENT_QP_ACCESS_ERR, |e| e.element.qp = qp_ptr);
+        assert_eq!(ev, AsyncEvent::QpAccessError { qp_num: 0x1234 });
+        assert_eq!(ev.qp_num(), Some(0x1234));
+        assert_eq!(ev.to_string(), "IBV_EVENT_QP_ACCESS_ERR on QP 0x1234");
+
+        let ev = decode(sys::IBV_EVENT_PORT_ERR, |e| e.element.port_num = 1);
+        assert_eq!(ev, AsyncEvent::PortError { port: 1 });
+        assert_eq!((ev.port(), ev.qp_num()), (Some(1), None));
+
+        let cq = 0xdead_b000usize as *mut sys::ibv_cq;
+        let ev = decode(sys::IBV_EVENT_CQ_ERR, |e| e.element.cq = cq);
+        assert_eq!(ev, AsyncEvent::CqError { cq: HandleId(0xdead_b000) });
+        assert_eq!(ev.name(), "IBV_EVENT_CQ_ERR");
+
+        assert_eq!(decode(sys::IBV_EVENT_DEVICE_FATAL, |_| {}), AsyncEvent::DeviceFatal);
+        let ev = decode(4242, |_| {});
+        assert_eq!(ev, AsyncEvent::Unknown(4242));
+        assert_eq!(ev.to_string(), "unknown (4242)");
     }
 }

@@ -7,6 +7,8 @@
 mod common;
 
 mod basics;
+mod channels;
+mod events;
 mod interop;
 mod odp;
 mod opcodes;
