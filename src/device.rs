@@ -559,3 +559,61 @@ impl<T: Transport> fmt::Debug for IpCsum<T> {
         write!(f, "IpCsum<{}>", T::NAME)
     }
 }
+
+/// Proof, from [`Context::tso`], that the device supports TCP segmentation offload on `T`
+/// queue pairs, with its largest TSO payload. Cannot be built otherwise.
+pub struct TsoCap<T> {
+    max_tso: u32,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for TsoCap<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for TsoCap<T> {}
+impl<T: Transport> fmt::Debug for TsoCap<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TsoCap<{}>(max_tso {})", T::NAME, self.max_tso)
+    }
+}
+
+impl<T> TsoCap<T> {
+    /// The largest payload one TSO work request may carry.
+    pub fn max_tso(&self) -> u32 {
+        self.max_tso
+    }
+}
+
+/// Transports on which `IBV_WR_TSO` exists (ibv_post_send(3) opcode table: UD, RAW_PACKET).
+#[diagnostic::on_unimplemented(
+    message = "TSO is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
+    label = "not allowed on this transport",
+    note = "ibv_post_send(3): IBV_WR_TSO is valid on UD and RAW_PACKET only"
+)]
+pub trait TsoTransport: crate::transport::SupportsTso {}
+impl TsoTransport for UD {}
+impl TsoTransport for RAW_PACKET {}
+
+impl Context {
+    /// `ibv_query_device_ex` → `tso_caps`: a capability for TSO on `T` queue pairs, or `None`
+    /// when the device does not support it there (`supported_qpts` lacks `T`, or `max_tso` is 0).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_query_device_ex` and its errno.
+    ///
+    /// See ibv_query_device_ex(3).
+    #[doc(alias = "ibv_query_device_ex")]
+    pub fn tso<T: TsoTransport>(&self) -> Result<Option<TsoCap<T>>> {
+        let mut attr = sys::ibv_device_attr_ex::default();
+        // SAFETY: the context is open; no input struct; `attr` is a valid out-pointer.
+        let ret = unsafe { sys::ibv_query_device_ex(self.as_ptr(), std::ptr::null(), &mut attr) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::QueryDeviceEx, format!("device {}", self.inner.name), ret));
+        }
+        let t = attr.tso_caps;
+        let supported = t.max_tso > 0 && t.supported_qpts & (1u32 << T::QP_TYPE) != 0;
+        Ok(supported.then_some(TsoCap { max_tso: t.max_tso, _t: PhantomData }))
+    }
+}

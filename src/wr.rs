@@ -26,7 +26,7 @@ use typed_verbs_sys as sys;
 
 use crate::access::{AccessSet, HasRemoteAtomic, HasRemoteRead, HasRemoteWrite, WindowOn, WindowRights};
 use crate::ah::Ah;
-use crate::device::IpCsum;
+use crate::device::{IpCsum, TsoCap, TsoTransport};
 use crate::error::{Error, Result};
 use crate::mr::{LocalSink, LocalSource, Mr, OdpTag, RemoteSlice};
 use crate::mw::{inc_rkey, BoundByWr, BoundMw, Invalidatable, Mw, MwType, PendingBind, PendingUnbind};
@@ -699,6 +699,55 @@ impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     }
 }
 impl<K: MwType, R: WindowRights, T: SupportsLocalInv> SendWr<T> for LocalInv<'_, K, R> {}
+
+/// `IBV_WR_TSO`: TCP segmentation offload of `payload` behind `header`, cut into `mss`-byte
+/// segments by the device. UD and RAW_PACKET only, and only with the [`TsoCap`] the device
+/// query gives where it supports TSO.
+#[derive(Debug)]
+pub struct Tso<'h, L, T: Transport> {
+    payload: L,
+    header: &'h [u8],
+    mss: u16,
+    cap: TsoCap<T>,
+}
+
+impl<'h, L: LocalSource, T: TsoTransport> Tso<'h, L, T> {
+    /// Segments `payload` (at most `cap.max_tso()` bytes, checked when posting) into `mss`-byte
+    /// segments, each sent behind a copy of `header` (at most 65535 bytes).
+    pub fn new(payload: L, header: &'h [u8], mss: u16, cap: TsoCap<T>) -> Self {
+        Tso { payload, header, mss, cap }
+    }
+}
+
+impl<L, T: Transport> sealed::Sealed for Tso<'_, L, T> {}
+impl<L: LocalSource, T: TsoTransport> SendRequest for Tso<'_, L, T> {
+    type Buffers = L;
+    fn build(&self, raw: &mut RawSendWr) -> Result<()> {
+        let hdr_sz = u16::try_from(self.header.len())
+            .map_err(|_| Error::invalid("ibv_post_send (TSO)", "the header is longer than 65535 bytes"))?;
+        let len = self.payload.sge().length;
+        if len > self.cap.max_tso() || self.mss == 0 {
+            return Err(Error::invalid(
+                "ibv_post_send (TSO)",
+                format!("payload {len} bytes (max_tso {}), mss {}", self.cap.max_tso(), self.mss),
+            ));
+        }
+        raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
+        raw.wr.opcode = sys::IBV_WR_TSO;
+        raw.wr.__bindgen_anon_2.tso = sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_2 {
+            hdr: self.header.as_ptr() as *mut std::ffi::c_void,
+            hdr_sz,
+            mss: self.mss,
+        };
+        raw.local(&self.payload, sys::IBV_ODP_SUPPORT_SEND);
+        Ok(())
+    }
+    fn into_buffers(self) -> L {
+        self.payload
+    }
+}
+// The capability is for one transport: the request is valid on that one only.
+impl<L: LocalSource, T: TsoTransport> SendWr<T> for Tso<'_, L, T> {}
 
 /// A send work request without `IBV_SEND_SIGNALED`.
 #[derive(Debug)]

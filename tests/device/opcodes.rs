@@ -318,3 +318,17 @@ fn queue_sizes_above_the_device_limits_are_typed_errors() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn tso_capability_is_what_the_device_reports() {
+    let r = rig();
+    let ud = r._ctx.tso::<UD>().expect("ibv_query_device_ex");
+    let raw = r._ctx.tso::<RAW_PACKET>().expect("ibv_query_device_ex");
+    if r._ctx.query_device().unwrap().is_soft_roce() {
+        // rxe reports no TCP segmentation offload: no `Tso` request can be built there.
+        assert!(ud.is_none() && raw.is_none(), "{ud:?} {raw:?}");
+    }
+    if let Some(cap) = ud {
+        assert!(cap.max_tso() > 0);
+    }
+}
