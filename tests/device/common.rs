@@ -95,3 +95,23 @@ pub fn fill<A: typed_verbs::access::PeerCannotWrite>(mr: &mut Mr<A>, seed: u8) {
         *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
     }
 }
+
+/// [`connect_rc`] with the RTR and RTS attributes adjusted by `rtr` and `rts` (timers, retry
+/// counts, path MTU), for the tests of the failure paths.
+pub fn connect_rc_with(
+    qp: Qp<RC, RESET>,
+    access: QpAccess,
+    me: &Endpoint,
+    peer: &Endpoint,
+    rtr: impl FnOnce(&mut RcRtr),
+    rts: impl FnOnce(&mut RcRts),
+) -> Qp<RC, RTS> {
+    let qp = qp.to_init(&ConnectedInit::new(PORT, access)).expect("RESET->INIT");
+    let av = AddressVector::global(PORT, peer.gid, gid_index() as u8);
+    let mut rtr_attr = RcRtr::new(av, peer.qp_num, peer.psn);
+    rtr(&mut rtr_attr);
+    let qp = qp.to_rtr(&rtr_attr).expect("INIT->RTR");
+    let mut rts_attr = RcRts::new(me.psn);
+    rts(&mut rts_attr);
+    qp.to_rts(&rts_attr).expect("RTR->RTS")
+}

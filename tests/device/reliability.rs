@@ -1,0 +1,583 @@
+//! The bad flows of RC that safe code can still reach (../shared/notes/softroce.md, "Expected
+//! error outcomes on rxe"): receiver not ready, dead peer, a peer process killed mid-transfer,
+//! a receive buffer too small, atomics without the rights, a path MTU above the port's, and
+//! registrations and queues of impossible sizes. Each asserts the exact completion status or
+//! typed error, every wait is bounded, and where a QP breaks, the test recovers it (reset,
+//! reconnect with fresh PSNs) and moves data again.
+
+use std::io::{BufRead, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use typed_verbs::device::Mtu;
+use typed_verbs::prelude::*;
+use typed_verbs::qp::ObservedState;
+use typed_verbs::wc::CompletionSource;
+
+use crate::common::*;
+
+/// How long a test waits for the first error completion of a broken connection.
+const ERROR_BOUND: Duration = Duration::from_secs(10);
+
+/// What the RNR and dead-peer tests assert their error took. The configured timers give
+/// milliseconds (measured on rxe under QEMU/TCG: RNR_RETRY_EXC_ERR after ~9 ms, RETRY_EXC_ERR
+/// after ~30 ms); the margin is for a loaded emulator.
+const TIMER_BOUND: Duration = Duration::from_secs(2);
+
+/// Waits (bounded) until `qp` is observed in `want`: rxe writes the error completion before it
+/// moves the QP to ERR (rxe_comp.c: `do_complete` then `rxe_qp_error`), so a query right after
+/// the completion may still see RTS for a moment.
+fn wait_state<T: typed_verbs::transport::Transport, S: typed_verbs::transport::QpState>(
+    qp: &Qp<T, S>,
+    want: ObservedState,
+) -> (ObservedState, Duration) {
+    let start = Instant::now();
+    loop {
+        let st = qp.query_state().expect("ibv_query_qp");
+        if st == want || start.elapsed() > Duration::from_secs(5) {
+            return (st, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Resets both QPs of a broken connection and connects them again with fresh PSNs, default
+/// timers; returns them in RTS.
+fn reconnect(a: Qp<RC, RTS>, b: Qp<RC, RTS>, access: QpAccess, psn_a: u32, psn_b: u32) -> (Qp<RC, RTS>, Qp<RC, RTS>) {
+    let a = a.reset().expect("reset a");
+    let b = b.reset().expect("reset b");
+    assert_eq!(a.query_state().unwrap(), ObservedState::Reset);
+    assert_eq!(a.outstanding(), (0, 0));
+    let ea = a.endpoint(PORT, gid_index(), psn_a).unwrap();
+    let eb = b.endpoint(PORT, gid_index(), psn_b).unwrap();
+    (connect_rc(a, access, &ea, &eb), connect_rc(b, access, &eb, &ea))
+}
+
+/// One SEND of `len` bytes from `a` to `b` (a receive posted first); asserts both completions
+/// succeed and the bytes arrived.
+fn send_ok(pd: &Pd, a: &Qp<RC, RTS>, b: &Qp<RC, RTS>, len: usize, seed: u8) {
+    let mut src = pd.alloc_mr(len, access::LOCAL_READ).unwrap();
+    fill(&mut src, seed);
+    let mut dst = pd.alloc_mr(len, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let r = s.post_recv(b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(a, Send::new(src.slice(..).unwrap())).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::Send), "{c:?}");
+        let (c, _) = s.wait(r, WAIT).unwrap();
+        assert_eq!((c.status(), c.byte_len() as usize), (WcStatus::Success, len), "{c:?}");
+    })
+    .unwrap();
+    assert_eq!(dst.as_slice(), src.as_slice());
+}
+
+// --- receiver not ready ---------------------------------------------------------------------
+
+#[test]
+fn rnr_retry_exceeded_then_flush_then_reset_and_reconnect() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let ea = a.endpoint(PORT, gid_index(), 0x10).unwrap();
+    let eb = b.endpoint(PORT, gid_index(), 0x20).unwrap();
+    // The sender gives up after one RNR retry; the responder asks for the shortest RNR wait
+    // (timer code 1: 0.01 ms) in its RNR NAKs.
+    let a = connect_rc_with(a, QpAccess::empty(), &ea, &eb, |_| {}, |rts| rts.rnr_retry = 1);
+    let b = connect_rc_with(b, QpAccess::empty(), &eb, &ea, |rtr| rtr.min_rnr_timer = 1, |_| {});
+    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    fill(&mut src, 1);
+
+    // No receive posted at b.
+    let started = Instant::now();
+    let (first, elapsed, flushed) = scope(|s| {
+        let t = s.post_send(&a, Send::new(src.slice(..).unwrap())).unwrap();
+        let (c, view) = s.wait(t, ERROR_BOUND).expect("the RNR error completes within the bound");
+        let elapsed = started.elapsed();
+        // The QP went to ERR behind its type: a later post is accepted and flushed.
+        let t = s.post_send(&a, Send::new(view)).unwrap();
+        let (flushed, _view) = s.wait(t, WAIT).unwrap();
+        (c, elapsed, flushed)
+    })
+    .unwrap();
+    eprintln!("RNR: {:?} after {elapsed:?}", first.status());
+    assert_eq!(first.status(), WcStatus::RnrRetryExcErr, "{first:?}");
+    assert_eq!(first.qp_num(), a.qp_num());
+    assert!(elapsed < TIMER_BOUND, "{elapsed:?}");
+    assert_eq!(flushed.status(), WcStatus::WrFlushErr, "{flushed:?}");
+    let (state, after) = wait_state(&a, ObservedState::Err);
+    assert_eq!(state, ObservedState::Err, "the sender is in ERR after RNR_RETRY_EXC_ERR");
+    eprintln!("RNR: sender observed in ERR {after:?} after the completion was consumed");
+    assert_eq!(b.query_state().unwrap(), ObservedState::Rts, "the responder is not affected");
+    assert_eq!(a.outstanding(), (0, 0));
+
+    // Recover: reset both, reconnect with fresh PSNs, traffic resumes.
+    let (a, b) = reconnect(a, b, QpAccess::empty(), 0x1234, 0x5678);
+    send_ok(&pd, &a, &b, 64, 2);
+    send_ok(&pd, &b, &a, 100, 3);
+    assert_eq!(a.query_state().unwrap(), ObservedState::Rts);
+}
+
+// --- dead peer ------------------------------------------------------------------------------
+
+#[test]
+fn dead_peer_retry_exceeded_hands_the_buffers_back_then_reconnect_to_a_new_peer() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let ea = a.endpoint(PORT, gid_index(), 0x100).unwrap();
+    let eb = b.endpoint(PORT, gid_index(), 0x200).unwrap();
+    // ACK timeout code 10 (4.096 us * 2^10 = 4.2 ms), one retry: 8.4 ms configured.
+    let a = connect_rc_with(
+        a,
+        QpAccess::empty(),
+        &ea,
+        &eb,
+        |_| {},
+        |rts| {
+            rts.timeout = 10;
+            rts.retry_cnt = 1;
+        },
+    );
+    let b = connect_rc(b, QpAccess::REMOTE_WRITE, &eb, &ea);
+    let target = pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
+    let remote = target.remote(..256).unwrap();
+    drop(b); // the peer QP is destroyed: nothing answers a's packets any more
+
+    let mut chunks = pd.alloc_mr(2 * 256, access::LOCAL_RW).unwrap().into_chunks(256).unwrap();
+    let mut chunk = chunks.pop().unwrap();
+    chunk.as_mut_slice().fill(0xab);
+    let addr = chunk.addr();
+    let mut view_mr = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    fill(&mut view_mr, 4);
+
+    let started = Instant::now();
+    let token = a.post_send_owned(Write::new(chunk, remote)).unwrap();
+    let (c, chunk) = token.wait(ERROR_BOUND).expect("RETRY_EXC_ERR within the bound");
+    let elapsed = started.elapsed();
+    eprintln!("dead peer: {:?} after {elapsed:?} (configured: 4.096 us * 2^10 * 2 = 8.4 ms)", c.status());
+    assert_eq!(c.status(), WcStatus::RetryExcErr, "{c:?}");
+    assert_eq!(c.source(), CompletionSource::Own);
+    // Measured ~30 ms on rxe under TCG (rxe's retransmit timer counts whole jiffies).
+    assert!(elapsed < TIMER_BOUND, "{elapsed:?}");
+    // The owned buffer comes back with the error completion, usable.
+    assert_eq!(chunk.addr(), addr);
+    assert!(chunk.as_slice().iter().all(|&x| x == 0xab));
+    // A scoped view posted after the failure comes back with a flush.
+    scope(|s| {
+        let t = s.post_send(&a, Send::new(view_mr.slice(..).unwrap())).unwrap();
+        let (c, view) = s.wait(t, WAIT).unwrap();
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+        assert_eq!(view.len(), 64);
+    })
+    .unwrap();
+    assert_eq!(wait_state(&a, ObservedState::Err).0, ObservedState::Err);
+    view_mr.as_mut_slice().fill(5); // the view's region is ours again
+
+    // Reconnect a to a new peer (fresh PSNs on both sides) and move data both ways.
+    let a = a.reset().expect("reset");
+    let c_qp = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let ea = a.endpoint(PORT, gid_index(), 0x300).unwrap();
+    let ec = c_qp.endpoint(PORT, gid_index(), 0x400).unwrap();
+    let a = connect_rc(a, QpAccess::empty(), &ea, &ec);
+    let c_qp = connect_rc(c_qp, QpAccess::REMOTE_WRITE, &ec, &ea);
+    send_ok(&pd, &a, &c_qp, 200, 6);
+    let token = a.post_send_owned(Write::new(chunk, target.remote(..256).unwrap())).unwrap();
+    let (c, _chunk) = token.wait(WAIT).unwrap();
+    assert_eq!(c.status(), WcStatus::Success, "{c:?}");
+    let mut got = [0u8; 256];
+    target.read_volatile_into(0, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 0xab));
+    drop(chunks);
+}
+
+/// The same dead peer, but the retry timers outlast the scope's drain: the scope cannot wait for
+/// the error completion, so it flushes the QP, forces it to RESET and reports `QpBroken`; the
+/// buffer is free when `scope` returns, the QP refuses posts until it is reset and reconnected.
+#[test]
+fn a_scope_that_cannot_drain_a_dead_peer_breaks_the_qp_until_it_is_reset() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let ea = a.endpoint(PORT, gid_index(), 0x900).unwrap();
+    let eb = b.endpoint(PORT, gid_index(), 0xa00).unwrap();
+    // ACK timeout code 20 (4.3 s), 7 retries: RETRY_EXC_ERR only after ~34 s.
+    let a = connect_rc_with(a, QpAccess::empty(), &ea, &eb, |_| {}, |rts| rts.timeout = 20);
+    let b = connect_rc(b, QpAccess::REMOTE_WRITE, &eb, &ea);
+    let target = pd.alloc_mr(256, access::REMOTE_RW).unwrap();
+    let remote = target.remote(..).unwrap();
+    drop(b);
+    let mut src = pd.alloc_mr(256, access::LOCAL_READ).unwrap();
+    fill(&mut src, 10);
+
+    let started = Instant::now();
+    let r = scope_with_timeout(Duration::from_millis(500), |s| {
+        let _dropped = s.post_send(&a, Write::new(src.slice(..).unwrap(), remote)).unwrap();
+        "the closure's result is lost"
+    });
+    let took = started.elapsed();
+    eprintln!("undrainable scope returned {r:?} after {took:?}");
+    match r {
+        Err(Error::QpBroken { qp_num }) => assert_eq!(qp_num, a.qp_num()),
+        other => panic!("expected QpBroken, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(10), "drain 0.5 s + flush wait at most 5 s: {took:?}");
+    src.as_mut_slice().fill(11); // the device no longer uses it
+    assert_eq!(a.outstanding(), (0, 0));
+    assert_eq!(a.query_state().unwrap(), ObservedState::Reset, "the drain forced the QP to RESET");
+    // Its type still says RTS, but it refuses posts until reset.
+    scope(|s| match s.post_send(&a, Send::new(src.slice(..).unwrap())) {
+        Err(e) => assert!(matches!(e.error, Error::QpBroken { .. }), "{:?}", e.error),
+        Ok(_) => panic!("a broken QP accepted a post"),
+    })
+    .unwrap();
+    let a = a.reset().expect("reset");
+    let c_qp = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let ea = a.endpoint(PORT, gid_index(), 0xb00).unwrap();
+    let ec = c_qp.endpoint(PORT, gid_index(), 0xc00).unwrap();
+    let a = connect_rc(a, QpAccess::empty(), &ea, &ec);
+    let c_qp = connect_rc(c_qp, QpAccess::empty(), &ec, &ea);
+    send_ok(&pd, &a, &c_qp, 128, 12);
+}
+
+// --- peer process killed mid-transfer -------------------------------------------------------
+
+/// Our example `name`, next to this test binary (`target/<profile>/examples/<name>`), as
+/// interop.rs finds it.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the path of the test binary");
+    let mut candidates = Vec::new();
+    if let Some(profile_dir) = exe.parent().and_then(Path::parent) {
+        candidates.push(profile_dir.join("examples").join(name));
+    }
+    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples").join(name));
+    candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| {
+        panic!("example `{name}` not found (looked at {candidates:?}): run `cargo build --examples` first")
+    })
+}
+
+/// A child process whose output (stdout and stderr) is collected; killed when dropped.
+struct Watched {
+    child: Child,
+    output: Arc<Mutex<String>>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Watched {
+    fn spawn(program: &Path, args: &[String]) -> Watched {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        let output = Arc::new(Mutex::new(String::new()));
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        let out = Arc::clone(&output);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                out.lock().unwrap().push_str(&format!("{line}\n"));
+                let _ = tx.send(line);
+            }
+        });
+        let mut stderr = child.stderr.take().unwrap();
+        let out = Arc::clone(&output);
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            out.lock().unwrap().push_str(&format!("[stderr]\n{s}"));
+        });
+        Watched { child, output, lines }
+    }
+
+    fn output(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+
+    fn wait_for_line(&mut self, needle: &str, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.contains(needle) => return Ok(()),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(format!("stdout closed before {needle:?}")),
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Ok(Some(st)) = self.child.try_wait() {
+                        return Err(format!("exited ({st}) before printing {needle:?}"));
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("did not print {needle:?} within {within:?}"));
+            }
+        }
+    }
+
+    /// Waits at most `within` for the exit; the status and how long it took.
+    fn wait_exit(&mut self, within: Duration) -> Option<(std::process::ExitStatus, Duration)> {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                // Let the reader threads collect the last output.
+                std::thread::sleep(Duration::from_millis(200));
+                return Some((st, start.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// True once some socket listens on TCP `port` (from /proc/net/tcp{,6}; connecting to find out
+/// would take the C server's one accept).
+fn listening(port: u16) -> bool {
+    let suffix = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        let table = std::fs::read_to_string(f).unwrap_or_default();
+        table.lines().skip(1).any(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            fields.len() > 3 && fields[1].ends_with(&suffix) && fields[3] == "0A"
+        })
+    })
+}
+
+#[test]
+fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
+    const TCP_PORT: u16 = 18631;
+    const CLIENT_TIMEOUT_S: u64 = 5;
+    let common: Vec<String> = vec![
+        "-d".into(),
+        device_name(),
+        "-g".into(),
+        gid_index().to_string(),
+        "-p".into(),
+        TCP_PORT.to_string(),
+        "-n".into(),
+        "1000000".into(),
+    ];
+    let c_tool = ["/usr/bin/ibv_rc_pingpong", "/usr/local/bin/ibv_rc_pingpong"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("ibv_rc_pingpong (ibverbs-utils) is installed");
+    let mut server = Watched::spawn(&c_tool, &common);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !listening(TCP_PORT) {
+        assert!(Instant::now() < deadline, "ibv_rc_pingpong never listened on {TCP_PORT}:\n{}", server.output());
+        if let Ok(Some(st)) = server.child.try_wait() {
+            panic!("ibv_rc_pingpong exited early ({st}):\n{}", server.output());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut args = common.clone();
+    args.extend(["--timeout".into(), CLIENT_TIMEOUT_S.to_string(), "127.0.0.1".into()]);
+    let mut client = Watched::spawn(&example("rc_pingpong"), &args);
+    if let Err(e) = client.wait_for_line("remote address", Duration::from_secs(60)) {
+        panic!("our client did not connect: {e}\n{}\n--- server:\n{}", client.output(), server.output());
+    }
+    // Let the ping-pong run, then kill the server mid-transfer.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(server.child.try_wait().unwrap().is_none(), "the server finished already:\n{}", server.output());
+    server.child.kill().expect("kill the C server");
+    let _ = server.child.wait();
+    // Bound: the client's completion timeout, plus the scope's 1 s drain and the flush.
+    let bound = Duration::from_secs(CLIENT_TIMEOUT_S + 20);
+    let Some((status, took)) = client.wait_exit(bound) else {
+        panic!("our client did not exit within {bound:?} of the server's death:\n{}", client.output());
+    };
+    let out = client.output();
+    eprintln!("client exited {status} {took:?} after the kill:\n{out}");
+    assert!(!status.success(), "our client must fail:\n{out}");
+    assert_eq!(status.code(), Some(1), "{out}");
+    let err_line =
+        out.lines().find(|l| l.starts_with("rc_pingpong: ")).unwrap_or_else(|| panic!("no error line:\n{out}"));
+    // Two outcomes, depending on where the kill lands: the client's SEND is never ACKed
+    // (RETRY_EXC_ERR after 7 retries of its 67 ms timer), or the client waits for the server's
+    // next message, which never comes (its receive wait times out after --timeout; a receiver
+    // cannot detect a dead peer in RC). Either way the scope then forces the QP to RESET.
+    let send_failed = err_line.contains(": work request on QP") && err_line.contains("completed with RetryExcErr");
+    let recv_timed_out = err_line
+        .contains(&format!("timed out after {CLIENT_TIMEOUT_S}s waiting for the completion of receive request"));
+    assert!(send_failed || recv_timed_out, "unexpected failure: {err_line}");
+    assert!(err_line.contains("forced to RESET"), "{err_line}");
+    assert!(took < bound, "{took:?}");
+}
+
+// --- receive buffer too small ---------------------------------------------------------------
+
+#[test]
+fn rc_receive_buffer_too_small_fails_both_sides() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    fill(&mut src, 7);
+    let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let (sent, received) = scope(|s| {
+        let r = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..16).unwrap())).unwrap();
+        let t = s.post_send(&p.a, Send::new(src.slice(..64).unwrap())).unwrap();
+        let (sent, _) = s.wait(t, ERROR_BOUND).unwrap();
+        let (received, _) = s.wait(r, ERROR_BOUND).unwrap();
+        (sent, received)
+    })
+    .unwrap();
+    eprintln!("too small: sender {:?}, receiver {:?}", sent.status(), received.status());
+    // softroce.md (from rdma-core's tests) expects REM_INV_REQ_ERR on both sides. Observed on
+    // rxe (kernel 6.12): REM_OP_ERR at the sender and LOC_QP_OP_ERR on the receiver's receive,
+    // the pair rxe_resp.c uses for a "malformed WQE" (class A error) rather than the length
+    // error (REM_INV_REQ_ERR) path: the overlong SEND fails the copy into the receive's
+    // scatter list with an errno other than ENOSPC.
+    assert_eq!(sent.status(), WcStatus::RemOpErr, "{sent:?}");
+    assert_eq!(received.status(), WcStatus::LocQpOpErr, "{received:?}");
+    assert_eq!(wait_state(&p.a, ObservedState::Err).0, ObservedState::Err);
+    assert_eq!(wait_state(&p.b, ObservedState::Err).0, ObservedState::Err);
+    assert_eq!((p.a.outstanding(), p.b.outstanding()), ((0, 0), (0, 0)));
+    // Recover and send what fits.
+    let (a, b) = reconnect(p.a, p.b, QpAccess::empty(), 0x77, 0x88);
+    send_ok(&pd, &a, &b, 16, 8);
+}
+
+// --- atomics without the rights -------------------------------------------------------------
+
+/// A FAA from a to `remote` on a pair whose responder grants `access`; its status.
+fn faa_status(
+    access_b: QpAccess,
+    target_rights: impl FnOnce(&Pd) -> (Box<dyn std::any::Any>, RemoteSlice<access::RemoteAll>),
+) -> WcStatus {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let ea = a.endpoint(PORT, gid_index(), 0x500).unwrap();
+    let eb = b.endpoint(PORT, gid_index(), 0x600).unwrap();
+    let a = connect_rc(a, QpAccess::empty(), &ea, &eb);
+    let b = connect_rc(b, access_b, &eb, &ea);
+    let (_keep, remote) = target_rights(&pd);
+    let mut result = pd.alloc_mr(8, access::LOCAL_RW).unwrap();
+    let c = scope(|s| {
+        let t = s.post_send(&a, FetchAdd::new(result.slice_mut(..).unwrap(), remote, 1)).unwrap();
+        s.wait(t, ERROR_BOUND).unwrap().0
+    })
+    .unwrap();
+    assert_eq!(wait_state(&a, ObservedState::Err).0, ObservedState::Err, "{c:?}");
+    let _ = b;
+    c.status()
+}
+
+#[test]
+fn atomic_on_a_region_without_remote_atomic_is_a_remote_access_error() {
+    // The rkey of a REMOTE_RW region, claimed on the wire to carry REMOTE_ATOMIC: the type
+    // cannot know, the responder checks.
+    let status = faa_status(QpAccess::REMOTE_ATOMIC | QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, |pd| {
+        let mr = pd.alloc_mr(64, access::REMOTE_RW).unwrap();
+        let forged = RemoteSlice::<access::RemoteAll>::from_wire(mr.addr(), 8, mr.remote(..).unwrap().rkey());
+        (Box::new(mr), forged)
+    });
+    assert_eq!(status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn atomic_towards_a_qp_without_remote_atomic_access_is_a_remote_invalid_request() {
+    let status = faa_status(QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, |pd| {
+        let mr = pd.alloc_mr(64, access::REMOTE_ALL).unwrap();
+        let remote = mr.remote(0..8).unwrap();
+        (Box::new(mr), remote)
+    });
+    assert_eq!(status, WcStatus::RemInvReqErr);
+}
+
+// --- path MTU above the port's --------------------------------------------------------------
+
+#[test]
+fn a_path_mtu_above_the_port_mtu_is_refused_and_the_qp_stays_in_init() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let active = ctx.query_port(PORT).unwrap().active_mtu().expect("an active MTU");
+    assert!(active < Mtu::Mtu4096, "this test needs a port MTU below 4096 (rxe over veth: 1024), got {active:?}");
+    let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let ea = a.endpoint(PORT, gid_index(), 0x700).unwrap();
+    let eb = b.endpoint(PORT, gid_index(), 0x800).unwrap();
+    let a = a.to_init(&ConnectedInit::new(PORT, QpAccess::empty())).unwrap();
+    let av = AddressVector::global(PORT, eb.gid, gid_index() as u8);
+    let too_big = RcRtr { path_mtu: Mtu::Mtu4096, ..RcRtr::new(av, eb.qp_num, eb.psn) };
+    let e = a.to_rtr(&too_big).expect_err("path MTU 4096 above the port's");
+    match &e.error {
+        Error::InvalidArgument { verb, reason } => {
+            assert_eq!(*verb, "ibv_modify_qp");
+            assert!(reason.contains("4096") && reason.contains(&active.bytes().to_string()), "{reason}");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    let a = e.qp;
+    assert_eq!(a.query_state().unwrap(), ObservedState::Init, "the QP is handed back in INIT");
+    // The same QP now transitions with the port's MTU and carries traffic.
+    let a = a.to_rtr(&RcRtr { path_mtu: active, ..too_big }).unwrap().to_rts(&RcRts::new(ea.psn)).unwrap();
+    let b = connect_rc(b, QpAccess::empty(), &eb, &ea);
+    send_ok(&pd, &a, &b, 3000, 9); // several MTU-sized packets
+}
+
+// --- impossible sizes -----------------------------------------------------------------------
+// basics.rs covers a zero-length region and CQs of 0 and max_cqe + 1 entries.
+
+#[test]
+fn impossible_sizes_are_typed_errors() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    // 1 PiB: more than the address space; the allocation fails, no abort.
+    match pd.alloc_mr(1 << 50, access::LOCAL_RW) {
+        Err(Error::Verb { verb: Verb::RegMr, source, .. }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::OutOfMemory, "{source}")
+        }
+        other => panic!("1 PiB region: {other:?}"),
+    }
+    // A length the allocator cannot even lay out.
+    assert!(matches!(
+        pd.alloc_mr(usize::MAX, access::REMOTE_RW),
+        Err(Error::InvalidArgument { verb: "ibv_reg_mr", .. })
+    ));
+    // Shared receive queues of 0 and above the device's max_srq_wr.
+    let max_srq = ctx.query_device().unwrap().max_srq_wr();
+    for n in [0, max_srq + 1] {
+        assert!(matches!(pd.create_srq(n), Err(Error::InvalidArgument { verb: "ibv_create_srq", .. })), "SRQ of {n}");
+    }
+    // Queue pairs with empty queues.
+    for caps in [QpCaps { max_send_wr: 0, ..QpCaps::default() }, QpCaps { max_recv_sge: 0, ..QpCaps::default() }] {
+        assert!(
+            matches!(
+                pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps)),
+                Err(Error::InvalidArgument { verb: "ibv_create_qp", .. })
+            ),
+            "{caps:?}"
+        );
+    }
+    // Chunks of 0 bytes.
+    let mr = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    assert!(matches!(mr.into_chunks(0), Err(Error::InvalidArgument { verb: "Mr::into_chunks", .. })));
+    // Everything still works afterwards.
+    pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
+    pd.create_srq(16).unwrap();
+}
