@@ -124,6 +124,29 @@ impl Cq {
         self.inner.poll_and_route()
     }
 
+    /// `ibv_poll_cq` of up to `out.len()` completions in one call (batches of at most 16 are
+    /// polled until `out` is full or the CQ is empty). Each completion is routed to the token of
+    /// its request, as every poll does, and a copy is written to `out`: an event loop learns
+    /// which QPs have news, and the tokens still hand over each result exactly once. Returns
+    /// how many were written.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_poll_cq` and its errno.
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
+    pub fn poll_into(&self, out: &mut [Completion]) -> Result<usize> {
+        let mut n = 0;
+        while n < out.len() {
+            let got = self.inner.poll_batch(&mut out[n..])?;
+            if got == 0 {
+                break;
+            }
+            n += got;
+        }
+        Ok(n)
+    }
+
     /// The number of entries the provider granted.
     pub fn capacity(&self) -> u32 {
         self.inner.cqe
@@ -159,22 +182,32 @@ impl CqShared {
     /// Polls one batch and routes every completion to its work queue. Returns how many
     /// completions were polled.
     pub(crate) fn poll_and_route(&self) -> Result<usize> {
+        self.poll_batch(&mut [])
+    }
+
+    /// Polls one batch of at most `POLL_BATCH` (and, when `copy` is not empty, at most
+    /// `copy.len()`) completions, routes each to its work queue and copies it into `copy`.
+    fn poll_batch(&self, copy: &mut [Completion]) -> Result<usize> {
         let routes = lock(&self.routes);
         let mut wcs = [sys::ibv_wc::default(); POLL_BATCH];
-        // SAFETY: the CQ is alive; `wcs` has room for POLL_BATCH entries.
-        let n = unsafe { sys::ibv_poll_cq(self.cq.as_ptr(), POLL_BATCH as i32, wcs.as_mut_ptr()) };
+        let want = if copy.is_empty() { POLL_BATCH } else { copy.len().min(POLL_BATCH) };
+        // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries.
+        let n = unsafe { sys::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr()) };
         if n < 0 {
             return Err(Error::from_ret(Verb::PollCq, format!("CQ on {}", self.ctx.name), n));
         }
         // A provider never returns more than asked; clamp anyway so a faulty one cannot panic us.
-        let n = (n as usize).min(POLL_BATCH);
-        for wc in &wcs[..n] {
+        let n = (n as usize).min(want);
+        for (i, wc) in wcs[..n].iter().enumerate() {
+            let decoded = Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
+            if let Some(slot) = copy.get_mut(i) {
+                *slot = decoded;
+            }
             let target = routes.iter().find(|(num, _)| *num == wc.qp_num).and_then(|(_, w)| w.upgrade());
             // A completion of a QP that no longer exists has nobody to go to.
             if let Some(qp) = target {
-                let c = Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
                 let is_recv = wc.wr_id & RECV_BIT != 0;
-                qp.route(wc.wr_id & !RECV_BIT, is_recv, c);
+                qp.route(wc.wr_id & !RECV_BIT, is_recv, decoded);
             }
         }
         Ok(n)

@@ -37,6 +37,13 @@ impl HandleId {
     }
 }
 
+impl crate::srq::Srq {
+    /// This SRQ's identity in [`AsyncEvent::SrqLimitReached`] and [`AsyncEvent::SrqError`].
+    pub fn handle_id(&self) -> HandleId {
+        HandleId::of(self.as_ptr())
+    }
+}
+
 impl Cq {
     /// This CQ's identity in [`AsyncEvent::CqError`].
     pub fn handle_id(&self) -> HandleId {

@@ -165,7 +165,8 @@ pub enum CompletionSource {
     ForcedReset,
 }
 
-/// A work completion: the decoded `struct ibv_wc` of one work request.
+/// A work completion: the decoded `struct ibv_wc` of one work request. `Default` is an
+/// all-zero placeholder (for arrays that [`Cq::poll_into`](crate::cq::Cq::poll_into) fills).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {
     pub(crate) status: WcStatus,
@@ -181,6 +182,12 @@ pub struct Completion {
     pub(crate) slid: u16,
     pub(crate) sl: u8,
     pub(crate) source: CompletionSource,
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Completion::from_raw(&sys::ibv_wc::default(), 0)
+    }
 }
 
 impl Completion {

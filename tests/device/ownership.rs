@@ -229,3 +229,81 @@ fn an_srq_shared_by_two_qps() {
     assert_eq!(seen, expected, "every message was received exactly once");
     assert_eq!(srq.outstanding(), 0);
 }
+
+#[test]
+fn an_armed_srq_limit_reports_srq_limit_reached() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let srq = pd.create_srq(16).unwrap();
+    let r = pd.create_qp::<RC>(&QpConfig::new(&cq).srq(&srq)).unwrap();
+    let s = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let (es, er) = (s.endpoint(PORT, gid_index(), 7).unwrap(), r.endpoint(PORT, gid_index(), 9).unwrap());
+    let (s, r) = (connect_rc(s, QpAccess::empty(), &es, &er), connect_rc(r, QpAccess::empty(), &er, &es));
+    let chunks = pd.alloc_mr(8 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
+    let mut tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    // Fire when fewer than 4 receives remain posted.
+    srq.arm_limit(4).unwrap();
+    assert!(matches!(srq.arm_limit(16), Err(Error::InvalidArgument { .. })), "the limit must be below max_wr");
+    let mut src = pd.alloc_mr(8, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(1);
+    for _ in 0..5 {
+        scope(|sc| {
+            let t = sc.post_send(&s, Send::new(src.slice(..).unwrap())).unwrap();
+            assert!(sc.wait(t, WAIT).unwrap().0.is_success());
+        })
+        .unwrap();
+    }
+    let ev = ctx.next_async_event(WAIT).expect("the limit event");
+    assert_eq!(ev, typed_verbs::event::AsyncEvent::SrqLimitReached { srq: srq.handle_id() });
+    // The five consumed receives completed on the receiving QP.
+    let mut done = 0;
+    for t in tokens.drain(..) {
+        match t.wait(Duration::from_millis(200)) {
+            Ok((c, _)) => {
+                assert!(c.is_success() && c.qp_num() == r.qp_num(), "{c:?}");
+                done += 1;
+            }
+            Err(e) => drop(e.token),
+        }
+    }
+    assert_eq!(done, 5);
+}
+
+#[test]
+fn poll_into_reports_a_batch_and_the_tokens_still_hand_over_once() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(2);
+    let dst = pd.alloc_mr(64, access::REMOTE_RW).unwrap();
+    scope(|s| {
+        let tokens: Vec<_> = (0..6)
+            .map(|i| {
+                s.post_send(
+                    &p.a,
+                    Write::new(src.slice(i * 8..i * 8 + 8).unwrap(), dst.remote(i * 8..i * 8 + 8).unwrap()),
+                )
+                .unwrap()
+            })
+            .collect();
+        let mut seen = Vec::new();
+        let mut batch = [Completion::default(); 4];
+        let deadline = std::time::Instant::now() + WAIT;
+        while seen.len() < 6 && std::time::Instant::now() < deadline {
+            let n = cq.poll_into(&mut batch).unwrap();
+            assert!(n <= batch.len());
+            seen.extend_from_slice(&batch[..n]);
+        }
+        assert_eq!(seen.len(), 6, "every completion reported once");
+        assert!(seen.iter().all(|c| c.is_success() && c.qp_num() == p.a.qp_num() && c.opcode() == WcOpcode::RdmaWrite));
+        for t in tokens {
+            let (c, _) = s.wait(t, Duration::ZERO).expect("already routed");
+            assert!(c.is_success());
+        }
+        assert_eq!(cq.poll_into(&mut batch).unwrap(), 0);
+    })
+    .unwrap();
+}
