@@ -1,0 +1,1081 @@
+//! `perf`: a perftest-style benchmark of this library, on one device in loopback.
+//!
+//! ```text
+//! perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
+//!      [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH]
+//!      [-o OUT_READS] [--spin] [--timeout SECS] [--json] [--quiet]
+//! ```
+//!
+//! Each test connects pairs of RC queue pairs on the same device to each other (QP a_i <-> b_i)
+//! and runs perftest's loop with this library's API: `scope`, `post_send`/`post_recv` and
+//! `wait`, legacy `ibv_post_send` underneath, no inline data, one work request per post.
+//! - `write_bw`, `read_bw`: one thread posts on the a_i and keeps at most TX_DEPTH requests
+//!   outstanding per QP; every CQ_MOD-th request (and the last) is signaled; when the window
+//!   is full it waits for the oldest signaled completion, which also completes the unsignaled
+//!   requests before it (perftest's `run_iter_bw`). The b_i side is passive, as perftest's
+//!   server is for WRITE and READ.
+//! - `send_bw`: the same sender, plus a receiver thread (perftest's server process) that keeps
+//!   RX_DEPTH receives posted on every b_i and reposts each one as it completes.
+//! - `write_lat`, `send_lat`: ping-pong between two threads (perftest's two processes); the
+//!   measuring thread records the time of each post; reported latency is half the interval
+//!   between consecutive posts (perftest's `run_iter_lat_write` / `run_iter_lat_send`).
+//!
+//! Completions are awaited with `Scope::wait`, which polls the CQ and yields the CPU
+//! (`sched_yield`) after every empty poll; `--spin` instead busy-polls `Cq::progress` without
+//! yielding, as perftest's loops poll `ibv_poll_cq`. The send queue is created with at least
+//! 2 x CQ_MOD entries, so that the library's automatic signaling (every depth/2-th request of an
+//! unsignaled run) never changes perftest's signaling pattern (`send_queue_depth`).
+//!
+//! Output: perftest's result table (`#bytes #iterations BW peak[MB/sec] BW average[MB/sec]
+//! MsgRate[Mpps]`, or `t_min t_max t_typical t_avg t_stdev 99% 99.9%` in usec), and with `--json`
+//! one JSON object as the last line of stdout. Progress goes to stderr on long runs. Every wait
+//! is bounded (`--timeout`, default 30 s). Formulas: `examples/perf/report.rs`.
+//!
+//! Defaults are perftest's: size 65536 (bw) / 2 (lat), 5000 (write_bw) / 1000 iterations, TX_DEPTH
+//! 128 (bw) / 1 (lat), CQ_MOD 100 (1 above 8 KiB unless given; at most TX_DEPTH), RX_DEPTH 512,
+//! OUT_READS the device maximum. Device: `-d`, else `$TYPED_VERBS_DEVICE`, else the first one;
+//! GID index: `-x`, else `$TYPED_VERBS_GID_INDEX`, else 1.
+//!
+//! `scripts/bench` runs it next to perftest on Soft-RoCE; see `BENCHMARKS.md`.
+
+#[path = "perf/report.rs"]
+mod report;
+
+use std::collections::VecDeque;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use typed_verbs::prelude::*;
+use typed_verbs::scope::{Completes, WaitError};
+use typed_verbs::Error;
+
+use report::{BwRun, Json};
+
+type Result<T> = typed_verbs::Result<T>;
+
+const PORT: u8 = 1;
+/// Slice of a wait while the other thread may have decided to stop.
+const SLICE: Duration = Duration::from_millis(20);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Test {
+    WriteBw,
+    SendBw,
+    ReadBw,
+    WriteLat,
+    SendLat,
+}
+
+impl Test {
+    fn parse(s: &str) -> Option<Test> {
+        Some(match s {
+            "write_bw" => Test::WriteBw,
+            "send_bw" => Test::SendBw,
+            "read_bw" => Test::ReadBw,
+            "write_lat" => Test::WriteLat,
+            "send_lat" => Test::SendLat,
+            _ => return None,
+        })
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Test::WriteBw => "write_bw",
+            Test::SendBw => "send_bw",
+            Test::ReadBw => "read_bw",
+            Test::WriteLat => "write_lat",
+            Test::SendLat => "send_lat",
+        }
+    }
+    fn title(self) -> &'static str {
+        match self {
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::SendBw => "Send BW Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+            Test::SendLat => "Send Latency Test",
+        }
+    }
+    fn is_bw(self) -> bool {
+        matches!(self, Test::WriteBw | Test::SendBw | Test::ReadBw)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Params {
+    test: Test,
+    device: String,
+    gid_index: u32,
+    size: usize,
+    /// Per QP (bandwidth) or ping-pongs (latency); `u64::MAX` in duration mode.
+    iters: u64,
+    duration: Option<Duration>,
+    qps: usize,
+    cq_mod: u64,
+    tx_depth: usize,
+    rx_depth: usize,
+    out_reads: Option<u8>,
+    timeout: Duration,
+    /// Wait by spinning on `Cq::progress` instead of `Scope::wait`'s poll-and-yield loop.
+    spin: bool,
+    json: bool,
+    quiet: bool,
+}
+
+const USAGE: &str = "usage: perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
+            [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH] [-o OUT_READS]
+            [--spin] [--timeout SECS] [--json] [--quiet]
+Loopback on one device: RC queue pairs connected to each other (see the source's header).";
+
+fn bad(reason: impl Into<String>) -> Error {
+    Error::InvalidArgument { verb: "perf", reason: reason.into() }
+}
+
+fn parse_args(args: &[String]) -> Result<Params> {
+    let mut it = args.iter();
+    let test = match it.next().map(String::as_str) {
+        Some("-h") | Some("--help") | None => {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        Some(t) => Test::parse(t).ok_or_else(|| bad(format!("unknown test {t:?}\n{USAGE}")))?,
+    };
+    let (mut device, mut gid, mut size, mut iters, mut dur) = (None, None, None, None, None);
+    let (mut qps, mut cq_mod, mut tx, mut rx, mut out_reads) = (1usize, None, None, 512usize, None);
+    let (mut timeout, mut json, mut quiet, mut spin) = (30.0f64, false, false, false);
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| it.next().cloned().ok_or_else(|| bad(format!("{name} needs a value")));
+        fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T> {
+            v.parse().map_err(|_| bad(format!("bad value for {flag}: {v:?}")))
+        }
+        match a.as_str() {
+            "-d" | "--ib-dev" => device = Some(val(a)?),
+            "-x" | "--gid-index" => gid = Some(num::<u32>(a, val(a)?)?),
+            "-s" | "--size" => size = Some(num::<usize>(a, val(a)?)?),
+            "-n" | "--iters" => iters = Some(num::<u64>(a, val(a)?)?),
+            "-D" | "--duration" => dur = Some(num::<f64>(a, val(a)?)?),
+            "-q" | "--qp" => qps = num(a, val(a)?)?,
+            "-Q" | "--cq-mod" => cq_mod = Some(num::<u64>(a, val(a)?)?),
+            "-t" | "--tx-depth" => tx = Some(num::<usize>(a, val(a)?)?),
+            "-r" | "--rx-depth" => rx = num(a, val(a)?)?,
+            "-o" | "--outs" => out_reads = Some(num::<u8>(a, val(a)?)?),
+            "--timeout" => timeout = num(a, val(a)?)?,
+            "--json" => json = true,
+            "--spin" => spin = true,
+            "--quiet" => quiet = true,
+            "-F" | "--CPU-freq" => {} // perftest's flag; nothing to silence here
+            other => return Err(bad(format!("unknown option {other:?}\n{USAGE}"))),
+        }
+    }
+    if iters.is_some() && dur.is_some() {
+        return Err(bad("-n and -D are exclusive"));
+    }
+    let bw = test.is_bw();
+    let size = size.unwrap_or(if bw { 65536 } else { 2 });
+    let tx_depth = tx.unwrap_or(if bw { 128 } else { 1 });
+    // perftest: CQ moderation off above 8 KiB unless asked for; never above the TX depth.
+    let mut cq = cq_mod.unwrap_or(if size > 8192 { 1 } else { 100 });
+    cq = cq.min(tx_depth as u64);
+    let duration = dur.map(Duration::from_secs_f64);
+    if duration.is_some() && test == Test::SendLat {
+        cq = 1; // the last reply of the passive side must be signaled
+    }
+    if size == 0 || qps == 0 || tx_depth == 0 || rx == 0 || cq == 0 {
+        return Err(bad("size, -q, -t, -r and -Q must be at least 1"));
+    }
+    if !bw && qps != 1 {
+        return Err(bad("latency tests use one QP pair (-q 1)"));
+    }
+    if test == Test::WriteLat && size < 1 {
+        return Err(bad("write_lat needs at least 1 byte"));
+    }
+    let iters = match (iters, duration) {
+        (_, Some(_)) => u64::MAX,
+        (Some(n), None) => n,
+        // perftest: 5000 for ib_write_bw, 1000 for the others.
+        (None, None) => {
+            if test == Test::WriteBw {
+                5000
+            } else {
+                1000
+            }
+        }
+    };
+    if iters < 2 {
+        return Err(bad("-n must be at least 2"));
+    }
+    let device = match device.or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()) {
+        Some(d) => d,
+        None => devices()?.first().map(|d| d.name.clone()).ok_or_else(|| bad("no RDMA device present"))?,
+    };
+    let gid_index =
+        gid.or_else(|| std::env::var("TYPED_VERBS_GID_INDEX").ok().and_then(|v| v.parse().ok())).unwrap_or(1);
+    Ok(Params {
+        test,
+        device,
+        gid_index,
+        size,
+        iters,
+        duration,
+        qps,
+        cq_mod: cq,
+        tx_depth,
+        rx_depth: rx,
+        out_reads,
+        timeout: Duration::from_secs_f64(timeout),
+        spin,
+        json,
+        quiet,
+    })
+}
+
+/// Progress on stderr, at most every 2 s, only once a run lasts longer than that.
+struct Progress {
+    name: &'static str,
+    start: Instant,
+    last: Instant,
+    total: Option<u64>,
+    quiet: bool,
+    calls: u64,
+}
+
+impl Progress {
+    fn new(p: &Params, total: u64) -> Self {
+        let now = Instant::now();
+        Progress {
+            name: p.test.name(),
+            start: now,
+            last: now,
+            total: (p.duration.is_none()).then_some(total),
+            quiet: p.quiet,
+            calls: 0,
+        }
+    }
+    /// Called once per iteration or wait round; looks at the clock every 64 calls.
+    #[inline]
+    fn tick(&mut self, done: u64) {
+        self.calls = self.calls.wrapping_add(1);
+        if self.quiet || self.calls & 63 != 0 {
+            return;
+        }
+        let now = Instant::now();
+        if now.duration_since(self.last) < Duration::from_secs(2) {
+            return;
+        }
+        self.last = now;
+        let secs = now.duration_since(self.start).as_secs_f64();
+        match self.total {
+            Some(t) => eprintln!(
+                "perf: {}: {done}/{t} ({:.0}%) after {secs:.1} s",
+                self.name,
+                100.0 * done as f64 / t.max(1) as f64
+            ),
+            None => eprintln!("perf: {}: {done} after {secs:.1} s", self.name),
+        }
+    }
+}
+
+fn since(base: Instant) -> u64 {
+    base.elapsed().as_nanos() as u64
+}
+
+/// The send queue depth to ask for: TX_DEPTH, but at least 2 x CQ_MOD. The library signals
+/// every (depth / 2)-th request of a run of unsignaled ones by itself (so that a send queue can
+/// never fill up with requests no completion will free); with depth >= 2 x CQ_MOD that never
+/// happens and the signaling pattern is exactly perftest's. The window of outstanding requests
+/// is TX_DEPTH regardless (and rxe rounds the queue up: 128 and 200 both become 255).
+fn send_queue_depth(p: &Params) -> u32 {
+    p.tx_depth.max(2 * p.cq_mod as usize) as u32
+}
+
+/// Two RC QPs on `pd`, connected to each other, in RTS.
+fn rc_pair(
+    p: &Params,
+    pd: &Pd,
+    cq_a: &Cq,
+    cq_b: &Cq,
+    caps: QpCaps,
+    rd_atomic: u8,
+    psn: u32,
+) -> Result<(Qp<RC, RTS>, Qp<RC, RTS>)> {
+    let a = pd.create_qp::<RC>(&QpConfig::new(cq_a).caps(caps))?;
+    let b = pd.create_qp::<RC>(&QpConfig::new(cq_b).caps(caps))?;
+    let ea = a.endpoint(PORT, p.gid_index, psn)?;
+    let eb = b.endpoint(PORT, p.gid_index, psn + 0x100)?;
+    let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
+    let connect = |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> Result<Qp<RC, RTS>> {
+        let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
+        let av = AddressVector::global(PORT, peer.gid, p.gid_index as u8);
+        let rtr = RcRtr { max_dest_rd_atomic: rd_atomic, ..RcRtr::new(av, peer.qp_num, peer.psn) };
+        let qp = qp.to_rtr(&rtr)?;
+        Ok(qp.to_rts(&RcRts { max_rd_atomic: rd_atomic, ..RcRts::new(me.psn) })?)
+    };
+    Ok((connect(a, ea, eb)?, connect(b, eb, ea)?))
+}
+
+/// Splits a LOCAL_WRITE view into `n` views of `size` bytes.
+fn split(mut rest: LocalBufMut<'_>, n: usize, size: usize) -> Result<Vec<LocalBufMut<'_>>> {
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        if i + 1 == n {
+            v.push(rest);
+            break;
+        }
+        let (head, tail) = rest.split_at(size)?;
+        v.push(head);
+        rest = tail;
+    }
+    Ok(v)
+}
+
+/// Spins (bounded) until `flag` is set.
+fn wait_flag(flag: &AtomicBool, timeout: Duration, what: &str) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !flag.load(Ordering::Acquire) {
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout { what: what.into(), after: timeout });
+        }
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
+/// Waits for `token`'s completion: with `Scope::wait` (which polls the CQ and yields the CPU
+/// after every empty poll), or with `spin` by busy-polling `Cq::progress` without yielding,
+/// as perftest's poll loops do. Bounded by `timeout` either way.
+fn wait_on<'scope, B: Completes>(
+    s: &'scope Scope<'scope, '_>,
+    token: Token<'scope, B>,
+    cq: &Cq,
+    spin: bool,
+    timeout: Duration,
+) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
+    if !spin {
+        return s.wait(token, timeout);
+    }
+    let deadline = Instant::now() + timeout;
+    let mut token = token;
+    loop {
+        // Takes the completion if it was routed already (no poll when it was).
+        match s.wait(token, Duration::ZERO) {
+            Ok(r) => return Ok(r),
+            Err(WaitError { error: Error::Timeout { .. }, token: t }) => token = t,
+            Err(e) => return Err(e),
+        }
+        let mut spins = 0u32;
+        loop {
+            match cq.progress() {
+                Ok(0) => {}
+                Ok(_) => break,
+                Err(error) => return Err(WaitError { error, token }),
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 && Instant::now() >= deadline {
+                let what = "a completion (spinning on the CQ)".to_string();
+                return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
+            }
+        }
+    }
+}
+
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
+    h.join().unwrap_or_else(|_| Err(bad("the peer thread panicked")))
+}
+
+// ------------------------------------------------------------------------------------------
+// Bandwidth
+
+/// How one bandwidth test posts a request and takes back its buffers.
+trait BwOps<'scope> {
+    type B: Completes<Output = Self::B>;
+    fn post(&mut self, q: usize, signaled: bool) -> Result<Token<'scope, Self::B>>;
+    fn done(&mut self, q: usize, buffers: Self::B);
+}
+
+struct WriteOps<'scope, 'env, 'a> {
+    s: &'scope Scope<'scope, 'env>,
+    qps: &'scope [Qp<RC, RTS>],
+    src: Vec<LocalBuf<'a>>,
+    dst: Vec<RemoteSlice<access::RemoteRw>>,
+}
+
+impl<'scope, 'a: 'scope> BwOps<'scope> for WriteOps<'scope, '_, 'a> {
+    type B = LocalBuf<'a>;
+    fn post(&mut self, q: usize, signaled: bool) -> Result<Token<'scope, LocalBuf<'a>>> {
+        let wr = Write::new(self.src[q], self.dst[q]);
+        Ok(if signaled {
+            self.s.post_send(&self.qps[q], wr)?
+        } else {
+            self.s.post_send(&self.qps[q], wr.unsignaled())?
+        })
+    }
+    fn done(&mut self, _: usize, _: LocalBuf<'a>) {}
+}
+
+struct SendOps<'scope, 'env, 'a> {
+    s: &'scope Scope<'scope, 'env>,
+    qps: &'scope [Qp<RC, RTS>],
+    src: Vec<LocalBuf<'a>>,
+}
+
+impl<'scope, 'a: 'scope> BwOps<'scope> for SendOps<'scope, '_, 'a> {
+    type B = LocalBuf<'a>;
+    fn post(&mut self, q: usize, signaled: bool) -> Result<Token<'scope, LocalBuf<'a>>> {
+        let wr = Send::new(self.src[q]);
+        Ok(if signaled {
+            self.s.post_send(&self.qps[q], wr)?
+        } else {
+            self.s.post_send(&self.qps[q], wr.unsignaled())?
+        })
+    }
+    fn done(&mut self, _: usize, _: LocalBuf<'a>) {}
+}
+
+struct ReadOps<'scope, 'env, 'a> {
+    s: &'scope Scope<'scope, 'env>,
+    qps: &'scope [Qp<RC, RTS>],
+    /// Free destination buffers per QP (TX_DEPTH each: one per outstanding READ).
+    free: Vec<Vec<LocalBufMut<'a>>>,
+    remote: Vec<RemoteSlice<access::RemoteRw>>,
+}
+
+impl<'scope, 'a: 'scope> BwOps<'scope> for ReadOps<'scope, '_, 'a> {
+    type B = LocalBufMut<'a>;
+    fn post(&mut self, q: usize, signaled: bool) -> Result<Token<'scope, LocalBufMut<'a>>> {
+        let buf = self.free[q].pop().ok_or_else(|| bad("no free READ buffer (TX_DEPTH exceeded)"))?;
+        let wr = Read::new(buf, self.remote[q]);
+        Ok(if signaled {
+            self.s.post_send(&self.qps[q], wr)?
+        } else {
+            self.s.post_send(&self.qps[q], wr.unsignaled())?
+        })
+    }
+    fn done(&mut self, q: usize, buf: LocalBufMut<'a>) {
+        self.free[q].push(buf);
+    }
+}
+
+struct BwOutcome {
+    run: BwRun,
+    /// Requests posted per QP.
+    sent: Vec<u64>,
+}
+
+/// perftest's `run_iter_bw` with this library's API.
+fn bw_loop<'scope, 'env, O: BwOps<'scope>>(
+    s: &'scope Scope<'scope, 'env>,
+    p: &Params,
+    cq: &Cq,
+    ops: &mut O,
+) -> Result<BwOutcome> {
+    let nq = p.qps;
+    let record = p.duration.is_none();
+    let total = p.iters.saturating_mul(nq as u64);
+    let mut tposted = Vec::with_capacity(if record { total as usize } else { 0 });
+    let mut comps = Vec::with_capacity(if record { (total / p.cq_mod + nq as u64) as usize } else { 0 });
+    let mut queues: Vec<VecDeque<(Token<'scope, O::B>, bool)>> =
+        (0..nq).map(|_| VecDeque::with_capacity(p.tx_depth)).collect();
+    // Which QP each signaled request went to, in posting order: the oldest is awaited first.
+    let mut signaled_order: VecDeque<usize> = VecDeque::with_capacity(p.tx_depth * nq);
+    let (mut scnt, mut ccnt) = (vec![0u64; nq], vec![0u64; nq]);
+    let (mut totscnt, mut totccnt) = (0u64, 0u64);
+    let mut progress = Progress::new(p, total);
+    let base = Instant::now();
+    let deadline = p.duration.map(|d| base + d);
+    let mut stopping = false;
+    let mut last_completion = 0u64;
+    loop {
+        for q in 0..nq {
+            while !stopping && scnt[q] < p.iters && scnt[q] - ccnt[q] < p.tx_depth as u64 {
+                let signaled = scnt[q] % p.cq_mod == p.cq_mod - 1 || scnt[q] + 1 == p.iters;
+                if record {
+                    tposted.push(since(base));
+                }
+                let token = ops.post(q, signaled)?;
+                queues[q].push_back((token, signaled));
+                if signaled {
+                    signaled_order.push_back(q);
+                }
+                scnt[q] += 1;
+                totscnt += 1;
+            }
+        }
+        if totccnt == totscnt {
+            break;
+        }
+        // Wait for the oldest signaled request; the unsignaled ones before it on its QP are
+        // complete when it is (each `wait` on them returns at once).
+        let Some(q) = signaled_order.pop_front() else {
+            return Err(bad("internal: requests outstanding but none signaled"));
+        };
+        while let Some((token, signaled)) = queues[q].pop_front() {
+            let (c, buffers) = wait_on(s, token, cq, p.spin, p.timeout)?;
+            c.ok()?;
+            ops.done(q, buffers);
+            ccnt[q] += 1;
+            totccnt += 1;
+            if signaled {
+                last_completion = since(base);
+                if record {
+                    comps.push((totccnt - 1, last_completion));
+                }
+                break;
+            }
+        }
+        progress.tick(totccnt);
+        if let Some(d) = deadline {
+            if !stopping && Instant::now() >= d {
+                stopping = true;
+                // Cover every unsignaled tail with a signaled request, so that nothing is left
+                // without a completion (the scope would otherwise have to reset the QP).
+                for (q, queue) in queues.iter_mut().enumerate() {
+                    if matches!(queue.back(), Some((_, false))) {
+                        queue.push_back((ops.post(q, true)?, true));
+                        signaled_order.push_back(q);
+                        scnt[q] += 1;
+                        totscnt += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(BwOutcome {
+        run: BwRun { size: p.size, completed: totccnt, elapsed: Duration::from_nanos(last_completion), tposted, comps },
+        sent: scnt,
+    })
+}
+
+/// State shared by the send_bw sender and receiver threads.
+struct SendShared {
+    ready: AtomicBool,
+    /// Duration mode: the sender has finished and every request of it completed.
+    stop: AtomicBool,
+    /// Duration mode: receives posted per QP after the receiver saw `stop` (final).
+    final_posted: Vec<AtomicU64>,
+    published: AtomicBool,
+    failed: AtomicBool,
+}
+
+/// The receiving side of send_bw (perftest's server): keeps RX_DEPTH receives posted per QP.
+fn send_bw_receiver(
+    p: &Params,
+    qps: &[Qp<RC, RTS>],
+    cq: &Cq,
+    bufs: Vec<Vec<LocalBufMut<'_>>>,
+    sh: &SendShared,
+) -> Result<()> {
+    let r = scope_with_timeout(p.timeout, |s| -> Result<()> {
+        let nq = qps.len();
+        let mut queues: Vec<VecDeque<Token<'_, LocalBufMut<'_>>>> = Vec::with_capacity(nq);
+        let mut posted = vec![0u64; nq];
+        for (q, bufs) in bufs.into_iter().enumerate() {
+            let mut queue = VecDeque::with_capacity(bufs.len());
+            for buf in bufs.into_iter().take(p.iters.min(usize::MAX as u64) as usize) {
+                queue.push_back(s.post_recv(&qps[q], Recv::new(buf))?);
+                posted[q] += 1;
+            }
+            queues.push(queue);
+        }
+        sh.ready.store(true, Ordering::Release);
+        let mut published = false;
+        let mut last_progress = Instant::now();
+        loop {
+            let mut progressed = false;
+            for q in 0..nq {
+                let Some(token) = queues[q].pop_front() else { continue };
+                match wait_on(s, token, cq, p.spin, SLICE) {
+                    Ok((c, buf)) => {
+                        c.ok()?;
+                        progressed = true;
+                        let repost = if p.duration.is_some() {
+                            !published && !sh.stop.load(Ordering::Acquire)
+                        } else {
+                            posted[q] < p.iters
+                        };
+                        if repost {
+                            queues[q].push_back(s.post_recv(&qps[q], Recv::new(buf))?);
+                            posted[q] += 1;
+                        }
+                    }
+                    Err(WaitError { error: Error::Timeout { .. }, token }) => queues[q].push_front(token),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if p.duration.is_some() && !published && sh.stop.load(Ordering::Acquire) {
+                for (f, &n) in sh.final_posted.iter().zip(&posted) {
+                    f.store(n, Ordering::Release);
+                }
+                sh.published.store(true, Ordering::Release);
+                published = true;
+            }
+            if queues.iter().all(VecDeque::is_empty) && (p.duration.is_none() || published) {
+                return Ok(());
+            }
+            if progressed {
+                last_progress = Instant::now();
+            } else if sh.failed.load(Ordering::Acquire) {
+                return Err(bad("the sender failed"));
+            } else if last_progress.elapsed() >= p.timeout {
+                return Err(Error::Timeout {
+                    what: "a receive completion (send_bw receiver)".into(),
+                    after: p.timeout,
+                });
+            }
+        }
+    });
+    let r = r.and_then(|r| r);
+    if r.is_err() {
+        sh.failed.store(true, Ordering::Release);
+    }
+    r
+}
+
+fn run_bw(p: &Params) -> Result<report::BwRun> {
+    let ctx = Context::open(&p.device)?;
+    let dev = ctx.query_device()?;
+    let pd = ctx.alloc_pd()?;
+    let nq = p.qps;
+    let cqe = ((p.tx_depth + p.rx_depth) * nq + 16).min(dev.max_cqe() as usize) as u32;
+    let (cq_a, cq_b) = (ctx.create_cq(cqe)?, ctx.create_cq(cqe)?);
+    let rx = if p.test == Test::SendBw { p.rx_depth.min(p.iters.min(1 << 20) as usize) } else { 1 };
+    let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: rx as u32, ..QpCaps::default() };
+    let rd_atomic = match p.test {
+        Test::ReadBw => p
+            .out_reads
+            .unwrap_or_else(|| dev.max_qp_rd_atom().min(dev.max_qp_init_rd_atom()).clamp(1, u8::MAX as u32) as u8),
+        _ => 1,
+    };
+    let (mut a, mut b) = (Vec::with_capacity(nq), Vec::with_capacity(nq));
+    for q in 0..nq {
+        let (x, y) = rc_pair(p, &pd, &cq_a, &cq_b, caps, rd_atomic, 0x1000 + 0x1000 * q as u32)?;
+        a.push(x);
+        b.push(y);
+    }
+    let size = p.size;
+    print_header(p, &ctx, &a, rd_atomic);
+
+    match p.test {
+        Test::WriteBw => {
+            let mut src = pd.alloc_mr(size * nq, access::LOCAL_READ)?;
+            src.as_mut_slice().fill(0x5a);
+            let dst = pd.alloc_mr(size * nq, access::REMOTE_RW)?;
+            let srcs = (0..nq).map(|q| src.slice(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
+            let dsts = (0..nq).map(|q| dst.remote(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
+            let out = scope_with_timeout(p.timeout, |s| {
+                bw_loop(s, p, &cq_a, &mut WriteOps { s, qps: &a, src: srcs, dst: dsts })
+            })??;
+            Ok(out.run)
+        }
+        Test::ReadBw => {
+            let mut remote = pd.alloc_mr(size * nq, access::REMOTE_RW)?;
+            remote.write_volatile_from(0, &vec![0x5a; size * nq])?;
+            let mut local = pd.alloc_mr(size * nq * p.tx_depth, access::LOCAL_RW)?;
+            let all = split(local.slice_mut(..)?, nq, size * p.tx_depth)?;
+            let free = all.into_iter().map(|v| split(v, p.tx_depth, size)).collect::<Result<Vec<_>>>()?;
+            let remotes = (0..nq).map(|q| remote.remote(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
+            let out = scope_with_timeout(p.timeout, |s| {
+                bw_loop(s, p, &cq_a, &mut ReadOps { s, qps: &a, free, remote: remotes })
+            })??;
+            Ok(out.run)
+        }
+        Test::SendBw => {
+            let mut src = pd.alloc_mr(size * nq, access::LOCAL_READ)?;
+            src.as_mut_slice().fill(0x5a);
+            let mut recv = pd.alloc_mr(size * nq * rx, access::LOCAL_RW)?;
+            let all = split(recv.slice_mut(..)?, nq, size * rx)?;
+            let bufs = all.into_iter().map(|v| split(v, rx, size)).collect::<Result<Vec<_>>>()?;
+            let srcs = (0..nq).map(|q| src.slice(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
+            let sh = SendShared {
+                ready: AtomicBool::new(false),
+                stop: AtomicBool::new(false),
+                final_posted: (0..nq).map(|_| AtomicU64::new(0)).collect(),
+                published: AtomicBool::new(false),
+                failed: AtomicBool::new(false),
+            };
+            std::thread::scope(|ts| {
+                let receiver = ts.spawn(|| send_bw_receiver(p, &b, &cq_b, bufs, &sh));
+                let sender = || -> Result<BwRun> {
+                    wait_flag(&sh.ready, p.timeout, "the receiver's initial receives")?;
+                    let out = scope_with_timeout(p.timeout, |s| -> Result<BwOutcome> {
+                        let out = bw_loop(s, p, &cq_a, &mut SendOps { s, qps: &a, src: srcs.clone() })?;
+                        if p.duration.is_some() {
+                            // Every send completed, so each consumed one posted receive. Now
+                            // complete the receives still posted, with untimed sends.
+                            sh.stop.store(true, Ordering::Release);
+                            wait_flag(&sh.published, p.timeout, "the receiver's final count")?;
+                            for (q, qp) in a.iter().enumerate() {
+                                let extra = sh.final_posted[q].load(Ordering::Acquire).saturating_sub(out.sent[q]);
+                                for _ in 0..extra {
+                                    let t = s.post_send(qp, Send::new(srcs[q]))?;
+                                    wait_on(s, t, &cq_a, p.spin, p.timeout)?.0.ok()?;
+                                }
+                            }
+                        }
+                        Ok(out)
+                    })??;
+                    Ok(out.run)
+                };
+                let r = sender();
+                if r.is_err() {
+                    sh.failed.store(true, Ordering::Release);
+                }
+                let rr = join(receiver);
+                let run = r?;
+                rr?;
+                Ok(run)
+            })
+        }
+        _ => unreachable!(),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Latency
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Sends first and measures (perftest's client).
+    Client,
+    /// Answers (perftest's server).
+    Server,
+}
+
+struct LatShared {
+    ready: AtomicBool,
+    /// Duration mode: the client's next message is the last; do not answer it.
+    stop: AtomicBool,
+    failed: AtomicBool,
+}
+
+/// The byte value that the k-th write (from 1) carries in its last byte: consecutive writes
+/// differ, so the receiver sees each arrival. The sources are NSLOTS views written before the
+/// scope: a view lent to a request stays immutably borrowed until the scope ends.
+const NSLOTS: usize = 4;
+fn slot_of(k: u64) -> usize {
+    (k % NSLOTS as u64) as usize
+}
+
+struct LatSide<'x> {
+    p: &'x Params,
+    role: Role,
+    qp: &'x Qp<RC, RTS>,
+    /// The CQ of `qp` (both its queues complete there).
+    cq: &'x Cq,
+    sh: &'x LatShared,
+}
+
+impl LatSide<'_> {
+    fn should_stop(&self, start: Instant) -> bool {
+        self.p.duration.is_some_and(|d| start.elapsed() >= d)
+    }
+}
+
+/// One side of write_lat (perftest's `run_iter_lat_write`): wait for the peer's write to land
+/// (polling the last byte of the target), then write back, and wait for that write's
+/// completion (every write is signaled, as in perftest). Returns the client's post times.
+fn write_lat_side(
+    side: LatSide<'_>,
+    slots: &[LocalBuf<'_>],
+    mine: &Mr<access::RemoteRw>,
+    peer: RemoteSlice<access::RemoteRw>,
+) -> Result<Vec<u64>> {
+    let p = side.p;
+    let mut stamps = Vec::with_capacity(if p.duration.is_some() { 1 << 16 } else { p.iters as usize });
+    let mut progress = Progress::new(p, p.iters);
+    let r = scope_with_timeout(p.timeout, |s| -> Result<()> {
+        let base = Instant::now();
+        let (mut sent, mut received) = (0u64, 0u64);
+        let mut last = [0u8; 1];
+        loop {
+            if !(side.role == Role::Client && sent == 0) {
+                received += 1;
+                let want = slot_of(received) as u8 + 1;
+                let mut spins = 0u32;
+                let deadline = Instant::now() + p.timeout;
+                loop {
+                    mine.read_volatile_into(p.size - 1, &mut last)?;
+                    if last[0] == want {
+                        break;
+                    }
+                    spins = spins.wrapping_add(1);
+                    if spins % 1024 == 0 {
+                        if Instant::now() >= deadline {
+                            return Err(Error::Timeout { what: "the peer's RDMA WRITE".into(), after: p.timeout });
+                        }
+                        if side.sh.failed.load(Ordering::Acquire) {
+                            return Err(bad("the peer thread failed"));
+                        }
+                    }
+                }
+                match side.role {
+                    Role::Server if side.sh.stop.load(Ordering::Acquire) => return Ok(()),
+                    Role::Client if p.duration.is_none() && received == p.iters => return Ok(()),
+                    _ => {}
+                }
+            }
+            let mut stop_now = false;
+            if side.role == Role::Client {
+                if side.should_stop(base) {
+                    side.sh.stop.store(true, Ordering::Release);
+                    stop_now = true;
+                } else {
+                    stamps.push(since(base));
+                    progress.tick(sent);
+                }
+            }
+            sent += 1;
+            let t = s.post_send(side.qp, Write::new(slots[slot_of(sent)], peer))?;
+            wait_on(s, t, side.cq, p.spin, p.timeout)?.0.ok()?;
+            if stop_now || (side.role == Role::Server && p.duration.is_none() && sent == p.iters) {
+                return Ok(());
+            }
+        }
+    });
+    let r = r.and_then(|r| r);
+    if r.is_err() {
+        side.sh.failed.store(true, Ordering::Release);
+    }
+    r.map(|()| stamps)
+}
+
+/// One side of send_lat (perftest's `run_iter_lat_send`): wait for the peer's message, repost
+/// the receive, send back; every CQ_MOD-th send (and the last) is signaled and awaited.
+fn send_lat_side(side: LatSide<'_>, src: LocalBuf<'_>, buf: LocalBufMut<'_>) -> Result<Vec<u64>> {
+    let p = side.p;
+    let mut stamps = Vec::with_capacity(if p.duration.is_some() { 1 << 16 } else { p.iters as usize });
+    let mut progress = Progress::new(p, p.iters);
+    let r = scope_with_timeout(p.timeout, |s| -> Result<()> {
+        let mut rtoken = Some(s.post_recv(side.qp, Recv::new(buf))?);
+        side.sh.ready.store(true, Ordering::Release);
+        let mut unsignaled = Vec::with_capacity(p.cq_mod as usize);
+        let base = Instant::now();
+        let (mut sent, mut received) = (0u64, 0u64);
+        loop {
+            if !(side.role == Role::Client && sent == 0) {
+                let deadline = Instant::now() + p.timeout;
+                let mut token = rtoken.take().ok_or_else(|| bad("internal: no receive posted"))?;
+                let (c, buf) = loop {
+                    match wait_on(s, token, side.cq, p.spin, SLICE) {
+                        Ok(r) => break r,
+                        Err(WaitError { error: Error::Timeout { .. }, token: t }) => {
+                            if Instant::now() >= deadline {
+                                return Err(Error::Timeout { what: "the peer's SEND".into(), after: p.timeout });
+                            }
+                            if side.sh.failed.load(Ordering::Acquire) {
+                                return Err(bad("the peer thread failed"));
+                            }
+                            token = t;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                };
+                c.ok()?;
+                received += 1;
+                let finished = match side.role {
+                    Role::Server => side.sh.stop.load(Ordering::Acquire),
+                    Role::Client => p.duration.is_none() && received == p.iters,
+                };
+                if finished {
+                    return Ok(());
+                }
+                let more = match side.role {
+                    Role::Server => p.duration.is_some() || received < p.iters,
+                    Role::Client => !side.should_stop(base),
+                };
+                if more {
+                    rtoken = Some(s.post_recv(side.qp, Recv::new(buf))?);
+                }
+            }
+            let mut stop_now = false;
+            if side.role == Role::Client {
+                if side.should_stop(base) {
+                    side.sh.stop.store(true, Ordering::Release);
+                    stop_now = true;
+                } else {
+                    stamps.push(since(base));
+                    progress.tick(sent);
+                }
+            }
+            sent += 1;
+            let last = stop_now || (p.duration.is_none() && sent == p.iters);
+            if sent % p.cq_mod == 0 || last {
+                let t = s.post_send(side.qp, Send::new(src))?;
+                wait_on(s, t, side.cq, p.spin, p.timeout)?.0.ok()?;
+                for t in unsignaled.drain(..) {
+                    wait_on(s, t, side.cq, p.spin, p.timeout)?.0.ok()?;
+                }
+            } else {
+                unsignaled.push(s.post_send(side.qp, Send::new(src).unsignaled())?);
+            }
+            if stop_now || (side.role == Role::Server && p.duration.is_none() && sent == p.iters) {
+                return Ok(());
+            }
+        }
+    });
+    let r = r.and_then(|r| r);
+    if r.is_err() {
+        side.sh.failed.store(true, Ordering::Release);
+    }
+    r.map(|()| stamps)
+}
+
+fn run_lat(p: &Params) -> Result<Vec<u64>> {
+    let ctx = Context::open(&p.device)?;
+    let pd = ctx.alloc_pd()?;
+    let (cq_a, cq_b) = (ctx.create_cq(64)?, ctx.create_cq(64)?);
+    let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: 1, ..QpCaps::default() };
+    let (a, b) = rc_pair(p, &pd, &cq_a, &cq_b, caps, 1, 0x1000)?;
+    print_header(p, &ctx, std::slice::from_ref(&a), 1);
+    let size = p.size;
+    let sh = LatShared { ready: AtomicBool::new(false), stop: AtomicBool::new(false), failed: AtomicBool::new(false) };
+    let (a_side, b_side) = (
+        LatSide { p, role: Role::Client, qp: &a, cq: &cq_a, sh: &sh },
+        LatSide { p, role: Role::Server, qp: &b, cq: &cq_b, sh: &sh },
+    );
+    match p.test {
+        Test::WriteLat => {
+            // Per side: NSLOTS source slots (slot j's bytes are all j + 1) and a target.
+            let mut src_a = pd.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
+            let mut src_b = pd.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
+            for src in [&mut src_a, &mut src_b] {
+                for (j, chunk) in src.as_mut_slice().chunks_mut(size).enumerate() {
+                    chunk.fill(j as u8 + 1);
+                }
+            }
+            let (dst_a, dst_b) = (pd.alloc_mr(size, access::REMOTE_RW)?, pd.alloc_mr(size, access::REMOTE_RW)?);
+            let slots_a = (0..NSLOTS).map(|j| src_a.slice(j * size..(j + 1) * size)).collect::<Result<Vec<_>>>()?;
+            let slots_b = (0..NSLOTS).map(|j| src_b.slice(j * size..(j + 1) * size)).collect::<Result<Vec<_>>>()?;
+            let (to_b, to_a) = (dst_b.remote(..)?, dst_a.remote(..)?);
+            std::thread::scope(|ts| {
+                let server = ts.spawn(|| write_lat_side(b_side, &slots_b, &dst_b, to_a));
+                let r = write_lat_side(a_side, &slots_a, &dst_a, to_b);
+                let rs = join(server);
+                let stamps = r?;
+                rs?;
+                Ok(stamps)
+            })
+        }
+        Test::SendLat => {
+            let mut src_a = pd.alloc_mr(size, access::LOCAL_READ)?;
+            let mut src_b = pd.alloc_mr(size, access::LOCAL_READ)?;
+            src_a.as_mut_slice().fill(0xa);
+            src_b.as_mut_slice().fill(0xb);
+            let (mut rbuf_a, mut rbuf_b) = (pd.alloc_mr(size, access::LOCAL_RW)?, pd.alloc_mr(size, access::LOCAL_RW)?);
+            let (va, vb) = (src_a.slice(..)?, src_b.slice(..)?);
+            let (ra, rb) = (rbuf_a.slice_mut(..)?, rbuf_b.slice_mut(..)?);
+            std::thread::scope(|ts| {
+                let server = ts.spawn(|| send_lat_side(b_side, vb, rb));
+                // The client's first send needs the server's receive posted.
+                let r = wait_flag(&sh.ready, p.timeout, "the server's receive")
+                    .and_then(|()| send_lat_side(a_side, va, ra));
+                if r.is_err() {
+                    sh.failed.store(true, Ordering::Release);
+                }
+                let rs = join(server);
+                let stamps = r?;
+                rs?;
+                Ok(stamps)
+            })
+        }
+        _ => unreachable!(),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+
+fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
+    let caps = qps.first().map(|q| q.caps());
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", report::LINE);
+    let _ = writeln!(out, "                    {} (typed-verbs perf)", p.test.title());
+    let _ = writeln!(out, " Device          : {} (port {PORT}, GID index {})", ctx.device_name(), p.gid_index);
+    let _ = writeln!(out, " Loopback        : {} RC QP pair(s) on one device, connected to each other", p.qps);
+    let _ = writeln!(out, " Posting         : ibv_post_send, one WR per call, no inline (typed-verbs scope API)");
+    let threads =
+        if matches!(p.test, Test::WriteBw | Test::ReadBw) { "1 (passive target)" } else { "2 (one per side)" };
+    let _ = writeln!(out, " Threads         : {threads}");
+    let waiting = if p.spin { "spin on Cq::progress (no yield)" } else { "Scope::wait (poll, yield when empty)" };
+    let _ = writeln!(out, " Completions     : {waiting}");
+    let _ = writeln!(out, " TX depth        : {}", p.tx_depth);
+    if let Some(c) = caps {
+        let _ = writeln!(out, " QP caps granted : send {} recv {}", c.max_send_wr, c.max_recv_wr);
+    }
+    if p.test != Test::WriteLat {
+        let _ = writeln!(out, " CQ Moderation   : {}", p.cq_mod);
+    }
+    if p.test == Test::SendBw {
+        let _ = writeln!(out, " RX depth        : {}", p.rx_depth);
+    }
+    if p.test == Test::ReadBw {
+        let _ = writeln!(out, " Outstand reads  : {rd_atomic}");
+    }
+    match p.duration {
+        Some(d) => {
+            let _ = writeln!(out, " Duration        : {:.1} s", d.as_secs_f64());
+        }
+        None => {
+            let _ = writeln!(out, " Iterations      : {}{}", p.iters, if p.test.is_bw() { " per QP" } else { "" });
+        }
+    }
+    let _ = out.flush();
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("perf: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<()> {
+    let p = parse_args(args)?;
+    let mut j = Json::default();
+    j.str("tool", "typed-verbs perf")
+        .str("test", p.test.name())
+        .str("device", &p.device)
+        .int("size", p.size as u64)
+        .int("qps", p.qps as u64)
+        .int("tx_depth", p.tx_depth as u64)
+        .int("cq_mod", p.cq_mod)
+        .bool("spin", p.spin);
+    match p.duration {
+        Some(d) => j.num("duration_s", d.as_secs_f64()),
+        None => j.null("duration_s"),
+    };
+    if p.test.is_bw() {
+        let run = run_bw(&p)?;
+        let r = report::bw(&run);
+        println!("{}", report::bw_table(p.size, run.completed, &r));
+        if r.peak_sampled {
+            println!(" (BW peak computed on a subsample of start points: long run)");
+        }
+        j.int("iterations", run.completed)
+            .num("elapsed_s", run.elapsed.as_secs_f64())
+            .num("bw_peak_mb_s", r.peak_mb_s)
+            .num("bw_avg_mb_s", r.avg_mb_s)
+            .num("msg_rate_mpps", r.msg_rate_mpps)
+            .bool("peak_sampled", r.peak_sampled);
+    } else {
+        let stamps = run_lat(&p)?;
+        let iterations = stamps.len() as u64;
+        let r = report::lat(&stamps, 2.0).ok_or_else(|| bad("too few iterations for latency statistics"))?;
+        println!("{}", report::lat_table(p.size, iterations, &r));
+        j.int("iterations", iterations)
+            .num("t_min_us", r.t_min)
+            .num("t_max_us", r.t_max)
+            .num("t_typical_us", r.t_typical)
+            .num("t_avg_us", r.t_avg)
+            .num("t_stdev_us", r.t_stdev)
+            .num("t_p99_us", r.p99)
+            .num("t_p999_us", r.p999)
+            .int("samples", r.samples as u64);
+    }
+    if p.json {
+        println!("{}", j.render());
+    }
+    Ok(())
+}
