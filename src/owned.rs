@@ -168,7 +168,7 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         // moves into the token, which never frees it while the request is outstanding: on drop
         // it hands it to the QP until the request completes or the QP is reset/destroyed; a
         // leaked token leaks it.
-        let (seq, keep) = match unsafe { post_raw(self, &wr) } {
+        let (seq, keep) = match unsafe { post_raw(self, &wr, 0) } {
             Ok(r) => r,
             Err(error) => return Err(PostError { error, wr }),
         };
@@ -196,7 +196,7 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         let mut sge = LocalSource::sge(&wr.buf);
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
         // SAFETY: as in `post_send_owned`: the buffer is owned and moves into the token.
-        let seq = match unsafe { self.shared.post_recv(&mut raw) } {
+        let seq = match unsafe { self.shared.post_recv(&mut raw, 0) } {
             Ok(seq) => seq,
             Err(error) => return Err(PostError { error, wr }),
         };

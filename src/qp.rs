@@ -812,14 +812,25 @@ impl QpShared {
     /// device writes it), until the returned sequence number has completed or the QP has been
     /// reset. `wr.next` must be null. Pointers in `wr` (sg_list, ah, mw) must be valid for the
     /// duration of the call.
-    pub(crate) unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr) -> Result<u64> {
-        // SAFETY: forwarded from the caller; a list of one.
-        let (posted, err) = unsafe { self.post_send_list(std::slice::from_mut(wr)) };
-        match (posted.first(), err) {
-            (Some(&seq), None) => Ok(seq),
-            (_, Some(e)) => Err(e),
-            (None, None) => Err(Error::invalid("ibv_post_send", "nothing to post")),
+    pub(crate) unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr, owner: u64) -> Result<u64> {
+        self.check_usable()?;
+        let mut sq = self.sq.lock();
+        let Some(seq) = sq.next_seq() else {
+            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() });
+        };
+        if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 && sq.must_signal(0) {
+            wr.send_flags |= sys::IBV_SEND_SIGNALED;
         }
+        wr.wr_id = seq;
+        wr.next = std::ptr::null_mut();
+        let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP is alive; `wr` is a single valid request whose memory the caller
+        // guarantees; `bad` is a valid out-pointer.
+        let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::PostSend, format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode), ret));
+        }
+        Ok(sq.push_owned(wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
     }
 
     /// `ibv_post_send` of `wrs` chained into one list, recorded as consecutive sequence
@@ -829,7 +840,7 @@ impl QpShared {
     ///
     /// # Safety
     /// As for [`QpShared::post_send`], for every request of the list.
-    pub(crate) unsafe fn post_send_list(&self, wrs: &mut [sys::ibv_send_wr]) -> (Vec<u64>, Option<Error>) {
+    pub(crate) unsafe fn post_send_list(&self, wrs: &mut [sys::ibv_send_wr], owner: u64) -> (Vec<u64>, Option<Error>) {
         if let Err(e) = self.check_usable() {
             return (Vec::new(), Some(e));
         }
@@ -878,7 +889,10 @@ impl QpShared {
             // SAFETY: `bad` points into `wrs` (ibv_post_send(3)).
             usize::try_from(unsafe { bad.offset_from(first) }).unwrap_or(n).min(n)
         };
-        let seqs = wrs[..accepted].iter().map(|wr| sq.push(wr.send_flags & sys::IBV_SEND_SIGNALED != 0)).collect();
+        let seqs = wrs[..accepted]
+            .iter()
+            .map(|wr| sq.push_owned(wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
+            .collect();
         let err = (ret != 0).then(|| {
             let opcode = wrs.get(accepted).map_or(u32::MAX, |w| w.opcode);
             Error::from_ret(
@@ -896,7 +910,7 @@ impl QpShared {
     /// # Safety
     /// `mw` must be a valid window and `bind.bind_info.mr` null or a valid region, both alive
     /// until the request completes or the QP is reset.
-    pub(crate) unsafe fn bind_mw(&self, mw: *mut sys::ibv_mw, bind: &mut sys::ibv_mw_bind) -> Result<u64> {
+    pub(crate) unsafe fn bind_mw(&self, mw: *mut sys::ibv_mw, bind: &mut sys::ibv_mw_bind, owner: u64) -> Result<u64> {
         self.check_usable()?;
         let mut sq = self.sq.lock();
         let Some(seq) = sq.next_seq() else {
@@ -909,7 +923,7 @@ impl QpShared {
         if ret != 0 {
             return Err(Error::from_ret(Verb::BindMw, format!("QP {:#x}", self.qp_num), ret));
         }
-        Ok(sq.push(true))
+        Ok(sq.push_owned(true, owner))
     }
 
     /// `ibv_post_recv` of one work request, recorded as the next sequence number of the
@@ -918,7 +932,7 @@ impl QpShared {
     /// # Safety
     /// As for [`QpShared::post_send`]: the memory of every scatter/gather entry must stay valid
     /// and untouched by the program until the request completes or the QP is reset.
-    pub(crate) unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr) -> Result<u64> {
+    pub(crate) unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr, owner: u64) -> Result<u64> {
         self.check_usable()?;
         if self.srq.is_some() {
             return Err(Error::invalid(
@@ -938,7 +952,7 @@ impl QpShared {
         if ret != 0 {
             return Err(Error::from_ret(Verb::PostRecv, format!("QP {:#x}", self.qp_num), ret));
         }
-        Ok(rq.push(true))
+        Ok(rq.push_owned(true, owner))
     }
 
     pub(crate) fn outstanding(&self) -> (u32, u32) {

@@ -41,6 +41,8 @@ pub(crate) struct WorkQueue {
     /// Sequence number of `slots[0]`.
     base: u64,
     slots: VecDeque<Slot>,
+    /// Which scope posted each slot's request (0: no scope, an owned token).
+    owners: VecDeque<u64>,
     /// Requests posted and not yet completed (they occupy the hardware queue).
     outstanding: u32,
     /// Unsignaled requests posted since the last signaled one.
@@ -49,7 +51,7 @@ pub(crate) struct WorkQueue {
 
 impl WorkQueue {
     pub(crate) fn new(depth: u32) -> Self {
-        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0, unsignaled_run: 0 }
+        WorkQueue { depth, base: 0, slots: VecDeque::new(), owners: VecDeque::new(), outstanding: 0, unsignaled_run: 0 }
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -79,8 +81,14 @@ impl WorkQueue {
 
     /// Records that the request with sequence `next_seq()` was posted.
     pub(crate) fn push(&mut self, signaled: bool) -> u64 {
+        self.push_owned(signaled, 0)
+    }
+
+    /// As [`WorkQueue::push`], recording the scope `owner` that posted the request.
+    pub(crate) fn push_owned(&mut self, signaled: bool, owner: u64) -> u64 {
         let seq = self.base + self.slots.len() as u64;
         self.slots.push_back(Slot::Pending { signaled, abandoned: false });
+        self.owners.push_back(owner);
         self.outstanding += 1;
         self.unsignaled_run = if signaled { 0 } else { self.unsignaled_run + 1 };
         seq
@@ -148,6 +156,18 @@ impl WorkQueue {
         self.compact();
     }
 
+    /// The requests of scope `owner` whose results nobody has taken yet (outstanding, or
+    /// complete and uncollected).
+    pub(crate) fn owned_by(&self, owner: u64) -> Vec<u64> {
+        self.slots
+            .iter()
+            .zip(&self.owners)
+            .enumerate()
+            .filter(|(_, (slot, &o))| o == owner && **slot != Slot::Gone)
+            .map(|(i, _)| self.base + i as u64)
+            .collect()
+    }
+
     /// True if `seq` is still outstanding on the device.
     pub(crate) fn is_pending(&self, seq: u64) -> bool {
         self.index(seq).is_some_and(|i| matches!(self.slots[i], Slot::Pending { .. }))
@@ -181,6 +201,7 @@ impl WorkQueue {
     fn compact(&mut self) {
         while self.slots.front() == Some(&Slot::Gone) {
             self.slots.pop_front();
+            self.owners.pop_front();
             self.base += 1;
         }
     }
@@ -231,6 +252,10 @@ impl TrackedQueue {
 
     pub(crate) fn abandon(&self, seq: u64) {
         lock(&self.wq).abandon(seq)
+    }
+
+    pub(crate) fn owned_by(&self, owner: u64) -> Vec<u64> {
+        lock(&self.wq).owned_by(owner)
     }
 
     pub(crate) fn is_pending(&self, seq: u64) -> bool {

@@ -18,6 +18,7 @@
 
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSink, LocalSource, Mr};
 use crate::mw::{BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind};
 use crate::qp::{Qp, QpShared, QueueRef};
-use crate::queue::Take;
+use crate::queue::{Take, TrackedQueue};
 use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
 use crate::wc::Completion;
 use crate::wr::{check_window_range, AddressedFor, InlineSend, InlineWr, RawSendWr, Recv, SendRequest, SendWr};
@@ -46,21 +47,19 @@ struct Posted<'scope> {
     seq: u64,
 }
 
-/// A request posted in the scope whose completion has not been collected, with what must stay
-/// alive until it completes (the address handle of a UD send).
-struct Slot<'scope> {
-    posted: Posted<'scope>,
-    _keep: Option<Ah>,
-}
-
-struct Outstanding<'scope> {
-    slots: Vec<Option<Slot<'scope>>>,
-    free: Vec<usize>,
-}
+/// Scope ids: each request records the scope that posted it (0 for owned tokens), so that the
+/// end of a scope finds its requests in the queues it touched without a per-request record.
+static NEXT_SCOPE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The posting side of a [`scope`]. See the [module documentation](self).
 pub struct Scope<'scope, 'env: 'scope> {
-    outstanding: Mutex<Outstanding<'scope>>,
+    id: u64,
+    /// The work queues this scope posted to (few; deduplicated).
+    touched: Mutex<Vec<QueueRef<'scope>>>,
+    /// The queue of the last post, to skip the `touched` lock on repeated posts to one queue.
+    last_touched: AtomicPtr<TrackedQueue>,
+    /// Address handles of inline UD sends (not borrowed for the scope), kept until its end.
+    keep: Mutex<Vec<Ah>>,
     drain_timeout: Duration,
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
@@ -78,8 +77,6 @@ pub struct Token<'scope, B> {
 
 /// The book-keeping half of a token; dropping it without consuming abandons the completion.
 struct TokenGuard<'scope> {
-    state: &'scope Mutex<Outstanding<'scope>>,
-    index: usize,
     posted: Posted<'scope>,
     consumed: bool,
     _scope: PhantomData<&'scope mut &'scope ()>,
@@ -184,7 +181,10 @@ where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
 {
     let scope = Scope {
-        outstanding: Mutex::new(Outstanding { slots: Vec::new(), free: Vec::new() }),
+        id: NEXT_SCOPE_ID.fetch_add(1, Ordering::Relaxed),
+        touched: Mutex::new(Vec::new()),
+        last_touched: AtomicPtr::new(std::ptr::null_mut()),
+        keep: Mutex::new(Vec::new()),
         drain_timeout,
         _scope: PhantomData,
         _env: PhantomData,
@@ -198,27 +198,23 @@ where
 }
 
 impl<'scope, 'env> Scope<'scope, 'env> {
-    fn record(&'scope self, posted: Posted<'scope>, keep: Option<Ah>) -> usize {
-        let slot = Slot { posted, _keep: keep };
-        let mut o = lock(&self.outstanding);
-        match o.free.pop() {
-            Some(i) => {
-                o.slots[i] = Some(slot);
-                i
+    fn touch(&self, q: QueueRef<'scope>) {
+        let ptr = q.tracked() as *const TrackedQueue as *mut TrackedQueue;
+        if self.last_touched.load(Ordering::Relaxed) != ptr {
+            let mut touched = lock(&self.touched);
+            if !touched.iter().any(|t| std::ptr::eq(t.tracked(), q.tracked())) {
+                touched.push(q);
             }
-            None => {
-                o.slots.push(Some(slot));
-                o.slots.len() - 1
-            }
+            self.last_touched.store(ptr, Ordering::Relaxed);
         }
     }
 
     fn token<B>(&'scope self, posted: Posted<'scope>, keep: Option<Ah>, buffers: B) -> Token<'scope, B> {
-        let index = self.record(posted, keep);
-        Token {
-            guard: TokenGuard { state: &self.outstanding, index, posted, consumed: false, _scope: PhantomData },
-            buffers,
+        self.touch(posted.q);
+        if let Some(ah) = keep {
+            lock(&self.keep).push(ah);
         }
+        Token { guard: TokenGuard { posted, consumed: false, _scope: PhantomData }, buffers }
     }
 
     /// `ibv_post_send` of `wr` on `qp`, which must be in RTS; the opcode must be valid for the
@@ -249,7 +245,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // its QP was reset (`drain`). The views move into the token, so the program cannot
         // touch the memory through them meanwhile; shared views (`LocalBuf`) keep the region
         // immutably borrowed, exclusive ones (`LocalBufMut`) exclusively.
-        let (seq, keep) = match unsafe { post_raw(qp, &wr) } {
+        let (seq, keep) = match unsafe { post_raw(qp, &wr, self.id) } {
             Ok(r) => r,
             Err(error) => return Err(PostError { error, wr }),
         };
@@ -276,7 +272,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // during the call ("the buffer can be reused immediately after the call returns",
         // ibv_post_send(3)); the address handle of a UD destination is kept alive by the
         // scope until the completion (`keep`).
-        let (seq, keep) = match unsafe { post_raw(qp, &wr) } {
+        let (seq, keep) = match unsafe { post_raw(qp, &wr, self.id) } {
             Ok(r) => r,
             Err(error) => return Err(PostError { error, wr }),
         };
@@ -322,7 +318,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         }
         // SAFETY: as in `post_send`, for every request: the memory is borrowed for 'scope and
         // moves into the tokens, and `scope` drains before returning. `sges` outlives the call.
-        let (seqs, err) = unsafe { qp.shared.post_send_list(&mut raws) };
+        let (seqs, err) = unsafe { qp.shared.post_send_list(&mut raws, self.id) };
         let mut rest = wrs.into_iter();
         let posted: Vec<_> = seqs
             .into_iter()
@@ -385,7 +381,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
         // SAFETY: as in `post_send`: the receive buffer is borrowed (or owned) for at least
         // 'scope and moves into the token; `scope` drains before returning.
-        let seq = match unsafe { qp.shared.post_recv(&mut raw) } {
+        let seq = match unsafe { qp.shared.post_recv(&mut raw, self.id) } {
             Ok(seq) => seq,
             Err(error) => return Err(PostError { error, wr }),
         };
@@ -404,17 +400,18 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         token: Token<'scope, B>,
         timeout: Duration,
     ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
-        let deadline = Instant::now() + timeout;
         let p = token.guard.posted;
+        // The clock is read only once a poll came back empty.
+        let mut deadline = None;
         loop {
             if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
                 let Token { mut guard, buffers } = token;
                 guard.consumed = true;
-                guard.release();
                 return Ok((c, buffers.complete(&c)));
             }
             match p.q.poll() {
                 Ok(0) => {
+                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
                     if Instant::now() >= deadline {
                         let what = format!("the completion of {}", p.q.describe(p.seq));
                         return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
@@ -481,7 +478,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // SAFETY: the window is owned here and moves into the token; the region is borrowed for
         // 'm, which outlives 'scope, and `scope` drains before returning, so both stay valid
         // until the bind completes.
-        let seq = match unsafe { qp.shared.bind_mw(mw.as_ptr(), &mut bind) } {
+        let seq = match unsafe { qp.shared.bind_mw(mw.as_ptr(), &mut bind, self.id) } {
             Ok(seq) => seq,
             Err(error) => {
                 mw.set_raw_rkey(old_rkey);
@@ -525,7 +522,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         };
         // SAFETY: the window is owned by `bound`, which moves into the token; the region it names
         // is borrowed by `bound` for 'm, which outlives 'scope.
-        let seq = match unsafe { qp.shared.bind_mw(bound.mw().as_ptr(), &mut bind) } {
+        let seq = match unsafe { qp.shared.bind_mw(bound.mw().as_ptr(), &mut bind, self.id) } {
             Ok(seq) => seq,
             Err(error) => return Err(PostError { error, wr: bound }),
         };
@@ -563,35 +560,35 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let bytes = bind.buffers.advert().encode();
         let wr = InlineSend::new(&bytes);
         // SAFETY: an inline send's payload is copied during the call.
-        let (seq, keep) = unsafe { post_raw(qp, &wr) }?;
+        let (seq, keep) = unsafe { post_raw(qp, &wr, self.id) }?;
         Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, ()))
     }
 
     fn drain(&self) -> Result<()> {
-        let pending: Vec<Posted<'scope>> = {
-            let mut o = lock(&self.outstanding);
-            o.free.clear();
-            o.slots.drain(..).flatten().map(|slot| slot.posted).collect()
-        };
+        let touched = std::mem::take(&mut *lock(&self.touched));
         let deadline = Instant::now() + self.drain_timeout;
         let mut broken = None;
         let mut forced: Vec<*const QpShared> = Vec::new();
-        for p in &pending {
+        for &q in &touched {
             // Only QP queues are posted in a scope (shared receive queues take owned buffers).
-            let Some(qp) = p.q.qp() else { continue };
-            if forced.contains(&(qp as *const QpShared)) {
-                continue;
+            let Some(qp) = q.qp() else { continue };
+            let mine = q.tracked().owned_by(self.id);
+            for &seq in &mine {
+                if forced.contains(&(qp as *const QpShared)) {
+                    break;
+                }
+                if !wait_until_done(&Posted { q, seq }, deadline) {
+                    // Nothing will complete it in time: flush, and if even that fails, reset.
+                    forced.push(qp);
+                    let e = force_quiesce(qp);
+                    broken.get_or_insert(e);
+                }
             }
-            if !wait_until_done(p, deadline) {
-                // Nothing will complete it in time: flush, and if even that fails, reset.
-                forced.push(qp);
-                let e = force_quiesce(qp);
-                broken.get_or_insert(e);
+            for seq in mine {
+                q.tracked().abandon(seq);
             }
         }
-        for p in &pending {
-            p.q.tracked().abandon(p.seq);
-        }
+        lock(&self.keep).clear();
         match broken {
             Some(e) => Err(e),
             None => Ok(()),
@@ -599,8 +596,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 }
 
-/// Builds and posts `wr` on `qp`; returns its sequence number and the address handle to keep
-/// alive until it completes.
+/// Builds and posts `wr` on `qp` for the scope `owner` (0: an owned token); returns its
+/// sequence number and the address handle to keep alive until it completes.
 ///
 /// # Safety
 /// The memory `wr` names (other than an inline payload) must stay valid and untouched by the
@@ -608,13 +605,14 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
     qp: &Qp<T, S>,
     wr: &W,
+    owner: u64,
 ) -> Result<(u64, Option<Ah>)> {
     let mut raw = build_checked(qp, wr)?;
     raw.wr.sg_list = &mut raw.sge;
     raw.wr.num_sge = raw.num_sge;
     // SAFETY: the caller guarantees the memory; `raw` (with its sge) outlives the call; the
     // address handle in `raw` is alive (borrowed by `wr`).
-    let seq = unsafe { qp.shared.post_send(&mut raw.wr) }?;
+    let seq = unsafe { qp.shared.post_send(&mut raw.wr, owner) }?;
     Ok((seq, wr.address_handle().cloned()))
 }
 
@@ -698,17 +696,6 @@ impl<'m, K: MwType, R: WindowRights> Token<'_, PendingBind<'m, K, R>> {
     }
 }
 
-impl TokenGuard<'_> {
-    fn release(&mut self) {
-        let mut o = lock(self.state);
-        if let Some(slot) = o.slots.get_mut(self.index) {
-            if slot.take().is_some() {
-                o.free.push(self.index);
-            }
-        }
-    }
-}
-
 impl Drop for TokenGuard<'_> {
     fn drop(&mut self) {
         if self.consumed {
@@ -720,7 +707,6 @@ impl Drop for TokenGuard<'_> {
         let q = p.q.tracked();
         if !q.is_pending(p.seq) {
             q.abandon(p.seq);
-            self.release();
         }
     }
 }
