@@ -54,6 +54,9 @@ pub mod transport;
 pub mod wc;
 pub mod wr;
 
+#[cfg(test)]
+mod test_util;
+
 pub use error::{Error, Result, Verb};
 
 /// The code blocks of README.md, compiled as doc tests so the README stays true.

@@ -391,19 +391,7 @@ mod tests {
         }
     }
 
-    /// A deterministic xorshift generator, so the property tests need no dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::test_util::Rng;
 
     /// Model-based property test: random posts (signaled or not), in-order completions of
     /// signaled requests (as a send queue delivers them), takes and abandons. Invariants: the

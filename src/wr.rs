@@ -872,15 +872,7 @@ mod tests {
     use super::*;
     use crate::mr::LocalBufMut;
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use crate::test_util::Rng;
 
     /// The checks of work-request building accept exactly the valid arguments and never panic.
     #[test]

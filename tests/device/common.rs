@@ -115,3 +115,20 @@ pub fn connect_rc_with(
     rts(&mut rts_attr);
     qp.to_rts(&rts_attr).expect("RTR->RTS")
 }
+
+/// Our example binary `name`, next to this test binary: `target/<profile>/deps/device-…` →
+/// `target/<profile>/examples/<name>`.
+pub fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the path of the test binary");
+    let mut candidates = Vec::new();
+    if let Some(profile_dir) = exe.parent().and_then(std::path::Path::parent) {
+        candidates.push(profile_dir.join("examples").join(name));
+    }
+    candidates.push(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples").join(name));
+    candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| {
+        panic!(
+            "example binary `{name}` not found (looked at {candidates:?}): build the examples \
+                 before running the device tests: `cargo build --examples`"
+        )
+    })
+}

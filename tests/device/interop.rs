@@ -14,30 +14,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{device_name, gid_index};
+use crate::common::{device_name, example, gid_index};
 
 /// Bound on one whole ping-pong (both processes), generous for software emulation.
 const DEADLINE: Duration = Duration::from_secs(120);
 /// Small, to keep the run short under emulation.
 const ITERS: u32 = 100;
 const SIZE: u32 = 4096;
-
-/// Our example binary `name`, next to this test binary: `target/<profile>/deps/device-…` →
-/// `target/<profile>/examples/<name>`.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the path of the test binary");
-    let mut candidates = Vec::new();
-    if let Some(profile_dir) = exe.parent().and_then(Path::parent) {
-        candidates.push(profile_dir.join("examples").join(name));
-    }
-    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples").join(name));
-    candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| {
-        panic!(
-            "example binary `{name}` not found (looked at {candidates:?}): build the examples \
-                 before running the device tests: `cargo build --examples`"
-        )
-    })
-}
 
 /// The C tool `name` (ibverbs-utils), from `$PATH` or `/usr/bin`.
 fn c_tool(name: &str) -> PathBuf {

@@ -250,20 +250,6 @@ fn a_scope_that_cannot_drain_a_dead_peer_breaks_the_qp_until_it_is_reset() {
 
 // --- peer process killed mid-transfer -------------------------------------------------------
 
-/// Our example `name`, next to this test binary (`target/<profile>/examples/<name>`), as
-/// interop.rs finds it.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the path of the test binary");
-    let mut candidates = Vec::new();
-    if let Some(profile_dir) = exe.parent().and_then(Path::parent) {
-        candidates.push(profile_dir.join("examples").join(name));
-    }
-    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/debug/examples").join(name));
-    candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| {
-        panic!("example `{name}` not found (looked at {candidates:?}): run `cargo build --examples` first")
-    })
-}
-
 /// A child process whose output (stdout and stderr) is collected; killed when dropped.
 struct Watched {
     child: Child,
