@@ -531,7 +531,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 
     /// Sends the window of a bind still in flight to the peer, the one way ibv_bind_mw(3) NOTES
-    /// allow before the bind's completion: "a send after a bind request on the same QP [is]
+    /// allow before the bind's completion: "a send after a bind request on the same QP \[is\]
     /// always ordered". Posts an inline SEND of a [`WindowAdvert`](crate::mw::WindowAdvert) (21 bytes; the QP needs
     /// `max_inline_data >= 21`) on `qp`, which must be the QP the bind was posted on.
     ///

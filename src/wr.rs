@@ -161,7 +161,7 @@ pub trait AllowsSolicited: SendRequest {}
 pub trait InlineWr: SendRequest {}
 
 /// `IBV_WR_SEND`: sends `local` to the peer's next receive buffer. `L` is borrowed
-/// ([`LocalBuf`]) or owned ([`Chunk`](crate::mr::Chunk)) memory the device reads.
+/// ([`LocalBuf`](crate::mr::LocalBuf)) or owned ([`Chunk`](crate::mr::Chunk)) memory the device reads.
 #[derive(Debug)]
 pub struct Send<L> {
     local: L,
