@@ -132,3 +132,131 @@ pub fn example(name: &str) -> std::path::PathBuf {
         )
     })
 }
+
+// --- child processes (the C tools and our examples) ------------------------------------------
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// A child process whose stdout and stderr are collected by reader threads; stdout lines are
+/// also forwarded on a channel so a test can wait for one.
+pub struct Proc {
+    /// The name used in messages.
+    pub label: String,
+    child: Child,
+    /// The exit status, once the process has exited and was polled.
+    pub status: Option<ExitStatus>,
+    output: Arc<Mutex<String>>,
+    lines: Receiver<String>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Proc {
+    /// Starts `program` with `args`, its output collected.
+    pub fn spawn(label: &str, program: &Path, args: &[String]) -> Proc {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        let output = Arc::new(Mutex::new(format!("$ {} {}\n", program.display(), args.join(" "))));
+        let (tx, lines) = mpsc::channel();
+        let mut readers = Vec::new();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let out = Arc::clone(&output);
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                lock(&out).push_str(&format!("{line}\n"));
+                let _ = tx.send(line);
+            }
+        }));
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let out = Arc::clone(&output);
+        readers.push(std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            if !s.is_empty() {
+                lock(&out).push_str(&format!("[stderr]\n{s}"));
+            }
+        }));
+        Proc { label: label.to_string(), child, status: None, output, lines, readers }
+    }
+
+    /// Polls the process; records its exit status once it has exited.
+    pub fn poll(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+        }
+        self.status
+    }
+
+    /// Waits (bounded) for a stdout line containing `needle`.
+    pub fn wait_for_line(&mut self, needle: &str, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
+                Ok(line) if line.contains(needle) => return Ok(()),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(st) = self.poll() {
+                        return Err(format!("{} exited ({st}) before printing {needle:?}", self.label));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(format!("{} did not print {needle:?} within {} s", self.label, within.as_secs()));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(format!("{} closed its stdout before printing {needle:?}", self.label))
+                }
+            }
+        }
+    }
+
+    /// Kills the process if it is still running and reaps it; collects its output.
+    pub fn stop(&mut self) {
+        if self.poll().is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+
+    /// Everything the process printed so far (stdout, then stderr).
+    pub fn output(&self) -> String {
+        lock(&self.output).clone()
+    }
+
+    /// Waits at most `within` for the exit; the status and how long it took, with all output
+    /// collected.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<(ExitStatus, Duration)> {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if let Some(st) = self.poll() {
+                self.stop(); // reaps and joins the readers: the output is complete
+                return Some((st, start.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -5,11 +5,7 @@
 //! typed error, every wait is bounded, and where a QP breaks, the test recovers it (reset,
 //! reconnect with fresh PSNs) and moves data again.
 
-use std::io::{BufRead, BufReader, Read as _};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use typed_verbs::device::Mtu;
@@ -250,89 +246,6 @@ fn a_scope_that_cannot_drain_a_dead_peer_breaks_the_qp_until_it_is_reset() {
 
 // --- peer process killed mid-transfer -------------------------------------------------------
 
-/// A child process whose output (stdout and stderr) is collected; killed when dropped.
-struct Watched {
-    child: Child,
-    output: Arc<Mutex<String>>,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Watched {
-    fn spawn(program: &Path, args: &[String]) -> Watched {
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
-        let output = Arc::new(Mutex::new(String::new()));
-        let (tx, lines) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        let out = Arc::clone(&output);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                out.lock().unwrap().push_str(&format!("{line}\n"));
-                let _ = tx.send(line);
-            }
-        });
-        let mut stderr = child.stderr.take().unwrap();
-        let out = Arc::clone(&output);
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            out.lock().unwrap().push_str(&format!("[stderr]\n{s}"));
-        });
-        Watched { child, output, lines }
-    }
-
-    fn output(&self) -> String {
-        self.output.lock().unwrap().clone()
-    }
-
-    fn wait_for_line(&mut self, needle: &str, within: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + within;
-        loop {
-            match self.lines.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) if line.contains(needle) => return Ok(()),
-                Ok(_) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err(format!("stdout closed before {needle:?}")),
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Ok(Some(st)) = self.child.try_wait() {
-                        return Err(format!("exited ({st}) before printing {needle:?}"));
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("did not print {needle:?} within {within:?}"));
-            }
-        }
-    }
-
-    /// Waits at most `within` for the exit; the status and how long it took.
-    fn wait_exit(&mut self, within: Duration) -> Option<(std::process::ExitStatus, Duration)> {
-        let start = Instant::now();
-        while start.elapsed() < within {
-            if let Some(st) = self.child.try_wait().expect("try_wait") {
-                // Let the reader threads collect the last output.
-                std::thread::sleep(Duration::from_millis(200));
-                return Some((st, start.elapsed()));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// True once some socket listens on TCP `port` (from /proc/net/tcp{,6}; connecting to find out
 /// would take the C server's one accept).
 fn listening(port: u16) -> bool {
@@ -365,27 +278,26 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
         .map(PathBuf::from)
         .find(|p| p.is_file())
         .expect("ibv_rc_pingpong (ibverbs-utils) is installed");
-    let mut server = Watched::spawn(&c_tool, &common);
+    let mut server = Proc::spawn("ibv_rc_pingpong (server)", &c_tool, &common);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !listening(TCP_PORT) {
         assert!(Instant::now() < deadline, "ibv_rc_pingpong never listened on {TCP_PORT}:\n{}", server.output());
-        if let Ok(Some(st)) = server.child.try_wait() {
+        if let Some(st) = server.poll() {
             panic!("ibv_rc_pingpong exited early ({st}):\n{}", server.output());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut args = common.clone();
     args.extend(["--timeout".into(), CLIENT_TIMEOUT_S.to_string(), "127.0.0.1".into()]);
-    let mut client = Watched::spawn(&example("rc_pingpong"), &args);
+    let mut client = Proc::spawn("rc_pingpong (client)", &example("rc_pingpong"), &args);
     if let Err(e) = client.wait_for_line("remote address", Duration::from_secs(60)) {
         panic!("our client did not connect: {e}\n{}\n--- server:\n{}", client.output(), server.output());
     }
     // Let the ping-pong run, then kill the server mid-transfer.
     std::thread::sleep(Duration::from_secs(1));
-    assert!(server.child.try_wait().unwrap().is_none(), "the server finished already:\n{}", server.output());
-    server.child.kill().expect("kill the C server");
-    let _ = server.child.wait();
-    // Bound: the client's completion timeout, plus the scope's 1 s drain and the flush.
+    assert!(server.poll().is_none(), "the server finished already:\n{}", server.output());
+    server.stop(); // kills and reaps it
+                   // Bound: the client's completion timeout, plus the scope's 1 s drain and the flush.
     let bound = Duration::from_secs(CLIENT_TIMEOUT_S + 20);
     let Some((status, took)) = client.wait_exit(bound) else {
         panic!("our client did not exit within {bound:?} of the server's death:\n{}", client.output());
