@@ -17,6 +17,27 @@ fn assert_timeout<T: std::fmt::Debug>(r: typed_verbs::Result<T>) {
     }
 }
 
+/// A connected RC pair whose receiving side (`pair.b`) completes on `cq_b`, which reports to
+/// the completion channel `ch`; `pair.a` completes on `cq_a`, outside the channel.
+struct Rig {
+    ctx: Context,
+    pd: Pd,
+    ch: CompChannel,
+    cq_a: Cq,
+    cq_b: Cq,
+    pair: RcPair,
+}
+
+fn rig() -> Rig {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let cq_a = ctx.create_cq(64).unwrap();
+    let cq_b = ctx.create_cq_with_channel(64, &ch).unwrap();
+    let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::empty(), QpCaps::default());
+    Rig { ctx, pd, ch, cq_a, cq_b, pair }
+}
+
 #[test]
 fn a_receive_completion_fires_the_channel_and_names_the_receive_cq() {
     let ctx = open();
@@ -105,12 +126,7 @@ fn waiting_with_nothing_posted_times_out_in_bounded_time() {
 /// SEND and wakes for a `.solicited()` one.
 #[test]
 fn solicited_only_arming_fires_for_a_solicited_send_and_not_for_an_unsolicited_one() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let ch = ctx.create_comp_channel().unwrap();
-    let cq_a = ctx.create_cq(64).unwrap();
-    let cq_b = ctx.create_cq_with_channel(64, &ch).unwrap();
-    let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::empty(), QpCaps::default());
+    let Rig { ctx: _ctx, pd, ch, cq_a: _cq_a, cq_b, pair } = rig();
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice()[..4].copy_from_slice(b"solo");
     let mut dst = pd.alloc_mr(128, access::LOCAL_RW).unwrap();
@@ -144,12 +160,7 @@ fn solicited_only_arming_fires_for_a_solicited_send_and_not_for_an_unsolicited_o
 /// stale event, no hang in `ibv_destroy_cq` (every event read was acknowledged).
 #[test]
 fn an_unread_event_dies_with_its_cq() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let ch = ctx.create_comp_channel().unwrap();
-    let cq_a = ctx.create_cq(64).unwrap();
-    let cq_b = ctx.create_cq_with_channel(64, &ch).unwrap();
-    let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::empty(), QpCaps::default());
+    let Rig { ctx: _ctx, pd, ch, cq_a: _cq_a, cq_b, pair } = rig();
     let src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     let mut dst = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
@@ -172,12 +183,7 @@ fn an_unread_event_dies_with_its_cq() {
 #[test]
 fn wait_async_resolves_on_the_receive_completion() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap();
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let ch = ctx.create_comp_channel().unwrap();
-    let cq_a = ctx.create_cq(64).unwrap();
-    let cq_b = ctx.create_cq_with_channel(64, &ch).unwrap();
-    let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::empty(), QpCaps::default());
+    let Rig { ctx: _ctx, pd, ch, cq_a: _cq_a, cq_b, pair } = rig();
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice()[..5].copy_from_slice(b"async");
     let mut dst = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
