@@ -30,17 +30,47 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// Outside the count (second toggle): gives the device time to complete the request.
 #[inline(never)]
 fn settle() {
-    std::thread::sleep(Duration::from_millis(20));
+    let pause = Duration::from_millis(20);
+    std::thread::sleep(pause);
+    // Not a tail call: callgrind must see `settle` return only after the sleep.
+    std::hint::black_box(pause);
 }
 
+/// The sequence with a [`SendLane`]: one request prepared (and checked) once and re-posted,
+/// as the C program re-posts one `struct ibv_send_wr`.
 #[inline(always)]
-fn loop_body<A: HasRemoteWrite>(
+fn lane_body<A: HasRemoteWrite>(
+    qp: &mut Qp<RC, RTS>,
+    src: LocalBuf<'_>,
+    dst: RemoteSlice<A>,
+    n: usize,
+) -> typed_verbs::Result<()> {
+    scope(move |s| -> typed_verbs::Result<()> {
+        let mut lane = s.send_lane(qp)?;
+        let mut wr = lane.prepare(Write::new(src, dst))?;
+        for i in 0..n {
+            if (i + 1) % SIGNAL_EVERY == 0 || i == n - 1 {
+                let token = lane.post(&mut wr)?;
+                settle();
+                lane.wait(token, TIMEOUT)?.ok()?;
+            } else {
+                lane.post_unsignaled(&mut wr)?;
+            }
+        }
+        Ok(())
+    })?
+}
+
+/// The sequence with scope tokens: a new request per post, a token per request (each
+/// unsignaled one collected after the signaled completion that covers it).
+#[inline(always)]
+fn scope_body<A: HasRemoteWrite>(
     qp: &Qp<RC, RTS>,
     src: LocalBuf<'_>,
     dst: RemoteSlice<A>,
     n: usize,
 ) -> typed_verbs::Result<()> {
-    scope(|s| -> typed_verbs::Result<()> {
+    scope(move |s| -> typed_verbs::Result<()> {
         let mut unsignaled = Vec::with_capacity(SIGNAL_EVERY);
         for i in 0..n {
             let wr = Write::new(src, dst);
@@ -64,19 +94,27 @@ fn loop_body<A: HasRemoteWrite>(
 /// The measured function: nothing but the post/wait loop (and its scope), N a constant as in
 /// the C program.
 #[inline(never)]
-fn run_loop(qp: &Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::RemoteRw>) -> typed_verbs::Result<()> {
-    loop_body(qp, src, dst, N)
+fn run_loop(qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::RemoteRw>) -> typed_verbs::Result<()> {
+    lane_body(qp, src, dst, N)
 }
 
-/// The same sequence, not counted. (`black_box` keeps its code different from `run_loop`'s, so
-/// that the compiler does not merge the two functions into one symbol.)
+/// The same with scope tokens (measured separately, `--scope`).
 #[inline(never)]
-fn warm_up(qp: &Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::RemoteRw>) -> typed_verbs::Result<()> {
-    loop_body(qp, src, dst, std::hint::black_box(N))
+fn run_loop_scope(qp: &Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::RemoteRw>) -> typed_verbs::Result<()> {
+    scope_body(qp, src, dst, N)
+}
+
+/// The same sequences, not counted. (`black_box` keeps their code different from the measured
+/// functions', so that the compiler does not merge them into one symbol.)
+#[inline(never)]
+fn warm_up(qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::RemoteRw>) -> typed_verbs::Result<()> {
+    lane_body(qp, src, dst, std::hint::black_box(N))?;
+    scope_body(qp, src, dst, std::hint::black_box(N))
 }
 
 fn main() -> typed_verbs::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    let tokens = args.next_if(|a| a == "--scope").is_some();
     let name = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()).unwrap_or_else(|| "rxe0".into());
     let gid_index: u32 =
         args.next().or_else(|| std::env::var("TYPED_VERBS_GID_INDEX").ok()).and_then(|s| s.parse().ok()).unwrap_or(1);
@@ -98,13 +136,17 @@ fn main() -> typed_verbs::Result<()> {
         let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
         Ok(qp.to_rts(&RcRts::new(me.psn))?)
     };
-    let a = connect(a, ea, eb)?;
+    let mut a = connect(a, ea, eb)?;
     let _b = connect(b, eb, ea)?;
 
     let view = src.slice(..MSG)?;
     let target = dst.remote(..)?;
-    warm_up(&a, view, target)?;
-    run_loop(&a, view, target)?;
+    warm_up(&mut a, view, target)?;
+    if tokens {
+        run_loop_scope(&a, view, target)?;
+    } else {
+        run_loop(&mut a, view, target)?;
+    }
 
     let mut seen = [0u8; MSG];
     dst.read_volatile_into(0, &mut seen)?;
@@ -112,6 +154,7 @@ fn main() -> typed_verbs::Result<()> {
         eprintln!("zerocost: the target does not hold the written bytes");
         std::process::exit(1);
     }
-    println!("typed: {N} RDMA WRITEs of {MSG} bytes, every {SIGNAL_EVERY}th signaled: ok");
+    let how = if tokens { "scope tokens" } else { "send lane" };
+    println!("typed ({how}): {N} RDMA WRITEs of {MSG} bytes, every {SIGNAL_EVERY}th signaled: ok");
     Ok(())
 }

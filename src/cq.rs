@@ -15,7 +15,7 @@ use typed_verbs_sys as sys;
 use crate::device::{Context, ContextInner};
 use crate::error::{Error, Result, Verb};
 use crate::qp::QpShared;
-use crate::queue::RECV_BIT;
+use crate::queue::{LANE_BIT, RECV_BIT};
 use crate::wc::Completion;
 
 /// How many completions one `ibv_poll_cq` call may return.
@@ -185,30 +185,85 @@ impl CqShared {
         self.poll_batch(&mut [])
     }
 
+    /// As [`CqShared::poll_and_route`], for the send lane of `qp` (one of this CQ's QPs): its
+    /// successful lane completions are recorded on the spot, everything else is routed as
+    /// usual.
+    #[inline]
+    pub(crate) fn poll_for_lane(&self, qp: &QpShared) -> Result<usize> {
+        let routes = lock(&self.routes);
+        let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
+        // SAFETY: the CQ is alive; `wcs` has room for POLL_BATCH entries (`MaybeUninit<ibv_wc>`
+        // has the layout of `ibv_wc`).
+        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), POLL_BATCH as i32, wcs.as_mut_ptr().cast()) };
+        if n < 0 {
+            return Err(self.poll_failed(n));
+        }
+        let n = (n as usize).min(POLL_BATCH);
+        for wc in &wcs[..n] {
+            // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
+            let wc = unsafe { wc.assume_init_ref() };
+            if wc.qp_num == qp.qp_num()
+                && wc.wr_id & (RECV_BIT | LANE_BIT) == LANE_BIT
+                && wc.status == sys::IBV_WC_SUCCESS
+            {
+                qp.sq.lane.complete(wc.wr_id, true, Completion::default);
+            } else {
+                self.route(&routes, wc, Some(qp));
+            }
+        }
+        Ok(n)
+    }
+
+    #[cold]
+    fn poll_failed(&self, ret: i32) -> Error {
+        Error::from_ret(Verb::PollCq, format!("CQ on {}", self.ctx.name), ret)
+    }
+
+    /// Routes one polled completion to its work queue; `known` is a QP the caller holds.
+    fn route(&self, routes: &[(u32, Weak<QpShared>)], wc: &sys::ibv_wc, known: Option<&QpShared>) {
+        let decode = || Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
+        let route = |qp: &QpShared| {
+            if wc.wr_id & (RECV_BIT | LANE_BIT) == LANE_BIT {
+                let ok = wc.status == sys::IBV_WC_SUCCESS;
+                qp.sq.lane.complete(wc.wr_id, ok, decode);
+            } else {
+                let is_recv = wc.wr_id & RECV_BIT != 0;
+                qp.route(wc.wr_id & !RECV_BIT, is_recv, decode());
+            }
+        };
+        match known {
+            Some(qp) if qp.qp_num() == wc.qp_num => route(qp),
+            _ => {
+                // A completion of a QP that no longer exists has nobody to go to.
+                let target = routes.iter().find(|(num, _)| *num == wc.qp_num).and_then(|(_, w)| w.upgrade());
+                if let Some(qp) = target {
+                    route(&qp);
+                }
+            }
+        }
+    }
+
     /// Polls one batch of at most `POLL_BATCH` (and, when `copy` is not empty, at most
     /// `copy.len()`) completions, routes each to its work queue and copies it into `copy`.
     fn poll_batch(&self, copy: &mut [Completion]) -> Result<usize> {
         let routes = lock(&self.routes);
-        let mut wcs = [sys::ibv_wc::default(); POLL_BATCH];
+        let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
         let want = if copy.is_empty() { POLL_BATCH } else { copy.len().min(POLL_BATCH) };
-        // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries.
-        let n = unsafe { sys::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr()) };
+        // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries
+        // (`MaybeUninit<ibv_wc>` has the layout of `ibv_wc`).
+        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr().cast()) };
         if n < 0 {
-            return Err(Error::from_ret(Verb::PollCq, format!("CQ on {}", self.ctx.name), n));
+            return Err(self.poll_failed(n));
         }
         // A provider never returns more than asked; clamp anyway so a faulty one cannot panic us.
         let n = (n as usize).min(want);
         for (i, wc) in wcs[..n].iter().enumerate() {
-            let decoded = Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
+            // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
+            let wc = unsafe { wc.assume_init_ref() };
             if let Some(slot) = copy.get_mut(i) {
-                *slot = decoded;
+                *slot = Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
             }
-            let target = routes.iter().find(|(num, _)| *num == wc.qp_num).and_then(|(_, w)| w.upgrade());
-            // A completion of a QP that no longer exists has nobody to go to.
-            if let Some(qp) = target {
-                let is_recv = wc.wr_id & RECV_BIT != 0;
-                qp.route(wc.wr_id & !RECV_BIT, is_recv, decoded);
-            }
+            self.route(&routes, wc, None);
         }
         Ok(n)
     }

@@ -41,6 +41,7 @@ pub mod cq;
 pub mod device;
 pub mod error;
 pub mod event;
+pub mod lane;
 pub mod mr;
 pub mod mw;
 pub mod odp;
@@ -73,6 +74,7 @@ pub mod prelude {
     pub use crate::device::{devices, Context, Gid, Mtu};
     pub use crate::error::{Error, Result, Verb};
     pub use crate::event::AsyncEvent;
+    pub use crate::lane::{LaneToken, Prepared, SendLane};
     pub use crate::mr::{Chunk, LocalBuf, LocalBufMut, Mr, RemoteSlice};
     pub use crate::owned::OwnedToken;
     pub use crate::pd::Pd;

@@ -746,6 +746,11 @@ impl<T: Transitions, S: QpState> Qp<T, S> {
 }
 
 impl QpShared {
+    /// The `struct ibv_qp`, alive as long as `self`.
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_qp {
+        self.qp.as_ptr()
+    }
+
     pub(crate) fn qp_num(&self) -> u32 {
         self.qp_num
     }
@@ -796,7 +801,7 @@ impl QpShared {
         }
     }
 
-    fn check_usable(&self) -> Result<()> {
+    pub(crate) fn check_usable(&self) -> Result<()> {
         if self.broken.load(Ordering::Acquire) {
             return Err(Error::QpBroken { qp_num: self.qp_num });
         }

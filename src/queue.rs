@@ -8,6 +8,7 @@
 //! its [`Completion`]) or already consumed, and refuses new requests beyond the queue depth.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::wc::{Completion, WcOpcode};
 
@@ -207,6 +208,150 @@ impl WorkQueue {
     }
 }
 
+/// The bit of a `wr_id` that marks a request of a send lane ([`crate::lane::SendLane`]).
+pub(crate) const LANE_BIT: u64 = 1 << 62;
+
+/// The book-keeping of a send lane: the requests that one exclusive poster (the lane) puts on
+/// a send queue, numbered in posting order from `LANE_BIT` on (`LANE_BIT`, `LANE_BIT + 1`...);
+/// the number is the `wr_id`.
+///
+/// Send queue completions arrive in posting order, and an error always produces a completion,
+/// so two counters describe every request: requests `< done` are complete, and they succeeded
+/// unless their number is `>= first_error`, in which case their (error or flush) completion is
+/// in `errors`. Only the lane writes `posted` and `covered`; only the poller holding the CQ's
+/// routing lock writes `done`, `first_error` and `errors`. Nothing is stored for a successful
+/// request: posting and collecting it takes no lock.
+#[derive(Debug)]
+pub(crate) struct LaneBook {
+    /// Requests posted so far.
+    posted: AtomicU64,
+    /// Every request with a lower number is complete.
+    done: AtomicU64,
+    /// One past the last signaled request: a completion will come for every request below it.
+    covered: AtomicU64,
+    /// The lowest request number that did not complete successfully (`u64::MAX`: none).
+    first_error: AtomicU64,
+    /// The completions of the requests that did not succeed, until collected.
+    errors: std::sync::Mutex<Vec<(u64, Completion)>>,
+}
+
+/// What [`LaneBook::result`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LaneResult {
+    /// Still outstanding.
+    Pending,
+    /// Completed successfully.
+    Success,
+    /// Completed with this (error, flush, or forced reset) completion.
+    Failed(Completion),
+}
+
+impl LaneBook {
+    fn new() -> Self {
+        LaneBook {
+            posted: AtomicU64::new(LANE_BIT),
+            done: AtomicU64::new(LANE_BIT),
+            covered: AtomicU64::new(LANE_BIT),
+            first_error: AtomicU64::new(u64::MAX),
+            errors: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Opens the book for a new lane: nothing of an earlier one may be outstanding. Returns the
+    /// number of the next request.
+    pub(crate) fn open(&self) -> Option<u64> {
+        let posted = self.posted.load(Ordering::Acquire);
+        if self.done.load(Ordering::Acquire) != posted {
+            return None;
+        }
+        self.first_error.store(u64::MAX, Ordering::Release);
+        lock(&self.errors).clear();
+        Some(posted)
+    }
+
+    /// The lane is about to post request `seq`. Recorded before the post, so that a poller on
+    /// another thread that sees the completion at once knows the request.
+    #[inline(always)]
+    pub(crate) fn posting(&self, seq: u64) {
+        self.posted.store(seq + 1, Ordering::Release);
+    }
+
+    /// The provider accepted request `seq`, signaled: a completion will cover it.
+    #[inline(always)]
+    pub(crate) fn covered(&self, seq: u64) {
+        self.covered.store(seq + 1, Ordering::Release);
+    }
+
+    /// The provider refused request `seq`: it was not posted.
+    pub(crate) fn unpost(&self, seq: u64) {
+        self.posted.store(seq, Ordering::Release);
+    }
+
+    /// Records the completion of request `seq`, and with it of every earlier one. `ok`: its
+    /// status is success; otherwise `c()` decodes it. Called with the CQ's routing lock held,
+    /// so completions are recorded in the order the device produced them.
+    #[inline]
+    pub(crate) fn complete(&self, seq: u64, ok: bool, c: impl FnOnce() -> Completion) {
+        if !ok {
+            self.failed(seq, c());
+        }
+        // A stale or foreign number (beyond what was posted) must not mark anything complete.
+        // Completions are recorded one at a time (routing lock), so load-then-store is enough.
+        if seq < self.posted.load(Ordering::Acquire) && seq >= self.done.load(Ordering::Acquire) {
+            self.done.store(seq + 1, Ordering::Release);
+        }
+    }
+
+    #[cold]
+    fn failed(&self, seq: u64, c: Completion) {
+        lock(&self.errors).push((seq, c));
+        self.first_error.fetch_min(seq, Ordering::AcqRel);
+    }
+
+    /// Whether request `seq` completed, and how.
+    #[inline]
+    pub(crate) fn result(&self, seq: u64, qp_num: u32) -> LaneResult {
+        if self.done.load(Ordering::Acquire) <= seq {
+            return LaneResult::Pending;
+        }
+        if self.first_error.load(Ordering::Acquire) > seq {
+            return LaneResult::Success;
+        }
+        self.failure(seq, qp_num)
+    }
+
+    #[cold]
+    fn failure(&self, seq: u64, qp_num: u32) -> LaneResult {
+        let mut errors = lock(&self.errors);
+        match errors.iter().position(|(s, _)| *s == seq) {
+            Some(i) => LaneResult::Failed(errors.swap_remove(i).1),
+            // No completion of its own: the QP was reset before the device reported it.
+            None => LaneResult::Failed(Completion::forced_reset(qp_num)),
+        }
+    }
+
+    /// Requests posted and not complete.
+    pub(crate) fn outstanding(&self) -> u64 {
+        self.posted.load(Ordering::Acquire).saturating_sub(self.done.load(Ordering::Acquire))
+    }
+
+    /// Whether outstanding requests remain that no completion will cover (the last ones posted
+    /// were unsignaled).
+    pub(crate) fn has_uncovered_tail(&self) -> bool {
+        let posted = self.posted.load(Ordering::Acquire);
+        self.done.load(Ordering::Acquire) < posted && self.covered.load(Ordering::Acquire) < posted
+    }
+
+    /// The QP was reset: nothing is outstanding on the device; what had not completed failed.
+    fn force_flush(&self) {
+        let posted = self.posted.load(Ordering::Acquire);
+        let done = self.done.swap(posted, Ordering::AcqRel);
+        if done < posted {
+            self.first_error.fetch_min(done, Ordering::AcqRel);
+        }
+    }
+}
+
 /// A [`WorkQueue`] behind a mutex, with the buffers of owned tokens that were dropped while
 /// their request was outstanding ("graves"), kept until the request is no longer outstanding.
 pub(crate) struct TrackedQueue {
@@ -215,6 +360,8 @@ pub(crate) struct TrackedQueue {
     ordered: bool,
     graves: std::sync::Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
     grave_count: std::sync::atomic::AtomicUsize,
+    /// The requests of send lanes (send queues only).
+    pub(crate) lane: LaneBook,
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -229,6 +376,7 @@ impl TrackedQueue {
             ordered,
             graves: std::sync::Mutex::new(Vec::new()),
             grave_count: std::sync::atomic::AtomicUsize::new(0),
+            lane: LaneBook::new(),
         }
     }
 
@@ -262,12 +410,14 @@ impl TrackedQueue {
         lock(&self.wq).is_pending(seq)
     }
 
+    /// Requests outstanding on the device, the lane's included.
     pub(crate) fn outstanding(&self) -> u32 {
-        lock(&self.wq).outstanding()
+        let lane = u32::try_from(self.lane.outstanding()).unwrap_or(u32::MAX);
+        lock(&self.wq).outstanding().saturating_add(lane)
     }
 
     pub(crate) fn has_uncovered_tail(&self) -> bool {
-        lock(&self.wq).has_uncovered_tail()
+        lock(&self.wq).has_uncovered_tail() || self.lane.has_uncovered_tail()
     }
 
     /// Keeps `held` until request `seq` is no longer outstanding.
@@ -285,6 +435,7 @@ impl TrackedQueue {
     /// request completes with a synthetic flush and the graves are released.
     pub(crate) fn force_flush(&self, qp_num: u32) {
         lock(&self.wq).force_flush(qp_num);
+        self.lane.force_flush();
         lock(&self.graves).clear();
         self.grave_count.store(0, std::sync::atomic::Ordering::Release);
     }

@@ -209,6 +209,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         }
     }
 
+    /// Registers `q` as posted to by this scope (its drain then covers it).
+    pub(crate) fn touch_queue(&self, q: QueueRef<'scope>) {
+        self.touch(q);
+    }
+
     fn token<B>(&'scope self, posted: Posted<'scope>, keep: Option<Ah>, buffers: B) -> Token<'scope, B> {
         self.touch(posted.q);
         if let Some(ah) = keep {
@@ -305,7 +310,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let wrs: Vec<W> = wrs.into_iter().collect();
         let mut built = Vec::with_capacity(wrs.len());
         for wr in &wrs {
-            match build_checked(qp, wr) {
+            match build_checked::<T, W>(&qp.shared, wr) {
                 Ok(raw) => built.push(raw),
                 Err(error) => return Err(PostListError { error, posted: Vec::new(), rejected: wrs }),
             }
@@ -587,6 +592,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             for seq in mine {
                 q.tracked().abandon(seq);
             }
+            let QueueRef::Send(_) = q else { continue };
+            if !forced.contains(&(qp as *const QpShared)) && !wait_lane_drained(q, deadline) {
+                forced.push(qp);
+                let e = force_quiesce(qp);
+                broken.get_or_insert(e);
+            }
         }
         lock(&self.keep).clear();
         match broken {
@@ -607,7 +618,7 @@ pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
     wr: &W,
     owner: u64,
 ) -> Result<(u64, Option<Ah>)> {
-    let mut raw = build_checked(qp, wr)?;
+    let mut raw = build_checked::<T, W>(&qp.shared, wr)?;
     raw.wr.sg_list = &mut raw.sge;
     raw.wr.num_sge = raw.num_sge;
     // SAFETY: the caller guarantees the memory; `raw` (with its sge) outlives the call; the
@@ -617,11 +628,11 @@ pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
 }
 
 /// Builds `wr` for `qp`, with every check that needs no device (inline length included).
-fn build_checked<T: Transport, S: QpState, W: SendRequest>(qp: &Qp<T, S>, wr: &W) -> Result<RawSendWr> {
+pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W) -> Result<RawSendWr> {
     if let Some(len) = wr.inline_len() {
-        let max = qp.shared.caps().max_inline_data;
+        let max = qp.caps().max_inline_data;
         if len > max as usize {
-            return Err(Error::InlineTooLarge { qp_num: qp.shared.qp_num(), len, max });
+            return Err(Error::InlineTooLarge { qp_num: qp.qp_num(), len, max });
         }
     }
     let mut raw = RawSendWr::new();
@@ -646,6 +657,32 @@ fn wait_until_done(p: &Posted<'_>, deadline: Instant) -> bool {
             continue;
         }
         match p.q.poll() {
+            Ok(0) | Err(_) => {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                std::thread::yield_now();
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Polls until the send lane of `q` has nothing outstanding, or `deadline`; true if so.
+fn wait_lane_drained(q: QueueRef<'_>, deadline: Instant) -> bool {
+    let lane = &q.tracked().lane;
+    loop {
+        if lane.outstanding() == 0 {
+            return true;
+        }
+        // Unsignaled requests at the tail of the lane never complete on their own.
+        if lane.has_uncovered_tail() {
+            if q.poll().unwrap_or(0) == 0 {
+                return lane.outstanding() == 0;
+            }
+            continue;
+        }
+        match q.poll() {
             Ok(0) | Err(_) => {
                 if Instant::now() >= deadline {
                     return false;

@@ -1,0 +1,399 @@
+//! Send lanes: the data path at the cost of hand-written C.
+//!
+//! A [`SendLane`] is the exclusive poster of one queue pair's send queue for the rest of a
+//! [`scope`](crate::scope::scope) (it holds `&mut` of the [`Qp`], so nothing else can post
+//! there meanwhile). A [`Prepared`] request is built and checked once, then posted as often as
+//! needed: each post only sets the `wr_id` and the signaled flag and calls the provider, like a
+//! C loop re-posting one `struct ibv_send_wr`. Unsignaled posts return nothing; a signaled
+//! post returns a [`LaneToken`], and its completion also completes every earlier request of the
+//! lane (send queue completions are ordered, ibv_post_send(3)).
+//!
+//! Why this is as sound as [`Scope::post_send`]: the memory a prepared request names is
+//! borrowed for the whole scope (`W: 'scope`) and is never owned by the request (only borrowed
+//! views or inline payloads: [`Reusable`]), so dropping a prepared request, a token or the lane
+//! frees nothing. The scope does not return before the device is done with every request of
+//! the lane (or the QP was reset), exactly as for scope tokens. Book-keeping is two counters
+//! (`queue::LaneBook`): no lock and no allocation per request; a lock is taken only for
+//! completions with an error status.
+#![allow(unsafe_code)]
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+use typed_verbs_sys as sys;
+
+use crate::error::{Error, Result};
+use crate::mr::{LocalBuf, LocalBufMut};
+use crate::qp::{Qp, QpShared, QueueRef};
+use crate::queue::LaneResult;
+use crate::scope::Scope;
+use crate::transport::{CanPostSend, Transport};
+use crate::wc::{Completion, CompletionSource, WcOpcode};
+use crate::wr::{AddressedFor, RawSendWr, SendWr};
+
+/// `ibv_post_send` as the provider implements it.
+type PostSendFn = unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_send_wr, *mut *mut sys::ibv_send_wr) -> i32;
+
+/// The exclusive poster of a QP's send queue within a scope. See the [module
+/// documentation](self).
+pub struct SendLane<'scope, T: Transport, S: CanPostSend> {
+    qp: &'scope QpShared,
+    /// `qp`'s `struct ibv_qp` and its provider's `post_send`, looked up once.
+    raw_qp: NonNull<sys::ibv_qp>,
+    post_fn: PostSendFn,
+    /// The number (`wr_id`) of the next request.
+    next: u64,
+    /// The posts of numbers from here on take the slow path: the send queue may be full, or
+    /// the request must be signaled.
+    checkpoint: u64,
+    /// Requests numbered below this fit in the send queue without looking at completions.
+    limit: u64,
+    /// The number of the next request that is signaled whatever the caller asked: a run of
+    /// unsignaled requests stays shorter than half the queue, so that the send queue never
+    /// fills with requests that nothing completes.
+    force_at: u64,
+    depth: u64,
+    /// The longest run of unsignaled requests.
+    max_run: u64,
+    _qp: PhantomData<fn() -> (T, S)>,
+}
+
+// SAFETY: the raw pointers name the QP that `qp` borrows, which may be used from any thread
+// (libibverbs is thread-safe); the lane itself is only used through `&mut self`.
+unsafe impl<T: Transport, S: CanPostSend> Send for SendLane<'_, T, S> {}
+// SAFETY: no method takes `&self` to post; the `&self` methods only read atomics.
+unsafe impl<T: Transport, S: CanPostSend> Sync for SendLane<'_, T, S> {}
+
+/// A work request built and checked once by [`SendLane::prepare`], to be posted any number of
+/// times on that lane. Holds the request (and with it the borrow of its memory).
+pub struct Prepared<'scope, W> {
+    raw: Box<RawSendWr>,
+    /// The queue pair it was checked for.
+    qp: &'scope QpShared,
+    /// `send_flags` for a signaled and for an unsignaled post.
+    flags_signaled: u32,
+    flags_unsignaled: u32,
+    /// What the work completion reports for this request on success.
+    opcode: WcOpcode,
+    byte_len: u32,
+    wr: W,
+}
+
+// SAFETY: the raw request points into its own box and at memory `wr` borrows; sending or
+// sharing it is sending or sharing `W`.
+unsafe impl<W: Send> Send for Prepared<'_, W> {}
+// SAFETY: as above; `&Prepared` gives no access to the raw request.
+unsafe impl<W: Sync> Sync for Prepared<'_, W> {}
+
+/// A signaled request of a [`SendLane`] whose completion has not been collected. Plain data:
+/// dropping or forgetting it only means nobody looks at that completion.
+#[must_use = "a token is how the completion is collected"]
+pub struct LaneToken<'scope> {
+    qp: &'scope QpShared,
+    seq: u64,
+    opcode: WcOpcode,
+    byte_len: u32,
+}
+
+/// A lane wait that ran out: the error, and the token to wait on again.
+#[derive(Debug)]
+pub struct LaneWaitError<'scope> {
+    /// The timeout (or poll failure).
+    pub error: Error,
+    /// The token, still valid.
+    pub token: LaneToken<'scope>,
+}
+
+impl From<LaneWaitError<'_>> for Error {
+    fn from(e: LaneWaitError<'_>) -> Self {
+        e.error
+    }
+}
+
+/// Memory that a prepared request may name: borrowed views and inline payloads, whose drop
+/// frees nothing (an owned [`Chunk`](crate::mr::Chunk) would be freed while the device may
+/// still use it). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "a prepared request cannot hold `{Self}`: it is re-posted, so its memory must stay valid until the scope ends",
+    label = "owned memory cannot be prepared",
+    note = "prepare requests over borrowed views (`LocalBuf`, `LocalBufMut`) or inline payloads; post owned `Chunk`s with `post_send_owned`"
+)]
+pub trait Reusable: sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+impl sealed::Sealed for LocalBuf<'_> {}
+impl Reusable for LocalBuf<'_> {}
+impl sealed::Sealed for LocalBufMut<'_> {}
+impl Reusable for LocalBufMut<'_> {}
+impl sealed::Sealed for () {}
+impl Reusable for () {}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// Opens a [`SendLane`] on `qp`'s send queue, exclusive for the rest of the scope. The scope
+    /// waits at its end for every request of the lane, as for its own tokens.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] if the send queue still has outstanding requests posted
+    ///   otherwise (owned tokens): collect them first;
+    /// - [`Error::QpBroken`] if the QP was forced to RESET and not reset since.
+    pub fn send_lane<T: Transport, S: CanPostSend>(
+        &'scope self,
+        qp: &'scope mut Qp<T, S>,
+    ) -> Result<SendLane<'scope, T, S>> {
+        let shared: &'scope QpShared = &qp.shared;
+        shared.check_usable()?;
+        let busy = shared.sq.outstanding();
+        let next = match shared.sq.lane.open() {
+            Some(next) if busy == 0 => next,
+            _ => return Err(Error::invalid(
+                "send lane",
+                format!(
+                    "the send queue of QP {:#x} has {busy} outstanding requests; collect them before opening a lane",
+                    shared.qp_num()
+                ),
+            )),
+        };
+        self.touch_queue(QueueRef::Send(shared));
+        let depth = u64::from(shared.caps().max_send_wr.max(1));
+        let max_run = (depth / 2).max(1);
+        let raw_qp = NonNull::new(shared.as_ptr()).ok_or_else(|| Error::invalid("send lane", "no QP"))?;
+        // SAFETY: the QP and its context are alive (borrowed for 'scope); the provider's
+        // operations are set when the context is opened and never change.
+        let post_fn = unsafe { (*(*raw_qp.as_ptr()).context).ops.post_send }.unwrap_or(sys::ibv_post_send);
+        Ok(SendLane {
+            qp: shared,
+            raw_qp,
+            post_fn,
+            next,
+            checkpoint: next + max_run.min(depth),
+            limit: next + depth,
+            force_at: next + max_run,
+            depth,
+            max_run,
+            _qp: PhantomData,
+        })
+    }
+}
+
+impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
+    /// Builds `wr` for this lane's QP with every check of [`Scope::post_send`] (opcode and
+    /// flags at compile time; lengths, alignment, inline size and ODP at run time), once.
+    ///
+    /// # Errors
+    /// Returns the request with a [`PostError`](crate::scope::PostError) if a check fails.
+    pub fn prepare<W>(&self, wr: W) -> std::result::Result<Prepared<'scope, W>, crate::scope::PostError<W>>
+    where
+        W: SendWr<T> + AddressedFor<T> + 'scope,
+        W::Buffers: Reusable,
+    {
+        let mut raw = match crate::scope::build_checked::<T, W>(self.qp, &wr) {
+            Ok(raw) => Box::new(raw),
+            Err(error) => return Err(crate::scope::PostError { error, wr }),
+        };
+        raw.wr.sg_list = &mut raw.sge;
+        raw.wr.num_sge = raw.num_sge;
+        raw.wr.next = std::ptr::null_mut();
+        let (opcode, byte_len) = success_report(&raw);
+        let flags_signaled = raw.wr.send_flags | sys::IBV_SEND_SIGNALED;
+        let flags_unsignaled = raw.wr.send_flags & !sys::IBV_SEND_SIGNALED;
+        Ok(Prepared { raw, qp: self.qp, flags_signaled, flags_unsignaled, opcode, byte_len, wr })
+    }
+
+    /// `ibv_post_send` of `wr`, signaled: the returned token collects its completion, which
+    /// also completes every earlier request of the lane.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] if `wr` was prepared for another QP;
+    /// - [`Error::QueueFull`] when the send queue is full of outstanding requests;
+    /// - [`Error::Verb`] with `ibv_post_send` and its errno.
+    ///
+    /// See ibv_post_send(3).
+    #[doc(alias = "ibv_post_send")]
+    #[inline]
+    pub fn post<W>(&mut self, wr: &mut Prepared<'scope, W>) -> Result<LaneToken<'scope>> {
+        let seq = self.next;
+        if !std::ptr::eq(wr.qp, self.qp) || seq >= self.limit {
+            self.check(wr.qp)?;
+        }
+        wr.raw.wr.send_flags = wr.flags_signaled;
+        self.post_now(&mut wr.raw.wr, seq)?;
+        self.qp.sq.lane.covered(seq);
+        self.force_at = seq + 1 + self.max_run;
+        self.checkpoint = self.force_at.min(self.limit);
+        Ok(LaneToken { qp: self.qp, seq, opcode: wr.opcode, byte_len: wr.byte_len })
+    }
+
+    /// `ibv_post_send` of `wr` without `IBV_SEND_SIGNALED`: it has no completion of its own
+    /// and is complete once a later signaled request of the lane is. (A run of unsignaled
+    /// requests is broken by a signaled one before it reaches half the send queue's depth, so
+    /// that the queue cannot fill with requests that nothing completes.)
+    ///
+    /// # Errors
+    /// As for [`SendLane::post`].
+    ///
+    /// See ibv_post_send(3).
+    #[doc(alias = "ibv_post_send")]
+    #[inline]
+    pub fn post_unsignaled<W>(&mut self, wr: &mut Prepared<'scope, W>) -> Result<()> {
+        let seq = self.next;
+        if !std::ptr::eq(wr.qp, self.qp) || seq >= self.checkpoint {
+            return self.post_unsignaled_slow(wr);
+        }
+        wr.raw.wr.send_flags = wr.flags_unsignaled;
+        self.post_now(&mut wr.raw.wr, seq)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn post_unsignaled_slow<W>(&mut self, wr: &mut Prepared<'scope, W>) -> Result<()> {
+        self.check(wr.qp)?;
+        if self.next >= self.force_at {
+            return self.post(wr).map(drop);
+        }
+        wr.raw.wr.send_flags = wr.flags_unsignaled;
+        self.post_now(&mut wr.raw.wr, self.next)
+    }
+
+    /// The checks of the slow path: the request is this lane's, and the queue has room.
+    #[cold]
+    fn check(&mut self, qp: &QpShared) -> Result<()> {
+        if !std::ptr::eq(qp, self.qp) {
+            return Err(foreign(self.qp));
+        }
+        if self.next >= self.limit {
+            let outstanding = self.qp.sq.lane.outstanding().min(self.depth);
+            self.limit = self.next - outstanding + self.depth;
+            self.checkpoint = self.force_at.min(self.limit);
+            if self.next >= self.limit {
+                return Err(Error::QueueFull { queue: "send", qp_num: self.qp.qp_num(), depth: self.depth as u32 });
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts `wr` (flags set by the caller) as request `seq`, which is `self.next`.
+    #[inline(always)]
+    fn post_now(&mut self, wr: &mut sys::ibv_send_wr, seq: u64) -> Result<()> {
+        wr.wr_id = seq;
+        // Recorded before the post: a poller on another thread may see the completion at once.
+        self.qp.sq.lane.posting(seq);
+        let mut bad = std::mem::MaybeUninit::<*mut sys::ibv_send_wr>::uninit();
+        // SAFETY: `raw_qp` is the live QP (borrowed for 'scope) and `post_fn` its provider's
+        // ibv_post_send. `wr` is one request built by `prepare` for this QP: `sg_list` points
+        // into the same box, `next` is null, and the memory it names is borrowed for at least
+        // 'scope (`W: 'scope`; never owned: `Reusable`); the scope does not return before this
+        // request completed or the QP was reset (its drain covers the lane's queue, which
+        // `send_lane` registered). `bad` is a valid out-pointer, only written on failure.
+        let ret = unsafe { (self.post_fn)(self.raw_qp.as_ptr(), wr, bad.as_mut_ptr()) };
+        if ret != 0 {
+            return Err(self.refused(wr.opcode, ret));
+        }
+        self.next = seq + 1;
+        Ok(())
+    }
+
+    #[cold]
+    fn refused(&self, opcode: u32, ret: i32) -> Error {
+        self.qp.sq.lane.unpost(self.next);
+        Error::from_ret(crate::Verb::PostSend, format!("QP {:#x}, opcode {opcode}", self.qp.qp_num()), ret)
+    }
+
+    /// Waits at most `timeout` for the completion of `token`'s request, polling the send CQ.
+    /// A successful completion is reported from the request (status, opcode, byte length: all
+    /// that a send queue's successful `ibv_wc` says); an error, flush or forced reset with the
+    /// completion the device (or the drain) produced.
+    ///
+    /// # Errors
+    /// [`LaneWaitError`] with [`Error::Timeout`] (or a poll failure, or
+    /// [`Error::InvalidArgument`] for a token of another lane) and the token, still valid.
+    pub fn wait(
+        &mut self,
+        token: LaneToken<'scope>,
+        timeout: Duration,
+    ) -> std::result::Result<Completion, LaneWaitError<'scope>> {
+        if !std::ptr::eq(token.qp, self.qp) {
+            return Err(LaneWaitError { error: foreign(self.qp), token });
+        }
+        // The clock is read only once a poll came back empty.
+        let mut deadline = None;
+        loop {
+            match self.qp.sq.lane.result(token.seq, self.qp.qp_num()) {
+                LaneResult::Success => {
+                    let mut c = Completion::implied(self.qp.qp_num(), token.opcode);
+                    c.byte_len = token.byte_len;
+                    c.source = CompletionSource::Own;
+                    return Ok(c);
+                }
+                LaneResult::Failed(c) => return Ok(c),
+                LaneResult::Pending => {}
+            }
+            match self.qp.send_cq.poll_for_lane(self.qp) {
+                Ok(0) => {
+                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
+                    if Instant::now() >= deadline {
+                        let what =
+                            format!("the completion of lane request {} on QP {:#x}", token.seq, self.qp.qp_num());
+                        return Err(LaneWaitError { error: Error::Timeout { what, after: timeout }, token });
+                    }
+                    std::thread::yield_now();
+                }
+                Ok(_) => {}
+                Err(error) => return Err(LaneWaitError { error, token }),
+            }
+        }
+    }
+
+    /// Requests of the lane posted and not known complete.
+    pub fn outstanding(&self) -> u64 {
+        self.qp.sq.lane.outstanding()
+    }
+}
+
+impl std::fmt::Debug for LaneToken<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaneToken").field("qp_num", &self.qp.qp_num()).field("request", &self.seq).finish()
+    }
+}
+
+impl<W> Prepared<'_, W> {
+    /// The request, with the borrow of its memory (the borrow itself lasts until the scope
+    /// ends).
+    pub fn into_inner(self) -> W {
+        self.wr
+    }
+}
+
+impl<W: std::fmt::Debug> std::fmt::Debug for Prepared<'_, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").field("qp_num", &self.qp.qp_num()).field("wr", &self.wr).finish()
+    }
+}
+
+impl<T: Transport, S: CanPostSend> std::fmt::Debug for SendLane<'_, T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendLane").field("qp_num", &self.qp.qp_num()).field("next", &self.next).finish()
+    }
+}
+
+#[cold]
+fn foreign(qp: &QpShared) -> Error {
+    Error::invalid("send lane", format!("the request or token belongs to another lane than QP {:#x}'s", qp.qp_num()))
+}
+
+/// What a successful completion of `raw` reports: its opcode, and the byte length for the
+/// operations whose send-queue completion carries one (RDMA READ: the bytes read; atomics: 8).
+fn success_report(raw: &RawSendWr) -> (WcOpcode, u32) {
+    let len = if raw.num_sge > 0 { raw.sge.length } else { 0 };
+    match raw.wr.opcode {
+        sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (WcOpcode::RdmaWrite, 0),
+        sys::IBV_WR_RDMA_READ => (WcOpcode::RdmaRead, len),
+        sys::IBV_WR_ATOMIC_CMP_AND_SWP => (WcOpcode::CompSwap, 8),
+        sys::IBV_WR_ATOMIC_FETCH_AND_ADD => (WcOpcode::FetchAdd, 8),
+        sys::IBV_WR_TSO => (WcOpcode::Tso, 0),
+        _ => (WcOpcode::Send, 0),
+    }
+}
