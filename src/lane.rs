@@ -57,6 +57,9 @@ pub struct SendLane<'scope, T: Transport, S: CanPostSend> {
     /// The longest run of unsignaled requests.
     max_run: u64,
     _qp: PhantomData<fn() -> (T, S)>,
+    /// Invariant in 'scope, like [`Scope`]: the lane (and what it prepares) cannot be taken for
+    /// a shorter-lived one, so `W: 'scope` really means "borrowed until the scope ends".
+    _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
 // SAFETY: the raw pointers name the QP that `qp` borrows, which may be used from any thread
@@ -78,6 +81,8 @@ pub struct Prepared<'scope, W> {
     opcode: WcOpcode,
     byte_len: u32,
     wr: W,
+    /// Invariant in 'scope (see [`SendLane`]).
+    _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
 // SAFETY: the raw request points into its own box and at memory `wr` borrows; sending or
@@ -94,6 +99,7 @@ pub struct LaneToken<'scope> {
     seq: u64,
     opcode: WcOpcode,
     byte_len: u32,
+    _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
 /// A lane wait that ran out: the error, and the token to wait on again.
@@ -149,13 +155,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let busy = shared.sq.outstanding();
         let next = match shared.sq.lane.open() {
             Some(next) if busy == 0 => next,
-            _ => return Err(Error::invalid(
-                "send lane",
-                format!(
+            _ => {
+                return Err(Error::invalid(
+                    "send lane",
+                    format!(
                     "the send queue of QP {:#x} has {busy} outstanding requests; collect them before opening a lane",
                     shared.qp_num()
                 ),
-            )),
+                ))
+            }
         };
         self.touch_queue(QueueRef::Send(shared));
         let depth = u64::from(shared.caps().max_send_wr.max(1));
@@ -175,6 +183,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             depth,
             max_run,
             _qp: PhantomData,
+            _scope: PhantomData,
         })
     }
 }
@@ -200,7 +209,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         let (opcode, byte_len) = success_report(&raw);
         let flags_signaled = raw.wr.send_flags | sys::IBV_SEND_SIGNALED;
         let flags_unsignaled = raw.wr.send_flags & !sys::IBV_SEND_SIGNALED;
-        Ok(Prepared { raw, qp: self.qp, flags_signaled, flags_unsignaled, opcode, byte_len, wr })
+        Ok(Prepared { raw, qp: self.qp, flags_signaled, flags_unsignaled, opcode, byte_len, wr, _scope: PhantomData })
     }
 
     /// `ibv_post_send` of `wr`, signaled: the returned token collects its completion, which
@@ -224,7 +233,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         self.qp.sq.lane.covered(seq);
         self.force_at = seq + 1 + self.max_run;
         self.checkpoint = self.force_at.min(self.limit);
-        Ok(LaneToken { qp: self.qp, seq, opcode: wr.opcode, byte_len: wr.byte_len })
+        Ok(LaneToken { qp: self.qp, seq, opcode: wr.opcode, byte_len: wr.byte_len, _scope: PhantomData })
     }
 
     /// `ibv_post_send` of `wr` without `IBV_SEND_SIGNALED`: it has no completion of its own

@@ -11,6 +11,7 @@ use typed_verbs::cq::Cq;
 use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLayer, Mtu, PortAttr, PortState};
 use typed_verbs::error::{Error, Verb};
 use typed_verbs::event::{AsyncEvent, HandleId};
+use typed_verbs::lane::{LaneToken, LaneWaitError, Prepared, SendLane};
 use typed_verbs::mr::{Chunk, LocalBuf, LocalBufMut, Mr, Odp, Pinned, RemoteSlice};
 use typed_verbs::mw::{BoundMw, Mw, PendingBind, PendingUnbind, Type1, Type2, WindowAdvert};
 use typed_verbs::odp::{ImplicitMr, ImplicitOdpCap, OdpCap, OdpCaps, OdpOps, Prefetch};
@@ -66,6 +67,14 @@ assert_impl_all!(Token<'static, LocalBuf<'static>>: Send, Sync, Unpin);
 assert_impl_all!(Scope<'static, 'static>: Send, Sync, Unpin);
 assert_impl_all!(PostError<SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
 assert_impl_all!(WaitError<'static, LocalBufMut<'static>>: Send, Sync, Unpin);
+
+// Send lanes: a lane and its prepared requests may move to another thread of the scope.
+assert_impl_all!(SendLane<'static, RC, RTS>: Send, Sync, Unpin);
+assert_impl_all!(SendLane<'static, UD, RTS>: Send, Sync, Unpin);
+assert_impl_all!(Prepared<'static, Write<LocalBuf<'static>, access::RemoteRw>>: Send, Sync, Unpin);
+assert_impl_all!(Prepared<'static, Read<LocalBufMut<'static>, access::RemoteRw>>: Send, Sync, Unpin);
+assert_impl_all!(LaneToken<'static>: Send, Sync, Unpin);
+assert_impl_all!(LaneWaitError<'static>: Send, Sync, Unpin);
 
 // Work requests.
 type Rw = access::RemoteRw;
