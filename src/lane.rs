@@ -1,4 +1,4 @@
-//! Send lanes: the data path at the cost of hand-written C.
+//! Send lanes: the lock-free data path, close to the cost of hand-written C.
 //!
 //! A [`SendLane`] is the exclusive poster of one queue pair's send queue for the rest of a
 //! [`scope`](crate::scope::scope) (it holds `&mut` of the [`Qp`], so nothing else can post
