@@ -292,14 +292,16 @@ impl LaneBook {
     /// so completions are recorded in the order the device produced them.
     #[inline]
     pub(crate) fn complete(&self, seq: u64, ok: bool, c: impl FnOnce() -> Completion) {
+        // A stale number (already complete, e.g. a late flush after a forced reset) or a foreign
+        // one (beyond what was posted) must change nothing. Completions are recorded one at a
+        // time (routing lock), so load-then-store is enough.
+        if seq >= self.posted.load(Ordering::Acquire) || seq < self.done.load(Ordering::Acquire) {
+            return;
+        }
         if !ok {
             self.failed(seq, c());
         }
-        // A stale or foreign number (beyond what was posted) must not mark anything complete.
-        // Completions are recorded one at a time (routing lock), so load-then-store is enough.
-        if seq < self.posted.load(Ordering::Acquire) && seq >= self.done.load(Ordering::Acquire) {
-            self.done.store(seq + 1, Ordering::Release);
-        }
+        self.done.store(seq + 1, Ordering::Release);
     }
 
     #[cold]

@@ -10,6 +10,7 @@ mod basics;
 mod channels;
 mod events;
 mod interop;
+mod lanes;
 mod leaks;
 mod load;
 mod odp;
