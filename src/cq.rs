@@ -190,26 +190,32 @@ impl CqShared {
     /// usual.
     #[inline]
     pub(crate) fn poll_for_lane(&self, qp: &QpShared) -> Result<usize> {
+        self.poll_with(POLL_BATCH, |_, wc, routes| self.route(routes, wc, Some(qp)))
+    }
+
+    /// One `ibv_poll_cq` of at most `want <= POLL_BATCH` completions, handing each, with its
+    /// index, to `each` under the routing lock (so that completions are routed in the order
+    /// the device produced them). Returns how many were polled.
+    #[inline(always)]
+    fn poll_with(
+        &self,
+        want: usize,
+        mut each: impl FnMut(usize, &sys::ibv_wc, &[(u32, Weak<QpShared>)]),
+    ) -> Result<usize> {
         let routes = lock(&self.routes);
+        let want = want.min(POLL_BATCH);
         let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
-        // SAFETY: the CQ is alive; `wcs` has room for POLL_BATCH entries (`MaybeUninit<ibv_wc>`
-        // has the layout of `ibv_wc`).
-        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), POLL_BATCH as i32, wcs.as_mut_ptr().cast()) };
+        // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries
+        // (`MaybeUninit<ibv_wc>` has the layout of `ibv_wc`).
+        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr().cast()) };
         if n < 0 {
             return Err(self.poll_failed(n));
         }
-        let n = (n as usize).min(POLL_BATCH);
-        for wc in &wcs[..n] {
+        // A provider never returns more than asked; clamp anyway so a faulty one cannot panic us.
+        let n = (n as usize).min(want);
+        for (i, wc) in wcs[..n].iter().enumerate() {
             // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
-            let wc = unsafe { wc.assume_init_ref() };
-            if wc.qp_num == qp.qp_num()
-                && wc.wr_id & (RECV_BIT | LANE_BIT) == LANE_BIT
-                && wc.status == sys::IBV_WC_SUCCESS
-            {
-                qp.sq.lane.complete(wc.wr_id, true, Completion::default);
-            } else {
-                self.route(&routes, wc, Some(qp));
-            }
+            each(i, unsafe { wc.assume_init_ref() }, &routes);
         }
         Ok(n)
     }
@@ -220,6 +226,7 @@ impl CqShared {
     }
 
     /// Routes one polled completion to its work queue; `known` is a QP the caller holds.
+    #[inline(always)]
     fn route(&self, routes: &[(u32, Weak<QpShared>)], wc: &sys::ibv_wc, known: Option<&QpShared>) {
         let decode = || Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
         let route = |qp: &QpShared| {
@@ -246,26 +253,13 @@ impl CqShared {
     /// Polls one batch of at most `POLL_BATCH` (and, when `copy` is not empty, at most
     /// `copy.len()`) completions, routes each to its work queue and copies it into `copy`.
     fn poll_batch(&self, copy: &mut [Completion]) -> Result<usize> {
-        let routes = lock(&self.routes);
-        let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
-        let want = if copy.is_empty() { POLL_BATCH } else { copy.len().min(POLL_BATCH) };
-        // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries
-        // (`MaybeUninit<ibv_wc>` has the layout of `ibv_wc`).
-        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr().cast()) };
-        if n < 0 {
-            return Err(self.poll_failed(n));
-        }
-        // A provider never returns more than asked; clamp anyway so a faulty one cannot panic us.
-        let n = (n as usize).min(want);
-        for (i, wc) in wcs[..n].iter().enumerate() {
-            // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
-            let wc = unsafe { wc.assume_init_ref() };
+        let want = if copy.is_empty() { POLL_BATCH } else { copy.len() };
+        self.poll_with(want, |i, wc, routes| {
             if let Some(slot) = copy.get_mut(i) {
                 *slot = Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
             }
-            self.route(&routes, wc, None);
-        }
-        Ok(n)
+            self.route(routes, wc, None);
+        })
     }
 }
 

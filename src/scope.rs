@@ -644,41 +644,29 @@ pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W)
 /// Polls until `p` completed or `deadline`; true if it completed.
 fn wait_until_done(p: &Posted<'_>, deadline: Instant) -> bool {
     let q = p.q.tracked();
-    loop {
-        if !q.is_pending(p.seq) {
-            return true;
-        }
-        // An unsignaled request at the tail of the send queue never completes on its own.
-        if matches!(p.q, QueueRef::Send(_)) && q.has_uncovered_tail() {
-            let polled = p.q.poll().unwrap_or(0);
-            if polled == 0 {
-                return !q.is_pending(p.seq);
-            }
-            continue;
-        }
-        match p.q.poll() {
-            Ok(0) | Err(_) => {
-                if Instant::now() >= deadline {
-                    return false;
-                }
-                std::thread::yield_now();
-            }
-            Ok(_) => {}
-        }
-    }
+    // An unsignaled request at the tail of the send queue never completes on its own.
+    let uncovered = || matches!(p.q, QueueRef::Send(_)) && q.has_uncovered_tail();
+    drain_until(p.q, deadline, || q.is_pending(p.seq), uncovered)
 }
 
 /// Polls until the send lane of `q` has nothing outstanding, or `deadline`; true if so.
 fn wait_lane_drained(q: QueueRef<'_>, deadline: Instant) -> bool {
     let lane = &q.tracked().lane;
+    // Unsignaled requests at the tail of the lane never complete on their own.
+    drain_until(q, deadline, || lane.outstanding() != 0, || lane.has_uncovered_tail())
+}
+
+/// Polls `q` while `pending()`, until `deadline`; true once nothing is pending. While
+/// `uncovered()` (what is pending will never complete by itself), polls only until the CQ is
+/// empty.
+fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, uncovered: impl Fn() -> bool) -> bool {
     loop {
-        if lane.outstanding() == 0 {
+        if !pending() {
             return true;
         }
-        // Unsignaled requests at the tail of the lane never complete on their own.
-        if lane.has_uncovered_tail() {
+        if uncovered() {
             if q.poll().unwrap_or(0) == 0 {
-                return lane.outstanding() == 0;
+                return !pending();
             }
             continue;
         }

@@ -40,6 +40,21 @@ pub fn open() -> Context {
     Context::open(&name).unwrap_or_else(|e| panic!("cannot open RDMA device {name}: {e}"))
 }
 
+/// The device, a PD and one CQ of 256 entries: what most single-process tests start from.
+pub struct Rig {
+    pub _ctx: Context,
+    pub pd: Pd,
+    pub cq: Cq,
+}
+
+/// Opens [`Rig`] on the test device.
+pub fn rig() -> Rig {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    Rig { _ctx: ctx, pd, cq }
+}
+
 /// Two RC QPs on one device, connected to each other (loopback), in RTS.
 pub struct RcPair {
     pub a: Qp<RC, RTS>,

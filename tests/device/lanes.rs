@@ -11,19 +11,6 @@ use typed_verbs::wc::CompletionSource;
 
 use crate::common::*;
 
-struct Rig {
-    _ctx: Context,
-    pd: Pd,
-    cq: Cq,
-}
-
-fn rig() -> Rig {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256).unwrap();
-    Rig { _ctx: ctx, pd, cq }
-}
-
 /// Byte `j` of the `i`-th slice of a source region: the slice's index in its first four bytes
 /// (so that no two slices are alike), then a pattern that depends on both.
 fn pattern(i: usize, j: usize) -> u8 {

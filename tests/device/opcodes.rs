@@ -5,19 +5,6 @@ use typed_verbs::prelude::*;
 
 use crate::common::*;
 
-struct Rig {
-    _ctx: Context,
-    pd: Pd,
-    cq: Cq,
-}
-
-fn rig() -> Rig {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256).unwrap();
-    Rig { _ctx: ctx, pd, cq }
-}
-
 fn inline_caps() -> QpCaps {
     QpCaps { max_inline_data: 64, ..QpCaps::default() }
 }
