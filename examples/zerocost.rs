@@ -43,13 +43,12 @@ fn lane_body<A: HasRemoteWrite>(
     qp: &mut Qp<RC, RTS>,
     src: LocalBuf<'_>,
     dst: RemoteSlice<A>,
-    n: usize,
 ) -> typed_verbs::Result<()> {
     scope(move |s| -> typed_verbs::Result<()> {
         let mut lane = s.send_lane(qp)?;
         let mut wr = lane.prepare(Write::new(src, dst))?;
-        for i in 0..n {
-            if (i + 1) % SIGNAL_EVERY == 0 || i == n - 1 {
+        for i in 0..N {
+            if (i + 1) % SIGNAL_EVERY == 0 || i == N - 1 {
                 let token = lane.post(&mut wr)?;
                 settle();
                 lane.wait(token, TIMEOUT)?.ok()?;
@@ -64,17 +63,12 @@ fn lane_body<A: HasRemoteWrite>(
 /// The sequence with scope tokens: a new request per post, a token per request (each
 /// unsignaled one collected after the signaled completion that covers it).
 #[inline(always)]
-fn scope_body<A: HasRemoteWrite>(
-    qp: &Qp<RC, RTS>,
-    src: LocalBuf<'_>,
-    dst: RemoteSlice<A>,
-    n: usize,
-) -> typed_verbs::Result<()> {
+fn scope_body<A: HasRemoteWrite>(qp: &Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<A>) -> typed_verbs::Result<()> {
     scope(move |s| -> typed_verbs::Result<()> {
         let mut unsignaled = Vec::with_capacity(SIGNAL_EVERY);
-        for i in 0..n {
+        for i in 0..N {
             let wr = Write::new(src, dst);
-            if (i + 1) % SIGNAL_EVERY == 0 || i == n - 1 {
+            if (i + 1) % SIGNAL_EVERY == 0 || i == N - 1 {
                 let token = s.post_send(qp, wr)?;
                 settle();
                 let (c, _src) = s.wait(token, TIMEOUT)?;
@@ -95,21 +89,21 @@ fn scope_body<A: HasRemoteWrite>(
 /// the C program.
 #[inline(never)]
 fn run_loop(qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::RemoteRw>) -> typed_verbs::Result<()> {
-    lane_body(qp, src, dst, N)
+    lane_body(qp, src, dst)
 }
 
 /// The same with scope tokens (measured separately, `--scope`).
 #[inline(never)]
 fn run_loop_scope(qp: &Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::RemoteRw>) -> typed_verbs::Result<()> {
-    scope_body(qp, src, dst, N)
+    scope_body(qp, src, dst)
 }
 
-/// The same sequences, not counted. (`black_box` keeps their code different from the measured
-/// functions', so that the compiler does not merge them into one symbol.)
+/// The same sequences, not counted. (It runs both, so its code differs from each measured
+/// function's and the compiler cannot merge it with one of them into one symbol.)
 #[inline(never)]
 fn warm_up(qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::RemoteRw>) -> typed_verbs::Result<()> {
-    lane_body(qp, src, dst, std::hint::black_box(N))?;
-    scope_body(qp, src, dst, std::hint::black_box(N))
+    lane_body(qp, src, dst)?;
+    scope_body(qp, src, dst)
 }
 
 fn main() -> typed_verbs::Result<()> {

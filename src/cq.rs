@@ -6,9 +6,11 @@
 //! several threads) share one CQ without stealing each other's completions.
 #![allow(unsafe_code)]
 
+use std::cell::UnsafeCell;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 
 use typed_verbs_sys as sys;
 
@@ -38,11 +40,11 @@ pub(crate) struct CqShared {
     _channel: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// QPs whose completions land here, by QP number. Also serialises polling, so that the
     /// completions of one work queue are routed in the order the device produced them.
-    routes: Mutex<Vec<(u32, Weak<QpShared>)>>,
+    routes: PollLock<Vec<(u32, Weak<QpShared>)>>,
 }
 
 // SAFETY: CQs may be polled and used from any thread (libibverbs is thread-safe); our own state
-// is behind a mutex.
+// is behind the routing lock.
 unsafe impl Send for CqShared {}
 // SAFETY: as above.
 unsafe impl Sync for CqShared {}
@@ -104,7 +106,7 @@ impl Context {
                 quirk: if dev.is_soft_roce() { WcFlagsQuirk::KernelNumbering } else { WcFlagsQuirk::None },
                 ctx: Arc::clone(&self.inner),
                 _channel: keep,
-                routes: Mutex::new(Vec::new()),
+                routes: PollLock::new(Vec::new()),
             }),
         })
     }
@@ -166,10 +168,80 @@ impl Cq {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding these locks leaves plain book-keeping data consistent at every
-    // step, so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+fn lock<T>(m: &PollLock<T>) -> PollGuard<'_, T> {
+    m.lock()
+}
+
+/// The routing lock of a CQ: a test-and-set spin lock that yields the thread while another
+/// holds it. It is held only around one `ibv_poll_cq` and the routing of what that returned
+/// (or a route being added), like the providers' own CQ locks (`pthread_spin_lock` in rxe's
+/// and mlx5's `poll_cq`), so waits are short; taking and releasing it is one atomic exchange
+/// and one store, with no poisoning to check on every poll. A panic while it is held
+/// releases it (the guard's drop): the routes and the book-keeping they feed are consistent
+/// at every step.
+struct PollLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through a `PollGuard`, and at most one guard exists at a
+// time (`locked`), so sharing the lock shares `T` between threads one at a time: `T: Send`.
+unsafe impl<T: Send> Sync for PollLock<T> {}
+
+impl<T> PollLock<T> {
+    fn new(value: T) -> Self {
+        PollLock { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
+    }
+
+    #[inline(always)]
+    fn lock(&self) -> PollGuard<'_, T> {
+        if self.locked.swap(true, Ordering::Acquire) {
+            self.lock_contended();
+        }
+        PollGuard { lock: self }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        loop {
+            for _ in 0..64 {
+                if !self.locked.load(Ordering::Relaxed) && !self.locked.swap(true, Ordering::Acquire) {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Access to a [`PollLock`]'s value; releases the lock when dropped.
+struct PollGuard<'a, T> {
+    lock: &'a PollLock<T>,
+}
+
+impl<T> std::ops::Deref for PollGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: this guard holds the lock (`locked` set by its `lock`), so no other reference
+        // to the value exists until it is dropped.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> std::ops::DerefMut for PollGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as for `deref`; `&mut self` makes this the only reference through the guard.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for PollGuard<'_, T> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+    }
 }
 
 impl CqShared {
@@ -188,9 +260,37 @@ impl CqShared {
     /// As [`CqShared::poll_and_route`], for the send lane of `qp` (one of this CQ's QPs): its
     /// successful lane completions are recorded on the spot, everything else is routed as
     /// usual.
-    #[inline]
-    pub(crate) fn poll_for_lane(&self, qp: &QpShared) -> Result<usize> {
-        self.poll_with(POLL_BATCH, |_, wc, routes| self.route(routes, wc, Some(qp)))
+    ///
+    /// Returns what `ibv_poll_cq` returned (0, 1, or a negative failure that
+    /// [`CqShared::poll_failed`] turns into the error): a plain integer keeps this path short.
+    #[inline(never)]
+    pub(crate) fn poll_for_lane(&self, qp: &QpShared) -> i32 {
+        // One completion at a time: a lane waits for one request, and a single entry keeps
+        // this path short (no batch loop). Under the routing lock, as every poll.
+        let routes = lock(&self.routes);
+        let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
+        // SAFETY: the CQ is alive; `wc` has room for the one entry asked for.
+        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), 1, wc.as_mut_ptr()) };
+        if n <= 0 {
+            return n;
+        }
+        // SAFETY: ibv_poll_cq(3) filled the entry (it returned 1).
+        let wc = unsafe { wc.assume_init_ref() };
+        // The common case inline: a successful completion of the lane's own request.
+        if wc.qp_num == qp.qp_num() && wc.wr_id & (RECV_BIT | LANE_BIT) == LANE_BIT && wc.status == sys::IBV_WC_SUCCESS
+        {
+            qp.sq.lane.complete(wc.wr_id, true, || unreachable!("a successful completion is not decoded"));
+        } else {
+            self.route_cold(&routes, wc, Some(qp));
+        }
+        1
+    }
+
+    /// [`CqShared::route`], out of line.
+    #[cold]
+    #[inline(never)]
+    fn route_cold(&self, routes: &[(u32, Weak<QpShared>)], wc: &sys::ibv_wc, known: Option<&QpShared>) {
+        self.route(routes, wc, known)
     }
 
     /// One `ibv_poll_cq` of at most `want <= POLL_BATCH` completions, handing each, with its
@@ -220,8 +320,9 @@ impl CqShared {
         Ok(n)
     }
 
+    /// The error of a failed `ibv_poll_cq` that returned `ret`.
     #[cold]
-    fn poll_failed(&self, ret: i32) -> Error {
+    pub(crate) fn poll_failed(&self, ret: i32) -> Error {
         Error::from_ret(Verb::PollCq, format!("CQ on {}", self.ctx.name), ret)
     }
 

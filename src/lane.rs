@@ -42,17 +42,11 @@ pub struct SendLane<'scope, T: Transport, S: CanPostSend> {
     /// `qp`'s `struct ibv_qp` and its provider's `post_send`, looked up once.
     raw_qp: NonNull<sys::ibv_qp>,
     post_fn: PostSendFn,
-    /// The number (`wr_id`) of the next request.
-    next: u64,
     /// The posts of numbers from here on take the slow path: the send queue may be full, or
     /// the request must be signaled.
     checkpoint: u64,
     /// Requests numbered below this fit in the send queue without looking at completions.
     limit: u64,
-    /// The number of the next request that is signaled whatever the caller asked: a run of
-    /// unsignaled requests stays shorter than half the queue, so that the send queue never
-    /// fills with requests that nothing completes.
-    force_at: u64,
     depth: u64,
     /// The longest run of unsignaled requests.
     max_run: u64,
@@ -176,10 +170,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             qp: shared,
             raw_qp,
             post_fn,
-            next,
             checkpoint: next + max_run.min(depth),
             limit: next + depth,
-            force_at: next + max_run,
             depth,
             max_run,
             _qp: PhantomData,
@@ -209,6 +201,8 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         let (opcode, byte_len) = success_report(&raw);
         let flags_signaled = raw.wr.send_flags | sys::IBV_SEND_SIGNALED;
         let flags_unsignaled = raw.wr.send_flags & !sys::IBV_SEND_SIGNALED;
+        // Between posts the request holds the unsignaled flags: an unsignaled post sets nothing.
+        raw.wr.send_flags = flags_unsignaled;
         Ok(Prepared { raw, qp: self.qp, flags_signaled, flags_unsignaled, opcode, byte_len, wr, _scope: PhantomData })
     }
 
@@ -224,15 +218,19 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     #[doc(alias = "ibv_post_send")]
     #[inline]
     pub fn post<W>(&mut self, wr: &mut Prepared<'scope, W>) -> Result<LaneToken<'scope>> {
-        let seq = self.next;
-        if !std::ptr::eq(wr.qp, self.qp) || seq >= self.limit {
-            self.check(wr.qp)?;
+        let mut seq = self.qp.sq.lane.next();
+        if seq >= self.limit {
+            seq = self.check(wr.qp)?;
+        }
+        if !std::ptr::eq(wr.qp, self.qp) {
+            return Err(foreign(self.qp));
         }
         wr.raw.wr.send_flags = wr.flags_signaled;
-        self.post_now(&mut wr.raw.wr, seq)?;
+        let posted = self.post_now(&mut wr.raw, seq);
+        wr.raw.wr.send_flags = wr.flags_unsignaled;
+        posted?;
         self.qp.sq.lane.covered(seq);
-        self.force_at = seq + 1 + self.max_run;
-        self.checkpoint = self.force_at.min(self.limit);
+        self.checkpoint = (seq + 1 + self.max_run).min(self.limit);
         Ok(LaneToken { qp: self.qp, seq, opcode: wr.opcode, byte_len: wr.byte_len, _scope: PhantomData })
     }
 
@@ -248,48 +246,61 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     #[doc(alias = "ibv_post_send")]
     #[inline]
     pub fn post_unsignaled<W>(&mut self, wr: &mut Prepared<'scope, W>) -> Result<()> {
-        let seq = self.next;
-        if !std::ptr::eq(wr.qp, self.qp) || seq >= self.checkpoint {
+        // Two branches rather than one `||`: each is a compare and a jump.
+        let seq = self.qp.sq.lane.next();
+        if seq >= self.checkpoint {
             return self.post_unsignaled_slow(wr);
         }
-        wr.raw.wr.send_flags = wr.flags_unsignaled;
-        self.post_now(&mut wr.raw.wr, seq)
+        if !std::ptr::eq(wr.qp, self.qp) {
+            return Err(foreign(self.qp));
+        }
+        self.post_now(&mut wr.raw, seq)
     }
 
     #[cold]
     #[inline(never)]
     fn post_unsignaled_slow<W>(&mut self, wr: &mut Prepared<'scope, W>) -> Result<()> {
-        self.check(wr.qp)?;
-        if self.next >= self.force_at {
+        let seq = self.check(wr.qp)?;
+        if seq >= self.force_at() {
             return self.post(wr).map(drop);
         }
-        wr.raw.wr.send_flags = wr.flags_unsignaled;
-        self.post_now(&mut wr.raw.wr, self.next)
+        self.post_now(&mut wr.raw, seq)
     }
 
     /// The checks of the slow path: the request is this lane's, and the queue has room.
+    /// Returns the number of the next request.
     #[cold]
-    fn check(&mut self, qp: &QpShared) -> Result<()> {
+    fn check(&mut self, qp: &QpShared) -> Result<u64> {
         if !std::ptr::eq(qp, self.qp) {
             return Err(foreign(self.qp));
         }
-        if self.next >= self.limit {
+        let next = self.qp.sq.lane.next();
+        if next >= self.limit {
             let outstanding = self.qp.sq.lane.outstanding().min(self.depth);
-            self.limit = self.next - outstanding + self.depth;
-            self.checkpoint = self.force_at.min(self.limit);
-            if self.next >= self.limit {
+            self.limit = next - outstanding + self.depth;
+            self.checkpoint = self.force_at().min(self.limit);
+            if next >= self.limit {
                 return Err(Error::QueueFull { queue: "send", qp_num: self.qp.qp_num(), depth: self.depth as u32 });
             }
         }
-        Ok(())
+        Ok(next)
     }
 
-    /// Posts `wr` (flags set by the caller) as request `seq`, which is `self.next`.
+    /// The number of the next request that is signaled whatever the caller asked: a run of
+    /// unsignaled requests stays shorter than half the queue, so that the send queue never
+    /// fills with requests that nothing completes. (The run starts after the last signaled
+    /// request, or where the lane opened.)
+    fn force_at(&self) -> u64 {
+        self.qp.sq.lane.covered_upto() + self.max_run
+    }
+
+    /// Posts `wr` (flags set by the caller) as request `seq`, the book's next number.
     #[inline(always)]
-    fn post_now(&mut self, wr: &mut sys::ibv_send_wr, seq: u64) -> Result<()> {
-        wr.wr_id = seq;
+    fn post_now(&mut self, raw: &mut Box<RawSendWr>, seq: u64) -> Result<()> {
         // Recorded before the post: a poller on another thread may see the completion at once.
         self.qp.sq.lane.posting(seq);
+        let wr = &mut raw.wr;
+        wr.wr_id = seq;
         let mut bad = std::mem::MaybeUninit::<*mut sys::ibv_send_wr>::uninit();
         // SAFETY: `raw_qp` is the live QP (borrowed for 'scope) and `post_fn` its provider's
         // ibv_post_send. `wr` is one request built by `prepare` for this QP: `sg_list` points
@@ -299,16 +310,15 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         // `send_lane` registered). `bad` is a valid out-pointer, only written on failure.
         let ret = unsafe { (self.post_fn)(self.raw_qp.as_ptr(), wr, bad.as_mut_ptr()) };
         if ret != 0 {
-            return Err(self.refused(wr.opcode, ret));
+            return Err(self.refused(seq, ret));
         }
-        self.next = seq + 1;
         Ok(())
     }
 
     #[cold]
-    fn refused(&self, opcode: u32, ret: i32) -> Error {
-        self.qp.sq.lane.unpost(self.next);
-        Error::from_ret(crate::Verb::PostSend, format!("QP {:#x}, opcode {opcode}", self.qp.qp_num()), ret)
+    fn refused(&self, seq: u64, ret: i32) -> Error {
+        self.qp.sq.lane.unpost(seq);
+        Error::from_ret(crate::Verb::PostSend, format!("QP {:#x}, lane request {seq}", self.qp.qp_num()), ret)
     }
 
     /// Waits at most `timeout` for the completion of `token`'s request, polling the send CQ.
@@ -319,11 +329,42 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     /// # Errors
     /// [`LaneWaitError`] with [`Error::Timeout`] (or a poll failure, or
     /// [`Error::InvalidArgument`] for a token of another lane) and the token, still valid.
+    #[inline]
     pub fn wait(
         &mut self,
         token: LaneToken<'scope>,
         timeout: Duration,
     ) -> std::result::Result<Completion, LaneWaitError<'scope>> {
+        // The common case, inline: the request completed successfully, known already or after
+        // one poll. Everything else (not there yet, failed, foreign token) takes `wait_slow`.
+        if std::ptr::eq(token.qp, self.qp) {
+            let book = &self.qp.sq.lane;
+            if !book.is_done(token.seq) {
+                let n = self.qp.send_cq.poll_for_lane(self.qp);
+                if n < 0 {
+                    return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token });
+                }
+            }
+            if book.succeeded(token.seq) {
+                return Ok(success(&token));
+            }
+        }
+        let LaneToken { qp, seq, opcode, byte_len, _scope } = token;
+        self.wait_slow(qp, seq, opcode, byte_len, timeout)
+    }
+
+    /// The rest of [`SendLane::wait`]. Takes the token's fields one by one (in registers):
+    /// the inline part then need not build the token in memory.
+    #[inline(never)]
+    fn wait_slow(
+        &mut self,
+        qp: &'scope QpShared,
+        seq: u64,
+        opcode: WcOpcode,
+        byte_len: u32,
+        timeout: Duration,
+    ) -> std::result::Result<Completion, LaneWaitError<'scope>> {
+        let token = LaneToken { qp, seq, opcode, byte_len, _scope: PhantomData };
         if !std::ptr::eq(token.qp, self.qp) {
             return Err(LaneWaitError { error: foreign(self.qp), token });
         }
@@ -331,17 +372,12 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         let mut deadline = None;
         loop {
             match self.qp.sq.lane.result(token.seq, self.qp.qp_num()) {
-                LaneResult::Success => {
-                    let mut c = Completion::implied(self.qp.qp_num(), token.opcode);
-                    c.byte_len = token.byte_len;
-                    c.source = CompletionSource::Own;
-                    return Ok(c);
-                }
+                LaneResult::Success => return Ok(success(&token)),
                 LaneResult::Failed(c) => return Ok(c),
                 LaneResult::Pending => {}
             }
             match self.qp.send_cq.poll_for_lane(self.qp) {
-                Ok(0) => {
+                0 => {
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
                     if Instant::now() >= deadline {
                         let what =
@@ -350,10 +386,15 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                     }
                     std::thread::yield_now();
                 }
-                Ok(_) => {}
-                Err(error) => return Err(LaneWaitError { error, token }),
+                n if n < 0 => return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token }),
+                _ => {}
             }
         }
+    }
+
+    /// The QP's shared state (for [`Scope::post_recv_lane`]).
+    pub(crate) fn shared(&self) -> &'scope QpShared {
+        self.qp
     }
 
     /// Requests of the lane posted and not known complete.
@@ -384,8 +425,17 @@ impl<W: std::fmt::Debug> std::fmt::Debug for Prepared<'_, W> {
 
 impl<T: Transport, S: CanPostSend> std::fmt::Debug for SendLane<'_, T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SendLane").field("qp_num", &self.qp.qp_num()).field("next", &self.next).finish()
+        f.debug_struct("SendLane").field("qp_num", &self.qp.qp_num()).field("next", &self.qp.sq.lane.next()).finish()
     }
+}
+
+/// The successful completion of `token`'s request.
+#[inline(always)]
+fn success(token: &LaneToken<'_>) -> Completion {
+    let mut c = Completion::implied(token.qp.qp_num(), token.opcode);
+    c.byte_len = token.byte_len;
+    c.source = CompletionSource::Own;
+    c
 }
 
 #[cold]

@@ -265,8 +265,17 @@ impl LaneBook {
             return None;
         }
         self.first_error.store(u64::MAX, Ordering::Release);
+        // Nothing below is outstanding: the new lane's first run starts here.
+        self.covered.store(posted, Ordering::Release);
         lock(&self.errors).clear();
         Some(posted)
+    }
+
+    /// The number of the lane's next request. (Only the lane writes `posted`, so its own
+    /// last store is what it reads.)
+    #[inline(always)]
+    pub(crate) fn next(&self) -> u64 {
+        self.posted.load(Ordering::Relaxed)
     }
 
     /// The lane is about to post request `seq`. Recorded before the post, so that a poller on
@@ -280,6 +289,11 @@ impl LaneBook {
     #[inline(always)]
     pub(crate) fn covered(&self, seq: u64) {
         self.covered.store(seq + 1, Ordering::Release);
+    }
+
+    /// One past the last signaled request of the lane (or where it opened).
+    pub(crate) fn covered_upto(&self) -> u64 {
+        self.covered.load(Ordering::Acquire)
     }
 
     /// The provider refused request `seq`: it was not posted.
@@ -308,6 +322,18 @@ impl LaneBook {
     fn failed(&self, seq: u64, c: Completion) {
         lock(&self.errors).push((seq, c));
         self.first_error.fetch_min(seq, Ordering::AcqRel);
+    }
+
+    /// Whether request `seq` is complete (successfully or not).
+    #[inline(always)]
+    pub(crate) fn is_done(&self, seq: u64) -> bool {
+        self.done.load(Ordering::Acquire) > seq
+    }
+
+    /// Whether request `seq` completed successfully.
+    #[inline(always)]
+    pub(crate) fn succeeded(&self, seq: u64) -> bool {
+        self.is_done(seq) && self.first_error.load(Ordering::Acquire) > seq
     }
 
     /// Whether request `seq` completed, and how.

@@ -379,6 +379,36 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         S: CanPostRecv,
         L: LocalSink + 'scope,
     {
+        self.post_recv_on::<T, L>(&qp.shared, wr)
+    }
+
+    /// [`Scope::post_recv`] on the QP of a [`SendLane`](crate::lane::SendLane): the lane owns
+    /// the send queue, the receive queue stays open to the scope (a ping-pong sends with the
+    /// lane and receives here).
+    ///
+    /// # Errors
+    /// As for [`Scope::post_recv`].
+    ///
+    /// See ibv_post_recv(3).
+    #[doc(alias = "ibv_post_recv")]
+    pub fn post_recv_lane<T, S, L>(
+        &'scope self,
+        lane: &crate::lane::SendLane<'scope, T, S>,
+        wr: Recv<L>,
+    ) -> PostResult<'scope, L, Recv<L>>
+    where
+        T: Transport,
+        S: CanPostSend + CanPostRecv,
+        L: LocalSink + 'scope,
+    {
+        self.post_recv_on::<T, L>(lane.shared(), wr)
+    }
+
+    fn post_recv_on<T: Transport, L: LocalSink + 'scope>(
+        &'scope self,
+        qp: &'scope QpShared,
+        wr: Recv<L>,
+    ) -> PostResult<'scope, L, Recv<L>> {
         if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
             return Err(PostError { error, wr });
         }
@@ -386,11 +416,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
         // SAFETY: as in `post_send`: the receive buffer is borrowed (or owned) for at least
         // 'scope and moves into the token; `scope` drains before returning.
-        let seq = match unsafe { qp.shared.post_recv(&mut raw, self.id) } {
+        let seq = match unsafe { qp.post_recv(&mut raw, self.id) } {
             Ok(seq) => seq,
             Err(error) => return Err(PostError { error, wr }),
         };
-        Ok(self.token(Posted { q: QueueRef::Recv(&qp.shared), seq }, None, wr.buf))
+        Ok(self.token(Posted { q: QueueRef::Recv(qp), seq }, None, wr.buf))
     }
 
     /// Waits at most `timeout` for the completion of `token`'s request, polling its CQ, and

@@ -810,3 +810,51 @@ fn a_panic_with_a_lane_read_in_flight_drains_then_resumes() {
     assert_eq!(p.a.outstanding(), (0, 0));
     assert_eq!(local.as_slice(), remote.as_slice(), "the READ had landed before the panic resumed");
 }
+
+#[test]
+fn two_lanes_ping_pong_sends_and_receive_on_their_own_qps() {
+    // Each side sends with its lane and receives on the lane's QP through the scope
+    // (`post_recv_lane`), as a SEND latency test does; both QPs share one CQ, so each side's
+    // waits also route the other side's completions.
+    const ROUNDS: u8 = 50;
+    let r = rig();
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut src = r.pd.alloc_mr(2 * 64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice()[..64].fill(0xa1);
+    src.as_mut_slice()[64..].fill(0xb2);
+    let mut dst = r.pd.alloc_mr(2 * 64, access::LOCAL_RW).unwrap();
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    scope(|s| {
+        let (buf_a, buf_b) = dst.slice_mut(..).unwrap().split_at(64).unwrap();
+        let (mut buf_a, mut buf_b) = (Some(buf_a), Some(buf_b));
+        let mut lane_a = s.send_lane(&mut p.a).unwrap();
+        let mut lane_b = s.send_lane(&mut p.b).unwrap();
+        let mut ping = lane_a.prepare(Send::new(src.slice(..64).unwrap())).unwrap();
+        let mut pong = lane_b.prepare(Send::new(src.slice(64..).unwrap())).unwrap();
+        for _ in 0..ROUNDS {
+            let rb = s.post_recv_lane(&lane_b, Recv::new(buf_b.take().unwrap())).unwrap();
+            let ra = s.post_recv_lane(&lane_a, Recv::new(buf_a.take().unwrap())).unwrap();
+            let t = lane_a.post(&mut ping).unwrap();
+            assert_eq!(lane_a.wait(t, WAIT).unwrap().status(), WcStatus::Success);
+            let (c, b) = s.wait(rb, WAIT).unwrap();
+            assert_eq!((c.status(), c.opcode(), c.byte_len()), (WcStatus::Success, WcOpcode::Recv, 64), "{c:?}");
+            let mut first = [0u8; 1];
+            b.read_volatile_into(&mut first);
+            got_b.push(first[0]);
+            buf_b = Some(b);
+            let t = lane_b.post(&mut pong).unwrap();
+            assert_eq!(lane_b.wait(t, WAIT).unwrap().status(), WcStatus::Success);
+            let (c, b) = s.wait(ra, WAIT).unwrap();
+            assert_eq!((c.status(), c.opcode(), c.byte_len()), (WcStatus::Success, WcOpcode::Recv, 64), "{c:?}");
+            let mut first = [0u8; 1];
+            b.read_volatile_into(&mut first);
+            got_a.push(first[0]);
+            buf_a = Some(b);
+        }
+        assert_eq!((lane_a.outstanding(), lane_b.outstanding()), (0, 0));
+    })
+    .unwrap();
+    assert_eq!(got_b, vec![0xa1; ROUNDS as usize]);
+    assert_eq!(got_a, vec![0xb2; ROUNDS as usize]);
+    assert_eq!((p.a.outstanding(), p.b.outstanding()), ((0, 0), (0, 0)));
+}
