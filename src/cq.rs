@@ -401,8 +401,37 @@ pub(crate) fn wc_imm_bits(wc: &sys::ibv_wc) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::WcFlagsQuirk;
+    use super::{PollLock, WcFlagsQuirk};
     use typed_verbs_sys as sys;
+
+    #[test]
+    fn the_poll_lock_excludes_and_survives_a_panic() {
+        // Four threads do a non-atomic read-modify-write under the lock: no update may be lost.
+        let lock = PollLock::new((0u64, 0u64));
+        std::thread::scope(|t| {
+            for _ in 0..4 {
+                t.spawn(|| {
+                    for _ in 0..20_000 {
+                        let mut g = lock.lock();
+                        let v = g.0;
+                        std::hint::black_box(&mut *g);
+                        g.0 = v + 1;
+                        g.1 += 2;
+                    }
+                });
+            }
+        });
+        assert_eq!(*lock.lock(), (80_000, 160_000));
+        // A panic while it is held releases it (no poisoning).
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _g = lock.lock();
+            panic!("while holding the routing lock");
+        }));
+        assert!(r.is_err());
+        let mut g = lock.lock();
+        g.0 += 1;
+        assert_eq!(g.0, 80_001);
+    }
 
     #[test]
     fn kernel_numbering_swaps_invalidate_and_checksum_bits() {
