@@ -3,38 +3,56 @@
 //! ```text
 //! perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
 //!      [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH]
-//!      [-o OUT_READS] [--spin] [--timeout SECS] [--json] [--quiet]
+//!      [-o OUT_READS] [--tokens] [--spin] [--timeout SECS] [--json] [--quiet]
 //! ```
 //!
 //! Each test connects pairs of RC queue pairs on the same device to each other (QP a_i <-> b_i)
-//! and runs perftest's loop with this library's API: `scope`, `post_send`/`post_recv` and
-//! `wait`, legacy `ibv_post_send` underneath, no inline data, one work request per post.
+//! and runs perftest's loop with this library's API, legacy `ibv_post_send` underneath, no
+//! inline data, one work request per post. Two posting APIs, the same loops:
+//! - **send lanes** (the default): each sending side opens a `SendLane` per QP
+//!   (`Scope::send_lane`, the exclusive poster of that send queue), prepares its requests once
+//!   (`SendLane::prepare`: one per source or destination slot) and re-posts them with
+//!   `SendLane::post` (signaled, returns a `LaneToken`) or `SendLane::post_unsignaled`, as a C
+//!   loop re-posts one `struct ibv_send_wr`; a signaled completion covers the unsignaled
+//!   requests before it. Receives on a lane's QP go through `Scope::post_recv_lane`.
+//! - **scope tokens** (`--tokens`): a request and a `Token` per post (`Scope::post_send`,
+//!   `Scope::post_recv`), every token collected with `Scope::wait`; the path `perf` used before
+//!   lanes existed, kept for comparison (`scripts/bench` runs both).
+//!
+//! The tests:
 //! - `write_bw`, `read_bw`: one thread posts on the a_i and keeps at most TX_DEPTH requests
 //!   outstanding per QP; every CQ_MOD-th request (and the last) is signaled; when the window
 //!   is full it waits for the oldest signaled completion, which also completes the unsignaled
 //!   requests before it (perftest's `run_iter_bw`). The b_i side is passive, as perftest's
-//!   server is for WRITE and READ.
+//!   server is for WRITE and READ. With lanes, `write_bw` prepares one WRITE per QP and
+//!   `read_bw` one READ per destination slot (TX_DEPTH slots per QP, used in turn).
 //! - `send_bw`: the same sender, plus a receiver thread (perftest's server process) that keeps
-//!   RX_DEPTH receives posted on every b_i and reposts each one as it completes.
+//!   RX_DEPTH receives posted on every b_i and reposts each one as it completes (scope tokens
+//!   either way: receives have no lane).
 //! - `write_lat`, `send_lat`: ping-pong between two threads (perftest's two processes); the
 //!   measuring thread records the time of each post; reported latency is half the interval
-//!   between consecutive posts (perftest's `run_iter_lat_write` / `run_iter_lat_send`).
+//!   between consecutive posts (perftest's `run_iter_lat_write` / `run_iter_lat_send`). With
+//!   lanes each side prepares its requests once (`write_lat`: one WRITE per source slot).
 //!
-//! Completions are awaited with `Scope::wait`, which polls the CQ and yields the CPU
-//! (`sched_yield`) after every empty poll; `--spin` instead busy-polls `Cq::progress` without
-//! yielding, as perftest's loops poll `ibv_poll_cq`. The send queue is created with at least
-//! 2 x CQ_MOD entries, so that the library's automatic signaling (every depth/2-th request of an
-//! unsignaled run) never changes perftest's signaling pattern (`send_queue_depth`).
+//! Completions are awaited with `SendLane::wait` / `Scope::wait`, which poll the CQ and yield
+//! the CPU (`sched_yield`) after every empty poll; `--spin` instead busy-polls `Cq::progress`
+//! without yielding, as perftest's loops poll `ibv_poll_cq`, and takes the completion with a
+//! zero-timeout wait whenever the poll found something. The send queue is created with at
+//! least 2 x CQ_MOD entries, so that the library's automatic signaling (every depth/2-th
+//! request of an unsignaled run, for lanes and tokens alike) never changes perftest's
+//! signaling pattern (`send_queue_depth`).
 //!
 //! Output: perftest's result table (`#bytes #iterations BW peak[MB/sec] BW average[MB/sec]
 //! MsgRate[Mpps]`, or `t_min t_max t_typical t_avg t_stdev 99% 99.9%` in usec), and with `--json`
-//! one JSON object as the last line of stdout. Progress goes to stderr on long runs. Every wait
-//! is bounded (`--timeout`, default 30 s). Formulas: `examples/perf/report.rs`.
+//! one JSON object as the last line of stdout (`"api"`: `"send lane"` or `"scope tokens"`). The
+//! header names the API too. Progress goes to stderr on long runs. Every wait is bounded
+//! (`--timeout`, default 30 s). Formulas: `examples/perf/report.rs`.
 //!
 //! Defaults are perftest's: size 65536 (bw) / 2 (lat), 5000 (write_bw) / 1000 iterations, TX_DEPTH
 //! 128 (bw) / 1 (lat), CQ_MOD 100 (1 above 8 KiB unless given; at most TX_DEPTH), RX_DEPTH 512,
 //! OUT_READS the device maximum. Device: `-d`, else `$TYPED_VERBS_DEVICE`, else the first one;
-//! GID index: `-x`, else `$TYPED_VERBS_GID_INDEX`, else 1.
+//! GID index: `-x`, else `$TYPED_VERBS_GID_INDEX`, else 1. No post lists (`-l`): one request per
+//! `ibv_post_send` in both APIs, as `scripts/bench` runs perftest (`-l 1`).
 //!
 //! `scripts/bench` runs it next to perftest on Soft-RoCE; see `BENCHMARKS.md`.
 
@@ -46,6 +64,7 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use typed_verbs::lane::LaneWaitError;
 use typed_verbs::prelude::*;
 use typed_verbs::scope::{Completes, WaitError};
 use typed_verbs::Error;
@@ -116,16 +135,32 @@ struct Params {
     rx_depth: usize,
     out_reads: Option<u8>,
     timeout: Duration,
-    /// Wait by spinning on `Cq::progress` instead of `Scope::wait`'s poll-and-yield loop.
+    /// Wait by spinning on `Cq::progress` instead of the poll-and-yield loop of
+    /// `SendLane::wait` / `Scope::wait`.
     spin: bool,
+    /// Post with scope tokens (`Scope::post_send`, a token per request) instead of send lanes.
+    tokens: bool,
     json: bool,
     quiet: bool,
 }
 
+impl Params {
+    /// The posting API, as the header and the JSON line name it.
+    fn api(&self) -> &'static str {
+        if self.tokens {
+            "scope tokens"
+        } else {
+            "send lane"
+        }
+    }
+}
+
 const USAGE: &str = "usage: perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
             [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH] [-o OUT_READS]
-            [--spin] [--timeout SECS] [--json] [--quiet]
-Loopback on one device: RC queue pairs connected to each other (see the source's header).";
+            [--tokens] [--spin] [--timeout SECS] [--json] [--quiet]
+Loopback on one device: RC queue pairs connected to each other (see the source's header).
+Posts with send lanes (a request prepared once, re-posted); --tokens posts with scope tokens
+(a request and a token per post); --spin busy-polls the CQ instead of yielding when empty.";
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidArgument { verb: "perf", reason: reason.into() }
@@ -142,7 +177,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
     };
     let (mut device, mut gid, mut size, mut iters, mut dur) = (None, None, None, None, None);
     let (mut qps, mut cq_mod, mut tx, mut rx, mut out_reads) = (1usize, None, None, 512usize, None);
-    let (mut timeout, mut json, mut quiet, mut spin) = (30.0f64, false, false, false);
+    let (mut timeout, mut json, mut quiet, mut spin, mut tokens) = (30.0f64, false, false, false, false);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().cloned().ok_or_else(|| bad(format!("{name} needs a value")));
         fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T> {
@@ -162,6 +197,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
             "--timeout" => timeout = num(a, val(a)?)?,
             "--json" => json = true,
             "--spin" => spin = true,
+            "--tokens" => tokens = true,
             "--quiet" => quiet = true,
             "-F" | "--CPU-freq" => {} // perftest's flag; nothing to silence here
             other => return Err(bad(format!("unknown option {other:?}\n{USAGE}"))),
@@ -224,6 +260,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
         out_reads,
         timeout: Duration::from_secs_f64(timeout),
         spin,
+        tokens,
         json,
         quiet,
     })
@@ -340,6 +377,22 @@ fn wait_flag(flag: &AtomicBool, timeout: Duration, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Busy-polls `cq` (`Cq::progress`, no yield) until a poll finds at least one completion
+/// (routed to its token or lane on the way), or `deadline` passes. The spin part of `wait_on`
+/// and `lane_wait`.
+fn spin_for_progress(cq: &Cq, deadline: Instant, timeout: Duration) -> Result<()> {
+    let mut spins = 0u32;
+    loop {
+        if spins % 1024 == 0 && Instant::now() >= deadline {
+            return Err(Error::Timeout { what: "a completion (spinning on the CQ)".into(), after: timeout });
+        }
+        if cq.progress()? > 0 {
+            return Ok(());
+        }
+        spins = spins.wrapping_add(1);
+    }
+}
+
 /// Waits for `token`'s completion: with `Scope::wait` (which polls the CQ and yields the CPU
 /// after every empty poll), or with `spin` by busy-polling `Cq::progress` without yielding,
 /// as perftest's poll loops do. Bounded by `timeout` either way.
@@ -362,19 +415,38 @@ fn wait_on<'scope, B: Completes>(
             Err(WaitError { error: Error::Timeout { .. }, token: t }) => token = t,
             Err(e) => return Err(e),
         }
-        let mut spins = 0u32;
-        loop {
-            match cq.progress() {
-                Ok(0) => {}
-                Ok(_) => break,
-                Err(error) => return Err(WaitError { error, token }),
-            }
-            spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && Instant::now() >= deadline {
-                let what = "a completion (spinning on the CQ)".to_string();
-                return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
-            }
+        if let Err(error) = spin_for_progress(cq, deadline, timeout) {
+            return Err(WaitError { error, token });
         }
+    }
+}
+
+/// [`wait_on`] for a request of a send lane: `SendLane::wait` (polls the send CQ, yields the
+/// CPU after an empty poll), or with `spin` a busy-poll: `SendLane::wait(token, 0)` (which
+/// takes the completion if it is known or one poll finds it) between rounds of
+/// `spin_for_progress`. (A zero-timeout lane wait that misses polls twice and formats a
+/// timeout error; `Cq::progress` is the cheaper empty poll.) Bounded by `timeout`.
+fn lane_wait<'scope>(
+    lane: &mut SendLane<'scope, RC, RTS>,
+    token: LaneToken<'scope>,
+    cq: &Cq,
+    spin: bool,
+    timeout: Duration,
+) -> Result<Completion> {
+    if !spin {
+        return Ok(lane.wait(token, timeout)?);
+    }
+    // The clock is read only once the completion was not there at once.
+    let mut deadline = None;
+    let mut token = token;
+    loop {
+        match lane.wait(token, Duration::ZERO) {
+            Ok(c) => return Ok(c),
+            Err(LaneWaitError { error: Error::Timeout { .. }, token: t }) => token = t,
+            Err(e) => return Err(e.error),
+        }
+        let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
+        spin_for_progress(cq, deadline, timeout)?;
     }
 }
 
@@ -455,30 +527,185 @@ impl<'scope, 'a: 'scope> BwOps<'scope> for ReadOps<'scope, '_, 'a> {
     }
 }
 
+/// How `bw_loop` posts and completes requests: with scope tokens ([`TokenPoster`]) or send
+/// lanes ([`LanePoster`]).
+trait BwPoster {
+    /// Posts the next request on QP `q`, signaled or not.
+    fn post(&mut self, q: usize, signaled: bool) -> Result<()>;
+    /// Waits (bounded) for the oldest outstanding signaled request on QP `q`, whose completion
+    /// also completes the requests posted on `q` before it.
+    fn complete_oldest(&mut self, q: usize) -> Result<()>;
+}
+
+/// `bw_loop`'s poster with scope tokens: a request and a token per post (`O` builds them);
+/// every token is collected with `Scope::wait`, the unsignaled ones (implied by a later
+/// completion) as well.
+struct TokenPoster<'scope, 'env, 'c, O: BwOps<'scope>> {
+    s: &'scope Scope<'scope, 'env>,
+    cq: &'c Cq,
+    spin: bool,
+    timeout: Duration,
+    ops: O,
+    /// Per QP, the tokens of its outstanding requests, oldest first, and whether each is signaled.
+    queues: Vec<VecDeque<(Token<'scope, O::B>, bool)>>,
+}
+
+impl<'scope, 'env, 'c, O: BwOps<'scope>> TokenPoster<'scope, 'env, 'c, O> {
+    fn new(s: &'scope Scope<'scope, 'env>, cq: &'c Cq, p: &Params, ops: O) -> Self {
+        let queues = (0..p.qps).map(|_| VecDeque::with_capacity(p.tx_depth)).collect();
+        TokenPoster { s, cq, spin: p.spin, timeout: p.timeout, ops, queues }
+    }
+}
+
+impl<'scope, O: BwOps<'scope>> BwPoster for TokenPoster<'scope, '_, '_, O> {
+    fn post(&mut self, q: usize, signaled: bool) -> Result<()> {
+        let token = self.ops.post(q, signaled)?;
+        self.queues[q].push_back((token, signaled));
+        Ok(())
+    }
+    fn complete_oldest(&mut self, q: usize) -> Result<()> {
+        // The unsignaled tokens before the signaled one are complete when it is (each `wait`
+        // on them returns at once).
+        while let Some((token, signaled)) = self.queues[q].pop_front() {
+            let (c, buffers) = wait_on(self.s, token, self.cq, self.spin, self.timeout)?;
+            c.ok()?;
+            self.ops.done(q, buffers);
+            if signaled {
+                return Ok(());
+            }
+        }
+        Err(bad(format!("internal: no signaled request outstanding on QP {q}")))
+    }
+}
+
+/// `bw_loop`'s poster with send lanes: one lane per QP, its requests prepared once per slot
+/// and re-posted in turn (request n of a QP posts slot n mod slots); only signaled requests
+/// have a token.
+struct LanePoster<'scope, 'c, W> {
+    lanes: Vec<SendLane<'scope, RC, RTS>>,
+    /// Per QP: the prepared requests, and the slot the next post uses.
+    wrs: Vec<(Vec<Prepared<'scope, W>>, usize)>,
+    /// Per QP: the tokens of the outstanding signaled requests, oldest first.
+    signaled: Vec<VecDeque<LaneToken<'scope>>>,
+    cq: &'c Cq,
+    spin: bool,
+    timeout: Duration,
+}
+
+impl<'scope, 'c, W> LanePoster<'scope, 'c, W> {
+    /// Opens a send lane on each of `qps` and prepares `slots` requests per QP with
+    /// `prepare(lane, q)`.
+    fn open(
+        s: &'scope Scope<'scope, '_>,
+        qps: &'scope mut [Qp<RC, RTS>],
+        cq: &'c Cq,
+        p: &Params,
+        slots: usize,
+        mut prepare: impl FnMut(&SendLane<'scope, RC, RTS>, usize) -> Result<Prepared<'scope, W>>,
+    ) -> Result<Self> {
+        let lanes = qps.iter_mut().map(|qp| s.send_lane(qp)).collect::<Result<Vec<_>>>()?;
+        let wrs = lanes
+            .iter()
+            .enumerate()
+            .map(|(q, lane)| Ok(((0..slots).map(|_| prepare(lane, q)).collect::<Result<Vec<_>>>()?, 0)))
+            .collect::<Result<Vec<_>>>()?;
+        let signaled = (0..lanes.len()).map(|_| VecDeque::with_capacity(p.tx_depth)).collect();
+        Ok(LanePoster { lanes, wrs, signaled, cq, spin: p.spin, timeout: p.timeout })
+    }
+}
+
+impl<W> BwPoster for LanePoster<'_, '_, W> {
+    #[inline]
+    fn post(&mut self, q: usize, signaled: bool) -> Result<()> {
+        let (slots, next) = &mut self.wrs[q];
+        let slot = *next;
+        *next = if slot + 1 == slots.len() { 0 } else { slot + 1 };
+        let wr = &mut slots[slot];
+        if signaled {
+            let token = self.lanes[q].post(wr)?;
+            self.signaled[q].push_back(token);
+        } else {
+            self.lanes[q].post_unsignaled(wr)?;
+        }
+        Ok(())
+    }
+    fn complete_oldest(&mut self, q: usize) -> Result<()> {
+        let token =
+            self.signaled[q].pop_front().ok_or_else(|| bad(format!("internal: no signaled request on lane {q}")))?;
+        lane_wait(&mut self.lanes[q], token, self.cq, self.spin, self.timeout)?.ok()?;
+        Ok(())
+    }
+}
+
 struct BwOutcome {
     run: BwRun,
     /// Requests posted per QP.
     sent: Vec<u64>,
 }
 
-/// perftest's `run_iter_bw` with this library's API.
-fn bw_loop<'scope, 'env, O: BwOps<'scope>>(
-    s: &'scope Scope<'scope, 'env>,
-    p: &Params,
-    cq: &Cq,
-    ops: &mut O,
-) -> Result<BwOutcome> {
+/// The posting window of `bw_loop`: what was posted and completed per QP, and which signaled
+/// requests are outstanding.
+struct Window {
+    /// Requests posted (scnt) and known complete (ccnt) per QP, and their sums.
+    scnt: Vec<u64>,
+    ccnt: Vec<u64>,
+    totscnt: u64,
+    totccnt: u64,
+    /// Per QP, the number (in that QP's posting order) of each outstanding signaled request.
+    signaled: Vec<VecDeque<u64>>,
+    /// Which QP each outstanding signaled request went to, in posting order.
+    order: VecDeque<usize>,
+    /// Per QP: whether its last request was unsignaled (nothing will complete it yet).
+    tail_unsignaled: Vec<bool>,
+}
+
+impl Window {
+    fn new(p: &Params) -> Self {
+        let nq = p.qps;
+        Window {
+            scnt: vec![0; nq],
+            ccnt: vec![0; nq],
+            totscnt: 0,
+            totccnt: 0,
+            signaled: (0..nq).map(|_| VecDeque::with_capacity(p.tx_depth / p.cq_mod as usize + 1)).collect(),
+            order: VecDeque::with_capacity(p.tx_depth * nq),
+            tail_unsignaled: vec![false; nq],
+        }
+    }
+
+    fn post(&mut self, poster: &mut impl BwPoster, q: usize, signaled: bool) -> Result<()> {
+        poster.post(q, signaled)?;
+        if signaled {
+            self.signaled[q].push_back(self.scnt[q]);
+            self.order.push_back(q);
+        }
+        self.tail_unsignaled[q] = !signaled;
+        self.scnt[q] += 1;
+        self.totscnt += 1;
+        Ok(())
+    }
+
+    /// Waits for the oldest outstanding signaled request (of any QP); every request posted
+    /// before it on its QP is then complete too.
+    fn complete_oldest(&mut self, poster: &mut impl BwPoster) -> Result<()> {
+        let internal = || bad("internal: requests outstanding but none signaled");
+        let q = self.order.pop_front().ok_or_else(internal)?;
+        let n = self.signaled[q].pop_front().ok_or_else(internal)?;
+        poster.complete_oldest(q)?;
+        self.totccnt += n + 1 - self.ccnt[q];
+        self.ccnt[q] = n + 1;
+        Ok(())
+    }
+}
+
+/// perftest's `run_iter_bw` with this library's API (`poster`: scope tokens or send lanes).
+fn bw_loop(p: &Params, poster: &mut impl BwPoster) -> Result<BwOutcome> {
     let nq = p.qps;
     let record = p.duration.is_none();
     let total = p.iters.saturating_mul(nq as u64);
     let mut tposted = Vec::with_capacity(if record { total as usize } else { 0 });
     let mut comps = Vec::with_capacity(if record { (total / p.cq_mod + nq as u64) as usize } else { 0 });
-    let mut queues: Vec<VecDeque<(Token<'scope, O::B>, bool)>> =
-        (0..nq).map(|_| VecDeque::with_capacity(p.tx_depth)).collect();
-    // Which QP each signaled request went to, in posting order: the oldest is awaited first.
-    let mut signaled_order: VecDeque<usize> = VecDeque::with_capacity(p.tx_depth * nq);
-    let (mut scnt, mut ccnt) = (vec![0u64; nq], vec![0u64; nq]);
-    let (mut totscnt, mut totccnt) = (0u64, 0u64);
+    let mut w = Window::new(p);
     let mut progress = Progress::new(p, total);
     let base = Instant::now();
     let deadline = p.duration.map(|d| base + d);
@@ -486,62 +713,45 @@ fn bw_loop<'scope, 'env, O: BwOps<'scope>>(
     let mut last_completion = 0u64;
     loop {
         for q in 0..nq {
-            while !stopping && scnt[q] < p.iters && scnt[q] - ccnt[q] < p.tx_depth as u64 {
-                let signaled = scnt[q] % p.cq_mod == p.cq_mod - 1 || scnt[q] + 1 == p.iters;
+            while !stopping && w.scnt[q] < p.iters && w.scnt[q] - w.ccnt[q] < p.tx_depth as u64 {
+                let signaled = w.scnt[q] % p.cq_mod == p.cq_mod - 1 || w.scnt[q] + 1 == p.iters;
                 if record {
                     tposted.push(since(base));
                 }
-                let token = ops.post(q, signaled)?;
-                queues[q].push_back((token, signaled));
-                if signaled {
-                    signaled_order.push_back(q);
-                }
-                scnt[q] += 1;
-                totscnt += 1;
+                w.post(poster, q, signaled)?;
             }
         }
-        if totccnt == totscnt {
+        if w.totccnt == w.totscnt {
             break;
         }
-        // Wait for the oldest signaled request; the unsignaled ones before it on its QP are
-        // complete when it is (each `wait` on them returns at once).
-        let Some(q) = signaled_order.pop_front() else {
-            return Err(bad("internal: requests outstanding but none signaled"));
-        };
-        while let Some((token, signaled)) = queues[q].pop_front() {
-            let (c, buffers) = wait_on(s, token, cq, p.spin, p.timeout)?;
-            c.ok()?;
-            ops.done(q, buffers);
-            ccnt[q] += 1;
-            totccnt += 1;
-            if signaled {
-                last_completion = since(base);
-                if record {
-                    comps.push((totccnt - 1, last_completion));
-                }
-                break;
-            }
+        w.complete_oldest(poster)?;
+        last_completion = since(base);
+        if record {
+            comps.push((w.totccnt - 1, last_completion));
         }
-        progress.tick(totccnt);
+        progress.tick(w.totccnt);
         if let Some(d) = deadline {
             if !stopping && Instant::now() >= d {
                 stopping = true;
                 // Cover every unsignaled tail with a signaled request, so that nothing is left
                 // without a completion (the scope would otherwise have to reset the QP).
-                for (q, queue) in queues.iter_mut().enumerate() {
-                    if matches!(queue.back(), Some((_, false))) {
-                        queue.push_back((ops.post(q, true)?, true));
-                        signaled_order.push_back(q);
-                        scnt[q] += 1;
-                        totscnt += 1;
+                for q in 0..nq {
+                    if w.tail_unsignaled[q] {
+                        w.post(poster, q, true)?;
                     }
                 }
             }
         }
     }
     Ok(BwOutcome {
-        run: BwRun { size: p.size, completed: totccnt, elapsed: Duration::from_nanos(last_completion), tposted, comps },
-        sent: scnt,
+        run: BwRun {
+            size: p.size,
+            completed: w.totccnt,
+            elapsed: Duration::from_nanos(last_completion),
+            tposted,
+            comps,
+        },
+        sent: w.scnt,
     })
 }
 
@@ -662,7 +872,15 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
             let srcs = (0..nq).map(|q| src.slice(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
             let dsts = (0..nq).map(|q| dst.remote(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
             let out = scope_with_timeout(p.timeout, |s| {
-                bw_loop(s, p, &cq_a, &mut WriteOps { s, qps: &a, src: srcs, dst: dsts })
+                if p.tokens {
+                    bw_loop(p, &mut TokenPoster::new(s, &cq_a, p, WriteOps { s, qps: &a, src: srcs, dst: dsts }))
+                } else {
+                    // One WRITE per QP, re-posted.
+                    let mut lanes = LanePoster::open(s, &mut a, &cq_a, p, 1, |lane, q| {
+                        Ok(lane.prepare(Write::new(srcs[q], dsts[q]))?)
+                    })?;
+                    bw_loop(p, &mut lanes)
+                }
             })??;
             Ok(out.run)
         }
@@ -671,10 +889,20 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
             remote.write_volatile_from(0, &vec![0x5a; size * nq])?;
             let mut local = pd.alloc_mr(size * nq * p.tx_depth, access::LOCAL_RW)?;
             let all = split(local.slice_mut(..)?, nq, size * p.tx_depth)?;
-            let free = all.into_iter().map(|v| split(v, p.tx_depth, size)).collect::<Result<Vec<_>>>()?;
+            let mut free = all.into_iter().map(|v| split(v, p.tx_depth, size)).collect::<Result<Vec<_>>>()?;
             let remotes = (0..nq).map(|q| remote.remote(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
             let out = scope_with_timeout(p.timeout, |s| {
-                bw_loop(s, p, &cq_a, &mut ReadOps { s, qps: &a, free, remote: remotes })
+                if p.tokens {
+                    bw_loop(p, &mut TokenPoster::new(s, &cq_a, p, ReadOps { s, qps: &a, free, remote: remotes }))
+                } else {
+                    // One READ per destination slot (TX_DEPTH per QP, at most one outstanding
+                    // each: the window is TX_DEPTH), re-posted in turn.
+                    let mut lanes = LanePoster::open(s, &mut a, &cq_a, p, p.tx_depth, |lane, q| {
+                        let buf = free[q].pop().ok_or_else(|| bad("internal: too few READ buffers"))?;
+                        Ok(lane.prepare(Read::new(buf, remotes[q]))?)
+                    })?;
+                    bw_loop(p, &mut lanes)
+                }
             })??;
             Ok(out.run)
         }
@@ -692,26 +920,21 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
                 published: AtomicBool::new(false),
                 failed: AtomicBool::new(false),
             };
+            let (a, b) = (&mut a, &b);
             std::thread::scope(|ts| {
-                let receiver = ts.spawn(|| send_bw_receiver(p, &b, &cq_b, bufs, &sh));
-                let sender = || -> Result<BwRun> {
+                let receiver = ts.spawn(|| send_bw_receiver(p, b, &cq_b, bufs, &sh));
+                let mut sender = || -> Result<BwRun> {
                     wait_flag(&sh.ready, p.timeout, "the receiver's initial receives")?;
-                    let out = scope_with_timeout(p.timeout, |s| -> Result<BwOutcome> {
-                        let out = bw_loop(s, p, &cq_a, &mut SendOps { s, qps: &a, src: srcs.clone() })?;
-                        if p.duration.is_some() {
-                            // Every send completed, so each consumed one posted receive. Now
-                            // complete the receives still posted, with untimed sends.
-                            sh.stop.store(true, Ordering::Release);
-                            wait_flag(&sh.published, p.timeout, "the receiver's final count")?;
-                            for (q, qp) in a.iter().enumerate() {
-                                let extra = sh.final_posted[q].load(Ordering::Acquire).saturating_sub(out.sent[q]);
-                                for _ in 0..extra {
-                                    let t = s.post_send(qp, Send::new(srcs[q]))?;
-                                    wait_on(s, t, &cq_a, p.spin, p.timeout)?.0.ok()?;
-                                }
-                            }
+                    let out = scope_with_timeout(p.timeout, |s| {
+                        if p.tokens {
+                            let ops = SendOps { s, qps: a, src: srcs.clone() };
+                            send_bw_sender(p, &mut TokenPoster::new(s, &cq_a, p, ops), &sh)
+                        } else {
+                            // One SEND per QP, re-posted.
+                            let mut lanes =
+                                LanePoster::open(s, a, &cq_a, p, 1, |lane, q| Ok(lane.prepare(Send::new(srcs[q]))?))?;
+                            send_bw_sender(p, &mut lanes, &sh)
                         }
-                        Ok(out)
                     })??;
                     Ok(out.run)
                 };
@@ -727,6 +950,27 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
         }
         _ => unreachable!(),
     }
+}
+
+/// The sending side of send_bw: `bw_loop`, then in duration mode as many untimed sends as the
+/// receiver still has receives posted (so that no receive is left behind at the end of its
+/// scope).
+fn send_bw_sender(p: &Params, poster: &mut impl BwPoster, sh: &SendShared) -> Result<BwOutcome> {
+    let out = bw_loop(p, poster)?;
+    if p.duration.is_some() {
+        // Every send completed, so each consumed one posted receive. Now complete the receives
+        // still posted, with untimed sends.
+        sh.stop.store(true, Ordering::Release);
+        wait_flag(&sh.published, p.timeout, "the receiver's final count")?;
+        for (q, &sent) in out.sent.iter().enumerate() {
+            let extra = sh.final_posted[q].load(Ordering::Acquire).saturating_sub(sent);
+            for _ in 0..extra {
+                poster.post(q, true)?;
+                poster.complete_oldest(q)?;
+            }
+        }
+    }
+    Ok(out)
 }
 
 // ------------------------------------------------------------------------------------------
@@ -755,11 +999,13 @@ fn slot_of(k: u64) -> usize {
     (k % NSLOTS as u64) as usize
 }
 
+/// One side of a latency test. (Its QP is passed on its own: a send lane borrows it
+/// exclusively.)
+#[derive(Clone, Copy)]
 struct LatSide<'x> {
     p: &'x Params,
     role: Role,
-    qp: &'x Qp<RC, RTS>,
-    /// The CQ of `qp` (both its queues complete there).
+    /// The CQ of the side's QP (both its queues complete there).
     cq: &'x Cq,
     sh: &'x LatShared,
 }
@@ -768,6 +1014,124 @@ impl LatSide<'_> {
     fn should_stop(&self, start: Instant) -> bool {
         self.p.duration.is_some_and(|d| start.elapsed() >= d)
     }
+
+    /// Before each send: the client stamps the round trip that starts (and shows progress),
+    /// or, once a `-D` run's time is up (`time_up`, read once per round by the caller, so that
+    /// it does not also post a receive for an answer that will not come), tells the peer to
+    /// stop. Returns whether this is the last send.
+    fn before_send(
+        &self,
+        time_up: bool,
+        base: Instant,
+        sent: u64,
+        stamps: &mut Vec<u64>,
+        progress: &mut Progress,
+    ) -> bool {
+        if self.role != Role::Client {
+            return false;
+        }
+        if time_up {
+            self.sh.stop.store(true, Ordering::Release);
+            return true;
+        }
+        stamps.push(since(base));
+        progress.tick(sent);
+        false
+    }
+
+    /// Runs the side's loop in a scope (drain bounded by `--timeout`); tells the peer thread
+    /// if it fails.
+    fn run<'env, F>(&self, body: F) -> Result<()>
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<()>,
+    {
+        let r = scope_with_timeout(self.p.timeout, body).and_then(|r| r);
+        if r.is_err() {
+            self.sh.failed.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    /// Room for the client's post times.
+    fn stamps(&self) -> Vec<u64> {
+        Vec::with_capacity(if self.p.duration.is_some() { 1 << 16 } else { self.p.iters as usize })
+    }
+}
+
+/// How one side of a latency test posts: with scope tokens ([`TokenLat`]) or a send lane
+/// ([`LaneLat`]).
+trait LatPoster<'scope, 'a> {
+    /// Posts message `k` (from 1). A signaled one is awaited (bounded): its completion also
+    /// completes the unsignaled messages posted before it.
+    fn send(&mut self, k: u64, signaled: bool) -> Result<()>;
+    /// Posts a receive into `buf` on the side's QP.
+    fn recv(&mut self, buf: LocalBufMut<'a>) -> Result<Token<'scope, LocalBufMut<'a>>>;
+}
+
+/// A latency side with scope tokens: a request and a token per message (`post` builds and
+/// posts message k), every token collected.
+struct TokenLat<'scope, 'env, 'x, 'a, F> {
+    s: &'scope Scope<'scope, 'env>,
+    qp: &'scope Qp<RC, RTS>,
+    side: LatSide<'x>,
+    post: F,
+    /// The tokens of the unsignaled messages since the last signaled one.
+    unsignaled: Vec<Token<'scope, LocalBuf<'a>>>,
+}
+
+impl<'scope, 'env, 'x, 'a, F> TokenLat<'scope, 'env, 'x, 'a, F> {
+    fn new(s: &'scope Scope<'scope, 'env>, qp: &'scope Qp<RC, RTS>, side: LatSide<'x>, post: F) -> Self {
+        TokenLat { s, qp, side, post, unsignaled: Vec::with_capacity(side.p.cq_mod as usize) }
+    }
+}
+
+impl<'scope, 'a: 'scope, F> LatPoster<'scope, 'a> for TokenLat<'scope, '_, '_, 'a, F>
+where
+    F: FnMut(u64, bool) -> Result<Token<'scope, LocalBuf<'a>>>,
+{
+    fn send(&mut self, k: u64, signaled: bool) -> Result<()> {
+        let token = (self.post)(k, signaled)?;
+        if !signaled {
+            self.unsignaled.push(token);
+            return Ok(());
+        }
+        let (p, cq) = (self.side.p, self.side.cq);
+        wait_on(self.s, token, cq, p.spin, p.timeout)?.0.ok()?;
+        for t in self.unsignaled.drain(..) {
+            wait_on(self.s, t, cq, p.spin, p.timeout)?.0.ok()?;
+        }
+        Ok(())
+    }
+    fn recv(&mut self, buf: LocalBufMut<'a>) -> Result<Token<'scope, LocalBufMut<'a>>> {
+        Ok(self.s.post_recv(self.qp, Recv::new(buf))?)
+    }
+}
+
+/// A latency side with a send lane: its requests prepared once (message k posts
+/// `wrs[k mod wrs.len()]`); receives through `Scope::post_recv_lane`.
+struct LaneLat<'scope, 'env, 'x, W> {
+    s: &'scope Scope<'scope, 'env>,
+    lane: SendLane<'scope, RC, RTS>,
+    wrs: Vec<Prepared<'scope, W>>,
+    side: LatSide<'x>,
+}
+
+impl<'scope, 'a: 'scope, W> LatPoster<'scope, 'a> for LaneLat<'scope, '_, '_, W> {
+    fn send(&mut self, k: u64, signaled: bool) -> Result<()> {
+        let slot = (k % self.wrs.len() as u64) as usize;
+        let wr = &mut self.wrs[slot];
+        if signaled {
+            let token = self.lane.post(wr)?;
+            let p = self.side.p;
+            lane_wait(&mut self.lane, token, self.side.cq, p.spin, p.timeout)?.ok()?;
+        } else {
+            self.lane.post_unsignaled(wr)?;
+        }
+        Ok(())
+    }
+    fn recv(&mut self, buf: LocalBufMut<'a>) -> Result<Token<'scope, LocalBufMut<'a>>> {
+        Ok(self.s.post_recv_lane(&self.lane, Recv::new(buf))?)
+    }
 }
 
 /// One side of write_lat (perftest's `run_iter_lat_write`): wait for the peer's write to land
@@ -775,148 +1139,160 @@ impl LatSide<'_> {
 /// completion (every write is signaled, as in perftest). Returns the client's post times.
 fn write_lat_side(
     side: LatSide<'_>,
+    qp: &mut Qp<RC, RTS>,
     slots: &[LocalBuf<'_>],
     mine: &Mr<access::RemoteRw>,
     peer: RemoteSlice<access::RemoteRw>,
 ) -> Result<Vec<u64>> {
+    let mut stamps = side.stamps();
+    side.run(|s| {
+        if side.p.tokens {
+            let qp = &*qp;
+            let post = |k: u64, signaled: bool| {
+                let wr = Write::new(slots[slot_of(k)], peer);
+                Ok(if signaled { s.post_send(qp, wr)? } else { s.post_send(qp, wr.unsignaled())? })
+            };
+            write_lat_loop(side, &mut TokenLat::new(s, qp, side, post), mine, &mut stamps)
+        } else {
+            // One WRITE per source slot, in the order of `slot_of`.
+            let lane = s.send_lane(qp)?;
+            let wrs = slots.iter().map(|&v| Ok(lane.prepare(Write::new(v, peer))?)).collect::<Result<Vec<_>>>()?;
+            write_lat_loop(side, &mut LaneLat { s, lane, wrs, side }, mine, &mut stamps)
+        }
+    })?;
+    Ok(stamps)
+}
+
+/// The loop of `write_lat_side`, whatever the posting API.
+fn write_lat_loop<'scope, 'a>(
+    side: LatSide<'_>,
+    poster: &mut impl LatPoster<'scope, 'a>,
+    mine: &Mr<access::RemoteRw>,
+    stamps: &mut Vec<u64>,
+) -> Result<()> {
     let p = side.p;
-    let mut stamps = Vec::with_capacity(if p.duration.is_some() { 1 << 16 } else { p.iters as usize });
     let mut progress = Progress::new(p, p.iters);
-    let r = scope_with_timeout(p.timeout, |s| -> Result<()> {
-        let base = Instant::now();
-        let (mut sent, mut received) = (0u64, 0u64);
-        let mut last = [0u8; 1];
-        loop {
-            if !(side.role == Role::Client && sent == 0) {
-                received += 1;
-                let want = slot_of(received) as u8 + 1;
-                let mut spins = 0u32;
-                let deadline = Instant::now() + p.timeout;
-                loop {
-                    mine.read_volatile_into(p.size - 1, &mut last)?;
-                    if last[0] == want {
-                        break;
+    let base = Instant::now();
+    let (mut sent, mut received) = (0u64, 0u64);
+    let mut last = [0u8; 1];
+    loop {
+        if !(side.role == Role::Client && sent == 0) {
+            received += 1;
+            let want = slot_of(received) as u8 + 1;
+            let mut spins = 0u32;
+            let deadline = Instant::now() + p.timeout;
+            loop {
+                mine.read_volatile_into(p.size - 1, &mut last)?;
+                if last[0] == want {
+                    break;
+                }
+                spins = spins.wrapping_add(1);
+                if spins % 1024 == 0 {
+                    if Instant::now() >= deadline {
+                        return Err(Error::Timeout { what: "the peer's RDMA WRITE".into(), after: p.timeout });
                     }
-                    spins = spins.wrapping_add(1);
-                    if spins % 1024 == 0 {
-                        if Instant::now() >= deadline {
-                            return Err(Error::Timeout { what: "the peer's RDMA WRITE".into(), after: p.timeout });
-                        }
-                        if side.sh.failed.load(Ordering::Acquire) {
-                            return Err(bad("the peer thread failed"));
-                        }
+                    if side.sh.failed.load(Ordering::Acquire) {
+                        return Err(bad("the peer thread failed"));
                     }
                 }
-                match side.role {
-                    Role::Server if side.sh.stop.load(Ordering::Acquire) => return Ok(()),
-                    Role::Client if p.duration.is_none() && received == p.iters => return Ok(()),
-                    _ => {}
-                }
             }
-            let mut stop_now = false;
-            if side.role == Role::Client {
-                if side.should_stop(base) {
-                    side.sh.stop.store(true, Ordering::Release);
-                    stop_now = true;
-                } else {
-                    stamps.push(since(base));
-                    progress.tick(sent);
-                }
-            }
-            sent += 1;
-            let t = s.post_send(side.qp, Write::new(slots[slot_of(sent)], peer))?;
-            wait_on(s, t, side.cq, p.spin, p.timeout)?.0.ok()?;
-            if stop_now || (side.role == Role::Server && p.duration.is_none() && sent == p.iters) {
-                return Ok(());
+            match side.role {
+                Role::Server if side.sh.stop.load(Ordering::Acquire) => return Ok(()),
+                Role::Client if p.duration.is_none() && received == p.iters => return Ok(()),
+                _ => {}
             }
         }
-    });
-    let r = r.and_then(|r| r);
-    if r.is_err() {
-        side.sh.failed.store(true, Ordering::Release);
+        let stop_now = side.before_send(side.should_stop(base), base, sent, stamps, &mut progress);
+        sent += 1;
+        poster.send(sent, true)?;
+        if stop_now || (side.role == Role::Server && p.duration.is_none() && sent == p.iters) {
+            return Ok(());
+        }
     }
-    r.map(|()| stamps)
 }
 
 /// One side of send_lat (perftest's `run_iter_lat_send`): wait for the peer's message, repost
 /// the receive, send back; every CQ_MOD-th send (and the last) is signaled and awaited.
-fn send_lat_side(side: LatSide<'_>, src: LocalBuf<'_>, buf: LocalBufMut<'_>) -> Result<Vec<u64>> {
+fn send_lat_side(side: LatSide<'_>, qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, buf: LocalBufMut<'_>) -> Result<Vec<u64>> {
+    let mut stamps = side.stamps();
+    side.run(|s| {
+        if side.p.tokens {
+            let qp = &*qp;
+            let post = |_: u64, signaled: bool| {
+                let wr = Send::new(src);
+                Ok(if signaled { s.post_send(qp, wr)? } else { s.post_send(qp, wr.unsignaled())? })
+            };
+            send_lat_loop(s, side, &mut TokenLat::new(s, qp, side, post), buf, &mut stamps)
+        } else {
+            let lane = s.send_lane(qp)?;
+            let wrs = vec![lane.prepare(Send::new(src))?];
+            send_lat_loop(s, side, &mut LaneLat { s, lane, wrs, side }, buf, &mut stamps)
+        }
+    })?;
+    Ok(stamps)
+}
+
+/// The loop of `send_lat_side`, whatever the posting API (receives are scope tokens either
+/// way, collected with `wait_on`).
+fn send_lat_loop<'scope, 'a>(
+    s: &'scope Scope<'scope, '_>,
+    side: LatSide<'_>,
+    poster: &mut impl LatPoster<'scope, 'a>,
+    buf: LocalBufMut<'a>,
+    stamps: &mut Vec<u64>,
+) -> Result<()> {
     let p = side.p;
-    let mut stamps = Vec::with_capacity(if p.duration.is_some() { 1 << 16 } else { p.iters as usize });
     let mut progress = Progress::new(p, p.iters);
-    let r = scope_with_timeout(p.timeout, |s| -> Result<()> {
-        let mut rtoken = Some(s.post_recv(side.qp, Recv::new(buf))?);
-        side.sh.ready.store(true, Ordering::Release);
-        let mut unsignaled = Vec::with_capacity(p.cq_mod as usize);
-        let base = Instant::now();
-        let (mut sent, mut received) = (0u64, 0u64);
-        loop {
-            if !(side.role == Role::Client && sent == 0) {
-                let deadline = Instant::now() + p.timeout;
-                let mut token = rtoken.take().ok_or_else(|| bad("internal: no receive posted"))?;
-                let (c, buf) = loop {
-                    match wait_on(s, token, side.cq, p.spin, SLICE) {
-                        Ok(r) => break r,
-                        Err(WaitError { error: Error::Timeout { .. }, token: t }) => {
-                            if Instant::now() >= deadline {
-                                return Err(Error::Timeout { what: "the peer's SEND".into(), after: p.timeout });
-                            }
-                            if side.sh.failed.load(Ordering::Acquire) {
-                                return Err(bad("the peer thread failed"));
-                            }
-                            token = t;
+    let mut rtoken = Some(poster.recv(buf)?);
+    side.sh.ready.store(true, Ordering::Release);
+    let base = Instant::now();
+    let (mut sent, mut received) = (0u64, 0u64);
+    loop {
+        // Whether a `-D` run's time is up, read once per round (see `before_send`).
+        let time_up = side.should_stop(base);
+        if !(side.role == Role::Client && sent == 0) {
+            let deadline = Instant::now() + p.timeout;
+            let mut token = rtoken.take().ok_or_else(|| bad("internal: no receive posted"))?;
+            let (c, buf) = loop {
+                match wait_on(s, token, side.cq, p.spin, SLICE) {
+                    Ok(r) => break r,
+                    Err(WaitError { error: Error::Timeout { .. }, token: t }) => {
+                        if Instant::now() >= deadline {
+                            return Err(Error::Timeout { what: "the peer's SEND".into(), after: p.timeout });
                         }
-                        Err(e) => return Err(e.into()),
+                        if side.sh.failed.load(Ordering::Acquire) {
+                            return Err(bad("the peer thread failed"));
+                        }
+                        token = t;
                     }
-                };
-                c.ok()?;
-                received += 1;
-                let finished = match side.role {
-                    Role::Server => side.sh.stop.load(Ordering::Acquire),
-                    Role::Client => p.duration.is_none() && received == p.iters,
-                };
-                if finished {
-                    return Ok(());
+                    Err(e) => return Err(e.into()),
                 }
-                let more = match side.role {
-                    Role::Server => p.duration.is_some() || received < p.iters,
-                    Role::Client => !side.should_stop(base),
-                };
-                if more {
-                    rtoken = Some(s.post_recv(side.qp, Recv::new(buf))?);
-                }
-            }
-            let mut stop_now = false;
-            if side.role == Role::Client {
-                if side.should_stop(base) {
-                    side.sh.stop.store(true, Ordering::Release);
-                    stop_now = true;
-                } else {
-                    stamps.push(since(base));
-                    progress.tick(sent);
-                }
-            }
-            sent += 1;
-            let last = stop_now || (p.duration.is_none() && sent == p.iters);
-            if sent % p.cq_mod == 0 || last {
-                let t = s.post_send(side.qp, Send::new(src))?;
-                wait_on(s, t, side.cq, p.spin, p.timeout)?.0.ok()?;
-                for t in unsignaled.drain(..) {
-                    wait_on(s, t, side.cq, p.spin, p.timeout)?.0.ok()?;
-                }
-            } else {
-                unsignaled.push(s.post_send(side.qp, Send::new(src).unsignaled())?);
-            }
-            if stop_now || (side.role == Role::Server && p.duration.is_none() && sent == p.iters) {
+            };
+            c.ok()?;
+            received += 1;
+            let finished = match side.role {
+                Role::Server => side.sh.stop.load(Ordering::Acquire),
+                Role::Client => p.duration.is_none() && received == p.iters,
+            };
+            if finished {
                 return Ok(());
             }
+            let more = match side.role {
+                Role::Server => p.duration.is_some() || received < p.iters,
+                Role::Client => !time_up,
+            };
+            if more {
+                rtoken = Some(poster.recv(buf)?);
+            }
         }
-    });
-    let r = r.and_then(|r| r);
-    if r.is_err() {
-        side.sh.failed.store(true, Ordering::Release);
+        let stop_now = side.before_send(time_up, base, sent, stamps, &mut progress);
+        sent += 1;
+        let last = stop_now || (p.duration.is_none() && sent == p.iters);
+        poster.send(sent, sent % p.cq_mod == 0 || last)?;
+        if stop_now || (side.role == Role::Server && p.duration.is_none() && sent == p.iters) {
+            return Ok(());
+        }
     }
-    r.map(|()| stamps)
 }
 
 fn run_lat(p: &Params) -> Result<Vec<u64>> {
@@ -924,14 +1300,13 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
     let pd = ctx.alloc_pd()?;
     let (cq_a, cq_b) = (ctx.create_cq(64)?, ctx.create_cq(64)?);
     let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: 1, ..QpCaps::default() };
-    let (a, b) = rc_pair(p, &pd, &cq_a, &cq_b, caps, 1, 0x1000)?;
+    let (mut a, mut b) = rc_pair(p, &pd, &cq_a, &cq_b, caps, 1, 0x1000)?;
     print_header(p, &ctx, std::slice::from_ref(&a), 1);
     let size = p.size;
     let sh = LatShared { ready: AtomicBool::new(false), stop: AtomicBool::new(false), failed: AtomicBool::new(false) };
-    let (a_side, b_side) = (
-        LatSide { p, role: Role::Client, qp: &a, cq: &cq_a, sh: &sh },
-        LatSide { p, role: Role::Server, qp: &b, cq: &cq_b, sh: &sh },
-    );
+    let (a_side, b_side) =
+        (LatSide { p, role: Role::Client, cq: &cq_a, sh: &sh }, LatSide { p, role: Role::Server, cq: &cq_b, sh: &sh });
+    let (a, b) = (&mut a, &mut b);
     match p.test {
         Test::WriteLat => {
             // Per side: NSLOTS source slots (slot j's bytes are all j + 1) and a target.
@@ -947,8 +1322,8 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
             let slots_b = (0..NSLOTS).map(|j| src_b.slice(j * size..(j + 1) * size)).collect::<Result<Vec<_>>>()?;
             let (to_b, to_a) = (dst_b.remote(..)?, dst_a.remote(..)?);
             std::thread::scope(|ts| {
-                let server = ts.spawn(|| write_lat_side(b_side, &slots_b, &dst_b, to_a));
-                let r = write_lat_side(a_side, &slots_a, &dst_a, to_b);
+                let server = ts.spawn(|| write_lat_side(b_side, b, &slots_b, &dst_b, to_a));
+                let r = write_lat_side(a_side, a, &slots_a, &dst_a, to_b);
                 let rs = join(server);
                 let stamps = r?;
                 rs?;
@@ -964,10 +1339,10 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
             let (va, vb) = (src_a.slice(..)?, src_b.slice(..)?);
             let (ra, rb) = (rbuf_a.slice_mut(..)?, rbuf_b.slice_mut(..)?);
             std::thread::scope(|ts| {
-                let server = ts.spawn(|| send_lat_side(b_side, vb, rb));
+                let server = ts.spawn(|| send_lat_side(b_side, b, vb, rb));
                 // The client's first send needs the server's receive posted.
                 let r = wait_flag(&sh.ready, p.timeout, "the server's receive")
-                    .and_then(|()| send_lat_side(a_side, va, ra));
+                    .and_then(|()| send_lat_side(a_side, a, va, ra));
                 if r.is_err() {
                     sh.failed.store(true, Ordering::Release);
                 }
@@ -990,12 +1365,28 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
     let _ = writeln!(out, "                    {} (typed-verbs perf)", p.test.title());
     let _ = writeln!(out, " Device          : {} (port {PORT}, GID index {})", ctx.device_name(), p.gid_index);
     let _ = writeln!(out, " Loopback        : {} RC QP pair(s) on one device, connected to each other", p.qps);
-    let _ = writeln!(out, " Posting         : ibv_post_send, one WR per call, no inline (typed-verbs scope API)");
+    let how = if p.tokens {
+        "Scope::post_send: a request and a token per post"
+    } else {
+        "Scope::send_lane: requests prepared once, re-posted"
+    };
+    let _ = writeln!(out, " API             : {} ({how})", p.api());
+    let _ = writeln!(out, " Posting         : ibv_post_send, one WR per call, no inline");
     let threads =
         if matches!(p.test, Test::WriteBw | Test::ReadBw) { "1 (passive target)" } else { "2 (one per side)" };
     let _ = writeln!(out, " Threads         : {threads}");
-    let waiting = if p.spin { "spin on Cq::progress (no yield)" } else { "Scope::wait (poll, yield when empty)" };
+    let waiting = match (p.spin, p.tokens) {
+        (false, false) => "SendLane::wait (poll, yield when empty)",
+        (false, true) => "Scope::wait (poll, yield when empty)",
+        (true, false) => "spin on Cq::progress (no yield), then SendLane::wait(0)",
+        (true, true) => "spin on Cq::progress (no yield), then Scope::wait(0)",
+    };
     let _ = writeln!(out, " Completions     : {waiting}");
+    if matches!(p.test, Test::SendBw | Test::SendLat) {
+        let recv = if p.spin { "spin on Cq::progress, then Scope::wait(0)" } else { "Scope::wait" };
+        let post = if p.tokens || p.test == Test::SendBw { "Scope::post_recv" } else { "Scope::post_recv_lane" };
+        let _ = writeln!(out, " Receives        : {post}, {recv}");
+    }
     let _ = writeln!(out, " TX depth        : {}", p.tx_depth);
     if let Some(c) = caps {
         let _ = writeln!(out, " QP caps granted : send {} recv {}", c.max_send_wr, c.max_recv_wr);
@@ -1041,6 +1432,7 @@ fn run(args: &[String]) -> Result<()> {
         .int("qps", p.qps as u64)
         .int("tx_depth", p.tx_depth as u64)
         .int("cq_mod", p.cq_mod)
+        .str("api", p.api())
         .bool("spin", p.spin);
     match p.duration {
         Some(d) => j.num("duration_s", d.as_secs_f64()),
