@@ -64,7 +64,6 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use typed_verbs::lane::LaneWaitError;
 use typed_verbs::prelude::*;
 use typed_verbs::scope::{Completes, WaitError};
 use typed_verbs::Error;
@@ -380,74 +379,31 @@ fn wait_flag(flag: &AtomicBool, timeout: Duration, what: &str) -> Result<()> {
 /// Busy-polls `cq` (`Cq::progress`, no yield) until a poll finds at least one completion
 /// (routed to its token or lane on the way), or `deadline` passes. The spin part of `wait_on`
 /// and `lane_wait`.
-fn spin_for_progress(cq: &Cq, deadline: Instant, timeout: Duration) -> Result<()> {
-    let mut spins = 0u32;
-    loop {
-        if spins % 1024 == 0 && Instant::now() >= deadline {
-            return Err(Error::Timeout { what: "a completion (spinning on the CQ)".into(), after: timeout });
-        }
-        if cq.progress()? > 0 {
-            return Ok(());
-        }
-        spins = spins.wrapping_add(1);
-    }
-}
-
 /// Waits for `token`'s completion: with `Scope::wait` (which polls the CQ and yields the CPU
-/// after every empty poll), or with `spin` by busy-polling `Cq::progress` without yielding,
-/// as perftest's poll loops do. Bounded by `timeout` either way.
+/// after every empty poll), or with `spin` with `Scope::wait_spin` (busy-polls without
+/// yielding, as perftest's poll loops do). Bounded by `timeout` either way.
 fn wait_on<'scope, B: Completes>(
     s: &'scope Scope<'scope, '_>,
     token: Token<'scope, B>,
-    cq: &Cq,
     spin: bool,
     timeout: Duration,
 ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
-    if !spin {
-        return s.wait(token, timeout);
-    }
-    let deadline = Instant::now() + timeout;
-    let mut token = token;
-    loop {
-        // Takes the completion if it was routed already (no poll when it was).
-        match s.wait(token, Duration::ZERO) {
-            Ok(r) => return Ok(r),
-            Err(WaitError { error: Error::Timeout { .. }, token: t }) => token = t,
-            Err(e) => return Err(e),
-        }
-        if let Err(error) = spin_for_progress(cq, deadline, timeout) {
-            return Err(WaitError { error, token });
-        }
+    if spin {
+        s.wait_spin(token, timeout)
+    } else {
+        s.wait(token, timeout)
     }
 }
 
-/// [`wait_on`] for a request of a send lane: `SendLane::wait` (polls the send CQ, yields the
-/// CPU after an empty poll), or with `spin` a busy-poll: `SendLane::wait(token, 0)` (which
-/// takes the completion if it is known or one poll finds it) between rounds of
-/// `spin_for_progress`. (A zero-timeout lane wait that misses polls twice and formats a
-/// timeout error; `Cq::progress` is the cheaper empty poll.) Bounded by `timeout`.
+/// [`wait_on`] for a request of a send lane: `SendLane::wait`, or with `spin`
+/// `SendLane::wait_spin`. Bounded by `timeout`.
 fn lane_wait<'scope>(
     lane: &mut SendLane<'scope, RC, RTS>,
     token: LaneToken<'scope>,
-    cq: &Cq,
     spin: bool,
     timeout: Duration,
 ) -> Result<Completion> {
-    if !spin {
-        return Ok(lane.wait(token, timeout)?);
-    }
-    // The clock is read only once the completion was not there at once.
-    let mut deadline = None;
-    let mut token = token;
-    loop {
-        match lane.wait(token, Duration::ZERO) {
-            Ok(c) => return Ok(c),
-            Err(LaneWaitError { error: Error::Timeout { .. }, token: t }) => token = t,
-            Err(e) => return Err(e.error),
-        }
-        let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-        spin_for_progress(cq, deadline, timeout)?;
-    }
+    Ok(if spin { lane.wait_spin(token, timeout)? } else { lane.wait(token, timeout)? })
 }
 
 fn join<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
@@ -540,9 +496,8 @@ trait BwPoster {
 /// `bw_loop`'s poster with scope tokens: a request and a token per post (`O` builds them);
 /// every token is collected with `Scope::wait`, the unsignaled ones (implied by a later
 /// completion) as well.
-struct TokenPoster<'scope, 'env, 'c, O: BwOps<'scope>> {
+struct TokenPoster<'scope, 'env, O: BwOps<'scope>> {
     s: &'scope Scope<'scope, 'env>,
-    cq: &'c Cq,
     spin: bool,
     timeout: Duration,
     ops: O,
@@ -550,14 +505,14 @@ struct TokenPoster<'scope, 'env, 'c, O: BwOps<'scope>> {
     queues: Vec<VecDeque<(Token<'scope, O::B>, bool)>>,
 }
 
-impl<'scope, 'env, 'c, O: BwOps<'scope>> TokenPoster<'scope, 'env, 'c, O> {
-    fn new(s: &'scope Scope<'scope, 'env>, cq: &'c Cq, p: &Params, ops: O) -> Self {
+impl<'scope, 'env, O: BwOps<'scope>> TokenPoster<'scope, 'env, O> {
+    fn new(s: &'scope Scope<'scope, 'env>, p: &Params, ops: O) -> Self {
         let queues = (0..p.qps).map(|_| VecDeque::with_capacity(p.tx_depth)).collect();
-        TokenPoster { s, cq, spin: p.spin, timeout: p.timeout, ops, queues }
+        TokenPoster { s, spin: p.spin, timeout: p.timeout, ops, queues }
     }
 }
 
-impl<'scope, O: BwOps<'scope>> BwPoster for TokenPoster<'scope, '_, '_, O> {
+impl<'scope, O: BwOps<'scope>> BwPoster for TokenPoster<'scope, '_, O> {
     fn post(&mut self, q: usize, signaled: bool) -> Result<()> {
         let token = self.ops.post(q, signaled)?;
         self.queues[q].push_back((token, signaled));
@@ -567,7 +522,7 @@ impl<'scope, O: BwOps<'scope>> BwPoster for TokenPoster<'scope, '_, '_, O> {
         // The unsignaled tokens before the signaled one are complete when it is (each `wait`
         // on them returns at once).
         while let Some((token, signaled)) = self.queues[q].pop_front() {
-            let (c, buffers) = wait_on(self.s, token, self.cq, self.spin, self.timeout)?;
+            let (c, buffers) = wait_on(self.s, token, self.spin, self.timeout)?;
             c.ok()?;
             self.ops.done(q, buffers);
             if signaled {
@@ -581,24 +536,22 @@ impl<'scope, O: BwOps<'scope>> BwPoster for TokenPoster<'scope, '_, '_, O> {
 /// `bw_loop`'s poster with send lanes: one lane per QP, its requests prepared once per slot
 /// and re-posted in turn (request n of a QP posts slot n mod slots); only signaled requests
 /// have a token.
-struct LanePoster<'scope, 'c, W> {
+struct LanePoster<'scope, W> {
     lanes: Vec<SendLane<'scope, RC, RTS>>,
     /// Per QP: the prepared requests, and the slot the next post uses.
     wrs: Vec<(Vec<Prepared<'scope, W>>, usize)>,
     /// Per QP: the tokens of the outstanding signaled requests, oldest first.
     signaled: Vec<VecDeque<LaneToken<'scope>>>,
-    cq: &'c Cq,
     spin: bool,
     timeout: Duration,
 }
 
-impl<'scope, 'c, W> LanePoster<'scope, 'c, W> {
+impl<'scope, W> LanePoster<'scope, W> {
     /// Opens a send lane on each of `qps` and prepares `slots` requests per QP with
     /// `prepare(lane, q)`.
     fn open(
         s: &'scope Scope<'scope, '_>,
         qps: &'scope mut [Qp<RC, RTS>],
-        cq: &'c Cq,
         p: &Params,
         slots: usize,
         mut prepare: impl FnMut(&SendLane<'scope, RC, RTS>, usize) -> Result<Prepared<'scope, W>>,
@@ -610,11 +563,11 @@ impl<'scope, 'c, W> LanePoster<'scope, 'c, W> {
             .map(|(q, lane)| Ok(((0..slots).map(|_| prepare(lane, q)).collect::<Result<Vec<_>>>()?, 0)))
             .collect::<Result<Vec<_>>>()?;
         let signaled = (0..lanes.len()).map(|_| VecDeque::with_capacity(p.tx_depth)).collect();
-        Ok(LanePoster { lanes, wrs, signaled, cq, spin: p.spin, timeout: p.timeout })
+        Ok(LanePoster { lanes, wrs, signaled, spin: p.spin, timeout: p.timeout })
     }
 }
 
-impl<W> BwPoster for LanePoster<'_, '_, W> {
+impl<W> BwPoster for LanePoster<'_, W> {
     #[inline]
     fn post(&mut self, q: usize, signaled: bool) -> Result<()> {
         let (slots, next) = &mut self.wrs[q];
@@ -632,7 +585,7 @@ impl<W> BwPoster for LanePoster<'_, '_, W> {
     fn complete_oldest(&mut self, q: usize) -> Result<()> {
         let token =
             self.signaled[q].pop_front().ok_or_else(|| bad(format!("internal: no signaled request on lane {q}")))?;
-        lane_wait(&mut self.lanes[q], token, self.cq, self.spin, self.timeout)?.ok()?;
+        lane_wait(&mut self.lanes[q], token, self.spin, self.timeout)?.ok()?;
         Ok(())
     }
 }
@@ -767,13 +720,7 @@ struct SendShared {
 }
 
 /// The receiving side of send_bw (perftest's server): keeps RX_DEPTH receives posted per QP.
-fn send_bw_receiver(
-    p: &Params,
-    qps: &[Qp<RC, RTS>],
-    cq: &Cq,
-    bufs: Vec<Vec<LocalBufMut<'_>>>,
-    sh: &SendShared,
-) -> Result<()> {
+fn send_bw_receiver(p: &Params, qps: &[Qp<RC, RTS>], bufs: Vec<Vec<LocalBufMut<'_>>>, sh: &SendShared) -> Result<()> {
     let r = scope_with_timeout(p.timeout, |s| -> Result<()> {
         let nq = qps.len();
         let mut queues: Vec<VecDeque<Token<'_, LocalBufMut<'_>>>> = Vec::with_capacity(nq);
@@ -793,7 +740,7 @@ fn send_bw_receiver(
             let mut progressed = false;
             for q in 0..nq {
                 let Some(token) = queues[q].pop_front() else { continue };
-                match wait_on(s, token, cq, p.spin, SLICE) {
+                match wait_on(s, token, p.spin, SLICE) {
                     Ok((c, buf)) => {
                         c.ok()?;
                         progressed = true;
@@ -873,12 +820,11 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
             let dsts = (0..nq).map(|q| dst.remote(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
             let out = scope_with_timeout(p.timeout, |s| {
                 if p.tokens {
-                    bw_loop(p, &mut TokenPoster::new(s, &cq_a, p, WriteOps { s, qps: &a, src: srcs, dst: dsts }))
+                    bw_loop(p, &mut TokenPoster::new(s, p, WriteOps { s, qps: &a, src: srcs, dst: dsts }))
                 } else {
                     // One WRITE per QP, re-posted.
-                    let mut lanes = LanePoster::open(s, &mut a, &cq_a, p, 1, |lane, q| {
-                        Ok(lane.prepare(Write::new(srcs[q], dsts[q]))?)
-                    })?;
+                    let mut lanes =
+                        LanePoster::open(s, &mut a, p, 1, |lane, q| Ok(lane.prepare(Write::new(srcs[q], dsts[q]))?))?;
                     bw_loop(p, &mut lanes)
                 }
             })??;
@@ -893,11 +839,11 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
             let remotes = (0..nq).map(|q| remote.remote(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
             let out = scope_with_timeout(p.timeout, |s| {
                 if p.tokens {
-                    bw_loop(p, &mut TokenPoster::new(s, &cq_a, p, ReadOps { s, qps: &a, free, remote: remotes }))
+                    bw_loop(p, &mut TokenPoster::new(s, p, ReadOps { s, qps: &a, free, remote: remotes }))
                 } else {
                     // One READ per destination slot (TX_DEPTH per QP, at most one outstanding
                     // each: the window is TX_DEPTH), re-posted in turn.
-                    let mut lanes = LanePoster::open(s, &mut a, &cq_a, p, p.tx_depth, |lane, q| {
+                    let mut lanes = LanePoster::open(s, &mut a, p, p.tx_depth, |lane, q| {
                         let buf = free[q].pop().ok_or_else(|| bad("internal: too few READ buffers"))?;
                         Ok(lane.prepare(Read::new(buf, remotes[q]))?)
                     })?;
@@ -922,17 +868,17 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
             };
             let (a, b) = (&mut a, &b);
             std::thread::scope(|ts| {
-                let receiver = ts.spawn(|| send_bw_receiver(p, b, &cq_b, bufs, &sh));
+                let receiver = ts.spawn(|| send_bw_receiver(p, b, bufs, &sh));
                 let mut sender = || -> Result<BwRun> {
                     wait_flag(&sh.ready, p.timeout, "the receiver's initial receives")?;
                     let out = scope_with_timeout(p.timeout, |s| {
                         if p.tokens {
                             let ops = SendOps { s, qps: a, src: srcs.clone() };
-                            send_bw_sender(p, &mut TokenPoster::new(s, &cq_a, p, ops), &sh)
+                            send_bw_sender(p, &mut TokenPoster::new(s, p, ops), &sh)
                         } else {
                             // One SEND per QP, re-posted.
                             let mut lanes =
-                                LanePoster::open(s, a, &cq_a, p, 1, |lane, q| Ok(lane.prepare(Send::new(srcs[q]))?))?;
+                                LanePoster::open(s, a, p, 1, |lane, q| Ok(lane.prepare(Send::new(srcs[q]))?))?;
                             send_bw_sender(p, &mut lanes, &sh)
                         }
                     })??;
@@ -1005,8 +951,6 @@ fn slot_of(k: u64) -> usize {
 struct LatSide<'x> {
     p: &'x Params,
     role: Role,
-    /// The CQ of the side's QP (both its queues complete there).
-    cq: &'x Cq,
     sh: &'x LatShared,
 }
 
@@ -1095,10 +1039,10 @@ where
             self.unsignaled.push(token);
             return Ok(());
         }
-        let (p, cq) = (self.side.p, self.side.cq);
-        wait_on(self.s, token, cq, p.spin, p.timeout)?.0.ok()?;
+        let p = self.side.p;
+        wait_on(self.s, token, p.spin, p.timeout)?.0.ok()?;
         for t in self.unsignaled.drain(..) {
-            wait_on(self.s, t, cq, p.spin, p.timeout)?.0.ok()?;
+            wait_on(self.s, t, p.spin, p.timeout)?.0.ok()?;
         }
         Ok(())
     }
@@ -1123,7 +1067,7 @@ impl<'scope, 'a: 'scope, W> LatPoster<'scope, 'a> for LaneLat<'scope, '_, '_, W>
         if signaled {
             let token = self.lane.post(wr)?;
             let p = self.side.p;
-            lane_wait(&mut self.lane, token, self.side.cq, p.spin, p.timeout)?.ok()?;
+            lane_wait(&mut self.lane, token, p.spin, p.timeout)?.ok()?;
         } else {
             self.lane.post_unsignaled(wr)?;
         }
@@ -1254,7 +1198,7 @@ fn send_lat_loop<'scope, 'a>(
             let deadline = Instant::now() + p.timeout;
             let mut token = rtoken.take().ok_or_else(|| bad("internal: no receive posted"))?;
             let (c, buf) = loop {
-                match wait_on(s, token, side.cq, p.spin, SLICE) {
+                match wait_on(s, token, p.spin, SLICE) {
                     Ok(r) => break r,
                     Err(WaitError { error: Error::Timeout { .. }, token: t }) => {
                         if Instant::now() >= deadline {
@@ -1304,8 +1248,7 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
     print_header(p, &ctx, std::slice::from_ref(&a), 1);
     let size = p.size;
     let sh = LatShared { ready: AtomicBool::new(false), stop: AtomicBool::new(false), failed: AtomicBool::new(false) };
-    let (a_side, b_side) =
-        (LatSide { p, role: Role::Client, cq: &cq_a, sh: &sh }, LatSide { p, role: Role::Server, cq: &cq_b, sh: &sh });
+    let (a_side, b_side) = (LatSide { p, role: Role::Client, sh: &sh }, LatSide { p, role: Role::Server, sh: &sh });
     let (a, b) = (&mut a, &mut b);
     match p.test {
         Test::WriteLat => {

@@ -19,7 +19,7 @@
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use typed_verbs_sys as sys;
 
@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::mr::{LocalBuf, LocalBufMut};
 use crate::qp::{Qp, QpShared, QueueRef};
 use crate::queue::LaneResult;
-use crate::scope::Scope;
+use crate::scope::{Idle, Scope, Waiting};
 use crate::transport::{CanPostSend, Transport};
 use crate::wc::{Completion, CompletionSource, WcOpcode};
 use crate::wr::{AddressedFor, RawSendWr, SendWr};
@@ -326,6 +326,8 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     /// that a send queue's successful `ibv_wc` says); an error, flush or forced reset with the
     /// completion the device (or the drain) produced.
     ///
+    /// Yields the thread after every empty poll; [`SendLane::wait_spin`] busy-polls instead.
+    ///
     /// # Errors
     /// [`LaneWaitError`] with [`Error::Timeout`] (or a poll failure, or
     /// [`Error::InvalidArgument`] for a token of another lane) and the token, still valid.
@@ -334,6 +336,31 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         &mut self,
         token: LaneToken<'scope>,
         timeout: Duration,
+    ) -> std::result::Result<Completion, LaneWaitError<'scope>> {
+        self.wait_with(token, timeout, Waiting::Yield)
+    }
+
+    /// [`SendLane::wait`] busy-polling: the thread never yields while it waits, and reads the
+    /// clock only every [`SPIN_CLOCK_EVERY`](crate::scope::SPIN_CLOCK_EVERY) empty polls.
+    /// Still bounded by `timeout`.
+    ///
+    /// # Errors
+    /// As for [`SendLane::wait`].
+    #[inline]
+    pub fn wait_spin(
+        &mut self,
+        token: LaneToken<'scope>,
+        timeout: Duration,
+    ) -> std::result::Result<Completion, LaneWaitError<'scope>> {
+        self.wait_with(token, timeout, Waiting::Spin)
+    }
+
+    #[inline(always)]
+    fn wait_with(
+        &mut self,
+        token: LaneToken<'scope>,
+        timeout: Duration,
+        how: Waiting,
     ) -> std::result::Result<Completion, LaneWaitError<'scope>> {
         // The common case, inline: the request completed successfully, known already or after
         // one poll. Everything else (not there yet, failed, foreign token) takes `wait_slow`.
@@ -350,7 +377,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             }
         }
         let LaneToken { qp, seq, opcode, byte_len, _scope } = token;
-        self.wait_slow(qp, seq, opcode, byte_len, timeout)
+        self.wait_slow(qp, seq, opcode, byte_len, timeout, how)
     }
 
     /// The rest of [`SendLane::wait`]. Takes the token's fields one by one (in registers):
@@ -363,13 +390,13 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         opcode: WcOpcode,
         byte_len: u32,
         timeout: Duration,
+        how: Waiting,
     ) -> std::result::Result<Completion, LaneWaitError<'scope>> {
         let token = LaneToken { qp, seq, opcode, byte_len, _scope: PhantomData };
         if !std::ptr::eq(token.qp, self.qp) {
             return Err(LaneWaitError { error: foreign(self.qp), token });
         }
-        // The clock is read only once a poll came back empty.
-        let mut deadline = None;
+        let mut idle = Idle::new(how, timeout);
         loop {
             match self.qp.sq.lane.result(token.seq, self.qp.qp_num()) {
                 LaneResult::Success => return Ok(success(&token)),
@@ -377,14 +404,9 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                 LaneResult::Pending => {}
             }
             match self.qp.send_cq.poll_for_lane(self.qp) {
-                0 => {
-                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                    if Instant::now() >= deadline {
-                        let what =
-                            format!("the completion of lane request {} on QP {:#x}", token.seq, self.qp.qp_num());
-                        return Err(LaneWaitError { error: Error::Timeout { what, after: timeout }, token });
-                    }
-                    std::thread::yield_now();
+                0 if idle.expired() => {
+                    let what = format!("the completion of lane request {} on QP {:#x}", token.seq, self.qp.qp_num());
+                    return Err(LaneWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
                 n if n < 0 => return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token }),
                 _ => {}

@@ -426,6 +426,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// Waits at most `timeout` for the completion of `token`'s request, polling its CQ, and
     /// hands back the completion (whatever its status) with what the request held: its memory
     /// views, or for a window bind the bound window (success) or the window back (failure).
+    /// Yields the thread after every empty poll; [`Scope::wait_spin`] busy-polls instead.
     ///
     /// # Errors
     /// [`WaitError`] with [`Error::Timeout`] (or a poll failure) and the token, which stays
@@ -435,9 +436,31 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         token: Token<'scope, B>,
         timeout: Duration,
     ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
+        self.wait_with(token, timeout, Waiting::Yield)
+    }
+
+    /// [`Scope::wait`] busy-polling: the thread never yields while it waits, and reads the
+    /// clock only every [`SPIN_CLOCK_EVERY`] empty polls (a latency-bound loop on a dedicated
+    /// core, as perftest's). Still bounded by `timeout`.
+    ///
+    /// # Errors
+    /// As for [`Scope::wait`].
+    pub fn wait_spin<B: Completes>(
+        &'scope self,
+        token: Token<'scope, B>,
+        timeout: Duration,
+    ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
+        self.wait_with(token, timeout, Waiting::Spin)
+    }
+
+    fn wait_with<B: Completes>(
+        &'scope self,
+        token: Token<'scope, B>,
+        timeout: Duration,
+        how: Waiting,
+    ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
         let p = token.guard.posted;
-        // The clock is read only once a poll came back empty.
-        let mut deadline = None;
+        let mut idle = Idle::new(how, timeout);
         loop {
             if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
                 let Token { mut guard, buffers } = token;
@@ -446,12 +469,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             }
             match p.q.poll() {
                 Ok(0) => {
-                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                    if Instant::now() >= deadline {
+                    if idle.expired() {
                         let what = format!("the completion of {}", p.q.describe(p.seq));
                         return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
                     }
-                    std::thread::yield_now();
                 }
                 Ok(_) => {}
                 Err(error) => return Err(WaitError { error, token }),
@@ -634,6 +655,47 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// How a wait spends an empty poll: yield the thread, or poll again at once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    Yield,
+    Spin,
+}
+
+/// A busy-polling wait reads the clock once every this many empty polls.
+pub const SPIN_CLOCK_EVERY: u32 = 1024;
+
+/// The empty polls of one bounded wait: reads the clock only once a poll came back empty (and,
+/// spinning, only every [`SPIN_CLOCK_EVERY`] of them), yields the thread unless spinning.
+pub(crate) struct Idle {
+    how: Waiting,
+    timeout: Duration,
+    deadline: Option<Instant>,
+    empty: u32,
+}
+
+impl Idle {
+    pub(crate) fn new(how: Waiting, timeout: Duration) -> Self {
+        Idle { how, timeout, deadline: None, empty: 0 }
+    }
+
+    /// After an empty poll: whether the wait has run out of time.
+    pub(crate) fn expired(&mut self) -> bool {
+        self.empty = self.empty.wrapping_add(1);
+        if self.how == Waiting::Spin && self.empty % SPIN_CLOCK_EVERY != 1 {
+            return false;
+        }
+        let deadline = *self.deadline.get_or_insert_with(|| Instant::now() + self.timeout);
+        if Instant::now() >= deadline {
+            return true;
+        }
+        if self.how == Waiting::Yield {
+            std::thread::yield_now();
+        }
+        false
     }
 }
 

@@ -858,3 +858,39 @@ fn two_lanes_ping_pong_sends_and_receive_on_their_own_qps() {
     assert_eq!(got_a, vec![0xb2; ROUNDS as usize]);
     assert_eq!((p.a.outstanding(), p.b.outstanding()), ((0, 0), (0, 0)));
 }
+
+#[test]
+fn spinning_waits_complete_and_stay_bounded() {
+    // `SendLane::wait_spin` and `Scope::wait_spin` busy-poll (no yield) but keep their bound:
+    // a write completes, a receive that nothing fills times out near its timeout, then the
+    // scope flushes it.
+    let r = rig();
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(0x5a);
+    let dst = r.pd.alloc_mr(64, access::REMOTE_RW).unwrap();
+    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let remote = dst.remote(..).unwrap();
+    scope(|s| {
+        let mut lane = s.send_lane(&mut p.a).unwrap();
+        let mut wr = lane.prepare(Write::new(src.slice(..).unwrap(), remote)).unwrap();
+        for _ in 0..20 {
+            let t = lane.post(&mut wr).unwrap();
+            let c = lane.wait_spin(t, WAIT).unwrap();
+            assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::RdmaWrite), "{c:?}");
+        }
+        let r = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let bound = Duration::from_millis(300);
+        let started = Instant::now();
+        let e = s.wait_spin(r, bound).unwrap_err();
+        let took = started.elapsed();
+        assert!(matches!(e.error, Error::Timeout { after, .. } if after == bound), "{:?}", e.error);
+        assert!(took >= bound && took < bound + Duration::from_secs(2), "{took:?}");
+        drop(e);
+        s.flush(&p.b, WAIT).unwrap();
+    })
+    .unwrap();
+    let mut seen = [0u8; 64];
+    dst.read_volatile_into(0, &mut seen).unwrap();
+    assert_eq!(seen, [0x5a; 64]);
+}
