@@ -13,8 +13,11 @@
 //! views or inline payloads: [`Reusable`]), so dropping a prepared request, a token or the lane
 //! frees nothing. The scope does not return before the device is done with every request of
 //! the lane (or the QP was reset), exactly as for scope tokens. Book-keeping is two counters
-//! (`queue::LaneBook`): no lock and no allocation per request; a lock is taken only for
-//! completions with an error status.
+//! (`queue::LaneBook`): posting takes no lock and allocates nothing; a wait polls the CQ under
+//! its routing lock (as every poll does), and only completions with an error status are stored
+//! (under a lock of their own).
+//!
+//! Receives on a lane's QP go through the scope: [`Scope::post_recv_lane`].
 #![allow(unsafe_code)]
 
 use std::marker::PhantomData;
