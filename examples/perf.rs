@@ -35,9 +35,9 @@
 //!   lanes each side prepares its requests once (`write_lat`: one WRITE per source slot).
 //!
 //! Completions are awaited with `SendLane::wait` / `Scope::wait`, which poll the CQ and yield
-//! the CPU (`sched_yield`) after every empty poll; `--spin` instead busy-polls `Cq::progress`
-//! without yielding, as perftest's loops poll `ibv_poll_cq`, and takes the completion with a
-//! zero-timeout wait whenever the poll found something. The send queue is created with at
+//! the CPU (`sched_yield`) after every empty poll; `--spin` instead uses `SendLane::wait_spin` /
+//! `Scope::wait_spin`, which busy-poll without yielding, as perftest's loops poll
+//! `ibv_poll_cq` (still bounded by `--timeout`). The send queue is created with at
 //! least 2 x CQ_MOD entries, so that the library's automatic signaling (every depth/2-th
 //! request of an unsignaled run, for lanes and tokens alike) never changes perftest's
 //! signaling pattern (`send_queue_depth`).
@@ -1321,12 +1321,12 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
     let waiting = match (p.spin, p.tokens) {
         (false, false) => "SendLane::wait (poll, yield when empty)",
         (false, true) => "Scope::wait (poll, yield when empty)",
-        (true, false) => "spin on Cq::progress (no yield), then SendLane::wait(0)",
-        (true, true) => "spin on Cq::progress (no yield), then Scope::wait(0)",
+        (true, false) => "SendLane::wait_spin (busy-poll, no yield)",
+        (true, true) => "Scope::wait_spin (busy-poll, no yield)",
     };
     let _ = writeln!(out, " Completions     : {waiting}");
     if matches!(p.test, Test::SendBw | Test::SendLat) {
-        let recv = if p.spin { "spin on Cq::progress, then Scope::wait(0)" } else { "Scope::wait" };
+        let recv = if p.spin { "Scope::wait_spin" } else { "Scope::wait" };
         let post = if p.tokens || p.test == Test::SendBw { "Scope::post_recv" } else { "Scope::post_recv_lane" };
         let _ = writeln!(out, " Receives        : {post}, {recv}");
     }
