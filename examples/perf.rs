@@ -29,7 +29,8 @@
 //! - `send_bw`: the same sender, plus a receiver thread (perftest's server process) that keeps
 //!   RX_DEPTH receives posted on every b_i and reposts each one as it completes (scope tokens
 //!   either way: receives have no lane).
-//! - `write_lat`, `send_lat`: ping-pong between two threads (perftest's two processes); the
+//! - `write_lat`, `send_lat`: ping-pong between two threads (perftest's two processes), each
+//!   side with its own context, PD, CQ and regions, as each perftest process has; the
 //!   measuring thread records the time of each post; reported latency is half the interval
 //!   between consecutive posts (perftest's `run_iter_lat_write` / `run_iter_lat_send`). With
 //!   lanes each side prepares its requests once (`write_lat`: one WRITE per source slot).
@@ -324,18 +325,20 @@ fn send_queue_depth(p: &Params) -> u32 {
     p.tx_depth.max(2 * p.cq_mod as usize) as u32
 }
 
-/// Two RC QPs on `pd`, connected to each other, in RTS.
+/// Two RC QPs (on `pd_a` and `pd_b`, which may be one PD), connected to each other, in RTS.
+#[allow(clippy::too_many_arguments)]
 fn rc_pair(
     p: &Params,
-    pd: &Pd,
+    pd_a: &Pd,
+    pd_b: &Pd,
     cq_a: &Cq,
     cq_b: &Cq,
     caps: QpCaps,
     rd_atomic: u8,
     psn: u32,
 ) -> Result<(Qp<RC, RTS>, Qp<RC, RTS>)> {
-    let a = pd.create_qp::<RC>(&QpConfig::new(cq_a).caps(caps))?;
-    let b = pd.create_qp::<RC>(&QpConfig::new(cq_b).caps(caps))?;
+    let a = pd_a.create_qp::<RC>(&QpConfig::new(cq_a).caps(caps))?;
+    let b = pd_b.create_qp::<RC>(&QpConfig::new(cq_b).caps(caps))?;
     let ea = a.endpoint(PORT, p.gid_index, psn)?;
     let eb = b.endpoint(PORT, p.gid_index, psn + 0x100)?;
     let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
@@ -804,7 +807,7 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
     };
     let (mut a, mut b) = (Vec::with_capacity(nq), Vec::with_capacity(nq));
     for q in 0..nq {
-        let (x, y) = rc_pair(p, &pd, &cq_a, &cq_b, caps, rd_atomic, 0x1000 + 0x1000 * q as u32)?;
+        let (x, y) = rc_pair(p, &pd, &pd, &cq_a, &cq_b, caps, rd_atomic, 0x1000 + 0x1000 * q as u32)?;
         a.push(x);
         b.push(y);
     }
@@ -1240,12 +1243,14 @@ fn send_lat_loop<'scope, 'a>(
 }
 
 fn run_lat(p: &Params) -> Result<Vec<u64>> {
-    let ctx = Context::open(&p.device)?;
-    let pd = ctx.alloc_pd()?;
-    let (cq_a, cq_b) = (ctx.create_cq(64)?, ctx.create_cq(64)?);
+    // One context per side (its own device file, PD, CQ and regions), as each of perftest's two
+    // processes has.
+    let (ctx_a, ctx_b) = (Context::open(&p.device)?, Context::open(&p.device)?);
+    let (pd_a, pd_b) = (ctx_a.alloc_pd()?, ctx_b.alloc_pd()?);
+    let (cq_a, cq_b) = (ctx_a.create_cq(64)?, ctx_b.create_cq(64)?);
     let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: 1, ..QpCaps::default() };
-    let (mut a, mut b) = rc_pair(p, &pd, &cq_a, &cq_b, caps, 1, 0x1000)?;
-    print_header(p, &ctx, std::slice::from_ref(&a), 1);
+    let (mut a, mut b) = rc_pair(p, &pd_a, &pd_b, &cq_a, &cq_b, caps, 1, 0x1000)?;
+    print_header(p, &ctx_a, std::slice::from_ref(&a), 1);
     let size = p.size;
     let sh = LatShared { ready: AtomicBool::new(false), stop: AtomicBool::new(false), failed: AtomicBool::new(false) };
     let (a_side, b_side) = (LatSide { p, role: Role::Client, sh: &sh }, LatSide { p, role: Role::Server, sh: &sh });
@@ -1253,14 +1258,14 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
     match p.test {
         Test::WriteLat => {
             // Per side: NSLOTS source slots (slot j's bytes are all j + 1) and a target.
-            let mut src_a = pd.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
-            let mut src_b = pd.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
+            let mut src_a = pd_a.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
+            let mut src_b = pd_b.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
             for src in [&mut src_a, &mut src_b] {
                 for (j, chunk) in src.as_mut_slice().chunks_mut(size).enumerate() {
                     chunk.fill(j as u8 + 1);
                 }
             }
-            let (dst_a, dst_b) = (pd.alloc_mr(size, access::REMOTE_RW)?, pd.alloc_mr(size, access::REMOTE_RW)?);
+            let (dst_a, dst_b) = (pd_a.alloc_mr(size, access::REMOTE_RW)?, pd_b.alloc_mr(size, access::REMOTE_RW)?);
             let slots_a = (0..NSLOTS).map(|j| src_a.slice(j * size..(j + 1) * size)).collect::<Result<Vec<_>>>()?;
             let slots_b = (0..NSLOTS).map(|j| src_b.slice(j * size..(j + 1) * size)).collect::<Result<Vec<_>>>()?;
             let (to_b, to_a) = (dst_b.remote(..)?, dst_a.remote(..)?);
@@ -1274,11 +1279,12 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
             })
         }
         Test::SendLat => {
-            let mut src_a = pd.alloc_mr(size, access::LOCAL_READ)?;
-            let mut src_b = pd.alloc_mr(size, access::LOCAL_READ)?;
+            let mut src_a = pd_a.alloc_mr(size, access::LOCAL_READ)?;
+            let mut src_b = pd_b.alloc_mr(size, access::LOCAL_READ)?;
             src_a.as_mut_slice().fill(0xa);
             src_b.as_mut_slice().fill(0xb);
-            let (mut rbuf_a, mut rbuf_b) = (pd.alloc_mr(size, access::LOCAL_RW)?, pd.alloc_mr(size, access::LOCAL_RW)?);
+            let (mut rbuf_a, mut rbuf_b) =
+                (pd_a.alloc_mr(size, access::LOCAL_RW)?, pd_b.alloc_mr(size, access::LOCAL_RW)?);
             let (va, vb) = (src_a.slice(..)?, src_b.slice(..)?);
             let (ra, rb) = (rbuf_a.slice_mut(..)?, rbuf_b.slice_mut(..)?);
             std::thread::scope(|ts| {
@@ -1315,8 +1321,11 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
     };
     let _ = writeln!(out, " API             : {} ({how})", p.api());
     let _ = writeln!(out, " Posting         : ibv_post_send, one WR per call, no inline");
-    let threads =
-        if matches!(p.test, Test::WriteBw | Test::ReadBw) { "1 (passive target)" } else { "2 (one per side)" };
+    let threads = match p.test {
+        Test::WriteBw | Test::ReadBw => "1 (passive target)",
+        Test::WriteLat | Test::SendLat => "2 (one per side, each with its own context)",
+        _ => "2 (one per side)",
+    };
     let _ = writeln!(out, " Threads         : {threads}");
     let waiting = match (p.spin, p.tokens) {
         (false, false) => "SendLane::wait (poll, yield when empty)",
