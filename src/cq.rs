@@ -17,7 +17,7 @@ use typed_verbs_sys as sys;
 use crate::device::{Context, ContextInner};
 use crate::error::{Error, Result, Verb};
 use crate::qp::QpShared;
-use crate::queue::{LANE_BIT, RECV_BIT};
+use crate::queue::{is_lane_request, RECV_BIT};
 use crate::wc::Completion;
 
 /// How many completions one `ibv_poll_cq` call may return.
@@ -277,8 +277,7 @@ impl CqShared {
         // SAFETY: ibv_poll_cq(3) filled the entry (it returned 1).
         let wc = unsafe { wc.assume_init_ref() };
         // The common case inline: a successful completion of the lane's own request.
-        if wc.qp_num == qp.qp_num() && wc.wr_id & (RECV_BIT | LANE_BIT) == LANE_BIT && wc.status == sys::IBV_WC_SUCCESS
-        {
+        if wc.qp_num == qp.qp_num() && is_lane_request(wc.wr_id) && wc.status == sys::IBV_WC_SUCCESS {
             qp.sq.lane.complete(wc.wr_id, true, || unreachable!("a successful completion is not decoded"));
         } else {
             self.route_cold(&routes, wc, Some(qp));
@@ -331,7 +330,7 @@ impl CqShared {
     fn route(&self, routes: &[(u32, Weak<QpShared>)], wc: &sys::ibv_wc, known: Option<&QpShared>) {
         let decode = || Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
         let route = |qp: &QpShared| {
-            if wc.wr_id & (RECV_BIT | LANE_BIT) == LANE_BIT {
+            if is_lane_request(wc.wr_id) {
                 let ok = wc.status == sys::IBV_WC_SUCCESS;
                 qp.sq.lane.complete(wc.wr_id, ok, decode);
             } else {

@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::mr::{LocalSink, LocalSource};
 use crate::qp::{Qp, QueueArc};
 use crate::queue::Take;
-use crate::scope::{post_raw, Completes, PostError};
+use crate::scope::{post_raw, Completes, Idle, PostError};
 use crate::transport::{CanPostRecv, CanPostSend, QpState, Transport};
 use crate::wc::Completion;
 use crate::wr::{AddressedFor, Recv, SendWr};
@@ -95,19 +95,16 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
     /// # Errors
     /// [`OwnedWaitError`] with [`Error::Timeout`] (or a poll failure) and the token.
     pub fn wait(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
-        let deadline = Instant::now() + timeout;
+        let mut idle = Idle::until(Instant::now() + timeout);
         loop {
             let q = self.q.as_ref();
             if let Take::Done(c) = q.tracked().try_take(self.seq) {
                 return Ok(self.finish(c));
             }
             match q.poll() {
-                Ok(0) => {
-                    if Instant::now() >= deadline {
-                        let what = format!("the completion of owned {}", q.describe(self.seq));
-                        return Err(OwnedWaitError { error: Error::Timeout { what, after: timeout }, token: self });
-                    }
-                    std::thread::yield_now();
+                Ok(0) if idle.expired() => {
+                    let what = format!("the completion of owned {}", q.describe(self.seq));
+                    return Err(OwnedWaitError { error: Error::Timeout { what, after: timeout }, token: self });
                 }
                 Ok(_) => {}
                 Err(error) => return Err(OwnedWaitError { error, token: self }),

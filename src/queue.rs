@@ -211,6 +211,12 @@ impl WorkQueue {
 /// The bit of a `wr_id` that marks a request of a send lane ([`crate::lane::SendLane`]).
 pub(crate) const LANE_BIT: u64 = 1 << 62;
 
+/// Whether a completion's `wr_id` is that of a send lane's request.
+#[inline(always)]
+pub(crate) fn is_lane_request(wr_id: u64) -> bool {
+    wr_id & (RECV_BIT | LANE_BIT) == LANE_BIT
+}
+
 /// The book-keeping of a send lane: the requests that one exclusive poster (the lane) puts on
 /// a send queue, numbered in posting order from `LANE_BIT` on (`LANE_BIT`, `LANE_BIT + 1`...);
 /// the number is the `wr_id`.
@@ -339,7 +345,7 @@ impl LaneBook {
     /// Whether request `seq` completed, and how.
     #[inline]
     pub(crate) fn result(&self, seq: u64, qp_num: u32) -> LaneResult {
-        if self.done.load(Ordering::Acquire) <= seq {
+        if !self.is_done(seq) {
             return LaneResult::Pending;
         }
         if self.first_error.load(Ordering::Acquire) > seq {

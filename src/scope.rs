@@ -348,19 +348,16 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// arrive (the scope's own drain then takes over).
     pub fn flush<T: Transport, S: QpState>(&'scope self, qp: &'scope Qp<T, S>, timeout: Duration) -> Result<()> {
         qp.shared.force_state(sys::IBV_QPS_ERR)?;
-        let deadline = Instant::now() + timeout;
+        let mut idle = Idle::until(Instant::now() + timeout);
         loop {
             let (sq, rq) = qp.shared.outstanding();
             if sq == 0 && rq == 0 {
                 return Ok(());
             }
             let polled = QueueRef::Send(&qp.shared).poll()? + QueueRef::Recv(&qp.shared).poll()?;
-            if polled == 0 {
-                if Instant::now() >= deadline {
-                    let what = format!("the flush of QP {:#x} ({sq} send, {rq} receive requests left)", qp.qp_num());
-                    return Err(Error::Timeout { what, after: timeout });
-                }
-                std::thread::yield_now();
+            if polled == 0 && idle.expired() {
+                let what = format!("the flush of QP {:#x} ({sq} send, {rq} receive requests left)", qp.qp_num());
+                return Err(Error::Timeout { what, after: timeout });
             }
         }
     }
@@ -468,11 +465,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 return Ok((c, buffers.complete(&c)));
             }
             match p.q.poll() {
-                Ok(0) => {
-                    if idle.expired() {
-                        let what = format!("the completion of {}", p.q.describe(p.seq));
-                        return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
-                    }
+                Ok(0) if idle.expired() => {
+                    let what = format!("the completion of {}", p.q.describe(p.seq));
+                    return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
                 Ok(_) => {}
                 Err(error) => return Err(WaitError { error, token }),
@@ -670,6 +665,7 @@ pub const SPIN_CLOCK_EVERY: u32 = 1024;
 
 /// The empty polls of one bounded wait: reads the clock only once a poll came back empty (and,
 /// spinning, only every [`SPIN_CLOCK_EVERY`] of them), yields the thread unless spinning.
+/// Every bounded poll loop of the library goes through it (the waits, the drain, the flushes).
 pub(crate) struct Idle {
     how: Waiting,
     timeout: Duration,
@@ -680,6 +676,11 @@ pub(crate) struct Idle {
 impl Idle {
     pub(crate) fn new(how: Waiting, timeout: Duration) -> Self {
         Idle { how, timeout, deadline: None, empty: 0 }
+    }
+
+    /// A yielding wait that runs out at `deadline`, fixed by the caller.
+    pub(crate) fn until(deadline: Instant) -> Self {
+        Idle { how: Waiting::Yield, timeout: Duration::ZERO, deadline: Some(deadline), empty: 0 }
     }
 
     /// After an empty poll: whether the wait has run out of time.
@@ -752,6 +753,7 @@ fn wait_lane_drained(q: QueueRef<'_>, deadline: Instant) -> bool {
 /// `uncovered()` (what is pending will never complete by itself), polls only until the CQ is
 /// empty.
 fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, uncovered: impl Fn() -> bool) -> bool {
+    let mut idle = Idle::until(deadline);
     loop {
         if !pending() {
             return true;
@@ -763,13 +765,8 @@ fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, u
             continue;
         }
         match q.poll() {
-            Ok(0) | Err(_) => {
-                if Instant::now() >= deadline {
-                    return false;
-                }
-                std::thread::yield_now();
-            }
-            Ok(_) => {}
+            Ok(0) | Err(_) if idle.expired() => return false,
+            _ => {}
         }
     }
 }
@@ -778,18 +775,15 @@ fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, u
 /// after which the device no longer accesses any buffer of the QP. Returns the error to report.
 fn force_quiesce(qp: &QpShared) -> Error {
     let _ = qp.force_state(sys::IBV_QPS_ERR);
-    let deadline = Instant::now() + FLUSH_TIMEOUT;
+    let mut idle = Idle::until(Instant::now() + FLUSH_TIMEOUT);
     loop {
         let (sq, rq) = qp.outstanding();
         if sq == 0 && rq == 0 {
             break;
         }
         let polled = QueueRef::Send(qp).poll().unwrap_or(0) + QueueRef::Recv(qp).poll().unwrap_or(0);
-        if polled == 0 {
-            if Instant::now() >= deadline {
-                break;
-            }
-            std::thread::yield_now();
+        if polled == 0 && idle.expired() {
+            break;
         }
     }
     if let Err(e) = qp.force_state(sys::IBV_QPS_RESET) {
