@@ -26,25 +26,7 @@ use std::process::ExitCode;
 
 use typed_verbs::prelude::*;
 
-use pingpong::{address_vector, Options};
-
-/// RTR: path MTU from `-m`, one incoming RDMA READ/atomic, RNR NAK timer code 12 (0.64 ms).
-/// RTS: ACK timeout code 14 (67 ms), 7 retries, 7 RNR retries (infinite), one outstanding
-/// RDMA READ/atomic. These are `ibv_rc_pingpong`'s values.
-fn connect(qp: Qp<RC, INIT>, opts: &Options, me: &Endpoint, peer: &Endpoint) -> typed_verbs::Result<Qp<RC, RTS>> {
-    let rtr = RcRtr {
-        path_mtu: opts.mtu,
-        dest_qp_num: peer.qp_num,
-        rq_psn: peer.psn,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        av: address_vector(opts, peer),
-    };
-    let qp = qp.to_rtr(&rtr)?;
-    let rts = RcRts { sq_psn: me.psn, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1 };
-    Ok(qp.to_rts(&rts)?)
-}
-
 fn main() -> ExitCode {
-    pingpong::main::<RC>("rc_pingpong", connect)
+    // `connect_rc`: `ibv_rc_pingpong`'s RTR and RTS attributes.
+    pingpong::main::<RC>("rc_pingpong", pingpong::connect_rc)
 }

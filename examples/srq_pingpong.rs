@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use typed_verbs::prelude::*;
 
-use pingpong::{address_vector, print_address, Options, Tool};
+use pingpong::{print_address, Options, Tool};
 
 /// `ibv_srq_pingpong` exchanges this many addresses each way, whatever `-q` is.
 const MAX_QP: usize = 256;
@@ -83,19 +83,8 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
     let connect = |qps: Vec<Qp<RC, INIT>>, peers: &[Endpoint]| -> typed_verbs::Result<Vec<Qp<RC, RTS>>> {
         qps.into_iter()
             .zip(mine.iter().zip(peers))
-            .map(|(qp, (me, peer))| {
-                // ibv_srq_pingpong's attributes (those of ibv_rc_pingpong), per QP.
-                let rtr = RcRtr {
-                    path_mtu: opts.mtu,
-                    dest_qp_num: peer.qp_num,
-                    rq_psn: peer.psn,
-                    max_dest_rd_atomic: 1,
-                    min_rnr_timer: 12,
-                    av: address_vector(opts, peer),
-                };
-                let rts = RcRts { sq_psn: me.psn, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1 };
-                Ok(qp.to_rtr(&rtr)?.to_rts(&rts)?)
-            })
+            // ibv_srq_pingpong's attributes (those of ibv_rc_pingpong), per QP.
+            .map(|(qp, (me, peer))| pingpong::connect_rc(qp, opts, me, peer))
             .collect()
     };
 

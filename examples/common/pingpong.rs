@@ -615,6 +615,29 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(tool: Tool, args: I) -> Re
 /// `ibv_rc_pingpong` and `ibv_uc_pingpong` differ).
 pub type Connect<T> = fn(Qp<T, INIT>, &Options, &Endpoint, &Endpoint) -> typed_verbs::Result<Qp<T, RTS>>;
 
+/// Connects an RC QP to `peer` with `ibv_rc_pingpong`'s attributes (`ibv_srq_pingpong` uses the
+/// same ones, per QP). RTR: path MTU from `-m`, one incoming RDMA READ/atomic, RNR NAK timer
+/// code 12 (0.64 ms). RTS: ACK timeout code 14 (67 ms), 7 retries, 7 RNR retries (infinite),
+/// one outstanding RDMA READ/atomic.
+pub fn connect_rc(
+    qp: Qp<RC, INIT>,
+    opts: &Options,
+    me: &Endpoint,
+    peer: &Endpoint,
+) -> typed_verbs::Result<Qp<RC, RTS>> {
+    let rtr = RcRtr {
+        path_mtu: opts.mtu,
+        dest_qp_num: peer.qp_num,
+        rq_psn: peer.psn,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        av: address_vector(opts, peer),
+    };
+    let qp = qp.to_rtr(&rtr)?;
+    let rts = RcRts { sq_psn: me.psn, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1 };
+    Ok(qp.to_rts(&rts)?)
+}
+
 /// The address vector the C tools use (at RTR for rc/uc/srq, for the address handle in ud):
 /// a GRH (hop limit 1, from the local GID index) when the peer sent a GID whose interface ID
 /// (its last 8 bytes) is not zero, LID addressing otherwise.

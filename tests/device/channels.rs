@@ -29,10 +29,15 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with(false)
+}
+
+/// [`rig`], with `cq_a` also reporting to the channel when `both_on_channel`.
+fn rig_with(both_on_channel: bool) -> Rig {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let ch = ctx.create_comp_channel().unwrap();
-    let cq_a = ctx.create_cq(64).unwrap();
+    let cq_a = if both_on_channel { ctx.create_cq_with_channel(64, &ch) } else { ctx.create_cq(64) }.unwrap();
     let cq_b = ctx.create_cq_with_channel(64, &ch).unwrap();
     let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::empty(), QpCaps::default());
     Rig { ctx, pd, ch, cq_a, cq_b, pair }
@@ -40,13 +45,8 @@ fn rig() -> Rig {
 
 #[test]
 fn a_receive_completion_fires_the_channel_and_names_the_receive_cq() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let ch = ctx.create_comp_channel().unwrap();
     // Both CQs report to the channel; only the receive CQ is armed.
-    let cq_a = ctx.create_cq_with_channel(64, &ch).unwrap();
-    let cq_b = ctx.create_cq_with_channel(64, &ch).unwrap();
-    let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::empty(), QpCaps::default());
+    let Rig { ctx: _ctx, pd, ch, cq_a, cq_b, pair } = rig_with(true);
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice()[..5].copy_from_slice(b"hello");
     let mut dst = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
@@ -77,12 +77,7 @@ fn a_receive_completion_fires_the_channel_and_names_the_receive_cq() {
 
 #[test]
 fn two_armed_cqs_on_one_channel_each_fire_once() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let ch = ctx.create_comp_channel().unwrap();
-    let cq_a = ctx.create_cq_with_channel(64, &ch).unwrap();
-    let cq_b = ctx.create_cq_with_channel(64, &ch).unwrap();
-    let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::empty(), QpCaps::default());
+    let Rig { ctx: _ctx, pd, ch, cq_a, cq_b, pair } = rig_with(true);
     let src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     let mut dst = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
 
