@@ -34,6 +34,8 @@
 //!   measuring thread records the time of each post; reported latency is half the interval
 //!   between consecutive posts (perftest's `run_iter_lat_write` / `run_iter_lat_send`). With
 //!   lanes each side prepares its requests once (`write_lat`: one WRITE per source slot).
+//!   `send_lat` keeps perftest's receive side: RX_DEPTH receives (at most the iterations; one at
+//!   a time with `-D`) posted before the first message, on a CQ of their own.
 //!
 //! Completions are awaited with `SendLane::wait` / `Scope::wait`, which poll the CQ and yield
 //! the CPU (`sched_yield`) after every empty poll; `--spin` instead uses `SendLane::wait_spin` /
@@ -329,16 +331,13 @@ fn send_queue_depth(p: &Params) -> u32 {
 #[allow(clippy::too_many_arguments)]
 fn rc_pair(
     p: &Params,
-    pd_a: &Pd,
-    pd_b: &Pd,
-    cq_a: &Cq,
-    cq_b: &Cq,
-    caps: QpCaps,
+    (pd_a, config_a): (&Pd, &QpConfig<'_>),
+    (pd_b, config_b): (&Pd, &QpConfig<'_>),
     rd_atomic: u8,
     psn: u32,
 ) -> Result<(Qp<RC, RTS>, Qp<RC, RTS>)> {
-    let a = pd_a.create_qp::<RC>(&QpConfig::new(cq_a).caps(caps))?;
-    let b = pd_b.create_qp::<RC>(&QpConfig::new(cq_b).caps(caps))?;
+    let a = pd_a.create_qp::<RC>(config_a)?;
+    let b = pd_b.create_qp::<RC>(config_b)?;
     let ea = a.endpoint(PORT, p.gid_index, psn)?;
     let eb = b.endpoint(PORT, p.gid_index, psn + 0x100)?;
     let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
@@ -807,7 +806,8 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
     };
     let (mut a, mut b) = (Vec::with_capacity(nq), Vec::with_capacity(nq));
     for q in 0..nq {
-        let (x, y) = rc_pair(p, &pd, &pd, &cq_a, &cq_b, caps, rd_atomic, 0x1000 + 0x1000 * q as u32)?;
+        let (config_a, config_b) = (QpConfig::new(&cq_a).caps(caps), QpConfig::new(&cq_b).caps(caps));
+        let (x, y) = rc_pair(p, (&pd, &config_a), (&pd, &config_b), rd_atomic, 0x1000 + 0x1000 * q as u32)?;
         a.push(x);
         b.push(y);
     }
@@ -1160,7 +1160,12 @@ fn write_lat_loop<'scope, 'a>(
 
 /// One side of send_lat (perftest's `run_iter_lat_send`): wait for the peer's message, repost
 /// the receive, send back; every CQ_MOD-th send (and the last) is signaled and awaited.
-fn send_lat_side(side: LatSide<'_>, qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, buf: LocalBufMut<'_>) -> Result<Vec<u64>> {
+fn send_lat_side(
+    side: LatSide<'_>,
+    qp: &mut Qp<RC, RTS>,
+    src: LocalBuf<'_>,
+    bufs: Vec<LocalBufMut<'_>>,
+) -> Result<Vec<u64>> {
     let mut stamps = side.stamps();
     side.run(|s| {
         if side.p.tokens {
@@ -1169,11 +1174,11 @@ fn send_lat_side(side: LatSide<'_>, qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, buf
                 let wr = Send::new(src);
                 Ok(if signaled { s.post_send(qp, wr)? } else { s.post_send(qp, wr.unsignaled())? })
             };
-            send_lat_loop(s, side, &mut TokenLat::new(s, qp, side, post), buf, &mut stamps)
+            send_lat_loop(s, side, &mut TokenLat::new(s, qp, side, post), bufs, &mut stamps)
         } else {
             let lane = s.send_lane(qp)?;
             let wrs = vec![lane.prepare(Send::new(src))?];
-            send_lat_loop(s, side, &mut LaneLat { s, lane, wrs, side }, buf, &mut stamps)
+            send_lat_loop(s, side, &mut LaneLat { s, lane, wrs, side }, bufs, &mut stamps)
         }
     })?;
     Ok(stamps)
@@ -1185,12 +1190,17 @@ fn send_lat_loop<'scope, 'a>(
     s: &'scope Scope<'scope, '_>,
     side: LatSide<'_>,
     poster: &mut impl LatPoster<'scope, 'a>,
-    buf: LocalBufMut<'a>,
+    bufs: Vec<LocalBufMut<'a>>,
     stamps: &mut Vec<u64>,
 ) -> Result<()> {
     let p = side.p;
     let mut progress = Progress::new(p, p.iters);
-    let mut rtoken = Some(poster.recv(buf)?);
+    // The receive queue completes in order: the oldest posted receive is the next one.
+    let mut posted = VecDeque::with_capacity(bufs.len());
+    for buf in bufs {
+        posted.push_back(poster.recv(buf)?);
+    }
+    let mut total_posted = posted.len() as u64;
     side.sh.ready.store(true, Ordering::Release);
     let base = Instant::now();
     let (mut sent, mut received) = (0u64, 0u64);
@@ -1199,7 +1209,7 @@ fn send_lat_loop<'scope, 'a>(
         let time_up = side.should_stop(base);
         if !(side.role == Role::Client && sent == 0) {
             let deadline = Instant::now() + p.timeout;
-            let mut token = rtoken.take().ok_or_else(|| bad("internal: no receive posted"))?;
+            let mut token = posted.pop_front().ok_or_else(|| bad("internal: no receive posted"))?;
             let (c, buf) = loop {
                 match wait_on(s, token, p.spin, SLICE) {
                     Ok(r) => break r,
@@ -1224,12 +1234,16 @@ fn send_lat_loop<'scope, 'a>(
             if finished {
                 return Ok(());
             }
-            let more = match side.role {
-                Role::Server => p.duration.is_some() || received < p.iters,
-                Role::Client => !time_up,
+            // As many receives as messages, none left over: with -n, `iters` in all (perftest's
+            // rule); with -D (one receive at a time, `recv_depth`) one per expected answer.
+            let more = match (p.duration, side.role) {
+                (None, _) => total_posted < p.iters,
+                (Some(_), Role::Server) => true,
+                (Some(_), Role::Client) => !time_up,
             };
             if more {
-                rtoken = Some(poster.recv(buf)?);
+                posted.push_back(poster.recv(buf)?);
+                total_posted += 1;
             }
         }
         let stop_now = side.before_send(time_up, base, sent, stamps, &mut progress);
@@ -1242,14 +1256,32 @@ fn send_lat_loop<'scope, 'a>(
     }
 }
 
+/// Receives posted at a time by each side of send_lat: RX_DEPTH, at most the iterations
+/// (perftest's); one with -D, whose end would otherwise leave receives posted that no message
+/// completes (a scope flushes those and reports the QP broken).
+fn recv_depth(p: &Params) -> usize {
+    match (p.test, p.duration) {
+        (Test::SendLat, None) => p.rx_depth.min(p.iters.min(1 << 20) as usize).max(1),
+        _ => 1,
+    }
+}
+
 fn run_lat(p: &Params) -> Result<Vec<u64>> {
     // One context per side (its own device file, PD, CQ and regions), as each of perftest's two
     // processes has.
     let (ctx_a, ctx_b) = (Context::open(&p.device)?, Context::open(&p.device)?);
     let (pd_a, pd_b) = (ctx_a.alloc_pd()?, ctx_b.alloc_pd()?);
     let (cq_a, cq_b) = (ctx_a.create_cq(64)?, ctx_b.create_cq(64)?);
-    let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: 1, ..QpCaps::default() };
-    let (mut a, mut b) = rc_pair(p, &pd_a, &pd_b, &cq_a, &cq_b, caps, 1, 0x1000)?;
+    // send_lat as perftest's: receives complete on a CQ of their own, and RX_DEPTH of them
+    // (at most the iterations) are posted before the first message.
+    let rx = recv_depth(p);
+    let (rcq_a, rcq_b) = (ctx_a.create_cq(rx as u32 + 1)?, ctx_b.create_cq(rx as u32 + 1)?);
+    let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: rx as u32, ..QpCaps::default() };
+    let (mut config_a, mut config_b) = (QpConfig::new(&cq_a).caps(caps), QpConfig::new(&cq_b).caps(caps));
+    if p.test == Test::SendLat {
+        (config_a.recv_cq, config_b.recv_cq) = (&rcq_a, &rcq_b);
+    }
+    let (mut a, mut b) = rc_pair(p, (&pd_a, &config_a), (&pd_b, &config_b), 1, 0x1000)?;
     print_header(p, &ctx_a, std::slice::from_ref(&a), 1);
     let size = p.size;
     let sh = LatShared { ready: AtomicBool::new(false), stop: AtomicBool::new(false), failed: AtomicBool::new(false) };
@@ -1283,10 +1315,11 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
             let mut src_b = pd_b.alloc_mr(size, access::LOCAL_READ)?;
             src_a.as_mut_slice().fill(0xa);
             src_b.as_mut_slice().fill(0xb);
+            // One buffer per posted receive: each is lent to the device until its completion.
             let (mut rbuf_a, mut rbuf_b) =
-                (pd_a.alloc_mr(size, access::LOCAL_RW)?, pd_b.alloc_mr(size, access::LOCAL_RW)?);
+                (pd_a.alloc_mr(size * rx, access::LOCAL_RW)?, pd_b.alloc_mr(size * rx, access::LOCAL_RW)?);
             let (va, vb) = (src_a.slice(..)?, src_b.slice(..)?);
-            let (ra, rb) = (rbuf_a.slice_mut(..)?, rbuf_b.slice_mut(..)?);
+            let (ra, rb) = (split(rbuf_a.slice_mut(..)?, rx, size)?, split(rbuf_b.slice_mut(..)?, rx, size)?);
             std::thread::scope(|ts| {
                 let server = ts.spawn(|| send_lat_side(b_side, b, vb, rb));
                 // The client's first send needs the server's receive posted.
@@ -1346,8 +1379,14 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
     if p.test != Test::WriteLat {
         let _ = writeln!(out, " CQ Moderation   : {}", p.cq_mod);
     }
-    if p.test == Test::SendBw {
-        let _ = writeln!(out, " RX depth        : {}", p.rx_depth);
+    match p.test {
+        Test::SendBw => {
+            let _ = writeln!(out, " RX depth        : {}", p.rx_depth);
+        }
+        Test::SendLat => {
+            let _ = writeln!(out, " RX depth        : {} (receives complete on a CQ of their own)", recv_depth(p));
+        }
+        _ => {}
     }
     if p.test == Test::ReadBw {
         let _ = writeln!(out, " Outstand reads  : {rd_atomic}");
