@@ -29,6 +29,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "../common/rc_connect.h"
+
 #define SIZE 2
 #define RX_DEPTH 512
 #define PORT 1
@@ -242,47 +244,6 @@ static void open_side(struct side *s, int role, const char *name)
 		die("calloc");
 }
 
-/* RESET -> INIT -> RTR -> RTS with perf's (and perftest's) attributes. */
-static void connect_qp(struct ibv_qp *qp, uint32_t my_psn, uint32_t dest_qpn, uint32_t dest_psn, union ibv_gid *gid,
-		       int gid_index)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = PORT;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("ibv_modify_qp INIT");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest_qpn;
-	a.rq_psn = dest_psn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = PORT;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("ibv_modify_qp RTR");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = my_psn;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("ibv_modify_qp RTS");
-}
-
 static int cmp(const void *x, const void *y)
 {
 	long long a = *(const long long *)x, b = *(const long long *)y;
@@ -316,8 +277,10 @@ int main(int argc, char **argv)
 	open_side(&b, SERVER, name);
 	if (ibv_query_gid(a.ctx, PORT, gid_index, &gid))
 		die("ibv_query_gid");
-	connect_qp(a.qp, 0x1000, b.qp->qp_num, 0x1100, &gid, gid_index);
-	connect_qp(b.qp, 0x1100, a.qp->qp_num, 0x1000, &gid, gid_index);
+	const char *step;
+	if ((step = rc_connect(a.qp, PORT, 0x1000, b.qp->qp_num, 0x1100, &gid, gid_index)) ||
+	    (step = rc_connect(b.qp, PORT, 0x1100, a.qp->qp_num, 0x1000, &gid, gid_index)))
+		die(step);
 	a.peer_addr = (uintptr_t)b.dst_mem;
 	a.peer_rkey = b.dst->rkey;
 	b.peer_addr = (uintptr_t)a.dst_mem;

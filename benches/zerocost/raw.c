@@ -27,6 +27,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "../common/rc_connect.h"
+
 #define N 1000
 #define SIGNAL_EVERY 16
 #define MSG 64
@@ -130,49 +132,6 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 	return qp;
 }
 
-static void connect_qp(struct ibv_qp *qp, uint32_t my_psn, uint32_t dest_qpn, uint32_t dest_psn, union ibv_gid *gid,
-		       int gid_index)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = PORT;
-	a.pkey_index = 0;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("ibv_modify_qp INIT");
-
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest_qpn;
-	a.rq_psn = dest_psn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = PORT;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("ibv_modify_qp RTR");
-
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = my_psn;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("ibv_modify_qp RTS");
-}
-
 int main(int argc, char **argv)
 {
 	const char *name = argc > 1 ? argv[1] : getenv("TYPED_VERBS_DEVICE");
@@ -216,8 +175,10 @@ int main(int argc, char **argv)
 	struct ibv_qp *a = create_qp(pd, cq_a), *b = create_qp(pd, cq_b);
 	if (ibv_query_gid(ctx, PORT, gid_index, &gid))
 		die("ibv_query_gid");
-	connect_qp(a, 0x1000, b->qp_num, 0x2000, &gid, gid_index);
-	connect_qp(b, 0x2000, a->qp_num, 0x1000, &gid, gid_index);
+	const char *step;
+	if ((step = rc_connect(a, PORT, 0x1000, b->qp_num, 0x2000, &gid, gid_index)) ||
+	    (step = rc_connect(b, PORT, 0x2000, a->qp_num, 0x1000, &gid, gid_index)))
+		die(step);
 
 	rc = warm_up(a, cq_a, src, dst);
 	if (rc) {
