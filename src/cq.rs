@@ -168,10 +168,6 @@ impl Cq {
     }
 }
 
-fn lock<T>(m: &PollLock<T>) -> PollGuard<'_, T> {
-    m.lock()
-}
-
 /// The routing lock of a CQ: a test-and-set spin lock that yields the thread while another
 /// holds it. It is held only around one `ibv_poll_cq` and the routing of what that returned
 /// (or a route being added), like the providers' own CQ locks (`pthread_spin_lock` in rxe's
@@ -246,7 +242,7 @@ impl<T> Drop for PollGuard<'_, T> {
 
 impl CqShared {
     pub(crate) fn register(&self, qp_num: u32, qp: Weak<QpShared>) {
-        let mut routes = lock(&self.routes);
+        let mut routes = self.routes.lock();
         routes.retain(|(_, w)| w.strong_count() > 0);
         routes.push((qp_num, qp));
     }
@@ -267,7 +263,7 @@ impl CqShared {
     pub(crate) fn poll_for_lane(&self, qp: &QpShared) -> i32 {
         // One completion at a time: a lane waits for one request, and a single entry keeps
         // this path short (no batch loop). Under the routing lock, as every poll.
-        let routes = lock(&self.routes);
+        let routes = self.routes.lock();
         let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
         // SAFETY: the CQ is alive; `wc` has room for the one entry asked for.
         let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), 1, wc.as_mut_ptr()) };
@@ -289,7 +285,7 @@ impl CqShared {
     #[cold]
     #[inline(never)]
     fn route_cold(&self, routes: &[(u32, Weak<QpShared>)], wc: &sys::ibv_wc, known: Option<&QpShared>) {
-        self.route(routes, wc, known)
+        self.route(routes, wc, known, || self.decode(wc))
     }
 
     /// One `ibv_poll_cq` of at most `want <= POLL_BATCH` completions, handing each, with its
@@ -301,7 +297,7 @@ impl CqShared {
         want: usize,
         mut each: impl FnMut(usize, &sys::ibv_wc, &[(u32, Weak<QpShared>)]),
     ) -> Result<usize> {
-        let routes = lock(&self.routes);
+        let routes = self.routes.lock();
         let want = want.min(POLL_BATCH);
         let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
         // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries
@@ -325,10 +321,23 @@ impl CqShared {
         Error::from_ret(Verb::PollCq, format!("CQ on {}", self.ctx.name), ret)
     }
 
-    /// Routes one polled completion to its work queue; `known` is a QP the caller holds.
+    /// Decodes one polled completion.
     #[inline(always)]
-    fn route(&self, routes: &[(u32, Weak<QpShared>)], wc: &sys::ibv_wc, known: Option<&QpShared>) {
-        let decode = || Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
+    fn decode(&self, wc: &sys::ibv_wc) -> Completion {
+        Completion::from_raw(wc, self.quirk.fix(wc.wc_flags))
+    }
+
+    /// Routes one polled completion to its work queue; `known` is a QP the caller holds;
+    /// `decode` gives its decoded form, only needed for a request other than a successful
+    /// lane request.
+    #[inline(always)]
+    fn route(
+        &self,
+        routes: &[(u32, Weak<QpShared>)],
+        wc: &sys::ibv_wc,
+        known: Option<&QpShared>,
+        decode: impl FnOnce() -> Completion,
+    ) {
         let route = |qp: &QpShared| {
             if is_lane_request(wc.wr_id) {
                 let ok = wc.status == sys::IBV_WC_SUCCESS;
@@ -355,10 +364,15 @@ impl CqShared {
     fn poll_batch(&self, copy: &mut [Completion]) -> Result<usize> {
         let want = if copy.is_empty() { POLL_BATCH } else { copy.len() };
         self.poll_with(want, |i, wc, routes| {
-            if let Some(slot) = copy.get_mut(i) {
-                *slot = Completion::from_raw(wc, self.quirk.fix(wc.wc_flags));
+            // Decoded once, whether it is copied or only routed.
+            match copy.get_mut(i) {
+                Some(slot) => {
+                    *slot = self.decode(wc);
+                    let c = *slot;
+                    self.route(routes, wc, None, || c);
+                }
+                None => self.route(routes, wc, None, || self.decode(wc)),
             }
-            self.route(routes, wc, None);
         })
     }
 }
