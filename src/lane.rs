@@ -162,7 +162,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 ))
             }
         };
-        self.touch_queue(QueueRef::Send(shared));
+        self.touch(QueueRef::Send(shared));
         let depth = u64::from(shared.caps().max_send_wr.max(1));
         let max_run = (depth / 2).max(1);
         let raw_qp = NonNull::new(shared.as_ptr()).ok_or_else(|| Error::invalid("send lane", "no QP"))?;

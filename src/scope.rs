@@ -198,7 +198,8 @@ where
 }
 
 impl<'scope, 'env> Scope<'scope, 'env> {
-    fn touch(&self, q: QueueRef<'scope>) {
+    /// Registers `q` as posted to by this scope (its drain then covers it).
+    pub(crate) fn touch(&self, q: QueueRef<'scope>) {
         let ptr = q.tracked() as *const TrackedQueue as *mut TrackedQueue;
         if self.last_touched.load(Ordering::Relaxed) != ptr {
             let mut touched = lock(&self.touched);
@@ -207,11 +208,6 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             }
             self.last_touched.store(ptr, Ordering::Relaxed);
         }
-    }
-
-    /// Registers `q` as posted to by this scope (its drain then covers it).
-    pub(crate) fn touch_queue(&self, q: QueueRef<'scope>) {
-        self.touch(q);
     }
 
     fn token<B>(&'scope self, posted: Posted<'scope>, keep: Option<Ah>, buffers: B) -> Token<'scope, B> {
