@@ -67,23 +67,12 @@ mod layout {
     const_assert_eq!(offset_of!(ibv_wc, dlid_path_bits), 45);
 }
 
-/// `ibv_post_send` and `ibv_poll_cq` as `<infiniband/verbs.h>` defines them: `static inline`
-/// calls through the context's provider operations. The `__extern` wrappers above do the same
-/// from a separate C object, one call deeper; these are for the data path.
+/// `ibv_poll_cq` as `<infiniband/verbs.h>` defines it: a `static inline` call through the
+/// context's provider operations. The `__extern` wrapper above does the same from a separate C
+/// object, one call deeper; this is for the data path. (A send lane looks its provider's
+/// `post_send` up once, when it opens.)
 pub mod fast {
     use super::*;
-
-    /// `ibv_post_send`: `qp->context->ops.post_send(qp, wr, bad_wr)`.
-    ///
-    /// # Safety
-    /// As for ibv_post_send(3): `qp` is a live QP, `wr` a valid list, `bad_wr` writable.
-    #[inline(always)]
-    pub unsafe fn ibv_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> i32 {
-        match (*(*qp).context).ops.post_send {
-            Some(f) => f(qp, wr, bad_wr),
-            None => super::ibv_post_send(qp, wr, bad_wr),
-        }
-    }
 
     /// `ibv_poll_cq`: `cq->context->ops.poll_cq(cq, num_entries, wc)`.
     ///
