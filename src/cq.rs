@@ -17,11 +17,23 @@ use typed_verbs_sys as sys;
 use crate::device::{Context, ContextInner};
 use crate::error::{Error, Result, Verb};
 use crate::qp::QpShared;
-use crate::queue::{is_lane_request, RECV_BIT};
+use crate::queue::{is_lane_request, is_recv_lane_request, RECV_BIT};
 use crate::wc::Completion;
 
 /// How many completions one `ibv_poll_cq` call may return.
 const POLL_BATCH: usize = 16;
+
+/// What one [`CqShared::poll_for_recv_lane`] found.
+pub(crate) enum RecvPoll {
+    /// The CQ was empty.
+    Empty,
+    /// The completion of the awaited request.
+    Mine(Completion),
+    /// Another completion, routed to its work queue.
+    Other,
+    /// `ibv_poll_cq` failed with this return value.
+    Failed(i32),
+}
 
 /// A completion queue: `struct ibv_cq`. Cheap to clone (shared); destroyed when the last clone
 /// and every QP using it are gone.
@@ -281,6 +293,28 @@ impl CqShared {
         1
     }
 
+    /// One poll for the receive lane of `qp` (one of this CQ's QPs), whose wait is for its
+    /// request `seq`: if that is the completion polled, it is recorded and handed back at once
+    /// (nothing is stored); anything else is routed as usual. One completion at a time, under
+    /// the routing lock, as [`CqShared::poll_for_lane`].
+    #[inline(never)]
+    pub(crate) fn poll_for_recv_lane(&self, qp: &QpShared, seq: u64) -> RecvPoll {
+        let routes = self.routes.lock();
+        let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
+        // SAFETY: the CQ is alive; `wc` has room for the one entry asked for.
+        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), 1, wc.as_mut_ptr()) };
+        if n <= 0 {
+            return if n == 0 { RecvPoll::Empty } else { RecvPoll::Failed(n) };
+        }
+        // SAFETY: ibv_poll_cq(3) filled the entry (it returned 1).
+        let wc = unsafe { wc.assume_init_ref() };
+        if wc.qp_num == qp.qp_num() && wc.wr_id == seq | RECV_BIT && qp.rq.lane.complete_taken(seq) {
+            return RecvPoll::Mine(self.decode(wc));
+        }
+        self.route_cold(&routes, wc, Some(qp));
+        RecvPoll::Other
+    }
+
     /// [`CqShared::route`], out of line.
     #[cold]
     #[inline(never)]
@@ -342,6 +376,8 @@ impl CqShared {
             if is_lane_request(wc.wr_id) {
                 let ok = wc.status == sys::IBV_WC_SUCCESS;
                 qp.sq.lane.complete(wc.wr_id, ok, decode);
+            } else if is_recv_lane_request(wc.wr_id) {
+                qp.rq.lane.complete_kept(wc.wr_id & !RECV_BIT, decode(), qp.caps().max_recv_wr as usize);
             } else {
                 let is_recv = wc.wr_id & RECV_BIT != 0;
                 qp.route(wc.wr_id & !RECV_BIT, is_recv, decode());

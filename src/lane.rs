@@ -17,7 +17,13 @@
 //! its routing lock (as every poll does), and only completions with an error status are stored
 //! (under a lock of their own).
 //!
-//! Receives on a lane's QP go through the scope: [`Scope::post_recv_lane`].
+//! A [`RecvLane`] does the same for a receive queue ([`Scope::recv_lane`], or
+//! [`Scope::lanes`] for both queues of one QP): a [`PreparedRecv`] is re-posted as often as
+//! needed, each receive returns a [`RecvToken`], and the lane's wait hands back the completion
+//! it polls without storing it. The received bytes are read through the prepared receive, only
+//! once its last post has completed ([`PreparedRecv::received`]).
+//!
+//! Receives on the QP of a send lane opened alone go through the scope: [`Scope::post_recv_lane`].
 #![allow(unsafe_code)]
 
 use std::marker::PhantomData;
@@ -26,17 +32,20 @@ use std::time::Duration;
 
 use typed_verbs_sys as sys;
 
+use crate::cq::RecvPoll;
 use crate::error::{Error, Result};
-use crate::mr::{LocalBuf, LocalBufMut};
+use crate::mr::{LocalBuf, LocalBufMut, LocalSink};
 use crate::qp::{Qp, QpShared, QueueRef};
-use crate::queue::LaneResult;
-use crate::scope::{Idle, Scope, Waiting};
-use crate::transport::{CanPostSend, Transport};
+use crate::queue::{Kept, LaneResult, RECV_BIT};
+use crate::scope::{Idle, PostError, Scope, Waiting};
+use crate::transport::{CanPostRecv, CanPostSend, Transport};
 use crate::wc::{Completion, CompletionSource, WcOpcode};
-use crate::wr::{AddressedFor, RawSendWr, SendWr};
+use crate::wr::{AddressedFor, RawSendWr, Recv, SendWr};
 
 /// `ibv_post_send` as the provider implements it.
 type PostSendFn = unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_send_wr, *mut *mut sys::ibv_send_wr) -> i32;
+/// `ibv_post_recv` as the provider implements it.
+type PostRecvFn = unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32;
 
 /// The exclusive poster of a QP's send queue within a scope. See the [module
 /// documentation](self).
@@ -114,13 +123,85 @@ impl From<LaneWaitError<'_>> for Error {
     }
 }
 
+/// The exclusive poster of a QP's receive queue within a scope. See the [module
+/// documentation](self).
+pub struct RecvLane<'scope, T: Transport> {
+    qp: &'scope QpShared,
+    /// `qp`'s `struct ibv_qp` and its provider's `post_recv`, looked up once.
+    raw_qp: NonNull<sys::ibv_qp>,
+    post_fn: PostRecvFn,
+    /// Requests numbered below this fit in the receive queue without looking at completions.
+    limit: u64,
+    depth: u64,
+    _qp: PhantomData<fn() -> T>,
+    /// Invariant in 'scope (see [`SendLane`]).
+    _scope: PhantomData<&'scope mut &'scope ()>,
+}
+
+// SAFETY: as for `SendLane`: the raw pointer names the QP that `qp` borrows, usable from any
+// thread; the lane itself posts only through `&mut self`.
+unsafe impl<T: Transport> Send for RecvLane<'_, T> {}
+// SAFETY: no method takes `&self` to post; the `&self` methods only read atomics.
+unsafe impl<T: Transport> Sync for RecvLane<'_, T> {}
+
+/// The `struct ibv_recv_wr` of a prepared receive with its scatter/gather entry, boxed so that
+/// `sg_list` stays valid when the [`PreparedRecv`] moves.
+struct RawRecvWr {
+    wr: sys::ibv_recv_wr,
+    sge: sys::ibv_sge,
+}
+
+/// A receive built and checked once by [`RecvLane::prepare`], to be posted any number of times
+/// on that lane. Holds the buffer (and with it the borrow of its memory).
+pub struct PreparedRecv<'scope, L> {
+    raw: Box<RawRecvWr>,
+    /// The queue pair it was checked for.
+    qp: &'scope QpShared,
+    /// The number of its last post, if any.
+    last: Option<u64>,
+    buf: L,
+    /// Invariant in 'scope (see [`SendLane`]).
+    _scope: PhantomData<&'scope mut &'scope ()>,
+}
+
+// SAFETY: the raw request points into its own box and at the memory `buf` borrows; sending or
+// sharing it is sending or sharing `L`.
+unsafe impl<L: Send> Send for PreparedRecv<'_, L> {}
+// SAFETY: as above; `&PreparedRecv` gives no access to the raw request.
+unsafe impl<L: Sync> Sync for PreparedRecv<'_, L> {}
+
+/// A receive of a [`RecvLane`] whose completion has not been collected. Plain data: dropping
+/// or forgetting it only means nobody looks at that completion.
+#[must_use = "a token is how the completion is collected"]
+pub struct RecvToken<'scope> {
+    qp: &'scope QpShared,
+    seq: u64,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+}
+
+/// A receive-lane wait that ran out (or whose completion was dropped): the error, and the
+/// token.
+#[derive(Debug)]
+pub struct RecvWaitError<'scope> {
+    /// The timeout, poll failure, or the reason the completion is gone.
+    pub error: Error,
+    /// The token, still valid.
+    pub token: RecvToken<'scope>,
+}
+
+impl From<RecvWaitError<'_>> for Error {
+    fn from(e: RecvWaitError<'_>) -> Self {
+        e.error
+    }
+}
+
 /// Memory that a prepared request may name: borrowed views and inline payloads, whose drop
 /// frees nothing (an owned [`Chunk`](crate::mr::Chunk) would be freed while the device may
 /// still use it). Sealed.
 #[diagnostic::on_unimplemented(
     message = "a prepared request cannot hold `{Self}`: it is re-posted, so its memory must stay valid until the scope ends",
     label = "owned memory cannot be prepared",
-    note = "prepare requests over borrowed views (`LocalBuf`, `LocalBufMut`) or inline payloads; post owned `Chunk`s with `post_send_owned`"
+    note = "prepare requests over borrowed views (`LocalBuf`, `LocalBufMut`) or inline payloads; post owned `Chunk`s with `post_send_owned` or `post_recv_owned`"
 )]
 pub trait Reusable: sealed::Sealed {}
 
@@ -147,7 +228,74 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         &'scope self,
         qp: &'scope mut Qp<T, S>,
     ) -> Result<SendLane<'scope, T, S>> {
+        self.open_send_lane(&qp.shared)
+    }
+
+    /// Opens a [`RecvLane`] on `qp`'s receive queue, exclusive for the rest of the scope. The
+    /// scope waits at its end for every receive of the lane, as for its own tokens: receives
+    /// that no message will complete make it flush the QP and return
+    /// [`Error::QpBroken`] (consume them, or post no more than will be used).
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] if the QP takes its receives from a shared receive queue, or
+    ///   its receive queue still has outstanding requests posted otherwise (collect them first);
+    /// - [`Error::QpBroken`] if the QP was forced to RESET and not reset since.
+    pub fn recv_lane<T: Transport, S: CanPostRecv>(
+        &'scope self,
+        qp: &'scope mut Qp<T, S>,
+    ) -> Result<RecvLane<'scope, T>> {
+        self.open_recv_lane(&qp.shared)
+    }
+
+    /// Opens both lanes of `qp`: a [`SendLane`] on its send queue and a [`RecvLane`] on its
+    /// receive queue, each exclusive for the rest of the scope (a ping-pong posts both).
+    ///
+    /// # Errors
+    /// As for [`Scope::send_lane`] and [`Scope::recv_lane`].
+    pub fn lanes<T: Transport, S: CanPostSend>(
+        &'scope self,
+        qp: &'scope mut Qp<T, S>,
+    ) -> Result<(SendLane<'scope, T, S>, RecvLane<'scope, T>)> {
         let shared: &'scope QpShared = &qp.shared;
+        // The receive lane first: it has the more checks, and a send lane once open cannot be
+        // given back.
+        let recv = self.open_recv_lane(shared)?;
+        Ok((self.open_send_lane(shared)?, recv))
+    }
+
+    fn open_recv_lane<T: Transport>(&'scope self, shared: &'scope QpShared) -> Result<RecvLane<'scope, T>> {
+        shared.check_usable()?;
+        if shared.srq.is_some() {
+            return Err(Error::invalid(
+                "receive lane",
+                format!("QP {:#x} takes its receives from a shared receive queue", shared.qp_num()),
+            ));
+        }
+        let busy = shared.rq.outstanding();
+        let next = match shared.rq.lane.open() {
+            Some(next) if busy == 0 => next,
+            _ => {
+                return Err(Error::invalid(
+                    "receive lane",
+                    format!(
+                    "the receive queue of QP {:#x} has {busy} outstanding requests; collect them before opening a lane",
+                    shared.qp_num()
+                ),
+                ))
+            }
+        };
+        self.touch(QueueRef::Recv(shared));
+        let depth = u64::from(shared.caps().max_recv_wr.max(1));
+        let raw_qp = NonNull::new(shared.as_ptr()).ok_or_else(|| Error::invalid("receive lane", "no QP"))?;
+        // SAFETY: as in `open_send_lane`.
+        let post_fn = unsafe { (*(*raw_qp.as_ptr()).context).ops.post_recv }.unwrap_or(sys::ibv_post_recv);
+        Ok(RecvLane { qp: shared, raw_qp, post_fn, limit: next + depth, depth, _qp: PhantomData, _scope: PhantomData })
+    }
+
+    fn open_send_lane<T: Transport, S: CanPostSend>(
+        &'scope self,
+        shared: &'scope QpShared,
+    ) -> Result<SendLane<'scope, T, S>> {
         shared.check_usable()?;
         let busy = shared.sq.outstanding();
         let next = match shared.sq.lane.open() {
@@ -188,15 +336,15 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     /// flags at compile time; lengths, alignment, inline size and ODP at run time), once.
     ///
     /// # Errors
-    /// Returns the request with a [`PostError`](crate::scope::PostError) if a check fails.
-    pub fn prepare<W>(&self, wr: W) -> std::result::Result<Prepared<'scope, W>, crate::scope::PostError<W>>
+    /// Returns the request with a [`PostError`] if a check fails.
+    pub fn prepare<W>(&self, wr: W) -> std::result::Result<Prepared<'scope, W>, PostError<W>>
     where
         W: SendWr<T> + AddressedFor<T> + 'scope,
         W::Buffers: Reusable,
     {
         let mut raw = match crate::scope::build_checked::<T, W>(self.qp, &wr) {
             Ok(raw) => Box::new(raw),
-            Err(error) => return Err(crate::scope::PostError { error, wr }),
+            Err(error) => return Err(PostError { error, wr }),
         };
         raw.wr.sg_list = &mut raw.sge;
         raw.wr.num_sge = raw.num_sge;
@@ -226,7 +374,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             seq = self.check(wr.qp)?;
         }
         if !std::ptr::eq(wr.qp, self.qp) {
-            return Err(foreign(self.qp));
+            return Err(foreign("send lane", self.qp));
         }
         wr.raw.wr.send_flags = wr.flags_signaled;
         let posted = self.post_now(&mut wr.raw, seq);
@@ -255,7 +403,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             return self.post_unsignaled_slow(wr);
         }
         if !std::ptr::eq(wr.qp, self.qp) {
-            return Err(foreign(self.qp));
+            return Err(foreign("send lane", self.qp));
         }
         self.post_now(&mut wr.raw, seq)
     }
@@ -275,7 +423,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     #[cold]
     fn check(&mut self, qp: &QpShared) -> Result<u64> {
         if !std::ptr::eq(qp, self.qp) {
-            return Err(foreign(self.qp));
+            return Err(foreign("send lane", self.qp));
         }
         let next = self.qp.sq.lane.next();
         if next >= self.limit {
@@ -397,7 +545,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     ) -> std::result::Result<Completion, LaneWaitError<'scope>> {
         let token = LaneToken { qp, seq, opcode, byte_len, _scope: PhantomData };
         if !std::ptr::eq(token.qp, self.qp) {
-            return Err(LaneWaitError { error: foreign(self.qp), token });
+            return Err(LaneWaitError { error: foreign("send lane", self.qp), token });
         }
         let mut idle = Idle::new(how, timeout);
         loop {
@@ -426,6 +574,200 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     pub fn outstanding(&self) -> u64 {
         self.qp.sq.lane.outstanding()
     }
+}
+
+impl<'scope, T: Transport> RecvLane<'scope, T> {
+    /// Builds `wr` for this lane's QP with the checks of [`Scope::post_recv`] (the region's
+    /// LOCAL_WRITE at compile time, ODP support for receives on this transport at run time),
+    /// once.
+    ///
+    /// # Errors
+    /// Returns the request with a [`PostError`] if a check fails.
+    pub fn prepare<L>(&self, wr: Recv<L>) -> std::result::Result<PreparedRecv<'scope, L>, PostError<Recv<L>>>
+    where
+        L: LocalSink + Reusable + 'scope,
+    {
+        if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
+            return Err(PostError { error, wr });
+        }
+        let sge = wr.buf.sge();
+        let mut raw = Box::new(RawRecvWr { wr: sys::ibv_recv_wr { num_sge: 1, ..Default::default() }, sge });
+        raw.wr.sg_list = &mut raw.sge;
+        Ok(PreparedRecv { raw, qp: self.qp, last: None, buf: wr.buf, _scope: PhantomData })
+    }
+
+    /// `ibv_post_recv` of `wr`: the returned token collects its completion. Posting a prepared
+    /// receive again before its completion lets the device write its buffer twice (the program
+    /// reads it only through [`PreparedRecv::received`], once the last post completed).
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] if `wr` was prepared for another QP;
+    /// - [`Error::QueueFull`] when the receive queue is full of outstanding requests;
+    /// - [`Error::Verb`] with `ibv_post_recv` and its errno.
+    ///
+    /// See ibv_post_recv(3).
+    #[doc(alias = "ibv_post_recv")]
+    #[inline]
+    pub fn post<L>(&mut self, wr: &mut PreparedRecv<'scope, L>) -> Result<RecvToken<'scope>> {
+        let book = &self.qp.rq.lane;
+        let mut seq = book.next();
+        if seq >= self.limit {
+            seq = self.check()?;
+        }
+        if !std::ptr::eq(wr.qp, self.qp) {
+            return Err(foreign("receive lane", self.qp));
+        }
+        // Recorded before the post: a poller on another thread may see the completion at once.
+        book.posting(seq);
+        wr.raw.wr.wr_id = seq | RECV_BIT;
+        let mut bad = std::mem::MaybeUninit::<*mut sys::ibv_recv_wr>::uninit();
+        // SAFETY: `raw_qp` is the live QP (borrowed for 'scope) and `post_fn` its provider's
+        // ibv_post_recv. The request was built by `prepare` for this QP: `sg_list` points into
+        // the same box, `next` is null, and the buffer is borrowed for at least 'scope
+        // (`L: 'scope`; never owned: `Reusable`). The scope does not return before this
+        // request completed or the QP was reset (its drain covers the lane's queue, which the
+        // lane registered when it opened). `bad` is a valid out-pointer, written on failure.
+        let ret = unsafe { (self.post_fn)(self.raw_qp.as_ptr(), &mut wr.raw.wr, bad.as_mut_ptr()) };
+        if ret != 0 {
+            book.unpost(seq);
+            return Err(Error::from_ret(
+                crate::Verb::PostRecv,
+                format!("QP {:#x}, lane receive {seq}", self.qp.qp_num()),
+                ret,
+            ));
+        }
+        wr.last = Some(seq);
+        Ok(RecvToken { qp: self.qp, seq, _scope: PhantomData })
+    }
+
+    /// The queue has room for request number `next`: returns it, or [`Error::QueueFull`].
+    #[cold]
+    fn check(&mut self) -> Result<u64> {
+        let book = &self.qp.rq.lane;
+        let next = book.next();
+        self.limit = next - book.outstanding().min(self.depth) + self.depth;
+        if next >= self.limit {
+            return Err(Error::QueueFull { queue: "receive", qp_num: self.qp.qp_num(), depth: self.depth as u32 });
+        }
+        Ok(next)
+    }
+
+    /// Waits at most `timeout` for the completion of `token`'s receive, polling the receive
+    /// CQ, and hands it back whatever its status (a flush, or a forced reset's synthetic
+    /// flush, included). A completion polled by another thread, or while waiting for a later
+    /// receive, is kept for its token: collect tokens before the receive queue's depth of
+    /// later receives complete, or the oldest kept completion is dropped.
+    ///
+    /// Yields the thread after every empty poll; [`RecvLane::wait_spin`] busy-polls instead.
+    ///
+    /// # Errors
+    /// [`RecvWaitError`] with the token (still valid) and [`Error::Timeout`], a poll failure,
+    /// or [`Error::InvalidArgument`] for a token of another lane or a completion that was
+    /// dropped.
+    #[inline]
+    pub fn wait(
+        &mut self,
+        token: RecvToken<'scope>,
+        timeout: Duration,
+    ) -> std::result::Result<Completion, RecvWaitError<'scope>> {
+        self.wait_with(token, timeout, Waiting::Yield)
+    }
+
+    /// [`RecvLane::wait`] busy-polling: the thread never yields while it waits, and reads the
+    /// clock only every [`SPIN_CLOCK_EVERY`](crate::scope::SPIN_CLOCK_EVERY) empty polls.
+    /// Still bounded by `timeout`.
+    ///
+    /// # Errors
+    /// As for [`RecvLane::wait`].
+    #[inline]
+    pub fn wait_spin(
+        &mut self,
+        token: RecvToken<'scope>,
+        timeout: Duration,
+    ) -> std::result::Result<Completion, RecvWaitError<'scope>> {
+        self.wait_with(token, timeout, Waiting::Spin)
+    }
+
+    fn wait_with(
+        &mut self,
+        token: RecvToken<'scope>,
+        timeout: Duration,
+        how: Waiting,
+    ) -> std::result::Result<Completion, RecvWaitError<'scope>> {
+        if !std::ptr::eq(token.qp, self.qp) {
+            return Err(RecvWaitError { error: foreign("receive lane", self.qp), token });
+        }
+        let (qp, book) = (self.qp, &self.qp.rq.lane);
+        let mut idle = Idle::new(how, timeout);
+        loop {
+            match book.take_kept(token.seq, qp.qp_num()) {
+                Kept::Pending => {}
+                Kept::Done(c) => return Ok(c),
+                Kept::Lost => return Err(RecvWaitError { error: lost(qp, token.seq, self.depth), token }),
+            }
+            match qp.recv_cq.poll_for_recv_lane(qp, token.seq) {
+                RecvPoll::Mine(c) => return Ok(c),
+                RecvPoll::Empty if idle.expired() => {
+                    let what = format!("the completion of lane receive {} on QP {:#x}", token.seq, qp.qp_num());
+                    return Err(RecvWaitError { error: Error::Timeout { what, after: timeout }, token });
+                }
+                RecvPoll::Failed(n) => return Err(RecvWaitError { error: qp.recv_cq.poll_failed(n), token }),
+                RecvPoll::Empty | RecvPoll::Other => {}
+            }
+        }
+    }
+
+    /// Receives of the lane posted and not known complete.
+    pub fn outstanding(&self) -> u64 {
+        self.qp.rq.lane.outstanding()
+    }
+}
+
+impl<L> PreparedRecv<'_, L> {
+    /// The buffer, to read what was received: `None` while the last post of this receive is
+    /// outstanding (the device may still write it). After the completion of that post has
+    /// been polled (by any wait), or before the first post.
+    pub fn received(&self) -> Option<&L> {
+        match self.last {
+            Some(seq) if !self.qp.rq.lane.is_done(seq) => None,
+            _ => Some(&self.buf),
+        }
+    }
+
+    /// The receive, with the borrow of its buffer (the borrow itself lasts until the scope
+    /// ends).
+    pub fn into_inner(self) -> Recv<L> {
+        Recv { buf: self.buf }
+    }
+}
+
+impl<L: std::fmt::Debug> std::fmt::Debug for PreparedRecv<'_, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedRecv").field("qp_num", &self.qp.qp_num()).field("buf", &self.buf).finish()
+    }
+}
+
+impl std::fmt::Debug for RecvToken<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvToken").field("qp_num", &self.qp.qp_num()).field("request", &self.seq).finish()
+    }
+}
+
+impl<T: Transport> std::fmt::Debug for RecvLane<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvLane").field("qp_num", &self.qp.qp_num()).field("next", &self.qp.rq.lane.next()).finish()
+    }
+}
+
+#[cold]
+fn lost(qp: &QpShared, seq: u64, depth: u64) -> Error {
+    Error::invalid(
+        "receive lane",
+        format!(
+            "the completion of lane receive {seq} on QP {:#x} was dropped: more completions were kept after it than the receive queue is deep ({depth})",
+            qp.qp_num()
+        ),
+    )
 }
 
 impl std::fmt::Debug for LaneToken<'_> {
@@ -464,8 +806,8 @@ fn success(token: &LaneToken<'_>) -> Completion {
 }
 
 #[cold]
-fn foreign(qp: &QpShared) -> Error {
-    Error::invalid("send lane", format!("the request or token belongs to another lane than QP {:#x}'s", qp.qp_num()))
+fn foreign(lane: &'static str, qp: &QpShared) -> Error {
+    Error::invalid(lane, format!("the request or token belongs to another lane than QP {:#x}'s", qp.qp_num()))
 }
 
 /// What a successful completion of `raw` reports: its opcode, and the byte length for the

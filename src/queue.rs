@@ -217,6 +217,13 @@ pub(crate) fn is_lane_request(wr_id: u64) -> bool {
     wr_id & (RECV_BIT | LANE_BIT) == LANE_BIT
 }
 
+/// Whether a completion's `wr_id` is that of a receive lane's request
+/// ([`crate::lane::RecvLane`]: `RECV_BIT` with the lane's number).
+#[inline(always)]
+pub(crate) fn is_recv_lane_request(wr_id: u64) -> bool {
+    wr_id & (RECV_BIT | LANE_BIT) == RECV_BIT | LANE_BIT
+}
+
 /// The book-keeping of a send lane: the requests that one exclusive poster (the lane) puts on
 /// a send queue, numbered in posting order from `LANE_BIT` on (`LANE_BIT`, `LANE_BIT + 1`...);
 /// the number is the `wr_id`.
@@ -224,9 +231,15 @@ pub(crate) fn is_lane_request(wr_id: u64) -> bool {
 /// Send queue completions arrive in posting order, and an error always produces a completion,
 /// so two counters describe every request: requests `< done` are complete, and they succeeded
 /// unless their number is `>= first_error`, in which case their (error or flush) completion is
-/// in `errors`. Only the lane writes `posted` and `covered`; only the poller holding the CQ's
-/// routing lock writes `done`, `first_error` and `errors`. Nothing is stored for a successful
+/// in `kept`. Only the lane writes `posted` and `covered`; only the poller holding the CQ's
+/// routing lock writes `done`, `first_error` and `kept`. Nothing is stored for a successful
 /// request: posting and collecting it takes no lock.
+///
+/// A receive lane ([`crate::lane::RecvLane`]) uses the same book on a receive queue, whose
+/// completions also arrive in posting order, one per request. A successful receive completion
+/// carries what the program needs (length, immediate data, source), so it is kept too, unless
+/// the lane's own wait polled it and takes it at once (the common case: nothing is stored).
+/// `first_error` then only marks the requests a reset completed without a completion.
 #[derive(Debug)]
 pub(crate) struct LaneBook {
     /// Requests posted so far.
@@ -237,8 +250,21 @@ pub(crate) struct LaneBook {
     covered: AtomicU64,
     /// The lowest request number that did not complete successfully (`u64::MAX`: none).
     first_error: AtomicU64,
-    /// The completions of the requests that did not succeed, until collected.
-    errors: std::sync::Mutex<Vec<(u64, Completion)>>,
+    /// The completions kept until collected: a send lane's failures; a receive lane's
+    /// completions that its wait did not take itself (at most the queue's depth of them).
+    kept: std::sync::Mutex<Vec<(u64, Completion)>>,
+}
+
+/// What [`LaneBook::take_kept`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// Still outstanding.
+    Pending,
+    /// Complete, with this completion.
+    Done(Completion),
+    /// Complete, but its completion was dropped: more completions were kept after it than the
+    /// queue is deep.
+    Lost,
 }
 
 /// What [`LaneBook::result`] found.
@@ -259,7 +285,7 @@ impl LaneBook {
             done: AtomicU64::new(LANE_BIT),
             covered: AtomicU64::new(LANE_BIT),
             first_error: AtomicU64::new(u64::MAX),
-            errors: std::sync::Mutex::new(Vec::new()),
+            kept: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -273,7 +299,7 @@ impl LaneBook {
         self.first_error.store(u64::MAX, Ordering::Release);
         // Nothing below is outstanding: the new lane's first run starts here.
         self.covered.store(posted, Ordering::Release);
-        lock(&self.errors).clear();
+        lock(&self.kept).clear();
         Some(posted)
     }
 
@@ -312,10 +338,7 @@ impl LaneBook {
     /// so completions are recorded in the order the device produced them.
     #[inline]
     pub(crate) fn complete(&self, seq: u64, ok: bool, c: impl FnOnce() -> Completion) {
-        // A stale number (already complete, e.g. a late flush after a forced reset) or a foreign
-        // one (beyond what was posted) must change nothing. Completions are recorded one at a
-        // time (routing lock), so load-then-store is enough.
-        if seq >= self.posted.load(Ordering::Acquire) || seq < self.done.load(Ordering::Acquire) {
+        if self.is_stale(seq) {
             return;
         }
         if !ok {
@@ -326,7 +349,7 @@ impl LaneBook {
 
     #[cold]
     fn failed(&self, seq: u64, c: Completion) {
-        lock(&self.errors).push((seq, c));
+        lock(&self.kept).push((seq, c));
         self.first_error.fetch_min(seq, Ordering::AcqRel);
     }
 
@@ -356,11 +379,66 @@ impl LaneBook {
 
     #[cold]
     fn failure(&self, seq: u64, qp_num: u32) -> LaneResult {
-        let mut errors = lock(&self.errors);
-        match errors.iter().position(|(s, _)| *s == seq) {
-            Some(i) => LaneResult::Failed(errors.swap_remove(i).1),
+        let mut kept = lock(&self.kept);
+        match kept.iter().position(|(s, _)| *s == seq) {
+            Some(i) => LaneResult::Failed(kept.swap_remove(i).1),
             // No completion of its own: the QP was reset before the device reported it.
             None => LaneResult::Failed(Completion::forced_reset(qp_num)),
+        }
+    }
+
+    /// Receive lane: request `seq` completed with `c`, polled by someone else than its wait;
+    /// kept for the wait, at most `keep` completions (the oldest goes first). Called with the
+    /// CQ's routing lock held, as [`LaneBook::complete`].
+    #[cold]
+    pub(crate) fn complete_kept(&self, seq: u64, c: Completion, keep: usize) {
+        if self.is_stale(seq) {
+            return;
+        }
+        {
+            let mut kept = lock(&self.kept);
+            if kept.len() >= keep.max(1) {
+                if let Some(oldest) = kept.iter().enumerate().min_by_key(|(_, (s, _))| *s).map(|(i, _)| i) {
+                    kept.swap_remove(oldest);
+                }
+            }
+            kept.push((seq, c));
+        }
+        self.done.store(seq + 1, Ordering::Release);
+    }
+
+    /// Receive lane: request `seq` completed and the wait that polled it takes its completion
+    /// at once. False for a stale or foreign number (then nothing changed). Called with the
+    /// CQ's routing lock held.
+    #[inline(always)]
+    pub(crate) fn complete_taken(&self, seq: u64) -> bool {
+        if self.is_stale(seq) {
+            return false;
+        }
+        self.done.store(seq + 1, Ordering::Release);
+        true
+    }
+
+    /// A number that is already complete (e.g. a late flush after a forced reset) or was
+    /// never posted: its completion must change nothing. (Completions are recorded one at a
+    /// time, under the routing lock, so load-then-store is enough.)
+    #[inline(always)]
+    fn is_stale(&self, seq: u64) -> bool {
+        seq >= self.posted.load(Ordering::Acquire) || seq < self.done.load(Ordering::Acquire)
+    }
+
+    /// Receive lane: the completion of request `seq`, if it is complete and was kept.
+    #[inline]
+    pub(crate) fn take_kept(&self, seq: u64, qp_num: u32) -> Kept {
+        if !self.is_done(seq) {
+            return Kept::Pending;
+        }
+        let mut kept = lock(&self.kept);
+        match kept.iter().position(|(s, _)| *s == seq) {
+            Some(i) => Kept::Done(kept.swap_remove(i).1),
+            // No completion of its own: the QP was reset before the device reported it.
+            None if self.first_error.load(Ordering::Acquire) <= seq => Kept::Done(Completion::forced_reset(qp_num)),
+            None => Kept::Lost,
         }
     }
 
@@ -394,7 +472,7 @@ pub(crate) struct TrackedQueue {
     ordered: bool,
     graves: std::sync::Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
     grave_count: std::sync::atomic::AtomicUsize,
-    /// The requests of send lanes (send queues only).
+    /// The requests of the queue's lane (a send lane, or a receive lane).
     pub(crate) lane: LaneBook,
 }
 

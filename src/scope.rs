@@ -634,7 +634,6 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             for seq in mine {
                 q.tracked().abandon(seq);
             }
-            let QueueRef::Send(_) = q else { continue };
             if !forced.contains(&(qp as *const QpShared)) && !wait_lane_drained(q, deadline) {
                 forced.push(qp);
                 let e = force_quiesce(qp);
@@ -738,11 +737,13 @@ fn wait_until_done(p: &Posted<'_>, deadline: Instant) -> bool {
     drain_until(p.q, deadline, || q.is_pending(p.seq), uncovered)
 }
 
-/// Polls until the send lane of `q` has nothing outstanding, or `deadline`; true if so.
+/// Polls until the lane of `q` (send or receive) has nothing outstanding, or `deadline`; true
+/// if so.
 fn wait_lane_drained(q: QueueRef<'_>, deadline: Instant) -> bool {
     let lane = &q.tracked().lane;
-    // Unsignaled requests at the tail of the lane never complete on their own.
-    drain_until(q, deadline, || lane.outstanding() != 0, || lane.has_uncovered_tail())
+    // Unsignaled requests at the tail of a send lane never complete on their own.
+    let is_send = matches!(q, QueueRef::Send(_));
+    drain_until(q, deadline, || lane.outstanding() != 0, || is_send && lane.has_uncovered_tail())
 }
 
 /// Polls `q` while `pending()`, until `deadline`; true once nothing is pending. While

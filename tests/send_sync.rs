@@ -11,7 +11,9 @@ use typed_verbs::cq::Cq;
 use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLayer, Mtu, PortAttr, PortState};
 use typed_verbs::error::{Error, Verb};
 use typed_verbs::event::{AsyncEvent, HandleId};
-use typed_verbs::lane::{LaneToken, LaneWaitError, Prepared, SendLane};
+use typed_verbs::lane::{
+    LaneToken, LaneWaitError, Prepared, PreparedRecv, RecvLane, RecvToken, RecvWaitError, SendLane,
+};
 use typed_verbs::mr::{Chunk, LocalBuf, LocalBufMut, Mr, Odp, Pinned, RemoteSlice};
 use typed_verbs::mw::{BoundMw, Mw, PendingBind, PendingUnbind, Type1, Type2, WindowAdvert};
 use typed_verbs::odp::{ImplicitMr, ImplicitOdpCap, OdpCap, OdpCaps, OdpOps, Prefetch};
@@ -75,6 +77,11 @@ assert_impl_all!(Prepared<'static, Write<LocalBuf<'static>, access::RemoteRw>>: 
 assert_impl_all!(Prepared<'static, Read<LocalBufMut<'static>, access::RemoteRw>>: Send, Sync, Unpin);
 assert_impl_all!(LaneToken<'static>: Send, Sync, Unpin);
 assert_impl_all!(LaneWaitError<'static>: Send, Sync, Unpin);
+assert_impl_all!(RecvLane<'static, RC>: Send, Sync, Unpin);
+assert_impl_all!(RecvLane<'static, UD>: Send, Sync, Unpin);
+assert_impl_all!(PreparedRecv<'static, LocalBufMut<'static>>: Send, Sync, Unpin);
+assert_impl_all!(RecvToken<'static>: Send, Sync, Unpin);
+assert_impl_all!(RecvWaitError<'static>: Send, Sync, Unpin);
 
 // Work requests.
 type Rw = access::RemoteRw;

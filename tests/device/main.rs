@@ -17,6 +17,7 @@ mod odp;
 mod opcodes;
 mod ownership;
 mod rc;
+mod recv_lanes;
 mod reliability;
 mod scope_safety;
 mod windows;
