@@ -14,7 +14,8 @@
 //!   (`SendLane::prepare`: one per source or destination slot) and re-posts them with
 //!   `SendLane::post` (signaled, returns a `LaneToken`) or `SendLane::post_unsignaled`, as a C
 //!   loop re-posts one `struct ibv_send_wr`; a signaled completion covers the unsignaled
-//!   requests before it. Receives on a lane's QP go through `Scope::post_recv_lane`.
+//!   requests before it. `send_lat` opens both lanes of its QP (`Scope::lanes`): its receives
+//!   are prepared once per buffer and re-posted on the `RecvLane`.
 //! - **scope tokens** (`--tokens`): a request and a `Token` per post (`Scope::post_send`,
 //!   `Scope::post_recv`), every token collected with `Scope::wait`; the path `perf` used before
 //!   lanes existed, kept for comparison (`scripts/bench` runs both).
@@ -28,7 +29,7 @@
 //!   `read_bw` one READ per destination slot (TX_DEPTH slots per QP, used in turn).
 //! - `send_bw`: the same sender, plus a receiver thread (perftest's server process) that keeps
 //!   RX_DEPTH receives posted on every b_i and reposts each one as it completes (scope tokens
-//!   either way: receives have no lane).
+//!   either way).
 //! - `write_lat`, `send_lat`: ping-pong between two threads (perftest's two processes), each
 //!   side with its own context, PD, CQ and regions, as each perftest process has; the
 //!   measuring thread records the time of each post; reported latency is half the interval
@@ -67,6 +68,7 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use typed_verbs::lane::RecvWaitError;
 use typed_verbs::prelude::*;
 use typed_verbs::scope::{Completes, WaitError};
 use typed_verbs::Error;
@@ -1011,15 +1013,79 @@ trait LatPoster<'scope, 'a> {
     /// Posts message `k` (from 1). A signaled one is awaited (bounded): its completion also
     /// completes the unsignaled messages posted before it.
     fn send(&mut self, k: u64, signaled: bool) -> Result<()>;
-    /// Posts a receive into `buf` on the side's QP.
-    fn recv(&mut self, buf: LocalBufMut<'a>) -> Result<Token<'scope, LocalBufMut<'a>>>;
+}
+
+/// How one side of send_lat receives: with scope tokens ([`TokenRecv`]) or a receive lane
+/// ([`LaneRecv`]). Receive slot `i` is one buffer; slots are posted in turn, so the oldest one
+/// posted is the next to complete (a receive queue completes in order).
+trait LatReceiver {
+    /// Posts receive slot `i`.
+    fn post(&mut self, i: usize) -> Result<()>;
+    /// Waits at most `slice` for slot `i`'s receive; `None` if the slice ran out.
+    fn wait(&mut self, i: usize, spin: bool, slice: Duration) -> Result<Option<Completion>>;
+}
+
+/// Receives with scope tokens: `Scope::post_recv` and `Scope::wait`, a token per receive.
+struct TokenRecv<'scope, 'env, 'a> {
+    s: &'scope Scope<'scope, 'env>,
+    qp: &'scope Qp<RC, RTS>,
+    /// Slot `i`'s buffer while it is not posted, its token while it is.
+    bufs: Vec<Option<LocalBufMut<'a>>>,
+    tokens: Vec<Option<Token<'scope, LocalBufMut<'a>>>>,
+}
+
+impl<'scope, 'a: 'scope> LatReceiver for TokenRecv<'scope, '_, 'a> {
+    fn post(&mut self, i: usize) -> Result<()> {
+        let buf = self.bufs[i].take().ok_or_else(|| bad("internal: receive slot posted twice"))?;
+        self.tokens[i] = Some(self.s.post_recv(self.qp, Recv::new(buf))?);
+        Ok(())
+    }
+    fn wait(&mut self, i: usize, spin: bool, slice: Duration) -> Result<Option<Completion>> {
+        let token = self.tokens[i].take().ok_or_else(|| bad("internal: no receive posted"))?;
+        match wait_on(self.s, token, spin, slice) {
+            Ok((c, buf)) => {
+                self.bufs[i] = Some(buf);
+                Ok(Some(c))
+            }
+            Err(WaitError { error: Error::Timeout { .. }, token }) => {
+                self.tokens[i] = Some(token);
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Receives with a receive lane: one prepared receive per buffer, re-posted.
+struct LaneRecv<'scope, 'a> {
+    lane: RecvLane<'scope, RC>,
+    prepared: Vec<PreparedRecv<'scope, LocalBufMut<'a>>>,
+    tokens: Vec<Option<RecvToken<'scope>>>,
+}
+
+impl LatReceiver for LaneRecv<'_, '_> {
+    fn post(&mut self, i: usize) -> Result<()> {
+        self.tokens[i] = Some(self.lane.post(&mut self.prepared[i])?);
+        Ok(())
+    }
+    fn wait(&mut self, i: usize, spin: bool, slice: Duration) -> Result<Option<Completion>> {
+        let token = self.tokens[i].take().ok_or_else(|| bad("internal: no receive posted"))?;
+        let r = if spin { self.lane.wait_spin(token, slice) } else { self.lane.wait(token, slice) };
+        match r {
+            Ok(c) => Ok(Some(c)),
+            Err(RecvWaitError { error: Error::Timeout { .. }, token }) => {
+                self.tokens[i] = Some(token);
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 /// A latency side with scope tokens: a request and a token per message (`post` builds and
 /// posts message k), every token collected.
 struct TokenLat<'scope, 'env, 'x, 'a, F> {
     s: &'scope Scope<'scope, 'env>,
-    qp: &'scope Qp<RC, RTS>,
     side: LatSide<'x>,
     post: F,
     /// The tokens of the unsignaled messages since the last signaled one.
@@ -1027,8 +1093,8 @@ struct TokenLat<'scope, 'env, 'x, 'a, F> {
 }
 
 impl<'scope, 'env, 'x, 'a, F> TokenLat<'scope, 'env, 'x, 'a, F> {
-    fn new(s: &'scope Scope<'scope, 'env>, qp: &'scope Qp<RC, RTS>, side: LatSide<'x>, post: F) -> Self {
-        TokenLat { s, qp, side, post, unsignaled: Vec::with_capacity(side.p.cq_mod as usize) }
+    fn new(s: &'scope Scope<'scope, 'env>, side: LatSide<'x>, post: F) -> Self {
+        TokenLat { s, side, post, unsignaled: Vec::with_capacity(side.p.cq_mod as usize) }
     }
 }
 
@@ -1049,21 +1115,17 @@ where
         }
         Ok(())
     }
-    fn recv(&mut self, buf: LocalBufMut<'a>) -> Result<Token<'scope, LocalBufMut<'a>>> {
-        Ok(self.s.post_recv(self.qp, Recv::new(buf))?)
-    }
 }
 
 /// A latency side with a send lane: its requests prepared once (message k posts
-/// `wrs[k mod wrs.len()]`); receives through `Scope::post_recv_lane`.
-struct LaneLat<'scope, 'env, 'x, W> {
-    s: &'scope Scope<'scope, 'env>,
+/// `wrs[k mod wrs.len()]`).
+struct LaneLat<'scope, 'x, W> {
     lane: SendLane<'scope, RC, RTS>,
     wrs: Vec<Prepared<'scope, W>>,
     side: LatSide<'x>,
 }
 
-impl<'scope, 'a: 'scope, W> LatPoster<'scope, 'a> for LaneLat<'scope, '_, '_, W> {
+impl<'scope, 'a: 'scope, W> LatPoster<'scope, 'a> for LaneLat<'scope, '_, W> {
     fn send(&mut self, k: u64, signaled: bool) -> Result<()> {
         let slot = (k % self.wrs.len() as u64) as usize;
         let wr = &mut self.wrs[slot];
@@ -1075,9 +1137,6 @@ impl<'scope, 'a: 'scope, W> LatPoster<'scope, 'a> for LaneLat<'scope, '_, '_, W>
             self.lane.post_unsignaled(wr)?;
         }
         Ok(())
-    }
-    fn recv(&mut self, buf: LocalBufMut<'a>) -> Result<Token<'scope, LocalBufMut<'a>>> {
-        Ok(self.s.post_recv_lane(&self.lane, Recv::new(buf))?)
     }
 }
 
@@ -1099,12 +1158,12 @@ fn write_lat_side(
                 let wr = Write::new(slots[slot_of(k)], peer);
                 Ok(if signaled { s.post_send(qp, wr)? } else { s.post_send(qp, wr.unsignaled())? })
             };
-            write_lat_loop(side, &mut TokenLat::new(s, qp, side, post), mine, &mut stamps)
+            write_lat_loop(side, &mut TokenLat::new(s, side, post), mine, &mut stamps)
         } else {
             // One WRITE per source slot, in the order of `slot_of`.
             let lane = s.send_lane(qp)?;
             let wrs = slots.iter().map(|&v| Ok(lane.prepare(Write::new(v, peer))?)).collect::<Result<Vec<_>>>()?;
-            write_lat_loop(side, &mut LaneLat { s, lane, wrs, side }, mine, &mut stamps)
+            write_lat_loop(side, &mut LaneLat { lane, wrs, side }, mine, &mut stamps)
         }
     })?;
     Ok(stamps)
@@ -1168,39 +1227,44 @@ fn send_lat_side(
 ) -> Result<Vec<u64>> {
     let mut stamps = side.stamps();
     side.run(|s| {
+        let n = bufs.len();
         if side.p.tokens {
             let qp = &*qp;
             let post = |_: u64, signaled: bool| {
                 let wr = Send::new(src);
                 Ok(if signaled { s.post_send(qp, wr)? } else { s.post_send(qp, wr.unsignaled())? })
             };
-            send_lat_loop(s, side, &mut TokenLat::new(s, qp, side, post), bufs, &mut stamps)
+            let mut rx =
+                TokenRecv { s, qp, bufs: bufs.into_iter().map(Some).collect(), tokens: (0..n).map(|_| None).collect() };
+            send_lat_loop(side, &mut TokenLat::new(s, side, post), &mut rx, n, &mut stamps)
         } else {
-            let lane = s.send_lane(qp)?;
+            let (lane, recv_lane) = s.lanes(qp)?;
             let wrs = vec![lane.prepare(Send::new(src))?];
-            send_lat_loop(s, side, &mut LaneLat { s, lane, wrs, side }, bufs, &mut stamps)
+            let prepared =
+                bufs.into_iter().map(|b| Ok(recv_lane.prepare(Recv::new(b))?)).collect::<Result<Vec<_>>>()?;
+            let mut rx = LaneRecv { lane: recv_lane, prepared, tokens: (0..n).map(|_| None).collect() };
+            send_lat_loop(side, &mut LaneLat { lane, wrs, side }, &mut rx, n, &mut stamps)
         }
     })?;
     Ok(stamps)
 }
 
-/// The loop of `send_lat_side`, whatever the posting API (receives are scope tokens either
-/// way, collected with `wait_on`).
+/// The loop of `send_lat_side`, whatever the posting API: `n` receive slots of `rx`.
 fn send_lat_loop<'scope, 'a>(
-    s: &'scope Scope<'scope, '_>,
     side: LatSide<'_>,
     poster: &mut impl LatPoster<'scope, 'a>,
-    bufs: Vec<LocalBufMut<'a>>,
+    rx: &mut impl LatReceiver,
+    n: usize,
     stamps: &mut Vec<u64>,
 ) -> Result<()> {
     let p = side.p;
     let mut progress = Progress::new(p, p.iters);
-    // The receive queue completes in order: the oldest posted receive is the next one.
-    let mut posted = VecDeque::with_capacity(bufs.len());
-    for buf in bufs {
-        posted.push_back(poster.recv(buf)?);
+    for i in 0..n {
+        rx.post(i)?;
     }
-    let mut total_posted = posted.len() as u64;
+    let mut total_posted = n as u64;
+    // The receive queue completes in order: slot `oldest` holds the next receive to complete.
+    let mut oldest = 0;
     side.sh.ready.store(true, Ordering::Release);
     let base = Instant::now();
     let (mut sent, mut received) = (0u64, 0u64);
@@ -1209,20 +1273,15 @@ fn send_lat_loop<'scope, 'a>(
         let time_up = side.should_stop(base);
         if !(side.role == Role::Client && sent == 0) {
             let deadline = Instant::now() + p.timeout;
-            let mut token = posted.pop_front().ok_or_else(|| bad("internal: no receive posted"))?;
-            let (c, buf) = loop {
-                match wait_on(s, token, p.spin, SLICE) {
-                    Ok(r) => break r,
-                    Err(WaitError { error: Error::Timeout { .. }, token: t }) => {
-                        if Instant::now() >= deadline {
-                            return Err(Error::Timeout { what: "the peer's SEND".into(), after: p.timeout });
-                        }
-                        if side.sh.failed.load(Ordering::Acquire) {
-                            return Err(bad("the peer thread failed"));
-                        }
-                        token = t;
-                    }
-                    Err(e) => return Err(e.into()),
+            let c = loop {
+                if let Some(c) = rx.wait(oldest, p.spin, SLICE)? {
+                    break c;
+                }
+                if Instant::now() >= deadline {
+                    return Err(Error::Timeout { what: "the peer's SEND".into(), after: p.timeout });
+                }
+                if side.sh.failed.load(Ordering::Acquire) {
+                    return Err(bad("the peer thread failed"));
                 }
             };
             c.ok()?;
@@ -1242,9 +1301,10 @@ fn send_lat_loop<'scope, 'a>(
                 (Some(_), Role::Client) => !time_up,
             };
             if more {
-                posted.push_back(poster.recv(buf)?);
+                rx.post(oldest)?;
                 total_posted += 1;
             }
+            oldest = (oldest + 1) % n;
         }
         let stop_now = side.before_send(time_up, base, sent, stamps, &mut progress);
         sent += 1;
@@ -1368,9 +1428,14 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
     };
     let _ = writeln!(out, " Completions     : {waiting}");
     if matches!(p.test, Test::SendBw | Test::SendLat) {
-        let recv = if p.spin { "Scope::wait_spin" } else { "Scope::wait" };
-        let post = if p.tokens || p.test == Test::SendBw { "Scope::post_recv" } else { "Scope::post_recv_lane" };
-        let _ = writeln!(out, " Receives        : {post}, {recv}");
+        let lane = !p.tokens && p.test == Test::SendLat;
+        let recv = match (lane, p.spin) {
+            (false, false) => "Scope::post_recv, Scope::wait",
+            (false, true) => "Scope::post_recv, Scope::wait_spin",
+            (true, false) => "RecvLane::post, RecvLane::wait",
+            (true, true) => "RecvLane::post, RecvLane::wait_spin",
+        };
+        let _ = writeln!(out, " Receives        : {recv}");
     }
     let _ = writeln!(out, " TX depth        : {}", p.tx_depth);
     if let Some(c) = caps {
