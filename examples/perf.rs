@@ -60,6 +60,9 @@
 //!
 //! `scripts/bench` runs it next to perftest on Soft-RoCE; see `BENCHMARKS.md`.
 
+/// The TCP exchange of the pingpong examples, for `send_lat --listen` / `--connect`.
+#[path = "common/pingpong.rs"]
+mod pingpong;
 #[path = "perf/report.rs"]
 mod report;
 
@@ -146,6 +149,11 @@ struct Params {
     tokens: bool,
     json: bool,
     quiet: bool,
+    /// `send_lat` as perftest runs it, one side per process: this process's role and, for the
+    /// client, the server's host; `None`: both sides in this process.
+    peer: Option<(Role, Option<String>)>,
+    /// The TCP port of the two-process exchange.
+    port: u16,
 }
 
 impl Params {
@@ -162,7 +170,10 @@ impl Params {
 const USAGE: &str = "usage: perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
             [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH] [-o OUT_READS]
             [--tokens] [--spin] [--timeout SECS] [--json] [--quiet]
+            [--listen | --connect HOST] [-p PORT]
 Loopback on one device: RC queue pairs connected to each other (see the source's header).
+send_lat --listen / --connect HOST: one side per process (server, client), as perftest runs,
+the QP addresses exchanged over TCP (PORT, default 18515) as the pingpong examples do.
 Posts with send lanes (a request prepared once, re-posted); --tokens posts with scope tokens
 (a request and a token per post); --spin busy-polls the CQ instead of yielding when empty.";
 
@@ -182,6 +193,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
     let (mut device, mut gid, mut size, mut iters, mut dur) = (None, None, None, None, None);
     let (mut qps, mut cq_mod, mut tx, mut rx, mut out_reads) = (1usize, None, None, 512usize, None);
     let (mut timeout, mut json, mut quiet, mut spin, mut tokens) = (30.0f64, false, false, false, false);
+    let (mut peer, mut port) = (None, 18515u16);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().cloned().ok_or_else(|| bad(format!("{name} needs a value")));
         fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T> {
@@ -203,6 +215,9 @@ fn parse_args(args: &[String]) -> Result<Params> {
             "--spin" => spin = true,
             "--tokens" => tokens = true,
             "--quiet" => quiet = true,
+            "--listen" => peer = Some((Role::Server, None)),
+            "--connect" => peer = Some((Role::Client, Some(val(a)?))),
+            "-p" | "--port" => port = num(a, val(a)?)?,
             "-F" | "--CPU-freq" => {} // perftest's flag; nothing to silence here
             other => return Err(bad(format!("unknown option {other:?}\n{USAGE}"))),
         }
@@ -244,6 +259,9 @@ fn parse_args(args: &[String]) -> Result<Params> {
     if iters < 2 {
         return Err(bad("-n must be at least 2"));
     }
+    if peer.is_some() && (test != Test::SendLat || duration.is_some()) {
+        return Err(bad("--listen and --connect are for send_lat with -n"));
+    }
     let device = match device.or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()) {
         Some(d) => d,
         None => devices()?.first().map(|d| d.name.clone()).ok_or_else(|| bad("no RDMA device present"))?,
@@ -266,6 +284,8 @@ fn parse_args(args: &[String]) -> Result<Params> {
         spin,
         tokens,
         json,
+        peer,
+        port,
         quiet,
     })
 }
@@ -342,15 +362,17 @@ fn rc_pair(
     let b = pd_b.create_qp::<RC>(config_b)?;
     let ea = a.endpoint(PORT, p.gid_index, psn)?;
     let eb = b.endpoint(PORT, p.gid_index, psn + 0x100)?;
+    Ok((connect(p, a, ea, eb, rd_atomic)?, connect(p, b, eb, ea, rd_atomic)?))
+}
+
+/// Moves `qp` (address `me`) to RTS towards `peer`.
+fn connect(p: &Params, qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint, rd_atomic: u8) -> Result<Qp<RC, RTS>> {
     let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
-    let connect = |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> Result<Qp<RC, RTS>> {
-        let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
-        let av = AddressVector::global(PORT, peer.gid, p.gid_index as u8);
-        let rtr = RcRtr { max_dest_rd_atomic: rd_atomic, ..RcRtr::new(av, peer.qp_num, peer.psn) };
-        let qp = qp.to_rtr(&rtr)?;
-        Ok(qp.to_rts(&RcRts { max_rd_atomic: rd_atomic, ..RcRts::new(me.psn) })?)
-    };
-    Ok((connect(a, ea, eb)?, connect(b, eb, ea)?))
+    let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
+    let av = AddressVector::global(PORT, peer.gid, p.gid_index as u8);
+    let rtr = RcRtr { max_dest_rd_atomic: rd_atomic, ..RcRtr::new(av, peer.qp_num, peer.psn) };
+    let qp = qp.to_rtr(&rtr)?;
+    Ok(qp.to_rts(&RcRts { max_rd_atomic: rd_atomic, ..RcRts::new(me.psn) })?)
 }
 
 /// Splits a LOCAL_WRITE view into `n` views of `size` bytes.
@@ -927,7 +949,7 @@ fn send_bw_sender(p: &Params, poster: &mut impl BwPoster, sh: &SendShared) -> Re
 // ------------------------------------------------------------------------------------------
 // Latency
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     /// Sends first and measures (perftest's client).
     Client,
@@ -1326,6 +1348,61 @@ fn recv_depth(p: &Params) -> usize {
     }
 }
 
+/// `send_lat` with one side in this process (`--listen`: the server, `--connect`: the client),
+/// as perftest runs it: its own context, PD, CQs and buffers, connected to the other process's
+/// QP through the pingpong examples' TCP exchange. The server answers only once its receives
+/// are posted (the client's exchange returns then), so the client's first message finds one.
+/// Returns the client's post times (none on the server).
+fn run_lat_peer(p: &Params, role: Role, host: Option<&str>) -> Result<Vec<u64>> {
+    let ctx = Context::open(&p.device)?;
+    let pd = ctx.alloc_pd()?;
+    let rx = recv_depth(p);
+    let (cq, rcq) = (ctx.create_cq(64)?, ctx.create_cq(rx as u32 + 1)?);
+    let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: rx as u32, ..QpCaps::default() };
+    let mut config = QpConfig::new(&cq).caps(caps);
+    config.recv_cq = &rcq;
+    let qp = pd.create_qp::<RC>(&config)?;
+    let me = qp.endpoint(PORT, p.gid_index, if role == Role::Client { 0x1000 } else { 0x1100 })?;
+    let exchange = |e: Box<dyn std::error::Error>| bad(format!("the address exchange failed: {e}"));
+    let (peer, conn) = match (role, host) {
+        (Role::Client, Some(host)) => {
+            (pingpong::client_exchange(host, p.port, &me, p.timeout, p.timeout).map_err(exchange)?, None)
+        }
+        _ => {
+            let listener = pingpong::Listener::bind(p.port).map_err(|e| bad(format!("TCP port {}: {e}", p.port)))?;
+            let (conn, peer) = listener.accept(p.timeout, p.timeout).map_err(exchange)?;
+            (peer, Some(conn))
+        }
+    };
+    let mut qp = connect(p, qp, me, peer, 1)?;
+    if role == Role::Client {
+        print_header(p, &ctx, std::slice::from_ref(&qp), 1);
+    }
+    let mut src = pd.alloc_mr(p.size, access::LOCAL_READ)?;
+    src.as_mut_slice().fill(if role == Role::Client { 0xa } else { 0xb });
+    let mut rbuf = pd.alloc_mr(p.size * rx, access::LOCAL_RW)?;
+    let (v, r) = (src.slice(..)?, split(rbuf.slice_mut(..)?, rx, p.size)?);
+    let sh = LatShared { ready: AtomicBool::new(false), stop: AtomicBool::new(false), failed: AtomicBool::new(false) };
+    let side = LatSide { p, role, sh: &sh };
+    std::thread::scope(|ts| {
+        // The server's answer, once its receives are posted (or its side failed).
+        let answer = conn.map(|conn| {
+            ts.spawn(|| {
+                wait_flag(&sh.ready, p.timeout, "the receives")?;
+                conn.finish(&me).map_err(exchange)
+            })
+        });
+        let r = send_lat_side(side, &mut qp, v, r);
+        if r.is_err() {
+            sh.failed.store(true, Ordering::Release);
+        }
+        let answered = answer.map_or(Ok(()), join);
+        let stamps = r?;
+        answered?;
+        Ok(stamps)
+    })
+}
+
 fn run_lat(p: &Params) -> Result<Vec<u64>> {
     // One context per side (its own device file, PD, CQ and regions), as each of perftest's two
     // processes has.
@@ -1508,7 +1585,14 @@ fn run(args: &[String]) -> Result<()> {
             .num("msg_rate_mpps", r.msg_rate_mpps)
             .bool("peak_sampled", r.peak_sampled);
     } else {
-        let stamps = run_lat(&p)?;
+        let stamps = match &p.peer {
+            None => run_lat(&p)?,
+            Some((Role::Server, _)) => {
+                run_lat_peer(&p, Role::Server, None)?;
+                return Ok(()); // the client measures
+            }
+            Some((Role::Client, host)) => run_lat_peer(&p, Role::Client, host.as_deref())?,
+        };
         let iterations = stamps.len() as u64;
         let r = report::lat(&stamps, 2.0).ok_or_else(|| bad("too few iterations for latency statistics"))?;
         println!("{}", report::lat_table(p.size, iterations, &r));

@@ -16,6 +16,7 @@ mod load;
 mod odp;
 mod opcodes;
 mod ownership;
+mod perf;
 mod rc;
 mod recv_lanes;
 mod reliability;

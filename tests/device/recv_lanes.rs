@@ -180,8 +180,8 @@ fn outstanding_lane_receives_make_the_scope_flush_and_report_the_qp_broken() {
         let mut recv = s.recv_lane(&mut p.b).unwrap();
         let (x, y) = dst.slice_mut(..).unwrap().split_at(64).unwrap();
         let (mut x, mut y) = (recv.prepare(Recv::new(x)).unwrap(), recv.prepare(Recv::new(y)).unwrap());
-        // Two receives that no message will fill; their tokens are forgotten.
-        std::mem::forget(recv.post(&mut x).unwrap());
+        // Two receives that no message will fill; their tokens are dropped.
+        let _ = recv.post(&mut x).unwrap();
         let _ = recv.post(&mut y).unwrap();
         assert_eq!(recv.outstanding(), 2);
     });
@@ -220,7 +220,7 @@ fn a_recv_lane_refuses_an_srq_qp_and_a_queue_with_receives_posted_otherwise() {
     .unwrap();
     assert!(token.wait(WAIT).unwrap().0.is_success());
     scope(|s| {
-        let mut recv = s.recv_lane(&mut p.b).unwrap();
+        let recv = s.recv_lane(&mut p.b).unwrap();
         let _unposted = recv.prepare(Recv::new(dst)).unwrap();
     })
     .unwrap();

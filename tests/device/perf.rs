@@ -1,0 +1,82 @@
+//! `examples/perf` on the device: its latency tests complete and report what they measured,
+//! with both posting APIs (lanes, scope tokens) and both arrangements (two threads in one
+//! process, or `--listen` / `--connect` in two processes as perftest runs). The figures
+//! themselves are benchmarks (`scripts/bench`), never asserted here.
+//!
+//! The examples must be built first (`cargo build --examples`), as for the interop tests.
+
+use std::time::Duration;
+
+use crate::common::{device_name, example, gid_index, Proc};
+
+const ITERS: u32 = 300;
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn args(test: &str, extra: &[&str]) -> Vec<String> {
+    let mut a = vec![test.to_string(), "-d".into(), device_name(), "-x".into(), gid_index().to_string()];
+    a.extend(["-n".into(), ITERS.to_string(), "--timeout".into(), "30".into(), "--json".into()]);
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// Waits for `p` to exit successfully (bounded) and returns its output.
+fn finished(p: &mut Proc) -> String {
+    match p.wait_exit(LIMIT) {
+        Some((st, _)) => assert!(st.success(), "{} failed ({st}):\n{}", p.label, p.output()),
+        None => {
+            p.stop();
+            panic!("{} did not finish within {LIMIT:?}:\n{}", p.label, p.output());
+        }
+    }
+    p.output()
+}
+
+/// Checks the latency report of a measuring run: perftest's table line for 2 bytes and
+/// `ITERS` iterations, and the JSON line's iteration count (the post times of every round trip).
+fn assert_latency_report(out: &str, api: &str) {
+    let line = out.lines().find(|l| l.split_whitespace().take(2).eq(["2", &ITERS.to_string()]));
+    let fields: Vec<f64> = line
+        .unwrap_or_else(|| panic!("no latency line for 2 bytes x {ITERS}:\n{out}"))
+        .split_whitespace()
+        .skip(2)
+        .map(|f| f.parse().expect("a number"))
+        .collect();
+    let (t_min, t_max, t_typical) = (fields[0], fields[1], fields[2]);
+    assert!(t_min > 0.0 && t_min <= t_typical && t_typical <= t_max, "{fields:?}");
+    let json = out.lines().rfind(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON line:\n{out}"));
+    assert!(json.contains(&format!("\"iterations\":{ITERS}")), "{json}");
+    assert!(json.contains(&format!("\"api\":\"{api}\"")), "{json}");
+}
+
+#[test]
+fn send_lat_with_lanes_and_with_tokens_completes_in_one_process() {
+    for (extra, api) in [(&["--spin"][..], "send lane"), (&["--tokens"][..], "scope tokens")] {
+        let mut p = Proc::spawn("perf send_lat", &example("perf"), &args("send_lat", extra));
+        let out = finished(&mut p);
+        assert_latency_report(&out, api);
+        assert!(out.contains("Receives"), "{out}");
+    }
+}
+
+#[test]
+fn write_lat_completes_in_one_process() {
+    let mut p = Proc::spawn("perf write_lat", &example("perf"), &args("write_lat", &["--spin"]));
+    assert_latency_report(&finished(&mut p), "send lane");
+}
+
+#[test]
+fn send_lat_runs_in_two_processes_connected_over_tcp() {
+    const PORT: &str = "18631";
+    let bin = example("perf");
+    let mut server = Proc::spawn("perf send_lat --listen", &bin, &args("send_lat", &["--listen", "-p", PORT]));
+    // The client retries its connection until the server listens (bounded by --timeout).
+    let mut client = Proc::spawn(
+        "perf send_lat --connect",
+        &bin,
+        &args("send_lat", &["--connect", "127.0.0.1", "-p", PORT, "--spin"]),
+    );
+    let out = finished(&mut client);
+    let server_out = finished(&mut server);
+    assert_latency_report(&out, "send lane");
+    assert!(!server_out.contains("t_typical"), "the server does not measure:\n{server_out}");
+}
