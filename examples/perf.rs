@@ -1208,7 +1208,9 @@ fn write_lat_loop<'scope, 'a>(
             received += 1;
             let want = slot_of(received) as u8 + 1;
             let mut spins = 0u32;
-            let deadline = Instant::now() + p.timeout;
+            // Read the clock only every 1,024 polls (the deadline from the first read), as the
+            // library's spinning waits and perftest's loops do.
+            let mut deadline = None;
             loop {
                 mine.read_volatile_into(p.size - 1, &mut last)?;
                 if last[0] == want {
@@ -1216,7 +1218,8 @@ fn write_lat_loop<'scope, 'a>(
                 }
                 spins = spins.wrapping_add(1);
                 if spins % 1024 == 0 {
-                    if Instant::now() >= deadline {
+                    let now = Instant::now();
+                    if now >= *deadline.get_or_insert(now + p.timeout) {
                         return Err(Error::Timeout { what: "the peer's RDMA WRITE".into(), after: p.timeout });
                     }
                     if side.sh.failed.load(Ordering::Acquire) {
@@ -1294,12 +1297,15 @@ fn send_lat_loop<'scope, 'a>(
         // Whether a `-D` run's time is up, read once per round (see `before_send`).
         let time_up = side.should_stop(base);
         if !(side.role == Role::Client && sent == 0) {
-            let deadline = Instant::now() + p.timeout;
+            // The overall deadline is fixed when the first slice runs out (no clock read when
+            // the message comes within it).
+            let mut deadline = None;
             let c = loop {
                 if let Some(c) = rx.wait(oldest, p.spin, SLICE)? {
                     break c;
                 }
-                if Instant::now() >= deadline {
+                let now = Instant::now();
+                if now >= *deadline.get_or_insert(now + p.timeout.saturating_sub(SLICE)) {
                     return Err(Error::Timeout { what: "the peer's SEND".into(), after: p.timeout });
                 }
                 if side.sh.failed.load(Ordering::Acquire) {

@@ -678,14 +678,16 @@ impl Idle {
         Idle { how: Waiting::Yield, timeout: Duration::ZERO, deadline: Some(deadline), empty: 0 }
     }
 
-    /// After an empty poll: whether the wait has run out of time.
+    /// After an empty poll: whether the wait has run out of time. The deadline counts from the
+    /// first clock read: the first empty poll, or spinning, the first [`SPIN_CLOCK_EVERY`]-th
+    /// (a spinning wait that ends sooner reads no clock at all, as a C busy-poll loop).
     pub(crate) fn expired(&mut self) -> bool {
         self.empty = self.empty.wrapping_add(1);
-        if self.how == Waiting::Spin && self.empty % SPIN_CLOCK_EVERY != 1 {
+        if self.how == Waiting::Spin && self.empty % SPIN_CLOCK_EVERY != 0 {
             return false;
         }
-        let deadline = *self.deadline.get_or_insert_with(|| Instant::now() + self.timeout);
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= *self.deadline.get_or_insert(now + self.timeout) {
             return true;
         }
         if self.how == Waiting::Yield {

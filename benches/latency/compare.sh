@@ -8,6 +8,7 @@
 #          is (one process, a thread per side, a context each)
 #   spin   `perf --spin` (this library, busy-polling waits)
 #   yield  `perf` (this library, the default waits, which yield when the CQ is empty)
+#   proc   SEND only: `perf --spin` as perftest runs, one side per process (--listen/--connect)
 # Prints every round's t_typical (usec) and the medians. Printed, never asserted.
 #
 # Usage: benches/latency/compare.sh [ROUNDS]   (default 8; on the host: builds, then boots the
@@ -30,20 +31,30 @@ if [[ "${1:-}" == "--guest" ]]; then
     }
     c() { timeout -k 5 90 "$bin/threads" "$1" 1000 "$dev" "$gid" | typical; }
     ours() { timeout -k 5 90 "$bin/perf" "$1_lat" -d "$dev" -x "$gid" -n 1000 --quiet "${@:2}" | typical; }
+    proc() { # test: the server in the background, the client measures
+        port=$((port + 1))
+        timeout -k 5 90 "$bin/perf" "$1_lat" -d "$dev" -x "$gid" -n 1000 --quiet --spin --listen -p "$port" >/dev/null 2>&1 &
+        local sp=$!
+        ours "$1" --spin --connect 127.0.0.1 -p "$port"
+        wait "$sp" || true
+    }
     one() { # variant test
         case $1 in
             pt) pt "ib_$2_lat" ;;
             c) c "$2" ;;
             spin) ours "$2" --spin ;;
             yield) ours "$2" ;;
+            proc) proc "$2" ;;
         esac
     }
-    variants=(pt c spin yield)
     for ((r = 1; r <= rounds; r++)); do
         for t in write send; do
+            variants=(pt c spin yield)
+            [[ $t == send ]] && variants+=(proc)
+            n=${#variants[@]}
             line="round $r $t:"
-            for ((i = 0; i < 4; i++)); do
-                v=${variants[$(((i + r - 1) % 4))]}
+            for ((i = 0; i < n; i++)); do
+                v=${variants[$(((i + r - 1) % n))]}
                 line+=" $v $(one "$v" "$t")"
             done
             echo "$line"
@@ -76,11 +87,11 @@ for test, by in vals.items():
     med = {v: statistics.median(xs) for v, xs in by.items()}
     pt, c = med.get("pt"), med.get("c")
     cells = []
-    for v in ("pt", "c", "spin", "yield"):
+    for v in ("pt", "c", "spin", "yield", "proc"):
         if v in med:
             cells.append(f"{v} {med[v]:.2f} (n={len(by[v])}"
                          + (f", /pt {med[v] / pt:.2f}" if pt and v != "pt" else "")
-                         + (f", /c {med[v] / c:.2f}" if c and v in ("spin", "yield") else "") + ")")
+                         + (f", /c {med[v] / c:.2f}" if c and v in ("spin", "yield", "proc") else "") + ")")
     print(f"  {test}: " + "; ".join(cells))
 PY
 echo "results in $out"
