@@ -36,11 +36,13 @@
 //!   between consecutive posts (perftest's `run_iter_lat_write` / `run_iter_lat_send`). With
 //!   lanes each side prepares its requests once (`write_lat`: one WRITE per source slot).
 //!   `send_lat` keeps perftest's receive side: RX_DEPTH receives (at most the iterations; one at
-//!   a time with `-D`) posted before the first message, on a CQ of their own.
+//!   a time with `-D`) posted before the first message, on a CQ of their own. `send_lat
+//!   --listen` / `--connect HOST` runs one side per process instead, as perftest does (`-n`
+//!   only; the client measures).
 //!
-//! Completions are awaited with `SendLane::wait` / `Scope::wait`, which poll the CQ and yield
-//! the CPU (`sched_yield`) after every empty poll; `--spin` instead uses `SendLane::wait_spin` /
-//! `Scope::wait_spin`, which busy-poll without yielding, as perftest's loops poll
+//! Completions are awaited with `SendLane::wait` / `RecvLane::wait` / `Scope::wait`, which poll
+//! the CQ and yield the CPU (`sched_yield`) after every empty poll; `--spin` instead uses their
+//! `wait_spin`, which busy-poll without yielding, as perftest's loops poll
 //! `ibv_poll_cq` (still bounded by `--timeout`). The send queue is created with at
 //! least 2 x CQ_MOD entries, so that the library's automatic signaling (every depth/2-th
 //! request of an unsignaled run, for lanes and tokens alike) never changes perftest's
