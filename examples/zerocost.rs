@@ -13,7 +13,14 @@
 //! emulator is) toggles collection off while it runs. The same sequence runs once before,
 //! uncounted (`warm_up`).
 //!
-//! Build: `cargo build --release --example zerocost`. Usage: `zerocost [DEVICE [GID_INDEX]]`
+//! With `--send`, the measured function is `run_loop_send`, the typed `run_loop_send` of
+//! `raw.c --send`: N = 1000 SENDs of 64 bytes from one QP's send lane to the other QP, a
+//! receive posted on that QP's receive lane before each (one prepared receive, re-posted),
+//! every 16th send (and the last) signaled; after each signaled one, a wait for it, then one
+//! wait per receive posted since.
+//!
+//! Build: `cargo build --release --example zerocost`. Usage:
+//! `zerocost [--scope | --send] [DEVICE [GID_INDEX]]`
 //! (defaults: `$TYPED_VERBS_DEVICE` or `rxe0`, `$TYPED_VERBS_GID_INDEX` or 1).
 
 use std::time::Duration;
@@ -85,6 +92,50 @@ fn scope_body<A: HasRemoteWrite>(qp: &Qp<RC, RTS>, src: LocalBuf<'_>, dst: Remot
     })?
 }
 
+/// The SEND sequence with both lanes: a send lane on `a`, a receive lane on `b`, one request
+/// of each prepared once and re-posted, as `raw.c --send` re-posts one `ibv_send_wr` and one
+/// `ibv_recv_wr`.
+#[inline(always)]
+fn send_body(
+    a: &mut Qp<RC, RTS>,
+    b: &mut Qp<RC, RTS>,
+    src: LocalBuf<'_>,
+    dst: LocalBufMut<'_>,
+) -> typed_verbs::Result<()> {
+    scope(move |s| -> typed_verbs::Result<()> {
+        let mut lane = s.send_lane(a)?;
+        let mut recv_lane = s.recv_lane(b)?;
+        let mut wr = lane.prepare(Send::new(src))?;
+        let mut rwr = recv_lane.prepare(Recv::new(dst))?;
+        let mut receives = Vec::with_capacity(SIGNAL_EVERY);
+        for i in 0..N {
+            receives.push(recv_lane.post(&mut rwr)?);
+            if (i + 1) % SIGNAL_EVERY == 0 || i == N - 1 {
+                let token = lane.post(&mut wr)?;
+                settle();
+                lane.wait(token, TIMEOUT)?.ok()?;
+                for r in receives.drain(..) {
+                    recv_lane.wait(r, TIMEOUT)?.ok()?;
+                }
+            } else {
+                lane.post_unsignaled(&mut wr)?;
+            }
+        }
+        Ok(())
+    })?
+}
+
+/// The measured function of `--send`.
+#[inline(never)]
+fn run_loop_send(
+    a: &mut Qp<RC, RTS>,
+    b: &mut Qp<RC, RTS>,
+    src: LocalBuf<'_>,
+    dst: LocalBufMut<'_>,
+) -> typed_verbs::Result<()> {
+    send_body(a, b, src, dst)
+}
+
 /// The measured function: nothing but the post/wait loop (and its scope), N a constant as in
 /// the C program.
 #[inline(never)]
@@ -109,6 +160,7 @@ fn warm_up(qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::Rem
 fn main() -> typed_verbs::Result<()> {
     let mut args = std::env::args().skip(1).peekable();
     let tokens = args.next_if(|a| a == "--scope").is_some();
+    let send = !tokens && args.next_if(|a| a == "--send").is_some();
     let name = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()).unwrap_or_else(|| "rxe0".into());
     let gid_index: u32 =
         args.next().or_else(|| std::env::var("TYPED_VERBS_GID_INDEX").ok()).and_then(|s| s.parse().ok()).unwrap_or(1);
@@ -117,9 +169,9 @@ fn main() -> typed_verbs::Result<()> {
     let pd = ctx.alloc_pd()?;
     let mut src = pd.alloc_mr(4096, access::LOCAL_READ)?;
     src.as_mut_slice().fill(0xab);
-    let dst = pd.alloc_mr(4096, access::REMOTE_RW)?;
+    let mut dst = pd.alloc_mr(4096, access::REMOTE_RW)?;
     let (cq_a, cq_b) = (ctx.create_cq(64)?, ctx.create_cq(64)?);
-    let caps = QpCaps { max_send_wr: 64, max_recv_wr: 1, ..QpCaps::default() };
+    let caps = QpCaps { max_send_wr: 64, max_recv_wr: SIGNAL_EVERY as u32, ..QpCaps::default() };
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq_a).caps(caps))?;
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq_b).caps(caps))?;
     let (ea, eb) = (a.endpoint(PORT, gid_index, 0x1000)?, b.endpoint(PORT, gid_index, 0x2000)?);
@@ -131,15 +183,21 @@ fn main() -> typed_verbs::Result<()> {
         Ok(qp.to_rts(&RcRts::new(me.psn))?)
     };
     let mut a = connect(a, ea, eb)?;
-    let _b = connect(b, eb, ea)?;
+    let mut b = connect(b, eb, ea)?;
 
     let view = src.slice(..MSG)?;
-    let target = dst.remote(..)?;
-    warm_up(&mut a, view, target)?;
-    if tokens {
-        run_loop_scope(&a, view, target)?;
+    if send {
+        // The warm-up's own scope ends before the measured one borrows the receive buffer.
+        send_body(&mut a, &mut b, view, dst.slice_mut(..MSG)?)?;
+        run_loop_send(&mut a, &mut b, view, dst.slice_mut(..MSG)?)?;
     } else {
-        run_loop(&mut a, view, target)?;
+        let target = dst.remote(..)?;
+        warm_up(&mut a, view, target)?;
+        if tokens {
+            run_loop_scope(&a, view, target)?;
+        } else {
+            run_loop(&mut a, view, target)?;
+        }
     }
 
     let mut seen = [0u8; MSG];
@@ -148,7 +206,11 @@ fn main() -> typed_verbs::Result<()> {
         eprintln!("zerocost: the target does not hold the written bytes");
         std::process::exit(1);
     }
-    let how = if tokens { "scope tokens" } else { "send lane" };
-    println!("typed ({how}): {N} RDMA WRITEs of {MSG} bytes, every {SIGNAL_EVERY}th signaled: ok");
+    if send {
+        println!("typed (send and receive lanes): {N} SENDs (and receives) of {MSG} bytes, every {SIGNAL_EVERY}th signaled: ok");
+    } else {
+        let how = if tokens { "scope tokens" } else { "send lane" };
+        println!("typed ({how}): {N} RDMA WRITEs of {MSG} bytes, every {SIGNAL_EVERY}th signaled: ok");
+    }
     Ok(())
 }

@@ -688,7 +688,26 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         self.wait_with(token, timeout, Waiting::Spin)
     }
 
+    #[inline(always)]
     fn wait_with(
+        &mut self,
+        token: RecvToken<'scope>,
+        timeout: Duration,
+        how: Waiting,
+    ) -> std::result::Result<Completion, RecvWaitError<'scope>> {
+        // The common case, inline: the lane's own poll finds the receive's completion.
+        // Everything else (not there yet, kept, failed poll, foreign token) takes `wait_slow`.
+        if std::ptr::eq(token.qp, self.qp) && !self.qp.rq.lane.is_done(token.seq) {
+            if let RecvPoll::Mine(c) = self.qp.recv_cq.poll_for_recv_lane(self.qp, token.seq) {
+                return Ok(c);
+            }
+        }
+        self.wait_slow(token, timeout, how)
+    }
+
+    /// The rest of [`RecvLane::wait`].
+    #[inline(never)]
+    fn wait_slow(
         &mut self,
         token: RecvToken<'scope>,
         timeout: Duration,

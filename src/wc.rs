@@ -16,6 +16,7 @@ macro_rules! c_enum {
         }
         impl $name {
             /// Decodes the C value; unknown values are preserved in `Unknown`.
+            #[inline]
             pub fn from_raw(v: u32) -> Self {
                 #[allow(unreachable_patterns)]
                 match v {
@@ -192,6 +193,7 @@ impl Default for Completion {
 
 impl Completion {
     /// Decodes `wc`, whose flags (in libibverbs' numbering) are `flags`.
+    #[inline]
     pub(crate) fn from_raw(wc: &sys::ibv_wc, flags: u32) -> Self {
         let imm_or_inv = crate::cq::wc_imm_bits(wc);
         Completion {

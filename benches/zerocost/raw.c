@@ -14,8 +14,13 @@
  * The same sequence runs once before, uncounted (`warm_up`), so that lazy symbol binding and
  * first-touch effects are outside the measured call.
  *
- * Usage: raw [DEVICE [GID_INDEX]] (defaults: $TYPED_VERBS_DEVICE or rxe0, $TYPED_VERBS_GID_INDEX
- * or 1). Build: cc -O2 -g -o raw raw.c -libverbs
+ * With --send, the sequence is `run_loop_send` (warm-up `warm_up_send`): N = 1000 SENDs of 64
+ * bytes from one QP to the other, a receive posted on the other QP before each, every 16th send
+ * (and the last) signaled; after each signaled one, a poll for its completion, then one poll
+ * per receive posted since the last. One `ibv_recv_wr` and one `ibv_send_wr` are re-posted.
+ *
+ * Usage: raw [--send] [DEVICE [GID_INDEX]] (defaults: $TYPED_VERBS_DEVICE or rxe0,
+ * $TYPED_VERBS_GID_INDEX or 1). Build: cc -O2 -g -o raw raw.c -libverbs
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -105,6 +110,77 @@ static inline __attribute__((always_inline)) int loop_body(struct ibv_qp *qp, st
 	return 0;
 }
 
+/* One bounded busy-poll of `cq` for one completion; 0 if it is a success with `wr_id`. */
+static inline __attribute__((always_inline)) int poll_one(struct ibv_cq *cq, uint64_t wr_id)
+{
+	struct ibv_wc wc;
+	long long deadline = 0;
+	int n;
+
+	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) {
+		if ((++empty_polls & 1023) == 0) {
+			if (!deadline)
+				deadline = now_ns() + TIMEOUT_NS;
+			else if (now_ns() > deadline)
+				return -2;
+		}
+	}
+	return n < 0 || wc.status != IBV_WC_SUCCESS || wc.wr_id != wr_id ? -3 : 0;
+}
+
+static inline __attribute__((always_inline)) int send_body(struct ibv_qp *a, struct ibv_cq *cq_a, struct ibv_qp *b,
+							     struct ibv_cq *cq_b, struct ibv_mr *src, struct ibv_mr *dst)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = MSG, .lkey = src->lkey };
+	struct ibv_sge rsge = { .addr = (uintptr_t)dst->addr, .length = MSG, .lkey = dst->lkey };
+	struct ibv_send_wr wr, *bad = NULL;
+	struct ibv_recv_wr rwr, *rbad = NULL;
+	int i, first = 0;
+
+	memset(&wr, 0, sizeof wr);
+	wr.opcode = IBV_WR_SEND;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	memset(&rwr, 0, sizeof rwr);
+	rwr.sg_list = &rsge;
+	rwr.num_sge = 1;
+
+	for (i = 0; i < N; i++) {
+		int signaled = (i + 1) % SIGNAL_EVERY == 0 || i == N - 1;
+
+		rwr.wr_id = i;
+		if (ibv_post_recv(b, &rwr, &rbad))
+			return -1;
+		wr.wr_id = i;
+		wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+		if (ibv_post_send(a, &wr, &bad))
+			return -1;
+		if (!signaled)
+			continue;
+		settle();
+		if (poll_one(cq_a, i))
+			return -3;
+		for (; first <= i; first++)
+			if (poll_one(cq_b, first))
+				return -4;
+	}
+	return 0;
+}
+
+/* The measured function of --send. */
+MEASURED int run_loop_send(struct ibv_qp *a, struct ibv_cq *cq_a, struct ibv_qp *b, struct ibv_cq *cq_b,
+			   struct ibv_mr *src, struct ibv_mr *dst)
+{
+	return send_body(a, cq_a, b, cq_b, src, dst);
+}
+
+/* The same sequence, not counted. */
+MEASURED int warm_up_send(struct ibv_qp *a, struct ibv_cq *cq_a, struct ibv_qp *b, struct ibv_cq *cq_b,
+			  struct ibv_mr *src, struct ibv_mr *dst)
+{
+	return send_body(a, cq_a, b, cq_b, src, dst);
+}
+
 /* The measured function: nothing but the post/poll loop. */
 MEASURED int run_loop(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *src, struct ibv_mr *dst)
 {
@@ -122,7 +198,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 	struct ibv_qp_init_attr init = {
 		.send_cq = cq,
 		.recv_cq = cq,
-		.cap = { .max_send_wr = 64, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = 64, .max_recv_wr = SIGNAL_EVERY, .max_send_sge = 1, .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 0,
 	};
@@ -134,6 +210,11 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 
 int main(int argc, char **argv)
 {
+	int send = argc > 1 && !strcmp(argv[1], "--send");
+	if (send) {
+		argc--;
+		argv++;
+	}
 	const char *name = argc > 1 ? argv[1] : getenv("TYPED_VERBS_DEVICE");
 	const char *gid_env = argc > 2 ? argv[2] : getenv("TYPED_VERBS_GID_INDEX");
 	int gid_index = gid_env ? atoi(gid_env) : 1;
@@ -180,13 +261,13 @@ int main(int argc, char **argv)
 	    (step = rc_connect(b, PORT, 0x2000, a->qp_num, 0x1000, &gid, gid_index)))
 		die(step);
 
-	rc = warm_up(a, cq_a, src, dst);
+	rc = send ? warm_up_send(a, cq_a, b, cq_b, src, dst) : warm_up(a, cq_a, src, dst);
 	if (rc) {
 		fprintf(stderr, "raw: warm-up failed (%d)\n", rc);
 		return 1;
 	}
 	empty_polls = 0;
-	rc = run_loop(a, cq_a, src, dst);
+	rc = send ? run_loop_send(a, cq_a, b, cq_b, src, dst) : run_loop(a, cq_a, src, dst);
 	if (rc) {
 		fprintf(stderr, "raw: run_loop failed (%d)\n", rc);
 		return 1;
@@ -195,8 +276,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "raw: target does not hold the written bytes\n");
 		return 1;
 	}
-	printf("raw: %d RDMA WRITEs of %d bytes, every %dth signaled: ok; empty polls in run_loop: %ld\n", N, MSG,
-	       SIGNAL_EVERY, empty_polls);
+	printf("raw: %d %s of %d bytes, every %dth signaled: ok; empty polls in run_loop: %ld\n", N,
+	       send ? "SENDs (and receives)" : "RDMA WRITEs", MSG, SIGNAL_EVERY, empty_polls);
 
 	ibv_destroy_qp(a);
 	ibv_destroy_qp(b);
