@@ -69,13 +69,31 @@ MEASURED void settle(void)
 	nanosleep(&ts, NULL);
 }
 
+/* One busy-poll of `cq` for one completion, bounded (the clock is read every 1024 empty
+ * polls); 0 if it is a success with `wr_id`. */
+static inline __attribute__((always_inline)) int poll_one(struct ibv_cq *cq, uint64_t wr_id)
+{
+	struct ibv_wc wc;
+	long long deadline = 0;
+	int n;
+
+	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) {
+		if ((++empty_polls & 1023) == 0) {
+			if (!deadline)
+				deadline = now_ns() + TIMEOUT_NS;
+			else if (now_ns() > deadline)
+				return -2;
+		}
+	}
+	return n < 0 || wc.status != IBV_WC_SUCCESS || wc.wr_id != wr_id ? -3 : 0;
+}
+
 static inline __attribute__((always_inline)) int loop_body(struct ibv_qp *qp, struct ibv_cq *cq,
 							     struct ibv_mr *src, struct ibv_mr *dst)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = MSG, .lkey = src->lkey };
 	struct ibv_send_wr wr, *bad = NULL;
-	struct ibv_wc wc;
-	int i, n;
+	int i;
 
 	memset(&wr, 0, sizeof wr);
 	wr.opcode = IBV_WR_RDMA_WRITE;
@@ -94,38 +112,11 @@ static inline __attribute__((always_inline)) int loop_body(struct ibv_qp *qp, st
 		if (!signaled)
 			continue;
 		settle();
-		long long deadline = 0;
-		while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) {
-			/* Bounded: look at the clock every 1024 empty polls. */
-			if ((++empty_polls & 1023) == 0) {
-				if (!deadline)
-					deadline = now_ns() + TIMEOUT_NS;
-				else if (now_ns() > deadline)
-					return -2;
-			}
-		}
-		if (n < 0 || wc.status != IBV_WC_SUCCESS || wc.wr_id != (uint64_t)i)
-			return -3;
+		int rc = poll_one(cq, i);
+		if (rc)
+			return rc;
 	}
 	return 0;
-}
-
-/* One bounded busy-poll of `cq` for one completion; 0 if it is a success with `wr_id`. */
-static inline __attribute__((always_inline)) int poll_one(struct ibv_cq *cq, uint64_t wr_id)
-{
-	struct ibv_wc wc;
-	long long deadline = 0;
-	int n;
-
-	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) {
-		if ((++empty_polls & 1023) == 0) {
-			if (!deadline)
-				deadline = now_ns() + TIMEOUT_NS;
-			else if (now_ns() > deadline)
-				return -2;
-		}
-	}
-	return n < 0 || wc.status != IBV_WC_SUCCESS || wc.wr_id != wr_id ? -3 : 0;
 }
 
 static inline __attribute__((always_inline)) int send_body(struct ibv_qp *a, struct ibv_cq *cq_a, struct ibv_qp *b,
@@ -158,11 +149,11 @@ static inline __attribute__((always_inline)) int send_body(struct ibv_qp *a, str
 		if (!signaled)
 			continue;
 		settle();
-		if (poll_one(cq_a, i))
-			return -3;
-		for (; first <= i; first++)
-			if (poll_one(cq_b, first))
-				return -4;
+		int rc = poll_one(cq_a, i);
+		for (; !rc && first <= i; first++)
+			rc = poll_one(cq_b, first);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
