@@ -9,7 +9,9 @@
 #   spin   `perf --spin` (this library, busy-polling waits)
 #   yield  `perf` (this library, the default waits, which yield when the CQ is empty)
 #   proc   SEND only: `perf --spin` as perftest runs, one side per process (--listen/--connect)
-# Prints every round's t_typical (usec) and the medians. Printed, never asserted.
+# Prints every round's t_typical/t_min (usec) and the medians of each. t_min is the fastest
+# round trip of a run: the path's own cost, with the least of the emulator's mix of fast and
+# slow iterations (BENCHMARKS.md, "Receive lanes"). Printed, never asserted.
 #
 # Usage: benches/latency/compare.sh [ROUNDS]   (default 8; on the host: builds, then boots the
 # Soft-RoCE VM once with scripts/softroce-run; about 1 minute of VM per round)
@@ -20,7 +22,7 @@ ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
 if [[ "${1:-}" == "--guest" ]]; then
     bin="$2" rounds="$3"
     dev="${TYPED_VERBS_DEVICE:-rxe0}" gid="${TYPED_VERBS_GID_INDEX:-1}" port=19900
-    typical() { awk '$1 == 2 && $2 == 1000 { print $5; exit }'; }
+    typical() { awk '$1 == 2 && $2 == 1000 { print $5 "/" $3; exit }'; }
     pt() { # tool
         port=$((port + 1))
         timeout -k 5 90 "$1" -d "$dev" -x "$gid" -F -p "$port" -s 2 -n 1000 -I 0 --use_old_post_send >/dev/null 2>&1 &
@@ -73,7 +75,7 @@ cp target/release/examples/perf "$out/bin/"
 cc -O2 -Wall -Wextra -pthread -o "$out/bin/threads" benches/latency/threads.c -libverbs
 scripts/softroce-run --timeout $((120 + 90 * rounds)) --rwdir "$out" -- \
     "$ROOT/benches/latency/compare.sh" --guest "$out/bin" "$rounds" | tee "$out/rounds.txt"
-echo "medians of t_typical (usec) over the rounds:"
+echo "medians over the rounds (usec):"
 python3 - "$out/rounds.txt" <<'PY'
 import re, statistics, sys
 vals = {}
@@ -81,9 +83,10 @@ for line in open(sys.argv[1]):
     m = re.match(r"round \d+ (\w+):(.*)", line)
     if not m:
         continue
-    for v, x in re.findall(r"(\w+) ([\d.]+)", m[2]):
-        vals.setdefault(m[1], {}).setdefault(v, []).append(float(x))
-for test, by in vals.items():
+    for v, typ, tmin in re.findall(r"(\w+) ([\d.]+)/([\d.]+)", m[2]):
+        for stat, x in (("t_typical", typ), ("t_min", tmin)):
+            vals.setdefault((m[1], stat), {}).setdefault(v, []).append(float(x))
+for (test, stat), by in vals.items():
     med = {v: statistics.median(xs) for v, xs in by.items()}
     pt, c = med.get("pt"), med.get("c")
     cells = []
@@ -92,6 +95,6 @@ for test, by in vals.items():
             cells.append(f"{v} {med[v]:.2f} (n={len(by[v])}"
                          + (f", /pt {med[v] / pt:.2f}" if pt and v != "pt" else "")
                          + (f", /c {med[v] / c:.2f}" if c and v in ("spin", "yield", "proc") else "") + ")")
-    print(f"  {test}: " + "; ".join(cells))
+    print(f"  {test} {stat}: " + "; ".join(cells))
 PY
 echo "results in $out"
