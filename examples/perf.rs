@@ -28,8 +28,8 @@
 //!   server is for WRITE and READ. With lanes, `write_bw` prepares one WRITE per QP and
 //!   `read_bw` one READ per destination slot (TX_DEPTH slots per QP, used in turn).
 //! - `send_bw`: the same sender, plus a receiver thread (perftest's server process) that keeps
-//!   RX_DEPTH receives posted on every b_i and reposts each one as it completes (scope tokens
-//!   either way).
+//!   RX_DEPTH receives posted on every b_i and reposts each one as it completes (with lanes: a
+//!   `RecvLane` per b_i, one prepared receive per buffer).
 //! - `write_lat`, `send_lat`: ping-pong between two threads (perftest's two processes), each
 //!   side with its own context, PD, CQ and regions, as each perftest process has; the
 //!   measuring thread records the time of each post; reported latency is half the interval
@@ -747,65 +747,27 @@ struct SendShared {
     failed: AtomicBool,
 }
 
-/// The receiving side of send_bw (perftest's server): keeps RX_DEPTH receives posted per QP.
-fn send_bw_receiver(p: &Params, qps: &[Qp<RC, RTS>], bufs: Vec<Vec<LocalBufMut<'_>>>, sh: &SendShared) -> Result<()> {
+/// The receiving side of send_bw (perftest's server): keeps RX_DEPTH receives (at most the
+/// iterations) posted per QP, reposting each as it completes; with receive lanes, or with scope
+/// tokens (`--tokens`).
+fn send_bw_receiver(
+    p: &Params,
+    qps: &mut [Qp<RC, RTS>],
+    bufs: Vec<Vec<LocalBufMut<'_>>>,
+    sh: &SendShared,
+) -> Result<()> {
     let r = scope_with_timeout(p.timeout, |s| -> Result<()> {
-        let nq = qps.len();
-        let mut queues: Vec<VecDeque<Token<'_, LocalBufMut<'_>>>> = Vec::with_capacity(nq);
-        let mut posted = vec![0u64; nq];
-        for (q, bufs) in bufs.into_iter().enumerate() {
-            let mut queue = VecDeque::with_capacity(bufs.len());
-            for buf in bufs.into_iter().take(p.iters.min(usize::MAX as u64) as usize) {
-                queue.push_back(s.post_recv(&qps[q], Recv::new(buf))?);
-                posted[q] += 1;
+        let per_qp = p.iters.min(usize::MAX as u64) as usize;
+        let bufs = bufs.into_iter().map(|b| b.into_iter().take(per_qp).collect::<Vec<_>>());
+        if p.tokens {
+            let mut rxs: Vec<_> = qps.iter().zip(bufs).map(|(qp, b)| TokenRecv::new(s, qp, b)).collect();
+            send_bw_receive_loop(p, &mut rxs, sh)
+        } else {
+            let mut rxs = Vec::with_capacity(qps.len());
+            for (qp, b) in qps.iter_mut().zip(bufs) {
+                rxs.push(LaneRecv::new(s.recv_lane(qp)?, b)?);
             }
-            queues.push(queue);
-        }
-        sh.ready.store(true, Ordering::Release);
-        let mut published = false;
-        let mut last_progress = Instant::now();
-        loop {
-            let mut progressed = false;
-            for q in 0..nq {
-                let Some(token) = queues[q].pop_front() else { continue };
-                match wait_on(s, token, p.spin, SLICE) {
-                    Ok((c, buf)) => {
-                        c.ok()?;
-                        progressed = true;
-                        let repost = if p.duration.is_some() {
-                            !published && !sh.stop.load(Ordering::Acquire)
-                        } else {
-                            posted[q] < p.iters
-                        };
-                        if repost {
-                            queues[q].push_back(s.post_recv(&qps[q], Recv::new(buf))?);
-                            posted[q] += 1;
-                        }
-                    }
-                    Err(WaitError { error: Error::Timeout { .. }, token }) => queues[q].push_front(token),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if p.duration.is_some() && !published && sh.stop.load(Ordering::Acquire) {
-                for (f, &n) in sh.final_posted.iter().zip(&posted) {
-                    f.store(n, Ordering::Release);
-                }
-                sh.published.store(true, Ordering::Release);
-                published = true;
-            }
-            if queues.iter().all(VecDeque::is_empty) && (p.duration.is_none() || published) {
-                return Ok(());
-            }
-            if progressed {
-                last_progress = Instant::now();
-            } else if sh.failed.load(Ordering::Acquire) {
-                return Err(bad("the sender failed"));
-            } else if last_progress.elapsed() >= p.timeout {
-                return Err(Error::Timeout {
-                    what: "a receive completion (send_bw receiver)".into(),
-                    after: p.timeout,
-                });
-            }
+            send_bw_receive_loop(p, &mut rxs, sh)
         }
     });
     let r = r.and_then(|r| r);
@@ -813,6 +775,60 @@ fn send_bw_receiver(p: &Params, qps: &[Qp<RC, RTS>], bufs: Vec<Vec<LocalBufMut<'
         sh.failed.store(true, Ordering::Release);
     }
     r
+}
+
+/// The loop of `send_bw_receiver`, whatever the receiving API: one receiver per QP, each
+/// waited for in turn (a slice at a time).
+fn send_bw_receive_loop(p: &Params, rxs: &mut [impl LatReceiver], sh: &SendShared) -> Result<()> {
+    let nq = rxs.len();
+    let (mut posted, mut done, mut oldest) = (vec![0u64; nq], vec![0u64; nq], vec![0usize; nq]);
+    for (q, rx) in rxs.iter_mut().enumerate() {
+        for i in 0..rx.slots() {
+            rx.post(i)?;
+        }
+        posted[q] = rx.slots() as u64;
+    }
+    sh.ready.store(true, Ordering::Release);
+    let mut published = false;
+    let mut last_progress = Instant::now();
+    loop {
+        let mut progressed = false;
+        for q in 0..nq {
+            if done[q] == posted[q] {
+                continue;
+            }
+            let Some(c) = rxs[q].wait(oldest[q], p.spin, SLICE)? else { continue };
+            c.ok()?;
+            progressed = true;
+            done[q] += 1;
+            let repost =
+                if p.duration.is_some() { !published && !sh.stop.load(Ordering::Acquire) } else { posted[q] < p.iters };
+            // Once a receive is not reposted, none is any more: the slots left complete in
+            // turn, so `oldest` keeps naming the next one.
+            if repost {
+                rxs[q].post(oldest[q])?;
+                posted[q] += 1;
+            }
+            oldest[q] = (oldest[q] + 1) % rxs[q].slots();
+        }
+        if p.duration.is_some() && !published && sh.stop.load(Ordering::Acquire) {
+            for (f, &n) in sh.final_posted.iter().zip(&posted) {
+                f.store(n, Ordering::Release);
+            }
+            sh.published.store(true, Ordering::Release);
+            published = true;
+        }
+        if done == posted && (p.duration.is_none() || published) {
+            return Ok(());
+        }
+        if progressed {
+            last_progress = Instant::now();
+        } else if sh.failed.load(Ordering::Acquire) {
+            return Err(bad("the sender failed"));
+        } else if last_progress.elapsed() >= p.timeout {
+            return Err(Error::Timeout { what: "a receive completion (send_bw receiver)".into(), after: p.timeout });
+        }
+    }
 }
 
 fn run_bw(p: &Params) -> Result<report::BwRun> {
@@ -895,7 +911,7 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
                 published: AtomicBool::new(false),
                 failed: AtomicBool::new(false),
             };
-            let (a, b) = (&mut a, &b);
+            let (a, b) = (&mut a, &mut b);
             std::thread::scope(|ts| {
                 let receiver = ts.spawn(|| send_bw_receiver(p, b, bufs, &sh));
                 let mut sender = || -> Result<BwRun> {
@@ -1039,10 +1055,12 @@ trait LatPoster<'scope, 'a> {
     fn send(&mut self, k: u64, signaled: bool) -> Result<()>;
 }
 
-/// How one side of send_lat receives: with scope tokens ([`TokenRecv`]) or a receive lane
-/// ([`LaneRecv`]). Receive slot `i` is one buffer; slots are posted in turn, so the oldest one
+/// How a receiving side (of send_lat, or send_bw's receiver per QP) receives: with scope
+/// tokens ([`TokenRecv`]) or a receive lane ([`LaneRecv`]). Receive slot `i` is one buffer; slots are posted in turn, so the oldest one
 /// posted is the next to complete (a receive queue completes in order).
 trait LatReceiver {
+    /// How many receive slots (buffers) there are.
+    fn slots(&self) -> usize;
     /// Posts receive slot `i`.
     fn post(&mut self, i: usize) -> Result<()>;
     /// Waits at most `slice` for slot `i`'s receive; `None` if the slice ran out.
@@ -1058,7 +1076,17 @@ struct TokenRecv<'scope, 'env, 'a> {
     tokens: Vec<Option<Token<'scope, LocalBufMut<'a>>>>,
 }
 
+impl<'scope, 'env, 'a: 'scope> TokenRecv<'scope, 'env, 'a> {
+    fn new(s: &'scope Scope<'scope, 'env>, qp: &'scope Qp<RC, RTS>, bufs: Vec<LocalBufMut<'a>>) -> Self {
+        let tokens = bufs.iter().map(|_| None).collect();
+        TokenRecv { s, qp, bufs: bufs.into_iter().map(Some).collect(), tokens }
+    }
+}
+
 impl<'scope, 'a: 'scope> LatReceiver for TokenRecv<'scope, '_, 'a> {
+    fn slots(&self) -> usize {
+        self.bufs.len()
+    }
     fn post(&mut self, i: usize) -> Result<()> {
         let buf = self.bufs[i].take().ok_or_else(|| bad("internal: receive slot posted twice"))?;
         self.tokens[i] = Some(self.s.post_recv(self.qp, Recv::new(buf))?);
@@ -1087,7 +1115,19 @@ struct LaneRecv<'scope, 'a> {
     tokens: Vec<Option<RecvToken<'scope>>>,
 }
 
+impl<'scope, 'a: 'scope> LaneRecv<'scope, 'a> {
+    /// Prepares one receive per buffer on `lane`.
+    fn new(lane: RecvLane<'scope, RC>, bufs: Vec<LocalBufMut<'a>>) -> Result<Self> {
+        let prepared = bufs.into_iter().map(|b| Ok(lane.prepare(Recv::new(b))?)).collect::<Result<Vec<_>>>()?;
+        let tokens = prepared.iter().map(|_| None).collect();
+        Ok(LaneRecv { lane, prepared, tokens })
+    }
+}
+
 impl LatReceiver for LaneRecv<'_, '_> {
+    fn slots(&self) -> usize {
+        self.prepared.len()
+    }
     fn post(&mut self, i: usize) -> Result<()> {
         self.tokens[i] = Some(self.lane.post(&mut self.prepared[i])?);
         Ok(())
@@ -1254,37 +1294,31 @@ fn send_lat_side(
 ) -> Result<Vec<u64>> {
     let mut stamps = side.stamps();
     side.run(|s| {
-        let n = bufs.len();
         if side.p.tokens {
             let qp = &*qp;
             let post = |_: u64, signaled: bool| {
                 let wr = Send::new(src);
                 Ok(if signaled { s.post_send(qp, wr)? } else { s.post_send(qp, wr.unsignaled())? })
             };
-            let mut rx =
-                TokenRecv { s, qp, bufs: bufs.into_iter().map(Some).collect(), tokens: (0..n).map(|_| None).collect() };
-            send_lat_loop(side, &mut TokenLat::new(s, side, post), &mut rx, n, &mut stamps)
+            send_lat_loop(side, &mut TokenLat::new(s, side, post), &mut TokenRecv::new(s, qp, bufs), &mut stamps)
         } else {
             let (lane, recv_lane) = s.lanes(qp)?;
             let wrs = vec![lane.prepare(Send::new(src))?];
-            let prepared =
-                bufs.into_iter().map(|b| Ok(recv_lane.prepare(Recv::new(b))?)).collect::<Result<Vec<_>>>()?;
-            let mut rx = LaneRecv { lane: recv_lane, prepared, tokens: (0..n).map(|_| None).collect() };
-            send_lat_loop(side, &mut LaneLat { lane, wrs, side }, &mut rx, n, &mut stamps)
+            send_lat_loop(side, &mut LaneLat { lane, wrs, side }, &mut LaneRecv::new(recv_lane, bufs)?, &mut stamps)
         }
     })?;
     Ok(stamps)
 }
 
-/// The loop of `send_lat_side`, whatever the posting API: `n` receive slots of `rx`.
+/// The loop of `send_lat_side`, whatever the posting API.
 fn send_lat_loop<'scope, 'a>(
     side: LatSide<'_>,
     poster: &mut impl LatPoster<'scope, 'a>,
     rx: &mut impl LatReceiver,
-    n: usize,
     stamps: &mut Vec<u64>,
 ) -> Result<()> {
     let p = side.p;
+    let n = rx.slots();
     let mut progress = Progress::new(p, p.iters);
     for i in 0..n {
         rx.post(i)?;
@@ -1513,7 +1547,7 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
     };
     let _ = writeln!(out, " Completions     : {waiting}");
     if matches!(p.test, Test::SendBw | Test::SendLat) {
-        let lane = !p.tokens && p.test == Test::SendLat;
+        let lane = !p.tokens;
         let recv = match (lane, p.spin) {
             (false, false) => "Scope::post_recv, Scope::wait",
             (false, true) => "Scope::post_recv, Scope::wait_spin",

@@ -80,3 +80,32 @@ fn send_lat_runs_in_two_processes_connected_over_tcp() {
     assert_latency_report(&out, "send lane");
     assert!(!server_out.contains("t_typical"), "the server does not measure:\n{server_out}");
 }
+
+/// The number after `"key":` in the JSON line of `out`.
+fn json_num(out: &str, key: &str) -> f64 {
+    let json = out.lines().rfind(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON line:\n{out}"));
+    let at = json.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {json}")) + key.len() + 3;
+    let end = json[at..].find([',', '}']).map_or(json.len(), |e| at + e);
+    json[at..end].parse().unwrap_or_else(|_| panic!("{key} is not a number in {json}"))
+}
+
+#[test]
+fn send_bw_receives_with_lanes_and_with_tokens_by_count_and_by_duration() {
+    // Two QPs; the receiver reposts each receive as it completes (a receive lane per QP, or
+    // scope tokens), by iteration count and in duration mode.
+    let runs: [(&[&str], &str); 3] = [
+        (&["-n", "400"], "RecvLane::post"),
+        (&["-n", "400", "--tokens"], "Scope::post_recv"),
+        (&["-D", "1"], "RecvLane::post"),
+    ];
+    for (extra, receives) in runs {
+        let mut a = vec!["send_bw".to_string(), "-d".into(), device_name(), "-x".into(), gid_index().to_string()];
+        a.extend(["-s", "4096", "-q", "2", "-r", "64", "--timeout", "30", "--json"].map(String::from));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let mut p = Proc::spawn("perf send_bw", &example("perf"), &a);
+        let out = finished(&mut p);
+        assert!(out.lines().any(|l| l.contains("Receives") && l.contains(receives)), "{extra:?}:\n{out}");
+        assert!(json_num(&out, "iterations") >= 2.0, "{extra:?}:\n{out}");
+        assert!(json_num(&out, "bw_avg_mb_s") > 0.0, "{extra:?}:\n{out}");
+    }
+}
