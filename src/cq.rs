@@ -21,7 +21,7 @@ use crate::queue::{is_lane_request, is_recv_lane_request, RECV_BIT};
 use crate::wc::Completion;
 
 /// How many completions one `ibv_poll_cq` call may return.
-const POLL_BATCH: usize = 16;
+pub(crate) const POLL_BATCH: usize = 16;
 
 /// What one [`CqShared::poll_for_recv_lane`] found.
 pub(crate) enum RecvPoll {
@@ -294,25 +294,47 @@ impl CqShared {
     }
 
     /// One poll for the receive lane of `qp` (one of this CQ's QPs), whose wait is for its
-    /// request `seq`: if that is the completion polled, it is recorded and handed back at once
-    /// (nothing is stored); anything else is routed as usual. One completion at a time, under
-    /// the routing lock, as [`CqShared::poll_for_lane`].
+    /// request `seq`: up to [`POLL_BATCH`] completions under the routing lock, as perftest's
+    /// receivers poll. The lane's own receive completions are recorded at once: the awaited one
+    /// is handed back, the others go to `ready` (the lane's own, at most `keep` of them: the
+    /// oldest goes first). Anything else is routed as usual.
     #[inline(never)]
-    pub(crate) fn poll_for_recv_lane(&self, qp: &QpShared, seq: u64) -> RecvPoll {
+    pub(crate) fn poll_for_recv_lane(
+        &self,
+        qp: &QpShared,
+        seq: u64,
+        ready: &mut std::collections::VecDeque<(u64, Completion)>,
+        keep: usize,
+    ) -> RecvPoll {
         let routes = self.routes.lock();
-        let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
-        // SAFETY: the CQ is alive; `wc` has room for the one entry asked for.
-        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), 1, wc.as_mut_ptr()) };
+        let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
+        // SAFETY: the CQ is alive; `wcs` has room for POLL_BATCH entries (`MaybeUninit<ibv_wc>`
+        // has the layout of `ibv_wc`).
+        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), POLL_BATCH as i32, wcs.as_mut_ptr().cast()) };
         if n <= 0 {
             return if n == 0 { RecvPoll::Empty } else { RecvPoll::Failed(n) };
         }
-        // SAFETY: ibv_poll_cq(3) filled the entry (it returned 1).
-        let wc = unsafe { wc.assume_init_ref() };
-        if wc.qp_num == qp.qp_num() && wc.wr_id == seq | RECV_BIT && qp.rq.lane.complete_taken(seq) {
-            return RecvPoll::Mine(self.decode(wc));
+        let mut found = RecvPoll::Other;
+        // A provider never returns more than asked; clamp anyway so a faulty one cannot panic us.
+        for wc in &wcs[..(n as usize).min(POLL_BATCH)] {
+            // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
+            let wc = unsafe { wc.assume_init_ref() };
+            let lane_seq = wc.wr_id & !RECV_BIT;
+            if wc.qp_num == qp.qp_num() && is_recv_lane_request(wc.wr_id) && qp.rq.lane.complete_taken(lane_seq) {
+                let c = self.decode(wc);
+                if lane_seq == seq {
+                    found = RecvPoll::Mine(c);
+                } else {
+                    if ready.len() >= keep.max(1) {
+                        ready.pop_front();
+                    }
+                    ready.push_back((lane_seq, c));
+                }
+            } else {
+                self.route_cold(&routes, wc, Some(qp));
+            }
         }
-        self.route_cold(&routes, wc, Some(qp));
-        RecvPoll::Other
+        found
     }
 
     /// [`CqShared::route`], out of line.

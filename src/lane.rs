@@ -133,6 +133,9 @@ pub struct RecvLane<'scope, T: Transport> {
     /// Requests numbered below this fit in the receive queue without looking at completions.
     limit: u64,
     depth: u64,
+    /// Completions of this lane's receives that its polls took for other receives than the
+    /// awaited one (oldest first, at most `depth`): only this lane's waits can collect them.
+    ready: std::collections::VecDeque<(u64, Completion)>,
     _qp: PhantomData<fn() -> T>,
     /// Invariant in 'scope (see [`SendLane`]).
     _scope: PhantomData<&'scope mut &'scope ()>,
@@ -289,7 +292,17 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let raw_qp = NonNull::new(shared.as_ptr()).ok_or_else(|| Error::invalid("receive lane", "no QP"))?;
         // SAFETY: as in `open_send_lane`.
         let post_fn = unsafe { (*(*raw_qp.as_ptr()).context).ops.post_recv }.unwrap_or(sys::ibv_post_recv);
-        Ok(RecvLane { qp: shared, raw_qp, post_fn, limit: next + depth, depth, _qp: PhantomData, _scope: PhantomData })
+        let ready = std::collections::VecDeque::with_capacity(crate::cq::POLL_BATCH);
+        Ok(RecvLane {
+            qp: shared,
+            raw_qp,
+            post_fn,
+            limit: next + depth,
+            depth,
+            ready,
+            _qp: PhantomData,
+            _scope: PhantomData,
+        })
     }
 
     fn open_send_lane<T: Transport, S: CanPostSend>(
@@ -695,11 +708,22 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         timeout: Duration,
         how: Waiting,
     ) -> std::result::Result<Completion, RecvWaitError<'scope>> {
-        // The common case, inline: the lane's own poll finds the receive's completion.
-        // Everything else (not there yet, kept, failed poll, foreign token) takes `wait_slow`.
-        if std::ptr::eq(token.qp, self.qp) && !self.qp.rq.lane.is_done(token.seq) {
-            if let RecvPoll::Mine(c) = self.qp.recv_cq.poll_for_recv_lane(self.qp, token.seq) {
-                return Ok(c);
+        // The common cases, inline: an earlier poll of the lane took the receive's completion
+        // (the oldest it took), or the lane's poll finds it now. Everything else (not there yet,
+        // kept by another poller, failed poll, foreign token) takes `wait_slow`.
+        if std::ptr::eq(token.qp, self.qp) {
+            if let Some(&(seq, c)) = self.ready.front() {
+                if seq == token.seq {
+                    self.ready.pop_front();
+                    return Ok(c);
+                }
+            } else if !self.qp.rq.lane.is_done(token.seq) {
+                let depth = self.depth as usize;
+                if let RecvPoll::Mine(c) =
+                    self.qp.recv_cq.poll_for_recv_lane(self.qp, token.seq, &mut self.ready, depth)
+                {
+                    return Ok(c);
+                }
             }
         }
         self.wait_slow(token, timeout, how)
@@ -719,12 +743,17 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         let (qp, book) = (self.qp, &self.qp.rq.lane);
         let mut idle = Idle::new(how, timeout);
         loop {
+            if let Some(i) = self.ready.iter().position(|&(seq, _)| seq == token.seq) {
+                if let Some((_, c)) = self.ready.remove(i) {
+                    return Ok(c);
+                }
+            }
             match book.take_kept(token.seq, qp.qp_num()) {
                 Kept::Pending => {}
                 Kept::Done(c) => return Ok(c),
                 Kept::Lost => return Err(RecvWaitError { error: lost(qp, token.seq, self.depth), token }),
             }
-            match qp.recv_cq.poll_for_recv_lane(qp, token.seq) {
+            match qp.recv_cq.poll_for_recv_lane(qp, token.seq, &mut self.ready, self.depth as usize) {
                 RecvPoll::Mine(c) => return Ok(c),
                 RecvPoll::Empty if idle.expired() => {
                     let what = format!("the completion of lane receive {} on QP {:#x}", token.seq, qp.qp_num());

@@ -235,3 +235,40 @@ fn a_recv_lane_refuses_an_srq_qp_and_a_queue_with_receives_posted_otherwise() {
     })
     .unwrap();
 }
+
+#[test]
+fn one_poll_of_the_lane_takes_several_completions_for_its_later_waits() {
+    // b's receives complete on a CQ of their own: the lane's first wait polls a batch, hands
+    // back the awaited completion and keeps the others in the lane, for the waits that follow
+    // (in order or not).
+    const N: usize = 8;
+    let r = rig();
+    let cq_b = r._ctx.create_cq(64).unwrap();
+    let mut p = rc_pair(&r.pd, &r.cq, &cq_b, QpAccess::empty(), QpCaps::default());
+    let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(0x44);
+    let mut dst = r.pd.alloc_mr(N * 64, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let mut recv = s.recv_lane(&mut p.b).unwrap();
+        let mut rest = dst.slice_mut(..).unwrap();
+        let mut prepared = Vec::new();
+        for _ in 0..N {
+            let (slot, tail) = rest.split_at(64).unwrap();
+            prepared.push(recv.prepare(Recv::new(slot)).unwrap());
+            rest = tail;
+        }
+        let mut tokens: Vec<_> = prepared.iter_mut().map(|w| Some(recv.post(w).unwrap())).collect();
+        for i in 0..N {
+            let t = s.post_send(&p.a, Send::new(src.slice(..1 + i).unwrap())).unwrap();
+            assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        }
+        // Every receive has completed (its send did); nothing but the lane polls cq_b.
+        for i in [0, 3, 1, 2, 7, 4, 5, 6] {
+            let c = recv.wait(tokens[i].take().unwrap(), WAIT).unwrap();
+            assert_eq!((c.status(), c.opcode(), c.byte_len()), (WcStatus::Success, WcOpcode::Recv, 1 + i as u32));
+            assert_eq!(first_byte(&prepared[i]), 0x44);
+        }
+        assert_eq!(recv.outstanding(), 0);
+    })
+    .unwrap();
+}
