@@ -1056,8 +1056,9 @@ trait LatPoster<'scope, 'a> {
 }
 
 /// How a receiving side (of send_lat, or send_bw's receiver per QP) receives: with scope
-/// tokens ([`TokenRecv`]) or a receive lane ([`LaneRecv`]). Receive slot `i` is one buffer; slots are posted in turn, so the oldest one
-/// posted is the next to complete (a receive queue completes in order).
+/// tokens ([`TokenRecv`]) or a receive lane ([`LaneRecv`]). Receive slot `i` is one buffer;
+/// slots are posted in turn, so the oldest one posted is the next to complete (a receive queue
+/// completes in order).
 trait LatReceiver {
     /// How many receive slots (buffers) there are.
     fn slots(&self) -> usize;
