@@ -29,10 +29,8 @@ pub(crate) enum RecvPoll {
     Empty,
     /// The completion of the awaited request.
     Mine(Completion),
-    /// Another completion, routed to its work queue.
+    /// Other completions, routed to their work queues (or kept by the lane).
     Other,
-    /// `ibv_poll_cq` failed with this return value.
-    Failed(i32),
 }
 
 /// A completion queue: `struct ibv_cq`. Cheap to clone (shared); destroyed when the last clone
@@ -298,6 +296,9 @@ impl CqShared {
     /// receivers poll. The lane's own receive completions are recorded at once: the awaited one
     /// is handed back, the others go to `ready` (the lane's own, at most `keep` of them: the
     /// oldest goes first). Anything else is routed as usual.
+    ///
+    /// # Errors
+    /// A failed `ibv_poll_cq`.
     #[inline(never)]
     pub(crate) fn poll_for_recv_lane(
         &self,
@@ -305,25 +306,14 @@ impl CqShared {
         seq: u64,
         ready: &mut std::collections::VecDeque<(u64, Completion)>,
         keep: usize,
-    ) -> RecvPoll {
-        let routes = self.routes.lock();
-        let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
-        // SAFETY: the CQ is alive; `wcs` has room for POLL_BATCH entries (`MaybeUninit<ibv_wc>`
-        // has the layout of `ibv_wc`).
-        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), POLL_BATCH as i32, wcs.as_mut_ptr().cast()) };
-        if n <= 0 {
-            return if n == 0 { RecvPoll::Empty } else { RecvPoll::Failed(n) };
-        }
-        let mut found = RecvPoll::Other;
-        // A provider never returns more than asked; clamp anyway so a faulty one cannot panic us.
-        for wc in &wcs[..(n as usize).min(POLL_BATCH)] {
-            // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
-            let wc = unsafe { wc.assume_init_ref() };
+    ) -> Result<RecvPoll> {
+        let mut mine = None;
+        let n = self.poll_with(POLL_BATCH, |_, wc, routes| {
             let lane_seq = wc.wr_id & !RECV_BIT;
             if wc.qp_num == qp.qp_num() && is_recv_lane_request(wc.wr_id) && qp.rq.lane.complete_taken(lane_seq) {
                 let c = self.decode(wc);
                 if lane_seq == seq {
-                    found = RecvPoll::Mine(c);
+                    mine = Some(c);
                 } else {
                     if ready.len() >= keep.max(1) {
                         ready.pop_front();
@@ -331,10 +321,14 @@ impl CqShared {
                     ready.push_back((lane_seq, c));
                 }
             } else {
-                self.route_cold(&routes, wc, Some(qp));
+                self.route_cold(routes, wc, Some(qp));
             }
-        }
-        found
+        })?;
+        Ok(match mine {
+            Some(c) => RecvPoll::Mine(c),
+            None if n == 0 => RecvPoll::Empty,
+            None => RecvPoll::Other,
+        })
     }
 
     /// [`CqShared::route`], out of line.

@@ -267,30 +267,46 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         Ok((self.open_send_lane(shared)?, recv))
     }
 
-    fn open_recv_lane<T: Transport>(&'scope self, shared: &'scope QpShared) -> Result<RecvLane<'scope, T>> {
+    /// Opens the lane book of queue `q` of `shared` (a usable QP) for the lane `what`: nothing
+    /// else may be outstanding on that queue. Registers the queue for the scope's drain.
+    /// Returns the lane's first request number and the raw QP.
+    fn open_book(
+        &'scope self,
+        shared: &'scope QpShared,
+        q: QueueRef<'scope>,
+        what: &'static str,
+    ) -> Result<(u64, NonNull<sys::ibv_qp>)> {
         shared.check_usable()?;
+        let tracked = q.tracked();
+        let busy = tracked.outstanding();
+        let next = match tracked.lane.open() {
+            Some(next) if busy == 0 => next,
+            _ => {
+                let queue = if matches!(q, QueueRef::Send(_)) { "send" } else { "receive" };
+                return Err(Error::invalid(
+                    what,
+                    format!(
+                        "the {queue} queue of QP {:#x} has {busy} outstanding requests; collect them before opening a lane",
+                        shared.qp_num()
+                    ),
+                ));
+            }
+        };
+        self.touch(q);
+        let raw_qp = NonNull::new(shared.as_ptr()).ok_or_else(|| Error::invalid(what, "no QP"))?;
+        Ok((next, raw_qp))
+    }
+
+    fn open_recv_lane<T: Transport>(&'scope self, shared: &'scope QpShared) -> Result<RecvLane<'scope, T>> {
         if shared.srq.is_some() {
+            shared.check_usable()?;
             return Err(Error::invalid(
                 "receive lane",
                 format!("QP {:#x} takes its receives from a shared receive queue", shared.qp_num()),
             ));
         }
-        let busy = shared.rq.outstanding();
-        let next = match shared.rq.lane.open() {
-            Some(next) if busy == 0 => next,
-            _ => {
-                return Err(Error::invalid(
-                    "receive lane",
-                    format!(
-                    "the receive queue of QP {:#x} has {busy} outstanding requests; collect them before opening a lane",
-                    shared.qp_num()
-                ),
-                ))
-            }
-        };
-        self.touch(QueueRef::Recv(shared));
+        let (next, raw_qp) = self.open_book(shared, QueueRef::Recv(shared), "receive lane")?;
         let depth = u64::from(shared.caps().max_recv_wr.max(1));
-        let raw_qp = NonNull::new(shared.as_ptr()).ok_or_else(|| Error::invalid("receive lane", "no QP"))?;
         // SAFETY: as in `open_send_lane`.
         let post_fn = unsafe { (*(*raw_qp.as_ptr()).context).ops.post_recv }.unwrap_or(sys::ibv_post_recv);
         let ready = std::collections::VecDeque::with_capacity(crate::cq::POLL_BATCH);
@@ -310,24 +326,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         &'scope self,
         shared: &'scope QpShared,
     ) -> Result<SendLane<'scope, T, S>> {
-        shared.check_usable()?;
-        let busy = shared.sq.outstanding();
-        let next = match shared.sq.lane.open() {
-            Some(next) if busy == 0 => next,
-            _ => {
-                return Err(Error::invalid(
-                    "send lane",
-                    format!(
-                    "the send queue of QP {:#x} has {busy} outstanding requests; collect them before opening a lane",
-                    shared.qp_num()
-                ),
-                ))
-            }
-        };
-        self.touch(QueueRef::Send(shared));
+        let (next, raw_qp) = self.open_book(shared, QueueRef::Send(shared), "send lane")?;
         let depth = u64::from(shared.caps().max_send_wr.max(1));
         let max_run = (depth / 2).max(1);
-        let raw_qp = NonNull::new(shared.as_ptr()).ok_or_else(|| Error::invalid("send lane", "no QP"))?;
         // SAFETY: the QP and its context are alive (borrowed for 'scope); the provider's
         // operations are set when the context is opened and never change.
         let post_fn = unsafe { (*(*raw_qp.as_ptr()).context).ops.post_send }.unwrap_or(sys::ibv_post_send);
@@ -720,7 +721,7 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
                 }
             } else if !self.qp.rq.lane.is_done(token.seq) {
                 let depth = self.depth as usize;
-                if let RecvPoll::Mine(c) =
+                if let Ok(RecvPoll::Mine(c)) =
                     self.qp.recv_cq.poll_for_recv_lane(self.qp, token.seq, &mut self.ready, depth)
                 {
                     return Ok(c);
@@ -755,13 +756,13 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
                 Kept::Lost => return Err(RecvWaitError { error: lost(qp, token.seq, self.depth), token }),
             }
             match qp.recv_cq.poll_for_recv_lane(qp, token.seq, &mut self.ready, self.depth as usize) {
-                RecvPoll::Mine(c) => return Ok(c),
-                RecvPoll::Empty if idle.expired() => {
+                Ok(RecvPoll::Mine(c)) => return Ok(c),
+                Ok(RecvPoll::Empty) if idle.expired() => {
                     let what = format!("the completion of lane receive {} on QP {:#x}", token.seq, qp.qp_num());
                     return Err(RecvWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
-                RecvPoll::Failed(n) => return Err(RecvWaitError { error: qp.recv_cq.poll_failed(n), token }),
-                RecvPoll::Empty | RecvPoll::Other => {}
+                Err(error) => return Err(RecvWaitError { error, token }),
+                Ok(RecvPoll::Empty | RecvPoll::Other) => {}
             }
         }
     }

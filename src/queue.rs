@@ -379,12 +379,15 @@ impl LaneBook {
 
     #[cold]
     fn failure(&self, seq: u64, qp_num: u32) -> LaneResult {
+        // No completion of its own: the QP was reset before the device reported it.
+        LaneResult::Failed(self.take(seq).unwrap_or_else(|| Completion::forced_reset(qp_num)))
+    }
+
+    /// Takes the kept completion of request `seq`, if there is one.
+    fn take(&self, seq: u64) -> Option<Completion> {
         let mut kept = lock(&self.kept);
-        match kept.iter().position(|(s, _)| *s == seq) {
-            Some(i) => LaneResult::Failed(kept.swap_remove(i).1),
-            // No completion of its own: the QP was reset before the device reported it.
-            None => LaneResult::Failed(Completion::forced_reset(qp_num)),
-        }
+        let i = kept.iter().position(|(s, _)| *s == seq)?;
+        Some(kept.swap_remove(i).1)
     }
 
     /// Receive lane: request `seq` completed with `c`, polled by someone else than its wait;
@@ -433,9 +436,8 @@ impl LaneBook {
         if !self.is_done(seq) {
             return Kept::Pending;
         }
-        let mut kept = lock(&self.kept);
-        match kept.iter().position(|(s, _)| *s == seq) {
-            Some(i) => Kept::Done(kept.swap_remove(i).1),
+        match self.take(seq) {
+            Some(c) => Kept::Done(c),
             // No completion of its own: the QP was reset before the device reported it.
             None if self.first_error.load(Ordering::Acquire) <= seq => Kept::Done(Completion::forced_reset(qp_num)),
             None => Kept::Lost,
