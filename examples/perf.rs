@@ -144,8 +144,8 @@ struct Params {
     rx_depth: usize,
     out_reads: Option<u8>,
     timeout: Duration,
-    /// Wait by spinning on `Cq::progress` instead of the poll-and-yield loop of
-    /// `SendLane::wait` / `Scope::wait`.
+    /// Busy-poll (the `wait_spin` waits of the lanes and the scope) instead of the `wait`s,
+    /// which yield the thread after every empty poll.
     spin: bool,
     /// Post with scope tokens (`Scope::post_send`, a token per request) instead of send lanes.
     tokens: bool,
@@ -404,9 +404,6 @@ fn wait_flag(flag: &AtomicBool, timeout: Duration, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Busy-polls `cq` (`Cq::progress`, no yield) until a poll finds at least one completion
-/// (routed to its token or lane on the way), or `deadline` passes. The spin part of `wait_on`
-/// and `lane_wait`.
 /// Waits for `token`'s completion: with `Scope::wait` (which polls the CQ and yields the CPU
 /// after every empty poll), or with `spin` with `Scope::wait_spin` (busy-polls without
 /// yielding, as perftest's poll loops do). Bounded by `timeout` either way.
@@ -975,6 +972,7 @@ enum Role {
     Server,
 }
 
+#[derive(Default)]
 struct LatShared {
     ready: AtomicBool,
     /// Duration mode: the client's next message is the last; do not answer it.
@@ -1039,6 +1037,20 @@ impl LatSide<'_> {
             self.sh.failed.store(true, Ordering::Release);
         }
         r
+    }
+
+    /// Called now and then while waiting for the peer's message: fails once `--timeout` has
+    /// passed (`deadline` is fixed at the first call, `waited` being how long the wait had
+    /// already run then) or the peer thread has failed.
+    fn still_waiting(&self, deadline: &mut Option<Instant>, waited: Duration, what: &str) -> Result<()> {
+        let now = Instant::now();
+        if now >= *deadline.get_or_insert(now + self.p.timeout.saturating_sub(waited)) {
+            return Err(Error::Timeout { what: what.into(), after: self.p.timeout });
+        }
+        if self.sh.failed.load(Ordering::Acquire) {
+            return Err(bad("the peer thread failed"));
+        }
+        Ok(())
     }
 
     /// Room for the client's post times.
@@ -1261,13 +1273,7 @@ fn write_lat_loop<'scope, 'a>(
                 }
                 spins = spins.wrapping_add(1);
                 if spins % 1024 == 0 {
-                    let now = Instant::now();
-                    if now >= *deadline.get_or_insert(now + p.timeout) {
-                        return Err(Error::Timeout { what: "the peer's RDMA WRITE".into(), after: p.timeout });
-                    }
-                    if side.sh.failed.load(Ordering::Acquire) {
-                        return Err(bad("the peer thread failed"));
-                    }
+                    side.still_waiting(&mut deadline, Duration::ZERO, "the peer's RDMA WRITE")?;
                 }
             }
             match side.role {
@@ -1341,13 +1347,7 @@ fn send_lat_loop<'scope, 'a>(
                 if let Some(c) = rx.wait(oldest, p.spin, SLICE)? {
                     break c;
                 }
-                let now = Instant::now();
-                if now >= *deadline.get_or_insert(now + p.timeout.saturating_sub(SLICE)) {
-                    return Err(Error::Timeout { what: "the peer's SEND".into(), after: p.timeout });
-                }
-                if side.sh.failed.load(Ordering::Acquire) {
-                    return Err(bad("the peer thread failed"));
-                }
+                side.still_waiting(&mut deadline, SLICE, "the peer's SEND")?;
             };
             c.ok()?;
             received += 1;
@@ -1397,14 +1397,9 @@ fn recv_depth(p: &Params) -> usize {
 /// are posted (the client's exchange returns then), so the client's first message finds one.
 /// Returns the client's post times (none on the server).
 fn run_lat_peer(p: &Params, role: Role, host: Option<&str>) -> Result<Vec<u64>> {
-    let ctx = Context::open(&p.device)?;
-    let pd = ctx.alloc_pd()?;
-    let rx = recv_depth(p);
-    let (cq, rcq) = (ctx.create_cq(64)?, ctx.create_cq(rx as u32 + 1)?);
-    let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: rx as u32, ..QpCaps::default() };
-    let mut config = QpConfig::new(&cq).caps(caps);
-    config.recv_cq = &rcq;
-    let qp = pd.create_qp::<RC>(&config)?;
+    let res = LatRes::open(p)?;
+    let (ctx, pd) = (&res.ctx, &res.pd);
+    let qp = pd.create_qp::<RC>(&res.config(p))?;
     let me = qp.endpoint(PORT, p.gid_index, if role == Role::Client { 0x1000 } else { 0x1100 })?;
     let exchange = |e: Box<dyn std::error::Error>| bad(format!("the address exchange failed: {e}"));
     let (peer, conn) = match (role, host) {
@@ -1419,13 +1414,11 @@ fn run_lat_peer(p: &Params, role: Role, host: Option<&str>) -> Result<Vec<u64>> 
     };
     let mut qp = connect(p, qp, me, peer, 1)?;
     if role == Role::Client {
-        print_header(p, &ctx, std::slice::from_ref(&qp), 1);
+        print_header(p, ctx, std::slice::from_ref(&qp), 1);
     }
-    let mut src = pd.alloc_mr(p.size, access::LOCAL_READ)?;
-    src.as_mut_slice().fill(if role == Role::Client { 0xa } else { 0xb });
-    let mut rbuf = pd.alloc_mr(p.size * rx, access::LOCAL_RW)?;
-    let (v, r) = (src.slice(..)?, split(rbuf.slice_mut(..)?, rx, p.size)?);
-    let sh = LatShared { ready: AtomicBool::new(false), stop: AtomicBool::new(false), failed: AtomicBool::new(false) };
+    let (src, mut rbuf) = send_lat_mem(p, pd, if role == Role::Client { 0xa } else { 0xb })?;
+    let (v, r) = (src.slice(..)?, split(rbuf.slice_mut(..)?, recv_depth(p), p.size)?);
+    let sh = LatShared::default();
     let side = LatSide { p, role, sh: &sh };
     std::thread::scope(|ts| {
         // The server's answer, once its receives are posted (or its side failed).
@@ -1446,25 +1439,51 @@ fn run_lat_peer(p: &Params, role: Role, host: Option<&str>) -> Result<Vec<u64>> 
     })
 }
 
-fn run_lat(p: &Params) -> Result<Vec<u64>> {
-    // One context per side (its own device file, PD, CQ and regions), as each of perftest's two
-    // processes has.
-    let (ctx_a, ctx_b) = (Context::open(&p.device)?, Context::open(&p.device)?);
-    let (pd_a, pd_b) = (ctx_a.alloc_pd()?, ctx_b.alloc_pd()?);
-    let (cq_a, cq_b) = (ctx_a.create_cq(64)?, ctx_b.create_cq(64)?);
-    // send_lat as perftest's: receives complete on a CQ of their own, and RX_DEPTH of them
-    // (at most the iterations) are posted before the first message.
-    let rx = recv_depth(p);
-    let (rcq_a, rcq_b) = (ctx_a.create_cq(rx as u32 + 1)?, ctx_b.create_cq(rx as u32 + 1)?);
-    let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: rx as u32, ..QpCaps::default() };
-    let (mut config_a, mut config_b) = (QpConfig::new(&cq_a).caps(caps), QpConfig::new(&cq_b).caps(caps));
-    if p.test == Test::SendLat {
-        (config_a.recv_cq, config_b.recv_cq) = (&rcq_a, &rcq_b);
+/// What one side of a latency test owns, as each of perftest's two processes does: its own
+/// context (device file), PD, CQ and, for send_lat, a CQ for its receives.
+struct LatRes {
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    rcq: Cq,
+}
+
+impl LatRes {
+    fn open(p: &Params) -> Result<Self> {
+        let ctx = Context::open(&p.device)?;
+        let pd = ctx.alloc_pd()?;
+        let (cq, rcq) = (ctx.create_cq(64)?, ctx.create_cq(recv_depth(p) as u32 + 1)?);
+        Ok(LatRes { ctx, pd, cq, rcq })
     }
-    let (mut a, mut b) = rc_pair(p, (&pd_a, &config_a), (&pd_b, &config_b), 1, 0x1000)?;
-    print_header(p, &ctx_a, std::slice::from_ref(&a), 1);
+
+    /// The side's QP configuration. send_lat as perftest's: receives complete on a CQ of
+    /// their own, and RX_DEPTH of them (at most the iterations) are posted before the first
+    /// message.
+    fn config(&self, p: &Params) -> QpConfig<'_> {
+        let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: recv_depth(p) as u32, ..QpCaps::default() };
+        let mut config = QpConfig::new(&self.cq).caps(caps);
+        if p.test == Test::SendLat {
+            config.recv_cq = &self.rcq;
+        }
+        config
+    }
+}
+
+/// The memory of one send_lat side: its source (every byte `fill`), and one receive buffer
+/// per posted receive (each lent to the device until its completion).
+fn send_lat_mem(p: &Params, pd: &Pd, fill: u8) -> Result<(Mr<access::LocalRead>, Mr<access::LocalRw>)> {
+    let mut src = pd.alloc_mr(p.size, access::LOCAL_READ)?;
+    src.as_mut_slice().fill(fill);
+    Ok((src, pd.alloc_mr(p.size * recv_depth(p), access::LOCAL_RW)?))
+}
+
+fn run_lat(p: &Params) -> Result<Vec<u64>> {
+    let (res_a, res_b) = (LatRes::open(p)?, LatRes::open(p)?);
+    let (pd_a, pd_b) = (&res_a.pd, &res_b.pd);
+    let (mut a, mut b) = rc_pair(p, (pd_a, &res_a.config(p)), (pd_b, &res_b.config(p)), 1, 0x1000)?;
+    print_header(p, &res_a.ctx, std::slice::from_ref(&a), 1);
     let size = p.size;
-    let sh = LatShared { ready: AtomicBool::new(false), stop: AtomicBool::new(false), failed: AtomicBool::new(false) };
+    let sh = LatShared::default();
     let (a_side, b_side) = (LatSide { p, role: Role::Client, sh: &sh }, LatSide { p, role: Role::Server, sh: &sh });
     let (a, b) = (&mut a, &mut b);
     match p.test {
@@ -1491,13 +1510,8 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
             })
         }
         Test::SendLat => {
-            let mut src_a = pd_a.alloc_mr(size, access::LOCAL_READ)?;
-            let mut src_b = pd_b.alloc_mr(size, access::LOCAL_READ)?;
-            src_a.as_mut_slice().fill(0xa);
-            src_b.as_mut_slice().fill(0xb);
-            // One buffer per posted receive: each is lent to the device until its completion.
-            let (mut rbuf_a, mut rbuf_b) =
-                (pd_a.alloc_mr(size * rx, access::LOCAL_RW)?, pd_b.alloc_mr(size * rx, access::LOCAL_RW)?);
+            let ((src_a, mut rbuf_a), (src_b, mut rbuf_b)) = (send_lat_mem(p, pd_a, 0xa)?, send_lat_mem(p, pd_b, 0xb)?);
+            let rx = recv_depth(p);
             let (va, vb) = (src_a.slice(..)?, src_b.slice(..)?);
             let (ra, rb) = (split(rbuf_a.slice_mut(..)?, rx, size)?, split(rbuf_b.slice_mut(..)?, rx, size)?);
             std::thread::scope(|ts| {

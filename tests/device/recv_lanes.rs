@@ -17,6 +17,22 @@ fn first_byte(prepared: &PreparedRecv<'_, LocalBufMut<'_>>) -> u8 {
     b[0]
 }
 
+/// Prepares `n` receives on `recv`, into consecutive slots of `len` bytes of `buf`.
+fn prepare_slots<'scope, 'a: 'scope>(
+    recv: &RecvLane<'scope, RC>,
+    mut buf: LocalBufMut<'a>,
+    n: usize,
+    len: usize,
+) -> Vec<PreparedRecv<'scope, LocalBufMut<'a>>> {
+    let mut prepared = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (slot, tail) = buf.split_at(len).unwrap();
+        prepared.push(recv.prepare(Recv::new(slot)).unwrap());
+        buf = tail;
+    }
+    prepared
+}
+
 #[test]
 fn two_qps_ping_pong_with_both_lanes_and_re_posted_receives() {
     // Each side opens both lanes of its QP (`Scope::lanes`), prepares one receive per buffer
@@ -85,13 +101,7 @@ fn completions_polled_for_a_later_receive_are_kept_for_their_tokens() {
     let mut dst = r.pd.alloc_mr(4 * 64, access::LOCAL_RW).unwrap();
     scope(|s| {
         let mut recv = s.recv_lane(&mut p.b).unwrap();
-        let mut rest = dst.slice_mut(..).unwrap();
-        let mut prepared = Vec::new();
-        for _ in 0..4 {
-            let (slot, tail) = rest.split_at(64).unwrap();
-            prepared.push(recv.prepare(Recv::new(slot)).unwrap());
-            rest = tail;
-        }
+        let mut prepared = prepare_slots(&recv, dst.slice_mut(..).unwrap(), 4, 64);
         let mut tokens: Vec<_> = prepared.iter_mut().map(|w| Some(recv.post(w).unwrap())).collect();
         for i in 0..4 {
             let t = s.post_send(&p.a, Send::new(src.slice(..10 + i).unwrap())).unwrap();
@@ -122,13 +132,7 @@ fn a_kept_completion_is_dropped_after_a_queue_depth_of_later_ones() {
     let mut dst = r.pd.alloc_mr(depth * 8, access::LOCAL_RW).unwrap();
     scope(|s| {
         let mut recv = s.recv_lane(&mut p.b).unwrap();
-        let mut rest = dst.slice_mut(..).unwrap();
-        let mut prepared = Vec::new();
-        for _ in 0..depth {
-            let (slot, tail) = rest.split_at(8).unwrap();
-            prepared.push(recv.prepare(Recv::new(slot)).unwrap());
-            rest = tail;
-        }
+        let mut prepared = prepare_slots(&recv, dst.slice_mut(..).unwrap(), depth, 8);
         // Sends `n` messages to b; their receive completions are polled by the scope's waits
         // and `Cq::progress` (shared CQ), never by the lane.
         let send = |n: usize, recv: &RecvLane<'_, RC>| {
@@ -250,13 +254,7 @@ fn one_poll_of_the_lane_takes_several_completions_for_its_later_waits() {
     let mut dst = r.pd.alloc_mr(N * 64, access::LOCAL_RW).unwrap();
     scope(|s| {
         let mut recv = s.recv_lane(&mut p.b).unwrap();
-        let mut rest = dst.slice_mut(..).unwrap();
-        let mut prepared = Vec::new();
-        for _ in 0..N {
-            let (slot, tail) = rest.split_at(64).unwrap();
-            prepared.push(recv.prepare(Recv::new(slot)).unwrap());
-            rest = tail;
-        }
+        let mut prepared = prepare_slots(&recv, dst.slice_mut(..).unwrap(), N, 64);
         let mut tokens: Vec<_> = prepared.iter_mut().map(|w| Some(recv.post(w).unwrap())).collect();
         for i in 0..N {
             let t = s.post_send(&p.a, Send::new(src.slice(..1 + i).unwrap())).unwrap();
