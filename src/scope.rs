@@ -40,6 +40,9 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the drain waits for flush completions after moving a QP to ERR.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a forced flush waits when all that is left is an unsignaled send tail: the flush
+/// of a request the device had not executed comes at once; one it had executed never comes.
+const TAIL_GRACE: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Copy)]
 struct Posted<'scope> {
@@ -344,16 +347,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// arrive (the scope's own drain then takes over).
     pub fn flush<T: Transport, S: QpState>(&'scope self, qp: &'scope Qp<T, S>, timeout: Duration) -> Result<()> {
         qp.shared.force_state(sys::IBV_QPS_ERR)?;
-        let mut idle = Idle::until(Instant::now() + timeout);
-        loop {
-            let (sq, rq) = qp.shared.outstanding();
-            if sq == 0 && rq == 0 {
-                return Ok(());
-            }
-            let polled = QueueRef::Send(&qp.shared).poll()? + QueueRef::Recv(&qp.shared).poll()?;
-            if polled == 0 && idle.expired() {
+        match wait_flushed(&qp.shared, timeout, None)? {
+            (0, 0) => Ok(()),
+            (sq, rq) => {
                 let what = format!("the flush of QP {:#x} ({sq} send, {rq} receive requests left)", qp.qp_num());
-                return Err(Error::Timeout { what, after: timeout });
+                Err(Error::Timeout { what, after: timeout })
             }
         }
     }
@@ -770,21 +768,42 @@ fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, u
     }
 }
 
+/// After `qp` was moved to ERR: polls both its queues until nothing is outstanding, or
+/// `timeout` ran out. Returns what is left: the numbers of send and receive requests still
+/// outstanding.
+///
+/// With `tail_grace`, gives up sooner when all that is left is an unsignaled send tail and
+/// the CQs stayed empty that long: a flush covers only the requests the device had not
+/// executed when the QP entered ERR, and it comes at once; a tail it had executed (no error:
+/// an error would have completed) never completes.
+///
+/// # Errors
+/// A failed poll.
+fn wait_flushed(qp: &QpShared, timeout: Duration, tail_grace: Option<Duration>) -> Result<(u32, u32)> {
+    let start = Instant::now();
+    let mut idle = Idle::until(start + timeout);
+    loop {
+        let (sq, rq) = qp.outstanding();
+        if sq == 0 && rq == 0 {
+            return Ok((0, 0));
+        }
+        if QueueRef::Send(qp).poll()? + QueueRef::Recv(qp).poll()? != 0 {
+            continue;
+        }
+        let tail_only = rq == 0 && qp.sq.has_uncovered_tail();
+        if (tail_only && tail_grace.is_some_and(|grace| start.elapsed() >= grace)) || idle.expired() {
+            return Ok((sq, rq));
+        }
+    }
+}
+
 /// Moves `qp` to ERR and waits for the flushes; if they do not all arrive, moves it to RESET,
 /// after which the device no longer accesses any buffer of the QP. Returns the error to report.
 fn force_quiesce(qp: &QpShared) -> Error {
     let _ = qp.force_state(sys::IBV_QPS_ERR);
-    let mut idle = Idle::until(Instant::now() + FLUSH_TIMEOUT);
-    loop {
-        let (sq, rq) = qp.outstanding();
-        if sq == 0 && rq == 0 {
-            break;
-        }
-        let polled = QueueRef::Send(qp).poll().unwrap_or(0) + QueueRef::Recv(qp).poll().unwrap_or(0);
-        if polled == 0 && idle.expired() {
-            break;
-        }
-    }
+    // Whatever the outcome (a poll failure included), RESET follows: it alone guarantees that
+    // the device is done with the QP's buffers.
+    let _ = wait_flushed(qp, FLUSH_TIMEOUT, Some(TAIL_GRACE));
     if let Err(e) = qp.force_state(sys::IBV_QPS_RESET) {
         // The device may still be using memory that is about to be released to the program:
         // the only sound continuation is to stop the process.
