@@ -30,6 +30,7 @@
 #include <infiniband/verbs.h>
 
 #include "../common/rc_connect.h"
+#include "../common/util.h"
 
 #define SIZE 2
 #define RX_DEPTH 512
@@ -56,19 +57,6 @@ struct side {
 static int send_test;
 static long iters = 1000;
 static volatile int server_ready;
-
-static void die(const char *what)
-{
-	fprintf(stderr, "threads: %s failed: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static long long now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Polls `cq` for one completion, busy (perftest's do { ibv_poll_cq } while (ne == 0)),
  * looking at the clock every 1024 empty polls. Returns 0 on a successful completion. */
@@ -196,22 +184,9 @@ static void *run_side(void *arg)
 
 static void open_side(struct side *s, int role, const char *name)
 {
-	struct ibv_device **list;
-	int i, n;
-
 	memset(s, 0, sizeof *s);
 	s->role = role;
-	list = ibv_get_device_list(&n);
-	if (!list)
-		die("ibv_get_device_list");
-	for (i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), name))
-			s->ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	if (!s->ctx) {
-		fprintf(stderr, "threads: device %s not found or not openable\n", name);
-		exit(1);
-	}
+	s->ctx = open_device(name);
 	s->pd = ibv_alloc_pd(s->ctx);
 	if (!s->pd)
 		die("ibv_alloc_pd");

@@ -33,6 +33,7 @@
 #include <infiniband/verbs.h>
 
 #include "../common/rc_connect.h"
+#include "../common/util.h"
 
 #define N 1000
 #define SIGNAL_EVERY 16
@@ -48,19 +49,6 @@ static long empty_polls;
 #else
 #define MEASURED __attribute__((noinline))
 #endif
-
-static void die(const char *what)
-{
-	fprintf(stderr, "raw: %s failed: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static long long now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Outside the count (second toggle): gives the device time to complete the request. */
 MEASURED void settle(void)
@@ -209,24 +197,12 @@ int main(int argc, char **argv)
 	const char *name = argc > 1 ? argv[1] : getenv("TYPED_VERBS_DEVICE");
 	const char *gid_env = argc > 2 ? argv[2] : getenv("TYPED_VERBS_GID_INDEX");
 	int gid_index = gid_env ? atoi(gid_env) : 1;
-	struct ibv_device **list;
-	struct ibv_context *ctx = NULL;
 	union ibv_gid gid;
-	int i, n, rc;
+	int rc;
 
 	if (!name)
 		name = "rxe0";
-	list = ibv_get_device_list(&n);
-	if (!list)
-		die("ibv_get_device_list");
-	for (i = 0; i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), name))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	if (!ctx) {
-		fprintf(stderr, "raw: device %s not found or not openable\n", name);
-		return 1;
-	}
+	struct ibv_context *ctx = open_device(name);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		die("ibv_alloc_pd");
