@@ -334,7 +334,6 @@ fn a_scope_ending_with_an_unsignaled_token_request_breaks_the_qp_within_the_tail
     let r = rig();
     let access = QpAccess::REMOTE_WRITE;
     let p = rc_pair(&r.pd, &r.cq, &r.cq, access, QpCaps::default());
-    let qpn = p.a.qp_num();
     let mut src = r.pd.alloc_mr(128, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, 64);
     let target = r.pd.alloc_mr(128, access::REMOTE_RW).unwrap();
@@ -346,17 +345,30 @@ fn a_scope_ending_with_an_unsignaled_token_request_breaks_the_qp_within_the_tail
         let wr = Write::new(src.slice(64..).unwrap(), target.remote(64..).unwrap()).unsignaled();
         drop(s.post_send(&p.a, wr).unwrap());
     });
-    let took = started.elapsed();
-    eprintln!("a scope with an unsignaled token tail returned {res:?} after {took:?}");
+    assert_the_tail_broke_the_qp("a scope with an unsignaled token tail", res, started.elapsed(), &p, &target);
+    src.as_mut_slice().fill(0x5a); // the device no longer uses it
+}
+
+/// After a scope on `p.a` that ended with an unsignaled tail behind one signaled 64-byte write
+/// to `target`: the scope reported the QP broken without waiting the 5 s flush wait (only the
+/// tail was left once the QP was in ERR: its grace is 0.2 s), the drain forced the QP to
+/// RESET, and the signaled write had landed.
+fn assert_the_tail_broke_the_qp<R: std::fmt::Debug>(
+    what: &str,
+    res: Result<R>,
+    took: Duration,
+    p: &RcPair,
+    target: &Mr<access::RemoteRw>,
+) {
+    eprintln!("{what}: the scope returned {res:?} after {took:?}");
     match res {
-        Err(Error::QpBroken { qp_num }) => assert_eq!(qp_num, qpn),
+        Err(Error::QpBroken { qp_num }) => assert_eq!(qp_num, p.a.qp_num()),
         other => panic!("expected QpBroken, got {other:?}"),
     }
     assert!(took < Duration::from_secs(3), "the tail's grace, not the 5 s flush wait: {took:?}");
-    src.as_mut_slice().fill(0x5a); // the device no longer uses it
     assert_eq!(p.a.outstanding(), (0, 0));
     assert_eq!(p.a.query_state().unwrap(), ObservedState::Reset, "the drain forced the QP to RESET");
-    assert_eq!(bytes(&target, 0, 64), pattern_slice(0, 64), "the signaled write had landed");
+    assert_eq!(bytes(target, 0, 64), pattern_slice(0, 64), "the signaled write had landed");
 }
 
 #[test]
@@ -381,19 +393,8 @@ fn an_unsignaled_tail_breaks_the_qp_until_it_is_reset() {
         assert_eq!(lane.outstanding(), 1);
         "the closure's result is lost"
     });
-    let took = started.elapsed();
-    eprintln!("a lane with an unsignaled tail: the scope returned {res:?} after {took:?}");
-    match res {
-        Err(Error::QpBroken { qp_num }) => assert_eq!(qp_num, qpn),
-        other => panic!("expected QpBroken, got {other:?}"),
-    }
-    // No drain timeout, and not the 5 s flush wait either: once the QP is in ERR and its CQ
-    // stays empty for the tail's grace (0.2 s), nothing will complete the tail.
-    assert!(took < Duration::from_secs(3), "the tail's grace, not the 5 s flush wait: {took:?}");
+    assert_the_tail_broke_the_qp("a lane with an unsignaled tail", res, started.elapsed(), &p, &target);
     src.as_mut_slice().fill(0x5a); // the device no longer uses it
-    assert_eq!(p.a.outstanding(), (0, 0));
-    assert_eq!(p.a.query_state().unwrap(), ObservedState::Reset, "the drain forced the QP to RESET");
-    assert_eq!(bytes(&target, 0, 64), pattern_slice(0, 64), "the signaled write had landed");
 
     // Broken until reset: no lane opens.
     scope(|s| match s.send_lane(&mut p.a) {
