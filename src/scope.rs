@@ -772,10 +772,10 @@ fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, u
 /// `timeout` ran out. Returns what is left: the numbers of send and receive requests still
 /// outstanding.
 ///
-/// With `tail_grace`, gives up sooner when all that is left is an unsignaled send tail and
-/// the CQs stayed empty that long: a flush covers only the requests the device had not
-/// executed when the QP entered ERR, and it comes at once; a tail it had executed (no error:
-/// an error would have completed) never completes.
+/// With `tail_grace`, gives up sooner: once that long has passed since the wait began, at an
+/// empty poll that leaves only an unsignaled send tail outstanding. A flush covers only the
+/// requests the device had not executed when the QP entered ERR, and it comes at once; a tail
+/// it had executed (no error: an error would have completed) never completes.
 ///
 /// # Errors
 /// A failed poll.
@@ -790,8 +790,9 @@ fn wait_flushed(qp: &QpShared, timeout: Duration, tail_grace: Option<Duration>) 
         if QueueRef::Send(qp).poll()? + QueueRef::Recv(qp).poll()? != 0 {
             continue;
         }
-        let tail_only = rq == 0 && qp.sq.has_uncovered_tail();
-        if (tail_only && tail_grace.is_some_and(|grace| start.elapsed() >= grace)) || idle.expired() {
+        // Without a grace (`Scope::flush`), the tail is not even looked at.
+        let tail_done = |grace| start.elapsed() >= grace && rq == 0 && qp.sq.has_uncovered_tail();
+        if tail_grace.is_some_and(tail_done) || idle.expired() {
             return Ok((sq, rq));
         }
     }
