@@ -9,9 +9,11 @@
 #   spin   `perf --spin` (this library, busy-polling waits)
 #   yield  `perf` (this library, the default waits, which yield when the CQ is empty)
 #   proc   SEND only: `perf --spin` as perftest runs, one side per process (--listen/--connect)
-# Prints every round's t_typical/t_min (usec) and the medians of each. t_min is the fastest
-# round trip of a run: the path's own cost, with the least of the emulator's mix of fast and
-# slow iterations (BENCHMARKS.md, "Receive lanes"). Printed, never asserted.
+# Prints every round's t_typical/t_min (usec) and the medians of each, with each program's ratio
+# to perftest two ways (ratio of medians; median of the per-round ratios), each with a 95 %
+# bootstrap interval. t_min is the fastest round trip of a run: the path's own cost, with the
+# least of the emulator's mix of fast and slow iterations (BENCHMARKS.md, "Receive lanes").
+# Printed, never asserted.
 #
 # Usage: benches/latency/compare.sh [ROUNDS]   (default 8; on the host: builds, then boots the
 # Soft-RoCE VM once with scripts/softroce-run; about 1 minute of VM per round)
@@ -49,6 +51,8 @@ if [[ "${1:-}" == "--guest" ]]; then
             proc) proc "$2" ;;
         esac
     }
+    clocksource() { cat /sys/devices/system/clocksource/clocksource0/current_clocksource; }
+    echo "clocksource: $(clocksource)"
     for ((r = 1; r <= rounds; r++)); do
         for t in write send; do
             variants=(pt c spin yield)
@@ -62,6 +66,7 @@ if [[ "${1:-}" == "--guest" ]]; then
             echo "$line"
         done
     done
+    echo "clocksource after the rounds: $(clocksource)"
     exit 0
 fi
 
@@ -75,26 +80,44 @@ cp target/release/examples/perf "$out/bin/"
 cc -O2 -Wall -Wextra -pthread -o "$out/bin/threads" benches/latency/threads.c -libverbs
 scripts/softroce-run --timeout $((120 + 90 * rounds)) --rwdir "$out" -- \
     "$ROOT/benches/latency/compare.sh" --guest "$out/bin" "$rounds" | tee "$out/rounds.txt"
-echo "medians over the rounds (usec):"
+echo "medians over the rounds (usec), ratios against perftest with 95 % bootstrap intervals:"
 python3 - "$out/rounds.txt" <<'PY'
-import re, statistics, sys
-vals = {}
+import random, re, statistics, sys
+# Two views of the same rounds, with 95 % bootstrap intervals (4,000 resamples, fixed seed):
+#   ratio of medians: the median of a program's rounds over perftest's;
+#   paired: the median over rounds of (program / perftest in the same round), which cancels
+#   the host's slow spells that hit a whole round but weighs the emulator's per-run
+#   fast/slow mode mix more.
+random.seed(7)
+rows = {}
 for line in open(sys.argv[1]):
     m = re.match(r"round \d+ (\w+):(.*)", line)
-    if not m:
-        continue
-    for v, typ, tmin in re.findall(r"(\w+) ([\d.]+)/([\d.]+)", m[2]):
-        for stat, x in (("t_typical", typ), ("t_min", tmin)):
-            vals.setdefault((m[1], stat), {}).setdefault(v, []).append(float(x))
-for (test, stat), by in vals.items():
-    med = {v: statistics.median(xs) for v, xs in by.items()}
-    pt, c = med.get("pt"), med.get("c")
-    cells = []
-    for v in ("pt", "c", "spin", "yield", "proc"):
-        if v in med:
-            cells.append(f"{v} {med[v]:.2f} (n={len(by[v])}"
-                         + (f", /pt {med[v] / pt:.2f}" if pt and v != "pt" else "")
-                         + (f", /c {med[v] / c:.2f}" if c and v in ("spin", "yield", "proc") else "") + ")")
-    print(f"  {test} {stat}: " + "; ".join(cells))
+    if m:
+        rows.setdefault(m[1], []).append({v: (float(a), float(b)) for v, a, b in re.findall(r"(\w+) ([\d.]+)/([\d.]+)", m[2])})
+med = statistics.median
+def interval(draw):
+    xs = sorted(draw() for _ in range(4000))
+    return f"[{xs[100]:.2f}, {xs[3899]:.2f}]"
+for test, rs in rows.items():
+    for k, stat in ((0, "t_typical"), (1, "t_min")):
+        by = {}
+        for r in rs:
+            for v, x in r.items():
+                by.setdefault(v, []).append(x[k])
+        pt = by.get("pt", [])
+        cells = []
+        for v in ("pt", "c", "spin", "yield", "proc"):
+            xs = by.get(v)
+            if not xs:
+                continue
+            cell = f"{v} {med(xs):.2f} (n={len(xs)}"
+            if pt and v != "pt":
+                cell += f", /pt {med(xs) / med(pt):.2f} " + interval(lambda: med(random.choices(xs, k=len(xs))) / med(random.choices(pt, k=len(pt))))
+                pair = [r[v][k] / r["pt"][k] for r in rs if v in r and "pt" in r]
+                cell += f", paired {med(pair):.2f} " + interval(lambda: med(random.choices(pair, k=len(pair))))
+            if by.get("c") and v in ("spin", "yield", "proc"):
+                cell += f", /c {med(xs) / med(by['c']):.2f}"
+            cells.append(cell + ")")
+        print(f"  {test} {stat}: " + "; ".join(cells))
 PY
 echo "results in $out"
