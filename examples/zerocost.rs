@@ -19,8 +19,15 @@
 //! every 16th send (and the last) signaled; after each signaled one, a wait for it, then one
 //! wait per receive posted since.
 //!
+//! With `--pingpong`, the measured function is `run_loop_pingpong`, the typed
+//! `run_loop_pingpong` of `raw.c --pingpong`: the critical path of the send_lat benchmark,
+//! perftest's `run_iter_lat_send` with both sides in one thread. Each of two QPs has a send
+//! lane, a receive lane and receive CQ of its own; N = 1000 SENDs of 64 bytes go back and
+//! forth, every one signaled; before sending, a side waits for the peer's last message and
+//! re-posts a receive, and after sending, it waits for the send's completion.
+//!
 //! Build: `cargo build --release --example zerocost`. Usage:
-//! `zerocost [--scope | --send] [DEVICE [GID_INDEX]]`
+//! `zerocost [--scope | --send | --pingpong] [DEVICE [GID_INDEX]]`
 //! (defaults: `$TYPED_VERBS_DEVICE` or `rxe0`, `$TYPED_VERBS_GID_INDEX` or 1).
 
 use std::time::Duration;
@@ -125,6 +132,72 @@ fn send_body(
     })?
 }
 
+/// Receives kept posted on each side of the ping-pong (`raw.c`'s `PP_DEPTH`).
+const PP_DEPTH: usize = 16;
+
+/// The ping-pong with lanes, `raw.c --pingpong`'s `pingpong_body`: perftest's send_lat loop
+/// (every send signaled) with both sides in one thread. Message m goes from side m % 2 to the
+/// other; before sending it (m > 0), its sender waits for message m - 1 and re-posts its
+/// receive while more messages are to come; after sending, it waits for the send's
+/// completion. Each side re-posts one prepared receive; receive `k` of a side holds its token
+/// in `tokens[k % PP_DEPTH]`.
+#[inline(always)]
+fn pingpong_body(qps: [&mut Qp<RC, RTS>; 2], src: LocalBuf<'_>, dsts: [LocalBufMut<'_>; 2]) -> typed_verbs::Result<()> {
+    scope(move |s| -> typed_verbs::Result<()> {
+        let [qa, qb] = qps;
+        let ((la, ra), (lb, rb)) = (s.lanes(qa)?, s.lanes(qb)?);
+        let (mut lanes, mut rlanes) = ([la, lb], [ra, rb]);
+        let [da, db] = dsts;
+        let mut wrs = [lanes[0].prepare(Send::new(src))?, lanes[1].prepare(Send::new(src))?];
+        let mut rwrs = [rlanes[0].prepare(Recv::new(da))?, rlanes[1].prepare(Recv::new(db))?];
+        let mut tokens: [[Option<RecvToken<'_>>; PP_DEPTH]; 2] = Default::default();
+        let (mut posted, mut got) = ([0usize; 2], [0usize; 2]);
+        for side in 0..2 {
+            while posted[side] < PP_DEPTH {
+                tokens[side][posted[side]] = Some(rlanes[side].post(&mut rwrs[side])?);
+                posted[side] += 1;
+            }
+        }
+        for m in 0..N {
+            let side = m % 2;
+            if m > 0 {
+                let slot = got[side] % PP_DEPTH;
+                got[side] += 1;
+                let token = tokens[side][slot].take().ok_or_else(no_receive)?;
+                rlanes[side].wait(token, TIMEOUT)?.ok()?;
+                if posted[side] < N / 2 {
+                    tokens[side][slot] = Some(rlanes[side].post(&mut rwrs[side])?);
+                    posted[side] += 1;
+                }
+            }
+            let token = lanes[side].post(&mut wrs[side])?;
+            settle();
+            lanes[side].wait(token, TIMEOUT)?.ok()?;
+        }
+        // The last message's receiver (side 0, N being even).
+        let token = tokens[0][got[0] % PP_DEPTH].take().ok_or_else(no_receive)?;
+        rlanes[0].wait(token, TIMEOUT)?.ok()?;
+        Ok(())
+    })?
+}
+
+/// A receive token missing from its slot (cannot happen: each slot is filled before it is
+/// awaited).
+#[cold]
+fn no_receive() -> Error {
+    Error::InvalidArgument { verb: "zerocost", reason: "no receive posted in this slot".into() }
+}
+
+/// The measured function of `--pingpong`.
+#[inline(never)]
+fn run_loop_pingpong(
+    qps: [&mut Qp<RC, RTS>; 2],
+    src: LocalBuf<'_>,
+    dsts: [LocalBufMut<'_>; 2],
+) -> typed_verbs::Result<()> {
+    pingpong_body(qps, src, dsts)
+}
+
 /// The measured function of `--send`.
 #[inline(never)]
 fn run_loop_send(
@@ -161,6 +234,7 @@ fn main() -> typed_verbs::Result<()> {
     let mut args = std::env::args().skip(1).peekable();
     let tokens = args.next_if(|a| a == "--scope").is_some();
     let send = !tokens && args.next_if(|a| a == "--send").is_some();
+    let pingpong = !tokens && !send && args.next_if(|a| a == "--pingpong").is_some();
     let name = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()).unwrap_or_else(|| "rxe0".into());
     let gid_index: u32 =
         args.next().or_else(|| std::env::var("TYPED_VERBS_GID_INDEX").ok()).and_then(|s| s.parse().ok()).unwrap_or(1);
@@ -171,9 +245,15 @@ fn main() -> typed_verbs::Result<()> {
     src.as_mut_slice().fill(0xab);
     let mut dst = pd.alloc_mr(4096, access::REMOTE_RW)?;
     let (cq_a, cq_b) = (ctx.create_cq(64)?, ctx.create_cq(64)?);
+    // --pingpong: receives complete on CQs of their own, as in perftest's send_lat.
+    let rcqs = if pingpong { Some((ctx.create_cq(64)?, ctx.create_cq(64)?)) } else { None };
     let caps = QpCaps { max_send_wr: 64, max_recv_wr: SIGNAL_EVERY as u32, ..QpCaps::default() };
-    let a = pd.create_qp::<RC>(&QpConfig::new(&cq_a).caps(caps))?;
-    let b = pd.create_qp::<RC>(&QpConfig::new(&cq_b).caps(caps))?;
+    let (mut config_a, mut config_b) = (QpConfig::new(&cq_a).caps(caps), QpConfig::new(&cq_b).caps(caps));
+    if let Some((rcq_a, rcq_b)) = &rcqs {
+        (config_a.recv_cq, config_b.recv_cq) = (rcq_a, rcq_b);
+    }
+    let a = pd.create_qp::<RC>(&config_a)?;
+    let b = pd.create_qp::<RC>(&config_b)?;
     let (ea, eb) = (a.endpoint(PORT, gid_index, 0x1000)?, b.endpoint(PORT, gid_index, 0x2000)?);
     let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
     let connect = |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> typed_verbs::Result<Qp<RC, RTS>> {
@@ -186,7 +266,13 @@ fn main() -> typed_verbs::Result<()> {
     let mut b = connect(b, eb, ea)?;
 
     let view = src.slice(..MSG)?;
-    if send {
+    if pingpong {
+        // The warm-up's own scope ends before the measured one borrows the receive buffers.
+        let (da, db) = dst.slice_mut(..2 * MSG)?.split_at(MSG)?;
+        pingpong_body([&mut a, &mut b], view, [da, db])?;
+        let (da, db) = dst.slice_mut(..2 * MSG)?.split_at(MSG)?;
+        run_loop_pingpong([&mut a, &mut b], view, [da, db])?;
+    } else if send {
         // The warm-up's own scope ends before the measured one borrows the receive buffer.
         send_body(&mut a, &mut b, view, dst.slice_mut(..MSG)?)?;
         run_loop_send(&mut a, &mut b, view, dst.slice_mut(..MSG)?)?;
@@ -202,11 +288,15 @@ fn main() -> typed_verbs::Result<()> {
 
     let mut seen = [0u8; MSG];
     dst.read_volatile_into(0, &mut seen)?;
-    if seen[..] != src.as_slice()[..MSG] {
+    let mut second = [0u8; MSG];
+    dst.read_volatile_into(MSG, &mut second)?;
+    if seen[..] != src.as_slice()[..MSG] || (pingpong && second[..] != src.as_slice()[..MSG]) {
         eprintln!("zerocost: the target does not hold the written bytes");
         std::process::exit(1);
     }
-    if send {
+    if pingpong {
+        println!("typed (send and receive lanes): {N} SENDs of {MSG} bytes, ping-pong, every one signaled: ok");
+    } else if send {
         println!("typed (send and receive lanes): {N} SENDs (and receives) of {MSG} bytes, every {SIGNAL_EVERY}th signaled: ok");
     } else {
         let how = if tokens { "scope tokens" } else { "send lane" };

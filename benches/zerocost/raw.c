@@ -37,6 +37,7 @@
 
 #define N 1000
 #define SIGNAL_EVERY 16
+#define PP_DEPTH 16
 #define MSG 64
 #define PORT 1
 #define TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
@@ -146,6 +147,74 @@ static inline __attribute__((always_inline)) int send_body(struct ibv_qp *a, str
 	return 0;
 }
 
+/* perftest's run_iter_lat_send (CQ moderation 1, every send signaled) with both sides in one
+ * thread: message m goes from side m % 2 to the other. Before sending message m (m > 0), its
+ * sender polls its receive CQ for message m - 1 and re-posts a receive while more messages
+ * are to come; after sending, it polls its send CQ for the send's completion. PP_DEPTH
+ * receives are posted on each side first, and exactly as many in all as messages arrive. */
+static inline __attribute__((always_inline)) int pingpong_body(struct ibv_qp **qp, struct ibv_cq **cq,
+								 struct ibv_cq **rcq, struct ibv_mr *src,
+								 struct ibv_mr *dst)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)src->addr, .length = MSG, .lkey = src->lkey };
+	struct ibv_sge rsge[2] = { { .addr = (uintptr_t)dst->addr, .length = MSG, .lkey = dst->lkey },
+				   { .addr = (uintptr_t)dst->addr + MSG, .length = MSG, .lkey = dst->lkey } };
+	struct ibv_send_wr wr, *bad = NULL;
+	struct ibv_recv_wr rwr[2], *rbad = NULL;
+	long posted[2] = { 0, 0 }, got[2] = { 0, 0 }, m;
+	int s, rc;
+
+	memset(&wr, 0, sizeof wr);
+	wr.opcode = IBV_WR_SEND;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	memset(rwr, 0, sizeof rwr);
+	for (s = 0; s < 2; s++) {
+		rwr[s].sg_list = &rsge[s];
+		rwr[s].num_sge = 1;
+		for (; posted[s] < PP_DEPTH; posted[s]++) {
+			rwr[s].wr_id = posted[s];
+			if (ibv_post_recv(qp[s], &rwr[s], &rbad))
+				return -1;
+		}
+	}
+	for (m = 0; m < N; m++) {
+		s = m % 2;
+		if (m > 0) {
+			if ((rc = poll_one(rcq[s], got[s]++)))
+				return rc;
+			if (posted[s] < N / 2) {
+				rwr[s].wr_id = posted[s]++;
+				if (ibv_post_recv(qp[s], &rwr[s], &rbad))
+					return -1;
+			}
+		}
+		wr.wr_id = m;
+		if (ibv_post_send(qp[s], &wr, &bad))
+			return -1;
+		settle();
+		if ((rc = poll_one(cq[s], m)))
+			return rc;
+	}
+	/* The last message's receiver (side 0, N being even). */
+	return poll_one(rcq[0], got[0]);
+}
+
+/* The measured function of --pingpong. */
+MEASURED int run_loop_pingpong(struct ibv_qp **qp, struct ibv_cq **cq, struct ibv_cq **rcq, struct ibv_mr *src,
+			       struct ibv_mr *dst)
+{
+	return pingpong_body(qp, cq, rcq, src, dst);
+}
+
+/* The same sequence, not counted. */
+MEASURED int warm_up_pingpong(struct ibv_qp **qp, struct ibv_cq **cq, struct ibv_cq **rcq, struct ibv_mr *src,
+			      struct ibv_mr *dst)
+{
+	return pingpong_body(qp, cq, rcq, src, dst);
+}
+
 /* The measured function of --send. */
 MEASURED int run_loop_send(struct ibv_qp *a, struct ibv_cq *cq_a, struct ibv_qp *b, struct ibv_cq *cq_b,
 			   struct ibv_mr *src, struct ibv_mr *dst)
@@ -172,11 +241,11 @@ MEASURED int warm_up(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *src, s
 	return loop_body(qp, cq, src, dst);
 }
 
-static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *cq)
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_cq *rcq)
 {
 	struct ibv_qp_init_attr init = {
 		.send_cq = cq,
-		.recv_cq = cq,
+		.recv_cq = rcq,
 		.cap = { .max_send_wr = 64, .max_recv_wr = SIGNAL_EVERY, .max_send_sge = 1, .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 0,
@@ -190,7 +259,8 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 int main(int argc, char **argv)
 {
 	int send = argc > 1 && !strcmp(argv[1], "--send");
-	if (send) {
+	int pingpong = argc > 1 && !strcmp(argv[1], "--pingpong");
+	if (send || pingpong) {
 		argc--;
 		argv++;
 	}
@@ -218,9 +288,14 @@ int main(int argc, char **argv)
 	if (!src || !dst)
 		die("ibv_reg_mr");
 	struct ibv_cq *cq_a = ibv_create_cq(ctx, 64, NULL, NULL, 0), *cq_b = ibv_create_cq(ctx, 64, NULL, NULL, 0);
-	if (!cq_a || !cq_b)
+	/* --pingpong: receives complete on CQs of their own, as in perftest's send_lat. */
+	struct ibv_cq *rcq_a = pingpong ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : cq_a;
+	struct ibv_cq *rcq_b = pingpong ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : cq_b;
+	if (!cq_a || !cq_b || !rcq_a || !rcq_b)
 		die("ibv_create_cq");
-	struct ibv_qp *a = create_qp(pd, cq_a), *b = create_qp(pd, cq_b);
+	struct ibv_qp *a = create_qp(pd, cq_a, rcq_a), *b = create_qp(pd, cq_b, rcq_b);
+	struct ibv_qp *qps[2] = { a, b };
+	struct ibv_cq *cqs[2] = { cq_a, cq_b }, *rcqs[2] = { rcq_a, rcq_b };
 	if (ibv_query_gid(ctx, PORT, gid_index, &gid))
 		die("ibv_query_gid");
 	const char *step;
@@ -228,28 +303,40 @@ int main(int argc, char **argv)
 	    (step = rc_connect(b, PORT, 0x2000, a->qp_num, 0x1000, &gid, gid_index)))
 		die(step);
 
-	rc = send ? warm_up_send(a, cq_a, b, cq_b, src, dst) : warm_up(a, cq_a, src, dst);
+	rc = pingpong ? warm_up_pingpong(qps, cqs, rcqs, src, dst)
+	     : send   ? warm_up_send(a, cq_a, b, cq_b, src, dst)
+		      : warm_up(a, cq_a, src, dst);
 	if (rc) {
 		fprintf(stderr, "raw: warm-up failed (%d)\n", rc);
 		return 1;
 	}
 	empty_polls = 0;
-	rc = send ? run_loop_send(a, cq_a, b, cq_b, src, dst) : run_loop(a, cq_a, src, dst);
+	rc = pingpong ? run_loop_pingpong(qps, cqs, rcqs, src, dst)
+	     : send   ? run_loop_send(a, cq_a, b, cq_b, src, dst)
+		      : run_loop(a, cq_a, src, dst);
 	if (rc) {
 		fprintf(stderr, "raw: run_loop failed (%d)\n", rc);
 		return 1;
 	}
-	if (memcmp(src_mem, dst_mem, MSG)) {
+	if (memcmp(src_mem, dst_mem, MSG) || (pingpong && memcmp(src_mem, (char *)dst_mem + MSG, MSG))) {
 		fprintf(stderr, "raw: target does not hold the written bytes\n");
 		return 1;
 	}
-	printf("raw: %d %s of %d bytes, every %dth signaled: ok; empty polls in run_loop: %ld\n", N,
-	       send ? "SENDs (and receives)" : "RDMA WRITEs", MSG, SIGNAL_EVERY, empty_polls);
+	if (pingpong)
+		printf("raw: %d SENDs of %d bytes, ping-pong, every one signaled: ok; empty polls in run_loop: %ld\n", N,
+		       MSG, empty_polls);
+	else
+		printf("raw: %d %s of %d bytes, every %dth signaled: ok; empty polls in run_loop: %ld\n", N,
+		       send ? "SENDs (and receives)" : "RDMA WRITEs", MSG, SIGNAL_EVERY, empty_polls);
 
 	ibv_destroy_qp(a);
 	ibv_destroy_qp(b);
 	ibv_destroy_cq(cq_a);
 	ibv_destroy_cq(cq_b);
+	if (pingpong) {
+		ibv_destroy_cq(rcq_a);
+		ibv_destroy_cq(rcq_b);
+	}
 	ibv_dereg_mr(src);
 	ibv_dereg_mr(dst);
 	ibv_dealloc_pd(pd);
