@@ -23,16 +23,6 @@ use crate::wc::Completion;
 /// How many completions one `ibv_poll_cq` call may return.
 pub(crate) const POLL_BATCH: usize = 16;
 
-/// What one [`CqShared::poll_for_recv_lane`] found.
-pub(crate) enum RecvPoll {
-    /// The CQ was empty.
-    Empty,
-    /// The completion of the awaited request.
-    Mine(Completion),
-    /// Other completions, routed to their work queues (or kept by the lane).
-    Other,
-}
-
 /// A completion queue: `struct ibv_cq`. Cheap to clone (shared); destroyed when the last clone
 /// and every QP using it are gone.
 #[derive(Clone)]
@@ -269,19 +259,15 @@ impl CqShared {
     ///
     /// Returns what `ibv_poll_cq` returned (0, 1, or a negative failure that
     /// [`CqShared::poll_failed`] turns into the error): a plain integer keeps this path short.
-    #[inline(never)]
+    /// Inline, as verbs.h's `ibv_poll_cq` is: the lane's waits are the data path.
+    #[inline(always)]
     pub(crate) fn poll_for_lane(&self, qp: &QpShared) -> i32 {
-        // One completion at a time: a lane waits for one request, and a single entry keeps
-        // this path short (no batch loop). Under the routing lock, as every poll.
         let routes = self.routes.lock();
-        let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
-        // SAFETY: the CQ is alive; `wc` has room for the one entry asked for.
-        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), 1, wc.as_mut_ptr()) };
-        if n <= 0 {
-            return n;
-        }
-        // SAFETY: ibv_poll_cq(3) filled the entry (it returned 1).
-        let wc = unsafe { wc.assume_init_ref() };
+        let mut slot = std::mem::MaybeUninit::uninit();
+        let wc = match self.poll_one(&mut slot) {
+            Ok(wc) => wc,
+            Err(n) => return n,
+        };
         // The common case inline: a successful completion of the lane's own request.
         if wc.qp_num == qp.qp_num() && is_lane_request(wc.wr_id) && wc.status == sys::IBV_WC_SUCCESS {
             qp.sq.lane.complete(wc.wr_id, true, || unreachable!("a successful completion is not decoded"));
@@ -292,43 +278,72 @@ impl CqShared {
     }
 
     /// One poll for the receive lane of `qp` (one of this CQ's QPs), whose wait is for its
-    /// request `seq`: up to [`POLL_BATCH`] completions under the routing lock, as perftest's
-    /// receivers poll. The lane's own receive completions are recorded at once: the awaited one
-    /// is handed back, the others go to `ready` (the lane's own, at most `keep` of them: the
-    /// oldest goes first). Anything else is routed as usual.
+    /// request `seq`. A receive completion of the lane is recorded at once: the awaited one is
+    /// written to `mine`, an earlier one goes to `ready` (the lane's own, at most `keep` of
+    /// them: the oldest goes first). Anything else is routed as usual.
     ///
-    /// # Errors
-    /// A failed `ibv_poll_cq`.
-    #[inline(never)]
+    /// Returns what `ibv_poll_cq` returned, as [`CqShared::poll_for_lane`]; inline as it.
+    #[inline(always)]
     pub(crate) fn poll_for_recv_lane(
         &self,
         qp: &QpShared,
         seq: u64,
         ready: &mut std::collections::VecDeque<(u64, Completion)>,
         keep: usize,
-    ) -> Result<RecvPoll> {
-        let mut mine = None;
-        let n = self.poll_with(POLL_BATCH, |_, wc, routes| {
-            let lane_seq = wc.wr_id & !RECV_BIT;
-            if wc.qp_num == qp.qp_num() && is_recv_lane_request(wc.wr_id) && qp.rq.lane.complete_taken(lane_seq) {
-                let c = self.decode(wc);
-                if lane_seq == seq {
-                    mine = Some(c);
-                } else {
-                    if ready.len() >= keep.max(1) {
-                        ready.pop_front();
-                    }
-                    ready.push_back((lane_seq, c));
-                }
+        mine: &mut Option<Completion>,
+    ) -> i32 {
+        let routes = self.routes.lock();
+        let mut slot = std::mem::MaybeUninit::uninit();
+        let wc = match self.poll_one(&mut slot) {
+            Ok(wc) => wc,
+            Err(n) => return n,
+        };
+        let lane_seq = wc.wr_id & !RECV_BIT;
+        if wc.qp_num == qp.qp_num() && is_recv_lane_request(wc.wr_id) && qp.rq.lane.complete_taken(lane_seq) {
+            if lane_seq == seq {
+                *mine = Some(self.decode(wc));
             } else {
-                self.route_cold(routes, wc, Some(qp));
+                self.keep_ready(ready, keep, lane_seq, wc);
             }
-        })?;
-        Ok(match mine {
-            Some(c) => RecvPoll::Mine(c),
-            None if n == 0 => RecvPoll::Empty,
-            None => RecvPoll::Other,
-        })
+        } else {
+            self.route_cold(&routes, wc, Some(qp));
+        }
+        1
+    }
+
+    /// [`CqShared::poll_for_recv_lane`] found the completion of an earlier receive than the
+    /// awaited one: it waits in `ready` (at most `keep`, the oldest goes first).
+    #[cold]
+    #[inline(never)]
+    fn keep_ready(
+        &self,
+        ready: &mut std::collections::VecDeque<(u64, Completion)>,
+        keep: usize,
+        lane_seq: u64,
+        wc: &sys::ibv_wc,
+    ) {
+        if ready.len() >= keep.max(1) {
+            ready.pop_front();
+        }
+        ready.push_back((lane_seq, self.decode(wc)));
+    }
+
+    /// One `ibv_poll_cq` of one completion into `slot`, for a caller that holds the routing
+    /// lock: a lane waits for one request at a time, as perftest's latency loops poll, and a
+    /// single entry keeps the path short (no batch loop). The completion, or what
+    /// `ibv_poll_cq` returned when it is not 1 (0: empty; negative: a failure).
+    #[inline(always)]
+    fn poll_one<'w>(
+        &self,
+        slot: &'w mut std::mem::MaybeUninit<sys::ibv_wc>,
+    ) -> std::result::Result<&'w sys::ibv_wc, i32> {
+        // SAFETY: the CQ is alive; `slot` has room for the one entry asked for.
+        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), 1, slot.as_mut_ptr()) };
+        if n <= 0 {
+            return Err(n);
+        }
+        // SAFETY: ibv_poll_cq(3) filled the entry (it returned 1, the most it may return).
+        Ok(unsafe { slot.assume_init_ref() })
     }
 
     /// [`CqShared::route`], out of line.
@@ -374,7 +389,7 @@ impl CqShared {
     /// Decodes one polled completion.
     #[inline(always)]
     fn decode(&self, wc: &sys::ibv_wc) -> Completion {
-        Completion::from_raw(wc, self.quirk.fix(wc.wc_flags))
+        Completion::from_raw(wc, self.quirk)
     }
 
     /// Routes one polled completion to its work queue; `known` is a QP the caller holds;
@@ -445,6 +460,7 @@ pub(crate) enum WcFlagsQuirk {
 }
 
 impl WcFlagsQuirk {
+    /// `flags` in libibverbs' numbering.
     pub(crate) fn fix(self, flags: u32) -> u32 {
         match self {
             WcFlagsQuirk::None => flags,

@@ -33,14 +33,13 @@ use std::time::Duration;
 
 use typed_verbs_sys as sys;
 
-use crate::cq::RecvPoll;
 use crate::error::{Error, Result};
 use crate::mr::{LocalBuf, LocalBufMut, LocalSink};
 use crate::qp::{Qp, QpShared, QueueRef};
 use crate::queue::{Kept, LaneResult, RECV_BIT};
 use crate::scope::{Idle, PostError, Scope, Waiting};
 use crate::transport::{CanPostRecv, CanPostSend, Transport};
-use crate::wc::{Completion, CompletionSource, WcOpcode};
+use crate::wc::{Completion, CompletionSource};
 use crate::wr::{AddressedFor, RawSendWr, Recv, SendWr};
 
 /// `ibv_post_send` as the provider implements it.
@@ -85,7 +84,7 @@ pub struct Prepared<'scope, W> {
     flags_signaled: u32,
     flags_unsignaled: u32,
     /// What the work completion reports for this request on success.
-    opcode: WcOpcode,
+    opcode: u32,
     byte_len: u32,
     wr: W,
     /// Invariant in 'scope (see [`SendLane`]).
@@ -104,7 +103,7 @@ unsafe impl<W: Sync> Sync for Prepared<'_, W> {}
 pub struct LaneToken<'scope> {
     qp: &'scope QpShared,
     seq: u64,
-    opcode: WcOpcode,
+    opcode: u32,
     byte_len: u32,
     _scope: PhantomData<&'scope mut &'scope ()>,
 }
@@ -309,7 +308,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let depth = u64::from(shared.caps().max_recv_wr.max(1));
         // SAFETY: as in `open_send_lane`.
         let post_fn = unsafe { (*(*raw_qp.as_ptr()).context).ops.post_recv }.unwrap_or(sys::ibv_post_recv);
-        let ready = std::collections::VecDeque::with_capacity(crate::cq::POLL_BATCH);
+        let ready = std::collections::VecDeque::new();
         Ok(RecvLane {
             qp: shared,
             raw_qp,
@@ -382,7 +381,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     ///
     /// See ibv_post_send(3).
     #[doc(alias = "ibv_post_send")]
-    #[inline]
+    #[inline(always)]
     pub fn post<W>(&mut self, wr: &mut Prepared<'scope, W>) -> Result<LaneToken<'scope>> {
         let mut seq = self.qp.sq.lane.next();
         if seq >= self.limit {
@@ -410,7 +409,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     ///
     /// See ibv_post_send(3).
     #[doc(alias = "ibv_post_send")]
-    #[inline]
+    #[inline(always)]
     pub fn post_unsignaled<W>(&mut self, wr: &mut Prepared<'scope, W>) -> Result<()> {
         // Two branches rather than one `||`: each is a compare and a jump.
         let seq = self.qp.sq.lane.next();
@@ -553,7 +552,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         &mut self,
         qp: &'scope QpShared,
         seq: u64,
-        opcode: WcOpcode,
+        opcode: u32,
         byte_len: u32,
         timeout: Duration,
         how: Waiting,
@@ -622,7 +621,7 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
     ///
     /// See ibv_post_recv(3).
     #[doc(alias = "ibv_post_recv")]
-    #[inline]
+    #[inline(always)]
     pub fn post<L>(&mut self, wr: &mut PreparedRecv<'scope, L>) -> Result<RecvToken<'scope>> {
         let book = &self.qp.rq.lane;
         let mut seq = book.next();
@@ -720,10 +719,10 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
                     return Ok(c);
                 }
             } else if !self.qp.rq.lane.is_done(token.seq) {
-                let depth = self.depth as usize;
-                if let Ok(RecvPoll::Mine(c)) =
-                    self.qp.recv_cq.poll_for_recv_lane(self.qp, token.seq, &mut self.ready, depth)
-                {
+                // A failed poll leaves `mine` empty: `wait_slow` polls again and reports it.
+                let mut mine = None;
+                self.qp.recv_cq.poll_for_recv_lane(self.qp, token.seq, &mut self.ready, self.depth as usize, &mut mine);
+                if let Some(c) = mine {
                     return Ok(c);
                 }
             }
@@ -755,14 +754,18 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
                 Kept::Done(c) => return Ok(c),
                 Kept::Lost => return Err(RecvWaitError { error: lost(qp, token.seq, self.depth), token }),
             }
-            match qp.recv_cq.poll_for_recv_lane(qp, token.seq, &mut self.ready, self.depth as usize) {
-                Ok(RecvPoll::Mine(c)) => return Ok(c),
-                Ok(RecvPoll::Empty) if idle.expired() => {
+            let mut mine = None;
+            let n = qp.recv_cq.poll_for_recv_lane(qp, token.seq, &mut self.ready, self.depth as usize, &mut mine);
+            if let Some(c) = mine {
+                return Ok(c);
+            }
+            match n {
+                0 if idle.expired() => {
                     let what = format!("the completion of lane receive {} on QP {:#x}", token.seq, qp.qp_num());
                     return Err(RecvWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
-                Err(error) => return Err(RecvWaitError { error, token }),
-                Ok(RecvPoll::Empty | RecvPoll::Other) => {}
+                n if n < 0 => return Err(RecvWaitError { error: qp.recv_cq.poll_failed(n), token }),
+                _ => {}
             }
         }
     }
@@ -862,14 +865,14 @@ fn foreign(lane: &'static str, qp: &QpShared) -> Error {
 
 /// What a successful completion of `raw` reports: its opcode, and the byte length for the
 /// operations whose send-queue completion carries one (RDMA READ: the bytes read; atomics: 8).
-fn success_report(raw: &RawSendWr) -> (WcOpcode, u32) {
+fn success_report(raw: &RawSendWr) -> (u32, u32) {
     let len = if raw.num_sge > 0 { raw.sge.length } else { 0 };
     match raw.wr.opcode {
-        sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (WcOpcode::RdmaWrite, 0),
-        sys::IBV_WR_RDMA_READ => (WcOpcode::RdmaRead, len),
-        sys::IBV_WR_ATOMIC_CMP_AND_SWP => (WcOpcode::CompSwap, 8),
-        sys::IBV_WR_ATOMIC_FETCH_AND_ADD => (WcOpcode::FetchAdd, 8),
-        sys::IBV_WR_TSO => (WcOpcode::Tso, 0),
-        _ => (WcOpcode::Send, 0),
+        sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (sys::IBV_WC_RDMA_WRITE, 0),
+        sys::IBV_WR_RDMA_READ => (sys::IBV_WC_RDMA_READ, len),
+        sys::IBV_WR_ATOMIC_CMP_AND_SWP => (sys::IBV_WC_COMP_SWAP, 8),
+        sys::IBV_WR_ATOMIC_FETCH_AND_ADD => (sys::IBV_WC_FETCH_ADD, 8),
+        sys::IBV_WR_TSO => (sys::IBV_WC_TSO, 0),
+        _ => (sys::IBV_WC_SEND, 0),
     }
 }

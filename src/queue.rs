@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::wc::{Completion, WcOpcode};
+use crate::wc::Completion;
 
 /// The top bit of a `wr_id`: set for receive-queue requests.
 pub(crate) const RECV_BIT: u64 = 1 << 63;
@@ -114,11 +114,8 @@ impl WorkQueue {
             for i in 0..idx {
                 if let Slot::Pending { abandoned, .. } = self.slots[i] {
                     self.outstanding -= 1;
-                    self.slots[i] = if abandoned {
-                        Slot::Gone
-                    } else {
-                        Slot::Done(Completion::implied(c.qp_num, WcOpcode::Unknown(0)))
-                    };
+                    self.slots[i] =
+                        if abandoned { Slot::Gone } else { Slot::Done(Completion::implied(c.qp_num(), u32::MAX)) };
                 }
             }
         }
@@ -561,7 +558,7 @@ mod tests {
     use crate::wc::{CompletionSource, WcStatus};
 
     fn wc(qp: u32) -> Completion {
-        Completion::implied(qp, WcOpcode::Send)
+        Completion::implied(qp, typed_verbs_sys::IBV_WC_SEND)
     }
 
     #[test]

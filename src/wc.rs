@@ -2,6 +2,7 @@
 
 use typed_verbs_sys as sys;
 
+use crate::cq::WcFlagsQuirk;
 use crate::error::Error;
 
 macro_rules! c_enum {
@@ -166,92 +167,152 @@ pub enum CompletionSource {
     ForcedReset,
 }
 
-/// A work completion: the decoded `struct ibv_wc` of one work request. `Default` is an
-/// all-zero placeholder (for arrays that [`Cq::poll_into`](crate::cq::Cq::poll_into) fills).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A work completion: the `struct ibv_wc` of one work request, decoded by its accessors.
+/// `Default` is an all-zero placeholder (for arrays that
+/// [`Cq::poll_into`](crate::cq::Cq::poll_into) fills).
+//
+// The fields from `status` to `wc_flags` are those of `struct ibv_wc`, in its order and as the
+// provider wrote them: taking a completion off the CQ is a copy, and the typed values (and
+// the flags in libibverbs' numbering) are built only when asked for. Small (40 bytes), so that
+// it moves cheaply through the waits' return values.
+#[derive(Clone, Copy)]
+#[repr(C)]
 pub struct Completion {
-    pub(crate) status: WcStatus,
-    pub(crate) opcode: WcOpcode,
-    pub(crate) vendor_err: u32,
+    status: u32,
+    opcode: u32,
+    vendor_err: u32,
     pub(crate) byte_len: u32,
-    pub(crate) imm: Option<u32>,
-    pub(crate) invalidated_rkey: Option<u32>,
-    pub(crate) qp_num: u32,
-    pub(crate) src_qp: u32,
-    pub(crate) wc_flags: u32,
-    pub(crate) pkey_index: u16,
-    pub(crate) slid: u16,
-    pub(crate) sl: u8,
+    /// `imm_data` (network order) or `invalidated_rkey`, as `wc_flags` says.
+    imm_or_inv: u32,
+    qp_num: u32,
+    src_qp: u32,
+    /// As the provider wrote them: see `kernel_flags`.
+    raw_flags: u32,
+    pkey_index: u16,
+    slid: u16,
+    sl: u8,
     pub(crate) source: CompletionSource,
+    /// `raw_flags` are in the kernel's numbering ([`WcFlagsQuirk`]).
+    kernel_flags: bool,
 }
+
+// A copy of the `ibv_wc` fields it keeps, moved by value through the waits: keep it small.
+static_assertions::const_assert!(std::mem::size_of::<Completion>() <= 40);
 
 impl Default for Completion {
     fn default() -> Self {
-        Completion::from_raw(&sys::ibv_wc::default(), 0)
+        Completion::from_raw(&sys::ibv_wc::default(), WcFlagsQuirk::None)
+    }
+}
+
+impl PartialEq for Completion {
+    /// Equal when every accessor answers the same (the union of `imm_data` and
+    /// `invalidated_rkey` is compared only where a flag gives it a meaning).
+    fn eq(&self, other: &Self) -> bool {
+        (self.status, self.opcode, self.vendor_err, self.byte_len, self.qp_num, self.src_qp, self.wc_flags())
+            == (
+                other.status,
+                other.opcode,
+                other.vendor_err,
+                other.byte_len,
+                other.qp_num,
+                other.src_qp,
+                other.wc_flags(),
+            )
+            && (self.pkey_index, self.slid, self.sl, self.source)
+                == (other.pkey_index, other.slid, other.sl, other.source)
+            && self.imm() == other.imm()
+            && self.invalidated_rkey() == other.invalidated_rkey()
+    }
+}
+
+impl Eq for Completion {}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion")
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("vendor_err", &self.vendor_err)
+            .field("byte_len", &self.byte_len)
+            .field("imm", &self.imm())
+            .field("invalidated_rkey", &self.invalidated_rkey())
+            .field("qp_num", &self.qp_num)
+            .field("src_qp", &self.src_qp)
+            .field("wc_flags", &self.wc_flags())
+            .field("pkey_index", &self.pkey_index)
+            .field("slid", &self.slid)
+            .field("sl", &self.sl)
+            .field("source", &self.source)
+            .finish()
     }
 }
 
 impl Completion {
-    /// Decodes `wc`, whose flags (in libibverbs' numbering) are `flags`.
-    #[inline]
-    pub(crate) fn from_raw(wc: &sys::ibv_wc, flags: u32) -> Self {
-        let imm_or_inv = crate::cq::wc_imm_bits(wc);
+    /// Takes `wc`, whose flags are numbered as `quirk` says.
+    #[inline(always)]
+    pub(crate) fn from_raw(wc: &sys::ibv_wc, quirk: WcFlagsQuirk) -> Self {
         Completion {
-            status: WcStatus::from_raw(wc.status),
-            opcode: WcOpcode::from_raw(wc.opcode),
+            status: wc.status,
+            opcode: wc.opcode,
             vendor_err: wc.vendor_err,
             byte_len: wc.byte_len,
-            imm: (flags & sys::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(imm_or_inv)),
-            invalidated_rkey: (flags & sys::IBV_WC_WITH_INV != 0).then_some(imm_or_inv),
+            imm_or_inv: crate::cq::wc_imm_bits(wc),
             qp_num: wc.qp_num,
             src_qp: wc.src_qp,
-            wc_flags: flags,
+            raw_flags: wc.wc_flags,
             pkey_index: wc.pkey_index,
             slid: wc.slid,
             sl: wc.sl,
             source: CompletionSource::Own,
+            kernel_flags: quirk == WcFlagsQuirk::KernelNumbering,
         }
     }
 
-    pub(crate) fn implied(qp_num: u32, opcode: WcOpcode) -> Self {
+    /// A successful completion deduced rather than polled (`opcode`: an `IBV_WC_*` value).
+    #[inline(always)]
+    pub(crate) fn implied(qp_num: u32, opcode: u32) -> Self {
         Completion {
-            status: WcStatus::Success,
+            status: sys::IBV_WC_SUCCESS,
             opcode,
             vendor_err: 0,
             byte_len: 0,
-            imm: None,
-            invalidated_rkey: None,
+            imm_or_inv: 0,
             qp_num,
             src_qp: 0,
-            wc_flags: 0,
+            raw_flags: 0,
             pkey_index: 0,
             slid: 0,
             sl: 0,
             source: CompletionSource::ImpliedByLater,
+            kernel_flags: false,
         }
     }
 
     pub(crate) fn forced_reset(qp_num: u32) -> Self {
         Completion {
-            status: WcStatus::WrFlushErr,
+            status: sys::IBV_WC_WR_FLUSH_ERR,
             source: CompletionSource::ForcedReset,
-            ..Self::implied(qp_num, WcOpcode::Unknown(u32::MAX))
+            ..Self::implied(qp_num, u32::MAX)
         }
     }
 
     /// The status.
+    #[inline]
     pub fn status(&self) -> WcStatus {
-        self.status
+        WcStatus::from_raw(self.status)
     }
     /// True if the status is [`WcStatus::Success`].
+    #[inline]
     pub fn is_success(&self) -> bool {
-        self.status == WcStatus::Success
+        self.status == sys::IBV_WC_SUCCESS
     }
     /// `Ok(self)` on success.
     ///
     /// # Errors
     /// [`CompletionError`] (convertible into [`Error::Completion`]) carrying this completion
     /// when its status is not [`WcStatus::Success`].
+    #[inline]
     pub fn ok(self) -> std::result::Result<Self, CompletionError> {
         if self.is_success() {
             Ok(self)
@@ -260,55 +321,72 @@ impl Completion {
         }
     }
     /// The operation (valid only on success).
+    #[inline]
     pub fn opcode(&self) -> WcOpcode {
-        self.opcode
+        WcOpcode::from_raw(self.opcode)
     }
     /// The vendor error syndrome.
+    #[inline]
     pub fn vendor_err(&self) -> u32 {
         self.vendor_err
     }
     /// The number of bytes received (receive completions).
+    #[inline]
     pub fn byte_len(&self) -> u32 {
         self.byte_len
     }
     /// The immediate data, in host byte order, when the completion carries one
     /// (`IBV_WC_WITH_IMM`).
+    #[inline]
     pub fn imm(&self) -> Option<u32> {
-        self.imm
+        (self.wc_flags() & sys::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(self.imm_or_inv))
     }
     /// The rkey invalidated by a SEND_WITH_INV (`IBV_WC_WITH_INV`).
+    #[inline]
     pub fn invalidated_rkey(&self) -> Option<u32> {
-        self.invalidated_rkey
+        (self.wc_flags() & sys::IBV_WC_WITH_INV != 0).then_some(self.imm_or_inv)
     }
     /// The local QP number.
+    #[inline]
     pub fn qp_num(&self) -> u32 {
         self.qp_num
     }
     /// The source QP number (UD receives).
+    #[inline]
     pub fn src_qp(&self) -> u32 {
         self.src_qp
     }
     /// The raw `IBV_WC_*` flags.
+    #[inline]
     pub fn wc_flags(&self) -> u32 {
-        self.wc_flags
+        if self.kernel_flags {
+            WcFlagsQuirk::KernelNumbering.fix(self.raw_flags)
+        } else {
+            self.raw_flags
+        }
     }
     /// True if a GRH is present in the receive buffer (UD, `IBV_WC_GRH`).
+    #[inline]
     pub fn has_grh(&self) -> bool {
-        self.wc_flags & sys::IBV_WC_GRH != 0
+        self.wc_flags() & sys::IBV_WC_GRH != 0
     }
     /// The P_Key index (UD/GSI receives).
+    #[inline]
     pub fn pkey_index(&self) -> u16 {
         self.pkey_index
     }
     /// The source LID (UD receives).
+    #[inline]
     pub fn slid(&self) -> u16 {
         self.slid
     }
     /// The service level (UD receives).
+    #[inline]
     pub fn sl(&self) -> u8 {
         self.sl
     }
     /// Whether this completion was reported by the device or deduced.
+    #[inline]
     pub fn source(&self) -> CompletionSource {
         self.source
     }
@@ -326,7 +404,9 @@ impl std::fmt::Display for CompletionError {
         write!(
             f,
             "work request on QP {:#x} completed with {} (vendor error {:#x})",
-            self.completion.qp_num, self.completion.status, self.completion.vendor_err
+            self.completion.qp_num,
+            self.completion.status(),
+            self.completion.vendor_err
         )
     }
 }
@@ -366,7 +446,7 @@ mod tests {
                 dlid_path_bits: (x >> 28) as u8,
                 ..Default::default()
             };
-            let c = Completion::from_raw(&wc, wc.wc_flags);
+            let c = Completion::from_raw(&wc, WcFlagsQuirk::None);
             assert_eq!(c.status().to_raw(), wc.status);
             assert_eq!(c.opcode().to_raw(), wc.opcode);
             assert_eq!(c.imm().is_some(), wc.wc_flags & sys::IBV_WC_WITH_IMM != 0);
@@ -385,9 +465,33 @@ mod tests {
     }
 
     #[test]
+    fn completions_compare_and_print_by_their_decoded_values() {
+        let mut a = sys::ibv_wc { status: sys::IBV_WC_REM_ACCESS_ERR, qp_num: 7, ..Default::default() };
+        let mut b = a;
+        // The union of imm_data and invalidated_rkey means nothing without a flag.
+        a.__bindgen_anon_1.imm_data = 1;
+        b.__bindgen_anon_1.imm_data = 2;
+        let (ca, cb) = (Completion::from_raw(&a, WcFlagsQuirk::None), Completion::from_raw(&b, WcFlagsQuirk::None));
+        assert_eq!(ca, cb);
+        (a.wc_flags, b.wc_flags) = (sys::IBV_WC_WITH_INV, sys::IBV_WC_WITH_INV);
+        let (ia, ib) = (Completion::from_raw(&a, WcFlagsQuirk::None), Completion::from_raw(&b, WcFlagsQuirk::None));
+        assert_ne!(ia, ib);
+        assert_eq!((ia.invalidated_rkey(), ib.invalidated_rkey()), (Some(1), Some(2)));
+        // rxe numbers the flags as the kernel does: its bit 2 is IBV_WC_WITH_INV (bit 3).
+        a.wc_flags = 1 << 2;
+        let k = Completion::from_raw(&a, WcFlagsQuirk::KernelNumbering);
+        assert_eq!((k.wc_flags(), k.invalidated_rkey()), (sys::IBV_WC_WITH_INV, Some(1)));
+        assert_eq!(k, ia);
+        let shown = format!("{ca:?}");
+        assert!(shown.contains("status: RemAccessErr") && shown.contains("imm: None"), "{shown}");
+        assert_eq!(ca.status(), WcStatus::RemAccessErr);
+        assert!(!ca.is_success());
+    }
+
+    #[test]
     fn immediate_data_is_converted_from_network_order() {
         let mut wc = sys::ibv_wc { wc_flags: sys::IBV_WC_WITH_IMM, ..Default::default() };
         wc.__bindgen_anon_1.imm_data = 0x0102_0304u32.to_be();
-        assert_eq!(Completion::from_raw(&wc, wc.wc_flags).imm(), Some(0x0102_0304));
+        assert_eq!(Completion::from_raw(&wc, WcFlagsQuirk::None).imm(), Some(0x0102_0304));
     }
 }

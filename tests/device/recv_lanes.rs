@@ -241,10 +241,11 @@ fn a_recv_lane_refuses_an_srq_qp_and_a_queue_with_receives_posted_otherwise() {
 }
 
 #[test]
-fn one_poll_of_the_lane_takes_several_completions_for_its_later_waits() {
-    // b's receives complete on a CQ of their own: the lane's first wait polls a batch, hands
-    // back the awaited completion and keeps the others in the lane, for the waits that follow
-    // (in order or not).
+fn a_wait_for_a_later_receive_keeps_the_earlier_completions_in_the_lane() {
+    // b's receives complete on a CQ of their own, which only the lane polls, one completion
+    // at a time: a wait for a later receive takes the earlier ones off the CQ on its way and
+    // keeps them in the lane for the waits that follow (in order or not), which then find
+    // them without polling.
     const N: usize = 8;
     let r = rig();
     let cq_b = r._ctx.create_cq(64).unwrap();
