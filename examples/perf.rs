@@ -1204,7 +1204,8 @@ struct LaneLat<'scope, 'x, W> {
 
 impl<'scope, 'a: 'scope, W> LatPoster<'scope, 'a> for LaneLat<'scope, '_, W> {
     fn send(&mut self, k: u64, signaled: bool) -> Result<()> {
-        let slot = (k % self.wrs.len() as u64) as usize;
+        // No division on the latency path when there is one request (send_lat).
+        let slot = if self.wrs.len() == 1 { 0 } else { (k % self.wrs.len() as u64) as usize };
         let wr = &mut self.wrs[slot];
         if signaled {
             let token = self.lane.post(wr)?;
@@ -1369,12 +1370,16 @@ fn send_lat_loop<'scope, 'a>(
                 rx.post(oldest)?;
                 total_posted += 1;
             }
-            oldest = (oldest + 1) % n;
+            oldest += 1;
+            if oldest == n {
+                oldest = 0;
+            }
         }
         let stop_now = side.before_send(time_up, base, sent, stamps, &mut progress);
         sent += 1;
         let last = stop_now || (p.duration.is_none() && sent == p.iters);
-        poster.send(sent, sent % p.cq_mod == 0 || last)?;
+        // (CQ moderation 1, perftest's default for latency, needs no division.)
+        poster.send(sent, p.cq_mod == 1 || sent % p.cq_mod == 0 || last)?;
         if stop_now || (side.role == Role::Server && p.duration.is_none() && sent == p.iters) {
             return Ok(());
         }

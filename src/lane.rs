@@ -743,10 +743,15 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         }
         let (qp, book) = (self.qp, &self.qp.rq.lane);
         let mut idle = Idle::new(how, timeout);
+        // Only this lane's own polls add to its FIFO: it is searched first, then only after a
+        // poll that took another completion (a spinning wait's empty polls stay short).
+        let mut look = true;
         loop {
-            if let Some(i) = self.ready.iter().position(|&(seq, _)| seq == token.seq) {
-                if let Some((_, c)) = self.ready.remove(i) {
-                    return Ok(c);
+            if look {
+                if let Some(i) = self.ready.iter().position(|&(seq, _)| seq == token.seq) {
+                    if let Some((_, c)) = self.ready.remove(i) {
+                        return Ok(c);
+                    }
                 }
             }
             match book.take_kept(token.seq, qp.qp_num()) {
@@ -759,6 +764,7 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
             if let Some(c) = mine {
                 return Ok(c);
             }
+            look = n > 0;
             match n {
                 0 if idle.expired() => {
                     let what = format!("the completion of lane receive {} on QP {:#x}", token.seq, qp.qp_num());
