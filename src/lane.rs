@@ -19,9 +19,9 @@
 //!
 //! A [`RecvLane`] does the same for a receive queue ([`Scope::recv_lane`], or
 //! [`Scope::lanes`] for both queues of one QP): a [`PreparedRecv`] is re-posted as often as
-//! needed, each receive returns a [`RecvToken`], and the lane's wait polls a batch of
-//! completions: it hands back the awaited one and keeps the lane's others, unlocked, for the
-//! waits that follow. The received bytes are read through the prepared receive, only
+//! needed, each receive returns a [`RecvToken`], and the lane's wait polls one completion
+//! at a time: it hands back the awaited one and keeps an earlier one of the lane, unlocked,
+//! for the wait that asks for it. The received bytes are read through the prepared receive, only
 //! once its last post has completed ([`PreparedRecv::received`]).
 //!
 //! Receives on the QP of a send lane opened alone go through the scope: [`Scope::post_recv_lane`].
