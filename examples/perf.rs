@@ -787,7 +787,9 @@ fn send_bw_receive_loop(p: &Params, rxs: &mut [impl LatReceiver], sh: &SendShare
     }
     sh.ready.store(true, Ordering::Release);
     let mut published = false;
-    let mut last_progress = Instant::now();
+    // Fixed at the first round without progress, cleared by progress: no clock read while
+    // messages keep coming.
+    let mut idle_deadline: Option<Instant> = None;
     loop {
         let mut progressed = false;
         for q in 0..nq {
@@ -806,7 +808,10 @@ fn send_bw_receive_loop(p: &Params, rxs: &mut [impl LatReceiver], sh: &SendShare
                 rxs[q].post(oldest[q])?;
                 posted[q] += 1;
             }
-            oldest[q] = (oldest[q] + 1) % rxs[q].slots();
+            oldest[q] += 1;
+            if oldest[q] == rxs[q].slots() {
+                oldest[q] = 0;
+            }
         }
         if p.duration.is_some() && !published && sh.stop.load(Ordering::Acquire) {
             for (f, &n) in sh.final_posted.iter().zip(&posted) {
@@ -819,11 +824,18 @@ fn send_bw_receive_loop(p: &Params, rxs: &mut [impl LatReceiver], sh: &SendShare
             return Ok(());
         }
         if progressed {
-            last_progress = Instant::now();
+            idle_deadline = None;
         } else if sh.failed.load(Ordering::Acquire) {
             return Err(bad("the sender failed"));
-        } else if last_progress.elapsed() >= p.timeout {
-            return Err(Error::Timeout { what: "a receive completion (send_bw receiver)".into(), after: p.timeout });
+        } else {
+            // A round without progress has waited a slice per QP already.
+            let now = Instant::now();
+            if now >= *idle_deadline.get_or_insert(now + p.timeout.saturating_sub(SLICE)) {
+                return Err(Error::Timeout {
+                    what: "a receive completion (send_bw receiver)".into(),
+                    after: p.timeout,
+                });
+            }
         }
     }
 }
