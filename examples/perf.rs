@@ -392,6 +392,16 @@ fn split(mut rest: LocalBufMut<'_>, n: usize, size: usize) -> Result<Vec<LocalBu
     Ok(v)
 }
 
+/// The receive slot after `i` of `n`: slots are posted in turn, round the ring. (A comparison,
+/// not a division: it is on the receive loops' per-message path.)
+fn next_slot(i: usize, n: usize) -> usize {
+    if i + 1 == n {
+        0
+    } else {
+        i + 1
+    }
+}
+
 /// Spins (bounded) until `flag` is set.
 fn wait_flag(flag: &AtomicBool, timeout: Duration, what: &str) -> Result<()> {
     let deadline = Instant::now() + timeout;
@@ -808,10 +818,7 @@ fn send_bw_receive_loop(p: &Params, rxs: &mut [impl LatReceiver], sh: &SendShare
                 rxs[q].post(oldest[q])?;
                 posted[q] += 1;
             }
-            oldest[q] += 1;
-            if oldest[q] == rxs[q].slots() {
-                oldest[q] = 0;
-            }
+            oldest[q] = next_slot(oldest[q], rxs[q].slots());
         }
         if p.duration.is_some() && !published && sh.stop.load(Ordering::Acquire) {
             for (f, &n) in sh.final_posted.iter().zip(&posted) {
@@ -1382,10 +1389,7 @@ fn send_lat_loop<'scope, 'a>(
                 rx.post(oldest)?;
                 total_posted += 1;
             }
-            oldest += 1;
-            if oldest == n {
-                oldest = 0;
-            }
+            oldest = next_slot(oldest, n);
         }
         let stop_now = side.before_send(time_up, base, sent, stamps, &mut progress);
         sent += 1;

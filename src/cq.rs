@@ -21,7 +21,7 @@ use crate::queue::{is_lane_request, is_recv_lane_request, RECV_BIT};
 use crate::wc::Completion;
 
 /// How many completions one `ibv_poll_cq` call may return.
-pub(crate) const POLL_BATCH: usize = 16;
+const POLL_BATCH: usize = 16;
 
 /// A completion queue: `struct ibv_cq`. Cheap to clone (shared); destroyed when the last clone
 /// and every QP using it are gone.

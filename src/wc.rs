@@ -171,8 +171,8 @@ pub enum CompletionSource {
 /// `Default` is an all-zero placeholder (for arrays that
 /// [`Cq::poll_into`](crate::cq::Cq::poll_into) fills).
 //
-// The fields from `status` to `wc_flags` are those of `struct ibv_wc`, in its order and as the
-// provider wrote them: taking a completion off the CQ is a copy, and the typed values (and
+// The fields from `status` to `raw_flags` are those of `struct ibv_wc` (`raw_flags` is its
+// `wc_flags`), in its order and as the provider wrote them: taking a completion off the CQ is a copy, and the typed values (and
 // the flags in libibverbs' numbering) are built only when asked for. Small (40 bytes), so that
 // it moves cheaply through the waits' return values.
 #[derive(Clone, Copy)]
