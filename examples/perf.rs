@@ -41,9 +41,10 @@
 //!   only; the client measures).
 //!
 //! Completions are awaited with `SendLane::wait` / `RecvLane::wait` / `Scope::wait`, which poll
-//! the CQ and yield the CPU (`sched_yield`) after every empty poll; `--spin` instead uses their
-//! `wait_spin`, which busy-poll without yielding, as perftest's loops poll
-//! `ibv_poll_cq` (still bounded by `--timeout`). The send queue is created with at
+//! the CQ and yield the CPU (`sched_yield`) after every empty poll; `write_lat`'s wait for the
+//! peer's write (a look at the last byte of its target) yields the same way. `--spin` instead
+//! uses their `wait_spin`, which busy-poll without yielding, as perftest's loops poll
+//! `ibv_poll_cq` and the byte (still bounded by `--timeout`). The send queue is created with at
 //! least 2 x CQ_MOD entries, so that the library's automatic signaling (every depth/2-th
 //! request of an unsignaled run, for lanes and tokens alike) never changes perftest's
 //! signaling pattern (`send_queue_depth`).
@@ -1283,17 +1284,24 @@ fn write_lat_loop<'scope, 'a>(
             received += 1;
             let want = slot_of(received) as u8 + 1;
             let mut spins = 0u32;
-            // Read the clock only every 1,024 polls (the deadline from the first read), as the
-            // library's spinning waits and perftest's loops do.
             let mut deadline = None;
             loop {
                 mine.read_volatile_into(p.size - 1, &mut last)?;
                 if last[0] == want {
                     break;
                 }
-                spins = spins.wrapping_add(1);
-                if spins % 1024 == 0 {
+                if p.spin {
+                    // Read the clock only every 1,024 polls (the deadline from the first
+                    // read), as the library's spinning waits and perftest's loops do.
+                    spins = spins.wrapping_add(1);
+                    if spins % 1024 == 0 {
+                        side.still_waiting(&mut deadline, Duration::ZERO, "the peer's RDMA WRITE")?;
+                    }
+                } else {
+                    // The default: this wait yields after every empty look, as the library's
+                    // default waits do after every empty poll (clock read included).
                     side.still_waiting(&mut deadline, Duration::ZERO, "the peer's RDMA WRITE")?;
+                    std::thread::yield_now();
                 }
             }
             match side.role {

@@ -59,9 +59,12 @@ fn send_lat_with_lanes_and_with_tokens_completes_in_one_process() {
 }
 
 #[test]
-fn write_lat_completes_in_one_process() {
-    let mut p = Proc::spawn("perf write_lat", &example("perf"), &args("write_lat", &["--spin"]));
-    assert_latency_report(&finished(&mut p), "send lane");
+fn write_lat_completes_in_one_process_busy_polling_and_yielding() {
+    // `--spin` busy-polls the peer's byte and the CQ; the default yields after empty looks.
+    for extra in [&["--spin"][..], &[][..]] {
+        let mut p = Proc::spawn("perf write_lat", &example("perf"), &args("write_lat", extra));
+        assert_latency_report(&finished(&mut p), "send lane");
+    }
 }
 
 #[test]
