@@ -186,14 +186,14 @@ pub struct Completion {
     imm_or_inv: u32,
     qp_num: u32,
     src_qp: u32,
-    /// As the provider wrote them: see `kernel_flags`.
+    /// As the provider wrote them: see `flags_quirk`.
     raw_flags: u32,
     pkey_index: u16,
     slid: u16,
     sl: u8,
     pub(crate) source: CompletionSource,
-    /// `raw_flags` are in the kernel's numbering ([`WcFlagsQuirk`]).
-    kernel_flags: bool,
+    /// The numbering of `raw_flags`: [`WcFlagsQuirk::fix`] gives libibverbs'.
+    flags_quirk: WcFlagsQuirk,
 }
 
 // A copy of the `ibv_wc` fields it keeps, moved by value through the waits: keep it small.
@@ -265,7 +265,7 @@ impl Completion {
             slid: wc.slid,
             sl: wc.sl,
             source: CompletionSource::Own,
-            kernel_flags: quirk == WcFlagsQuirk::KernelNumbering,
+            flags_quirk: quirk,
         }
     }
 
@@ -285,7 +285,7 @@ impl Completion {
             slid: 0,
             sl: 0,
             source: CompletionSource::ImpliedByLater,
-            kernel_flags: false,
+            flags_quirk: WcFlagsQuirk::None,
         }
     }
 
@@ -359,11 +359,7 @@ impl Completion {
     /// The raw `IBV_WC_*` flags.
     #[inline]
     pub fn wc_flags(&self) -> u32 {
-        if self.kernel_flags {
-            WcFlagsQuirk::KernelNumbering.fix(self.raw_flags)
-        } else {
-            self.raw_flags
-        }
+        self.flags_quirk.fix(self.raw_flags)
     }
     /// True if a GRH is present in the receive buffer (UD, `IBV_WC_GRH`).
     #[inline]
