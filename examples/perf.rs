@@ -393,14 +393,22 @@ fn split(mut rest: LocalBufMut<'_>, n: usize, size: usize) -> Result<Vec<LocalBu
     Ok(v)
 }
 
-/// The receive slot after `i` of `n`: slots are posted in turn, round the ring. (A comparison,
-/// not a division: it is on the receive loops' per-message path.)
+/// The slot after `i` of `n`: slots are used in turn, round the ring. (A comparison, not a
+/// division: it is on the posting and receive loops' per-message path.)
 fn next_slot(i: usize, n: usize) -> usize {
     if i + 1 == n {
         0
     } else {
         i + 1
     }
+}
+
+/// Whether a wait bounded by `timeout` has run out. `deadline` is fixed at the first call, at
+/// `timeout` less `waited` (how long the wait had already run then): a wait that ends before
+/// that call reads no clock.
+fn deadline_passed(deadline: &mut Option<Instant>, timeout: Duration, waited: Duration) -> bool {
+    let now = Instant::now();
+    now >= *deadline.get_or_insert(now + timeout.saturating_sub(waited))
 }
 
 /// Spins (bounded) until `flag` is set.
@@ -608,7 +616,7 @@ impl<W> BwPoster for LanePoster<'_, W> {
     fn post(&mut self, q: usize, signaled: bool) -> Result<()> {
         let (slots, next) = &mut self.wrs[q];
         let slot = *next;
-        *next = if slot + 1 == slots.len() { 0 } else { slot + 1 };
+        *next = next_slot(slot, slots.len());
         let wr = &mut slots[slot];
         if signaled {
             let token = self.lanes[q].post(wr)?;
@@ -837,8 +845,7 @@ fn send_bw_receive_loop(p: &Params, rxs: &mut [impl LatReceiver], sh: &SendShare
             return Err(bad("the sender failed"));
         } else {
             // A round without progress has waited a slice per QP already.
-            let now = Instant::now();
-            if now >= *idle_deadline.get_or_insert(now + p.timeout.saturating_sub(SLICE)) {
+            if deadline_passed(&mut idle_deadline, p.timeout, SLICE) {
                 return Err(Error::Timeout {
                     what: "a receive completion (send_bw receiver)".into(),
                     after: p.timeout,
@@ -1063,8 +1070,7 @@ impl LatSide<'_> {
     /// passed (`deadline` is fixed at the first call, `waited` being how long the wait had
     /// already run then) or the peer thread has failed.
     fn still_waiting(&self, deadline: &mut Option<Instant>, waited: Duration, what: &str) -> Result<()> {
-        let now = Instant::now();
-        if now >= *deadline.get_or_insert(now + self.p.timeout.saturating_sub(waited)) {
+        if deadline_passed(deadline, self.p.timeout, waited) {
             return Err(Error::Timeout { what: what.into(), after: self.p.timeout });
         }
         if self.sh.failed.load(Ordering::Acquire) {
