@@ -3,7 +3,7 @@
 //! ```text
 //! perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
 //!      [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH]
-//!      [-o OUT_READS] [--tokens] [--spin] [--timeout SECS] [--json] [--quiet]
+//!      [-o OUT_READS] [--tokens] [--spin] [--timeout SECS] [--json] [--quiet] [-H]
 //! ```
 //!
 //! Each test connects pairs of RC queue pairs on the same device to each other (QP a_i <-> b_i)
@@ -50,7 +50,8 @@
 //! signaling pattern (`send_queue_depth`).
 //!
 //! Output: perftest's result table (`#bytes #iterations BW peak[MB/sec] BW average[MB/sec]
-//! MsgRate[Mpps]`, or `t_min t_max t_typical t_avg t_stdev 99% 99.9%` in usec), and with `--json`
+//! MsgRate[Mpps]`, or `t_min t_max t_typical t_avg t_stdev 99% 99.9%` in usec, preceded with `-H`
+//! by every latency the statistics keep, sorted, as perftest's `-H` lists them), and with `--json`
 //! one JSON object as the last line of stdout (`"api"`: `"send lane"` or `"scope tokens"`). The
 //! header names the API too. Progress goes to stderr on long runs. Every wait is bounded
 //! (`--timeout`, default 30 s). Formulas: `examples/perf/report.rs`.
@@ -152,6 +153,8 @@ struct Params {
     tokens: bool,
     json: bool,
     quiet: bool,
+    /// Latency tests: print every interval kept, sorted, before the table (perftest's `-H`).
+    histogram: bool,
     /// `send_lat` as perftest runs it, one side per process: this process's role and, for the
     /// client, the server's host; `None`: both sides in this process.
     peer: Option<(Role, Option<String>)>,
@@ -172,13 +175,14 @@ impl Params {
 
 const USAGE: &str = "usage: perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
             [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH] [-o OUT_READS]
-            [--tokens] [--spin] [--timeout SECS] [--json] [--quiet]
+            [--tokens] [--spin] [--timeout SECS] [--json] [--quiet] [-H]
             [--listen | --connect HOST] [-p PORT]
 Loopback on one device: RC queue pairs connected to each other (see the source's header).
 send_lat --listen / --connect HOST: one side per process (server, client), as perftest runs,
 the QP addresses exchanged over TCP (PORT, default 18515) as the pingpong examples do.
 Posts with send lanes (a request prepared once, re-posted); --tokens posts with scope tokens
-(a request and a token per post); --spin busy-polls the CQ instead of yielding when empty.";
+(a request and a token per post); --spin busy-polls the CQ instead of yielding when empty.
+-H (--report-histogram, latency tests): every latency measured, sorted, as perftest's -H.";
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidArgument { verb: "perf", reason: reason.into() }
@@ -196,7 +200,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
     let (mut device, mut gid, mut size, mut iters, mut dur) = (None, None, None, None, None);
     let (mut qps, mut cq_mod, mut tx, mut rx, mut out_reads) = (1usize, None, None, 512usize, None);
     let (mut timeout, mut json, mut quiet, mut spin, mut tokens) = (30.0f64, false, false, false, false);
-    let (mut peer, mut port) = (None, 18515u16);
+    let (mut peer, mut port, mut histogram) = (None, 18515u16, false);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().cloned().ok_or_else(|| bad(format!("{name} needs a value")));
         fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T> {
@@ -218,6 +222,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
             "--spin" => spin = true,
             "--tokens" => tokens = true,
             "--quiet" => quiet = true,
+            "-H" | "--report-histogram" => histogram = true,
             "--listen" => peer = Some((Role::Server, None)),
             "--connect" => peer = Some((Role::Client, Some(val(a)?))),
             "-p" | "--port" => port = num(a, val(a)?)?,
@@ -262,6 +267,9 @@ fn parse_args(args: &[String]) -> Result<Params> {
     if iters < 2 {
         return Err(bad("-n must be at least 2"));
     }
+    if histogram && bw {
+        return Err(bad("-H is for the latency tests"));
+    }
     if peer.is_some() && (test != Test::SendLat || duration.is_some()) {
         return Err(bad("--listen and --connect are for send_lat with -n"));
     }
@@ -290,6 +298,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
         peer,
         port,
         quiet,
+        histogram,
     })
 }
 
@@ -1687,6 +1696,9 @@ fn run(args: &[String]) -> Result<()> {
         };
         let iterations = stamps.len() as u64;
         let r = report::lat(&stamps, 2.0).ok_or_else(|| bad("too few iterations for latency statistics"))?;
+        if p.histogram {
+            print!("{}", report::lat_all(&stamps, 2.0));
+        }
         println!("{}", report::lat_table(p.size, iterations, &r));
         j.int("iterations", iterations)
             .num("t_min_us", r.t_min)

@@ -13,7 +13,9 @@
 # to perftest two ways (ratio of medians; median of the per-round ratios), each with a 95 %
 # bootstrap interval. t_min is the fastest round trip of a run: the path's own cost, with the
 # least of the emulator's mix of fast and slow iterations (BENCHMARKS.md, "Receive lanes").
-# Printed, never asserted.
+# Every program also lists its iterations (-H; kept in target/latency-compare/<stamp>/runs/),
+# from which the summary adds each one's 10th percentile paired with perftest's and its share of
+# iterations below perftest's 25th percentile (the fast mode). Printed, never asserted.
 #
 # Usage: benches/latency/compare.sh [ROUNDS]   (default 8; on the host: builds, then boots the
 # Soft-RoCE VM once with scripts/softroce-run; about 1 minute of VM per round)
@@ -22,7 +24,8 @@ set -euo pipefail
 ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 if [[ "${1:-}" == "--guest" ]]; then
-    bin="$2" rounds="$3"
+    bin="$2" rounds="$3" runs="$(dirname "$2")/runs"
+    mkdir -p "$runs"
     dev="${TYPED_VERBS_DEVICE:-rxe0}" gid="${TYPED_VERBS_GID_INDEX:-1}" port=19900
     typical() { awk '$1 == 2 && $2 == 1000 { print $5 "/" $3; exit }'; }
     pt() { # tool
@@ -30,11 +33,11 @@ if [[ "${1:-}" == "--guest" ]]; then
         timeout -k 5 90 "$1" -d "$dev" -x "$gid" -F -p "$port" -s 2 -n 1000 -I 0 --use_old_post_send >/dev/null 2>&1 &
         local sp=$! i
         for ((i = 0; i < 200; i++)); do ss -ltnH "sport = :$port" | grep -q . && break; sleep 0.05; done
-        timeout -k 5 90 "$1" -d "$dev" -x "$gid" -F -p "$port" -s 2 -n 1000 -I 0 --use_old_post_send 127.0.0.1 2>&1 | typical
+        timeout -k 5 90 "$1" -d "$dev" -x "$gid" -F -p "$port" -s 2 -n 1000 -I 0 --use_old_post_send -H 127.0.0.1 2>&1
         wait "$sp" || true
     }
-    c() { timeout -k 5 90 "$bin/threads" "$1" 1000 "$dev" "$gid" | typical; }
-    ours() { timeout -k 5 90 "$bin/perf" "$1_lat" -d "$dev" -x "$gid" -n 1000 --quiet "${@:2}" | typical; }
+    c() { timeout -k 5 90 "$bin/threads" -H "$1" 1000 "$dev" "$gid"; }
+    ours() { timeout -k 5 90 "$bin/perf" "$1_lat" -d "$dev" -x "$gid" -n 1000 --quiet -H "${@:2}"; }
     proc() { # test: the server in the background, the client measures
         port=$((port + 1))
         timeout -k 5 90 "$bin/perf" "$1_lat" -d "$dev" -x "$gid" -n 1000 --quiet --spin --listen -p "$port" >/dev/null 2>&1 &
@@ -42,7 +45,7 @@ if [[ "${1:-}" == "--guest" ]]; then
         ours "$1" --spin --connect 127.0.0.1 -p "$port"
         wait "$sp" || true
     }
-    one() { # variant test
+    one() { # variant test: the measuring side's output (with its -H list)
         case $1 in
             pt) pt "ib_$2_lat" ;;
             c) c "$2" ;;
@@ -61,7 +64,8 @@ if [[ "${1:-}" == "--guest" ]]; then
             line="round $r $t:"
             for ((i = 0; i < n; i++)); do
                 v=${variants[$(((i + r - 1) % n))]}
-                line+=" $v $(one "$v" "$t")"
+                one "$v" "$t" >"$runs/$v.$t.$r.txt" || true
+                line+=" $v $(typical <"$runs/$v.$t.$r.txt")"
             done
             echo "$line"
         done
@@ -81,8 +85,8 @@ cc -O2 -Wall -Wextra -pthread -o "$out/bin/threads" benches/latency/threads.c -l
 scripts/softroce-run --timeout $((120 + 90 * rounds)) --rwdir "$out" -- \
     "$ROOT/benches/latency/compare.sh" --guest "$out/bin" "$rounds" | tee "$out/rounds.txt"
 echo "medians over the rounds (usec), ratios against perftest with 95 % bootstrap intervals:"
-python3 - "$out/rounds.txt" <<'PY'
-import random, re, statistics, sys
+python3 - "$out/rounds.txt" "$out/runs" <<'PY'
+import glob, os, random, re, statistics, sys
 # Two views of the same rounds, with 95 % bootstrap intervals (4,000 resamples, fixed seed):
 #   ratio of medians: the median of a program's rounds over perftest's;
 #   paired: the median over rounds of (program / perftest in the same round), which cancels
@@ -119,5 +123,42 @@ for test, rs in rows.items():
                 cell += f", /c {med(xs) / med(by['c']):.2f}"
             cells.append(cell + ")")
         print(f"  {test} {stat}: " + "; ".join(cells))
+# The per-iteration latencies (every program's -H list): t_typical is the median of one run's
+# iterations, which under emulation fall in a fast and a slower mode whose mix moves from run to
+# run (BENCHMARKS.md). Two views that separate the path's cost from that mix:
+#   p10: a run's 10th percentile (the fast mode's cost, steadier than t_min, one iteration),
+#        paired with perftest's in the same round;
+#   fast share: the share of a program's iterations below perftest's 25th percentile (pooled
+#        over every round; 0.25 for perftest itself).
+lists = {}
+for path in glob.glob(os.path.join(sys.argv[2], "*.txt")):
+    v, test, r = os.path.basename(path)[:-4].split(".")
+    text = open(path).read()
+    if "#, usec" in text:
+        xs = [float(x) for x in re.findall(r"^\d+, ([\d.]+)$", text.split("#, usec", 1)[1], re.M)]
+        if xs:
+            lists.setdefault(test, {}).setdefault(v, {})[int(r)] = sorted(xs)
+if lists:
+    print("per-iteration latencies (-H lists, usec): p10 paired with perftest's, pooled p10 / p25 / median, fast share:")
+def q(xs, f):
+    return xs[int(f * (len(xs) - 1))]
+for test, by in lists.items():
+    pt = by.get("pt", {})
+    pooled_pt = sorted(x for xs in pt.values() for x in xs)
+    cells = []
+    for v in ("pt", "c", "spin", "yield", "proc"):
+        runs = by.get(v)
+        if not runs:
+            continue
+        pooled = sorted(x for xs in runs.values() for x in xs)
+        cell = f"{v} p10/p25/p50 {q(pooled, .1):.2f}/{q(pooled, .25):.2f}/{q(pooled, .5):.2f}"
+        if pooled_pt and v != "pt":
+            pair = [q(runs[r], .1) / q(pt[r], .1) for r in runs if r in pt]
+            if pair:
+                cell += f", p10 paired {med(pair):.2f} " + interval(lambda: med(random.choices(pair, k=len(pair))))
+            cut = q(pooled_pt, .25)
+            cell += f", fast share {sum(1 for x in pooled if x < cut) / len(pooled):.2f}"
+        cells.append(cell + f" (runs {len(runs)})")
+    print(f"  {test}: " + "; ".join(cells))
 PY
 echo "results in $out"

@@ -14,8 +14,9 @@
  * perftest's formulas (half of each interval between two consecutive posts of the measuring
  * side; the 2 largest intervals left out; median as perftest's get_median), CLOCK_MONOTONIC.
  *
- * Usage: threads write|send [ITERS [DEVICE [GID_INDEX]]] (defaults: 1000, $TYPED_VERBS_DEVICE
- * or rxe0, $TYPED_VERBS_GID_INDEX or 1). Every wait is bounded (30 s).
+ * Usage: threads [-H] write|send [ITERS [DEVICE [GID_INDEX]]] (defaults: 1000,
+ * $TYPED_VERBS_DEVICE or rxe0, $TYPED_VERBS_GID_INDEX or 1). -H first lists every latency kept,
+ * sorted (`#, usec`, then `i, t`), as perftest's -H does. Every wait is bounded (30 s).
  * Build: cc -O2 -pthread -o threads threads.c -libverbs
  */
 #define _GNU_SOURCE
@@ -230,9 +231,14 @@ int main(int argc, char **argv)
 	struct side a, b;
 	union ibv_gid gid;
 	pthread_t server;
+	int histogram = argc > 1 && !strcmp(argv[1], "-H");
 
+	if (histogram) {
+		argc--;
+		argv++;
+	}
 	if (argc < 2 || (strcmp(argv[1], "write") && strcmp(argv[1], "send"))) {
-		fprintf(stderr, "usage: threads write|send [ITERS [DEVICE [GID_INDEX]]]\n");
+		fprintf(stderr, "usage: threads [-H] write|send [ITERS [DEVICE [GID_INDEX]]]\n");
 		return 2;
 	}
 	send_test = !strcmp(argv[1], "send");
@@ -283,6 +289,11 @@ int main(int argc, char **argv)
 	double sum = 0;
 	for (i = 0; i < m; i++)
 		sum += delta[i];
+	if (histogram) {
+		printf("#, usec\n");
+		for (i = 0; i < m; i++)
+			printf("%ld, %.3f\n", i + 1, delta[i] / 2000.0);
+	}
 	printf("threads (C, perftest's %s_lat loop, one process, a thread per side)\n", send_test ? "send" : "write");
 	printf(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]\n");
 	printf(" %-6d %-11ld    %-11.2f    %-11.2f  %-15.2f    %-11.2f\n", SIZE, iters, delta[0] / 2000.0,

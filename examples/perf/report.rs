@@ -119,6 +119,19 @@ pub fn lat(tposted: &[u64], rtt_factor: f64) -> Option<LatResult> {
     })
 }
 
+/// perftest's `-H` (`--report-histogram`) list: every interval the statistics keep (the 2
+/// largest left out), in usec, sorted, numbered from 1 (`#, usec` then `i, t`).
+pub fn lat_all(tposted: &[u64], rtt_factor: f64) -> String {
+    let mut delta: Vec<u64> = tposted.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+    delta.sort_unstable();
+    let kept = delta.len().saturating_sub(2);
+    let mut s = String::from("#, usec\n");
+    for (i, &d) in delta[..kept].iter().enumerate() {
+        let _ = writeln!(s, "{}, {:.3}", i + 1, d as f64 / 1000.0 / rtt_factor);
+    }
+    s
+}
+
 pub const LINE: &str = "---------------------------------------------------------------------------------------";
 
 pub fn bw_table(size: usize, iterations: u64, r: &BwResult) -> String {
@@ -211,6 +224,16 @@ mod tests {
         assert!((r.t_typical - 5.0).abs() < 1e-9);
         assert!((r.t_min - 5.0).abs() < 1e-9);
         assert!(r.t_stdev.abs() < 1e-9);
+    }
+
+    #[test]
+    fn histogram_lists_the_kept_intervals_sorted() {
+        // Intervals (ns) 30, 10, 20, 90, 50: the two largest (90, 50) are left out, as for the
+        // statistics; half of each, in usec.
+        let t = [0, 30_000, 40_000, 60_000, 150_000, 200_000];
+        assert_eq!(lat_all(&t, 2.0), "#, usec\n1, 5.000\n2, 10.000\n3, 15.000\n");
+        let r = lat(&t, 2.0).unwrap();
+        assert_eq!((r.t_min, r.t_max), (5.0, 25.0));
     }
 
     #[test]

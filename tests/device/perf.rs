@@ -58,12 +58,34 @@ fn send_lat_with_lanes_and_with_tokens_completes_in_one_process() {
     }
 }
 
+/// Checks the `-H` list of a measuring run: `#, usec`, then the ITERS - 3 intervals the
+/// statistics keep (ITERS - 1, less the 2 largest), numbered and sorted, the first one t_min.
+fn assert_histogram(out: &str) {
+    let start = out.lines().position(|l| l == "#, usec").unwrap_or_else(|| panic!("no -H list:\n{out}"));
+    let all: Vec<(usize, f64)> = out
+        .lines()
+        .skip(start + 1)
+        .map_while(|l| l.split_once(", ").and_then(|(i, t)| Some((i.parse().ok()?, t.parse().ok()?))))
+        .collect();
+    assert_eq!(all.len(), ITERS as usize - 3, "{out}");
+    assert!(all.iter().enumerate().all(|(k, &(i, _))| i == k + 1), "{out}");
+    assert!(all.windows(2).all(|w| w[0].1 <= w[1].1), "not sorted:\n{out}");
+    let line = out.lines().find(|l| l.split_whitespace().take(2).eq(["2", &ITERS.to_string()])).expect("table");
+    let t_min: f64 = line.split_whitespace().nth(2).and_then(|f| f.parse().ok()).expect("t_min");
+    assert!((all[0].1 - t_min).abs() < 0.006, "first {} vs t_min {t_min}", all[0].1);
+}
+
 #[test]
 fn write_lat_completes_in_one_process_busy_polling_and_yielding() {
-    // `--spin` busy-polls the peer's byte and the CQ; the default yields after empty looks.
-    for extra in [&["--spin"][..], &[][..]] {
+    // `--spin` busy-polls the peer's byte and the CQ; the default yields after empty looks
+    // (and lists every latency, perftest's -H).
+    for extra in [&["--spin"][..], &["-H"][..]] {
         let mut p = Proc::spawn("perf write_lat", &example("perf"), &args("write_lat", extra));
-        assert_latency_report(&finished(&mut p), "send lane");
+        let out = finished(&mut p);
+        assert_latency_report(&out, "send lane");
+        if extra == ["-H"] {
+            assert_histogram(&out);
+        }
     }
 }
 
