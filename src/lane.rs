@@ -794,9 +794,17 @@ impl<L> PreparedRecv<'_, L> {
     }
 
     /// The receive, with the borrow of its buffer (the borrow itself lasts until the scope
-    /// ends).
-    pub fn into_inner(self) -> Recv<L> {
-        Recv { buf: self.buf }
+    /// ends), once the device is done with the buffer: after the completion of its last post
+    /// has been polled (by any wait), or before its first post. Handing it out earlier would
+    /// let the buffer be read, or posted again, while the device may still write it.
+    ///
+    /// # Errors
+    /// Returns the prepared receive unchanged while its last post is outstanding.
+    pub fn into_inner(self) -> std::result::Result<Recv<L>, Self> {
+        match self.last {
+            Some(seq) if !self.qp.rq.lane.is_done(seq) => Err(self),
+            _ => Ok(Recv { buf: self.buf }),
+        }
     }
 }
 
@@ -837,9 +845,19 @@ impl std::fmt::Debug for LaneToken<'_> {
 
 impl<W> Prepared<'_, W> {
     /// The request, with the borrow of its memory (the borrow itself lasts until the scope
-    /// ends).
-    pub fn into_inner(self) -> W {
-        self.wr
+    /// ends), once the device is done with that memory: when no request of its lane is
+    /// outstanding (each one's completion, or that of a later signaled request, polled by any
+    /// wait; the lane does not number the posts of one prepared request, so it waits for all).
+    /// Handing it out earlier would let memory the device may still write (an RDMA READ or
+    /// atomic destination) be read or posted again.
+    ///
+    /// # Errors
+    /// Returns the prepared request unchanged while requests of its lane are outstanding.
+    pub fn into_inner(self) -> std::result::Result<W, Self> {
+        if self.qp.sq.lane.outstanding() > 0 {
+            return Err(self);
+        }
+        Ok(self.wr)
     }
 }
 

@@ -168,6 +168,30 @@ fn a_read_lane_reposts_one_prepared_read_into_a_local_buf_mut() {
 }
 
 #[test]
+fn a_prepared_request_is_given_back_only_when_its_lane_has_nothing_outstanding() {
+    // A READ's destination is memory the device writes: `into_inner` refuses while the READ
+    // (or an unsignaled run of it) is outstanding, and gives the request back once the lane's
+    // last signaled request completed.
+    let r = rig();
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, QpCaps::default());
+    let remote = r.pd.alloc_mr(64, access::REMOTE_READ_ONLY).unwrap();
+    let mut local = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let mut lane = s.send_lane(&mut p.a).unwrap();
+        let read = lane.prepare(Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+        let mut read = lane.prepare(read.into_inner().expect("never posted")).unwrap();
+        lane.post_unsignaled(&mut read).unwrap();
+        let mut read = read.into_inner().expect_err("an unsignaled READ is outstanding");
+        let t = lane.post(&mut read).unwrap();
+        let read = read.into_inner().expect_err("posted, its completion not polled");
+        assert!(lane.wait(t, WAIT).unwrap().is_success());
+        assert_eq!(lane.outstanding(), 0);
+        read.into_inner().expect("the lane's last request completed, and the unsignaled one before it");
+    })
+    .unwrap();
+}
+
+#[test]
 fn a_send_lane_on_rc_fills_the_peers_receives() {
     const N: usize = 16;
     const SLOT: usize = 256;

@@ -271,3 +271,29 @@ fn a_wait_for_a_later_receive_keeps_the_earlier_completions_in_the_lane() {
     })
     .unwrap();
 }
+
+#[test]
+fn a_prepared_receive_gives_its_buffer_back_only_once_its_post_completed() {
+    // `into_inner` before the first post, and once the post's completion was polled; never
+    // while the device may still write the buffer.
+    let r = rig();
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut src = r.pd.alloc_mr(16, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(0x5a);
+    let mut dst = r.pd.alloc_mr(16, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let mut recv = s.recv_lane(&mut p.b).unwrap();
+        let prepared = recv.prepare(Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let mut prepared = recv.prepare(prepared.into_inner().expect("never posted")).unwrap();
+        let t = recv.post(&mut prepared).unwrap();
+        let prepared = prepared.into_inner().expect_err("posted: the device may still write the buffer");
+        let sent = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        assert!(s.wait(sent, WAIT).unwrap().0.is_success());
+        assert!(recv.wait(t, WAIT).unwrap().is_success());
+        let buf = prepared.into_inner().expect("its completion was polled").into_buffer();
+        let mut got = [0u8; 16];
+        buf.read_volatile_into(&mut got);
+        assert_eq!(got, [0x5a; 16]);
+    })
+    .unwrap();
+}
