@@ -97,6 +97,19 @@ unsafe impl<W: Send> Send for Prepared<'_, W> {}
 // SAFETY: as above; `&Prepared` gives no access to the raw request.
 unsafe impl<W: Sync> Sync for Prepared<'_, W> {}
 
+/// Requests built and checked once by [`SendLane::prepare_list`] and chained into one list,
+/// to be posted with one `ibv_post_send` (perftest's post list, `-l`) any number of times on
+/// that lane with [`SendLane::post_list`]. Holds the requests (and with them the borrows of
+/// their memory).
+pub struct PreparedList<'scope, W> {
+    /// Each request's `next` names the following one's `struct ibv_send_wr` (they are boxed:
+    /// the chain survives moves of the vector); the last one's is null.
+    items: Vec<Prepared<'scope, W>>,
+    /// Request j of the list (from 0) is signaled when (j + 1) is a multiple of this; the
+    /// last one always is.
+    signal_every: usize,
+}
+
 /// A signaled request of a [`SendLane`] whose completion has not been collected. Plain data:
 /// dropping or forgetting it only means nobody looks at that completion.
 #[must_use = "a token is how the completion is collected"]
@@ -432,19 +445,164 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         self.post_now(&mut wr.raw, seq)
     }
 
+    /// Builds the requests of `wrs` for this lane's QP with the checks of
+    /// [`SendLane::prepare`], once, and chains them into one list in that order. Posted with
+    /// [`SendLane::post_list`], request j (from 0) is signaled when j + 1 is a multiple of
+    /// `signal_every`, and the last one always is (perftest's post list with CQ moderation:
+    /// `-l LEN -Q signal_every`).
+    ///
+    /// # Errors
+    /// Returns the requests with a [`PostError`]: [`Error::InvalidArgument`] if the list is
+    /// empty, longer than the send queue is deep, or `signal_every` is 0 or longer than the
+    /// lane's longest unsignaled run (half the queue's depth); or the error of the first
+    /// request whose check fails.
+    pub fn prepare_list<W>(
+        &self,
+        wrs: Vec<W>,
+        signal_every: usize,
+    ) -> std::result::Result<PreparedList<'scope, W>, PostError<Vec<W>>>
+    where
+        W: SendWr<T> + AddressedFor<T> + 'scope,
+        W::Buffers: Reusable,
+    {
+        let (len, depth, max_run) = (wrs.len() as u64, self.depth, self.max_run);
+        let reason = if wrs.is_empty() {
+            Some("an empty post list".to_string())
+        } else if len > depth {
+            Some(format!("a post list of {len} requests on a send queue of {depth}"))
+        } else if signal_every == 0 || signal_every as u64 > max_run {
+            Some(format!("signal_every {signal_every}: it must be 1 to {max_run} (half the send queue's depth)"))
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(PostError { error: Error::invalid("SendLane::prepare_list", reason), wr: wrs });
+        }
+        let mut items: Vec<Prepared<'scope, W>> = Vec::with_capacity(wrs.len());
+        let mut rest = wrs.into_iter();
+        while let Some(wr) = rest.next() {
+            match self.prepare(wr) {
+                Ok(p) => items.push(p),
+                Err(PostError { error, wr }) => {
+                    let wr = items.into_iter().map(|p| p.wr).chain(std::iter::once(wr)).chain(rest).collect();
+                    return Err(PostError { error, wr });
+                }
+            }
+        }
+        for j in 1..items.len() {
+            let next: *mut sys::ibv_send_wr = &mut items[j].raw.wr;
+            items[j - 1].raw.wr.next = next;
+        }
+        Ok(PreparedList { items, signal_every })
+    }
+
+    /// `ibv_post_send` of `list`'s requests as one list (one call into the provider), signaled
+    /// as [`SendLane::prepare_list`] says; if the lane's run of unsignaled requests would grow
+    /// too long before the list's first signaled one, the list's first request is signaled
+    /// too. The returned token collects the completion of the list's last request, which also
+    /// completes every earlier request of the lane.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] if `list` was prepared for another QP;
+    /// - [`Error::QueueFull`] when the send queue has no room for the whole list (nothing is
+    ///   posted);
+    /// - [`Error::Verb`] with `ibv_post_send` and its errno, naming how many of the list's
+    ///   requests the provider took before the one it refused (those are posted, and
+    ///   complete as the lane's other requests do).
+    ///
+    /// See ibv_post_send(3).
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_list<W>(&mut self, list: &mut PreparedList<'scope, W>) -> Result<LaneToken<'scope>> {
+        let n = list.items.len() as u64;
+        let seq = self.check_room(list.items[0].qp, n)?;
+        // The unsignaled requests of the list before its first signaled one lengthen the
+        // lane's current run: signal the first request if they would reach `force_at`.
+        let every = list.signal_every;
+        let lead = (every as u64).min(n) - 1;
+        let force_first = lead > 0 && seq + lead > self.force_at();
+        let last = list.items.len() - 1;
+        for (j, item) in list.items.iter_mut().enumerate() {
+            let signaled = (j + 1) % every == 0 || j == last || (j == 0 && force_first);
+            item.raw.wr.send_flags = if signaled { item.flags_signaled } else { item.flags_unsignaled };
+            item.raw.wr.wr_id = seq + j as u64;
+        }
+        // Recorded before the post, as for one request.
+        self.qp.sq.lane.posting(seq + n - 1);
+        let head: *mut sys::ibv_send_wr = &mut list.items[0].raw.wr;
+        let mut bad = std::ptr::null_mut::<sys::ibv_send_wr>();
+        // SAFETY: `raw_qp` is the live QP (borrowed for 'scope) and `post_fn` its provider's
+        // ibv_post_send. `head` starts the chain `prepare_list` built: each request was built
+        // by `prepare` for this QP, its `sg_list` points into its own box and its `next` at
+        // the next box's request (null for the last), and the memory they name is borrowed
+        // for at least 'scope (never owned: `Reusable`); the scope does not return before
+        // these requests completed or the QP was reset (the drain covers the lane's queue).
+        // `bad` is a valid out-pointer, only written on failure.
+        let ret = unsafe { (self.post_fn)(self.raw_qp.as_ptr(), head, &mut bad) };
+        for item in &mut list.items {
+            item.raw.wr.send_flags = item.flags_unsignaled;
+        }
+        if ret != 0 {
+            return Err(self.list_refused(list, seq, force_first, bad, ret));
+        }
+        self.qp.sq.lane.covered(seq + n - 1);
+        self.checkpoint = (seq + n + self.max_run).min(self.limit);
+        let tail = &list.items[last];
+        Ok(LaneToken {
+            qp: self.qp,
+            seq: seq + n - 1,
+            opcode: tail.opcode,
+            byte_len: tail.byte_len,
+            _scope: PhantomData,
+        })
+    }
+
+    /// The provider refused `list` at `bad` (posted from number `seq`, its first request
+    /// signaled if `first_signaled`): the requests before it are posted; records them, and
+    /// the last signaled one among them, which covers them.
+    #[cold]
+    fn list_refused<W>(
+        &mut self,
+        list: &PreparedList<'scope, W>,
+        seq: u64,
+        first_signaled: bool,
+        bad: *mut sys::ibv_send_wr,
+        ret: i32,
+    ) -> Error {
+        let taken = list.items.iter().position(|item| std::ptr::eq(&item.raw.wr, bad)).unwrap_or(0);
+        let book = &self.qp.sq.lane;
+        book.unpost(seq + taken as u64);
+        let every = list.signal_every;
+        if let Some(j) = (0..taken).rev().find(|&j| (j + 1) % every == 0 || (j == 0 && first_signaled)) {
+            book.covered(seq + j as u64);
+        }
+        self.checkpoint = self.force_at().min(self.limit);
+        let what = format!(
+            "QP {:#x}, lane list of {} from request {seq}: the provider took {taken} before refusing one",
+            self.qp.qp_num(),
+            list.items.len()
+        );
+        Error::from_ret(crate::Verb::PostSend, what, ret)
+    }
+
     /// The checks of the slow path: the request is this lane's, and the queue has room.
     /// Returns the number of the next request.
     #[cold]
     fn check(&mut self, qp: &QpShared) -> Result<u64> {
+        self.check_room(qp, 1)
+    }
+
+    /// The checks of a post of `n` requests: they are this lane's, and the queue has room for
+    /// all of them. Returns the number of the first.
+    fn check_room(&mut self, qp: &QpShared, n: u64) -> Result<u64> {
         if !std::ptr::eq(qp, self.qp) {
             return Err(foreign("send lane", self.qp));
         }
         let next = self.qp.sq.lane.next();
-        if next >= self.limit {
+        if next + n > self.limit {
             let outstanding = self.qp.sq.lane.outstanding().min(self.depth);
             self.limit = next - outstanding + self.depth;
             self.checkpoint = self.force_at().min(self.limit);
-            if next >= self.limit {
+            if next + n > self.limit {
                 return Err(Error::QueueFull { queue: "send", qp_num: self.qp.qp_num(), depth: self.depth as u32 });
             }
         }
@@ -858,6 +1016,41 @@ impl<W> Prepared<'_, W> {
             return Err(self);
         }
         Ok(self.wr)
+    }
+}
+
+impl<W> PreparedList<'_, W> {
+    /// The number of requests in the list.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Always false: a list has at least one request.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The requests, with the borrows of their memory (which last until the scope ends), once
+    /// no request of the lane is outstanding, as [`Prepared::into_inner`].
+    ///
+    /// # Errors
+    /// Returns the list unchanged while requests of its lane are outstanding.
+    pub fn into_inner(self) -> std::result::Result<Vec<W>, Self> {
+        if self.items[0].qp.sq.lane.outstanding() > 0 {
+            return Err(self);
+        }
+        Ok(self.items.into_iter().map(|p| p.wr).collect())
+    }
+}
+
+impl<W: std::fmt::Debug> std::fmt::Debug for PreparedList<'_, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let wrs: Vec<&W> = self.items.iter().map(|p| &p.wr).collect();
+        f.debug_struct("PreparedList")
+            .field("qp_num", &self.items[0].qp.qp_num())
+            .field("signal_every", &self.signal_every)
+            .field("wrs", &wrs)
+            .finish()
     }
 }
 

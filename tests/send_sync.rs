@@ -12,7 +12,7 @@ use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLaye
 use typed_verbs::error::{Error, Verb};
 use typed_verbs::event::{AsyncEvent, HandleId};
 use typed_verbs::lane::{
-    LaneToken, LaneWaitError, Prepared, PreparedRecv, RecvLane, RecvToken, RecvWaitError, SendLane,
+    LaneToken, LaneWaitError, Prepared, PreparedList, PreparedRecv, RecvLane, RecvToken, RecvWaitError, SendLane,
 };
 use typed_verbs::mr::{Chunk, LocalBuf, LocalBufMut, Mr, Odp, Pinned, RemoteSlice};
 use typed_verbs::mw::{BoundMw, Mw, PendingBind, PendingUnbind, Type1, Type2, WindowAdvert};
@@ -75,6 +75,7 @@ assert_impl_all!(SendLane<'static, RC, RTS>: Send, Sync, Unpin);
 assert_impl_all!(SendLane<'static, UD, RTS>: Send, Sync, Unpin);
 assert_impl_all!(Prepared<'static, Write<LocalBuf<'static>, access::RemoteRw>>: Send, Sync, Unpin);
 assert_impl_all!(Prepared<'static, Read<LocalBufMut<'static>, access::RemoteRw>>: Send, Sync, Unpin);
+assert_impl_all!(PreparedList<'static, Write<LocalBuf<'static>, access::RemoteRw>>: Send, Sync, Unpin);
 assert_impl_all!(LaneToken<'static>: Send, Sync, Unpin);
 assert_impl_all!(LaneWaitError<'static>: Send, Sync, Unpin);
 assert_impl_all!(RecvLane<'static, RC>: Send, Sync, Unpin);

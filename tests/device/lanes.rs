@@ -167,6 +167,105 @@ fn a_read_lane_reposts_one_prepared_read_into_a_local_buf_mut() {
     assert!(local.as_slice()[LEN..].iter().all(|&b| b == 0xee), "nothing beyond the view was written");
 }
 
+/// Polls `cq` (routing what it finds) until `lane` has nothing outstanding; returns how many
+/// completions that took.
+fn drain_lane(cq: &Cq, lane: &SendLane<'_, RC, RTS>) -> usize {
+    let (deadline, mut polled) = (Instant::now() + WAIT, 0);
+    while lane.outstanding() > 0 && Instant::now() < deadline {
+        polled += cq.progress().unwrap();
+    }
+    assert_eq!(lane.outstanding(), 0, "the lane's requests completed within {WAIT:?}");
+    polled
+}
+
+#[test]
+fn a_post_list_goes_in_one_call_signaled_every_cq_mod_and_at_its_end() {
+    // 12 WRITEs chained, signaled every 4th: one post makes 3 completions, writes every slice,
+    // and its token's completion covers the list. A list of 10 signaled every 4th also
+    // signals its last (3 completions again).
+    const LEN: usize = 64;
+    let r = rig();
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let mut src = r.pd.alloc_mr(12 * LEN, access::LOCAL_READ).unwrap();
+    fill_slices(&mut src, LEN);
+    let target = r.pd.alloc_mr(12 * LEN, access::LOCAL_REMOTE_WRITE).unwrap();
+    scope(|s| {
+        let mut lane = s.send_lane(&mut p.a).unwrap();
+        let writes = |n: usize| -> Vec<_> {
+            (0..n)
+                .map(|i| {
+                    let range = i * LEN..(i + 1) * LEN;
+                    Write::new(src.slice(range.clone()).unwrap(), target.remote(range).unwrap())
+                })
+                .collect()
+        };
+        for (n, every, completions) in [(12, 4, 3), (10, 4, 3), (5, 1, 5)] {
+            let mut list = lane.prepare_list(writes(n), every).unwrap();
+            assert_eq!(list.len(), n);
+            let t = lane.post_list(&mut list).unwrap();
+            assert_eq!(lane.outstanding(), n as u64);
+            assert_eq!(drain_lane(&r.cq, &lane), completions, "{n} requests signaled every {every}");
+            let c = lane.wait(t, WAIT).unwrap();
+            assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::RdmaWrite));
+            // Posted again: the same chain, new numbers.
+            let t = lane.post_list(&mut list).unwrap();
+            assert!(lane.wait(t, WAIT).unwrap().is_success());
+            assert_eq!(list.into_inner().expect("nothing outstanding").len(), n);
+        }
+    })
+    .unwrap();
+    assert_eq!(bytes(&target, 0, 12 * LEN), bytes(&src, 0, 12 * LEN));
+}
+
+#[test]
+fn a_post_list_is_checked_whole_and_keeps_the_unsignaled_run_short() {
+    // Refused before anything is posted: an empty list, a list longer than the queue, a CQ
+    // moderation longer than the lane's longest unsignaled run, a list with no room left.
+    // A list after a run of unsignaled posts signals its first request when its own leading
+    // unsignaled requests would make the run too long.
+    let r = rig();
+    let caps = QpCaps { max_send_wr: 16, ..QpCaps::default() };
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps);
+    let depth = p.a.caps().max_send_wr as usize;
+    let max_run = (depth / 2).max(1);
+    let src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    let target = r.pd.alloc_mr(64, access::LOCAL_REMOTE_WRITE).unwrap();
+    scope(|s| {
+        let mut lane = s.send_lane(&mut p.a).unwrap();
+        let write = || Write::new(src.slice(..).unwrap(), target.remote(..).unwrap());
+        let invalid = |e: typed_verbs::scope::PostError<Vec<_>>, n: usize| {
+            assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+            assert_eq!(e.wr.len(), n, "the requests come back");
+        };
+        invalid(lane.prepare_list(Vec::new(), 1).unwrap_err(), 0);
+        invalid(lane.prepare_list((0..depth + 1).map(|_| write()).collect(), 1).unwrap_err(), depth + 1);
+        invalid(lane.prepare_list(vec![write(), write()], 0).unwrap_err(), 2);
+        invalid(lane.prepare_list(vec![write(), write()], max_run + 1).unwrap_err(), 2);
+
+        // max_run - 1 unsignaled posts, then a list of 4 signaled every 4: its first three
+        // would make the run too long, so its first request is signaled too (2 completions).
+        let mut one = lane.prepare(write()).unwrap();
+        for _ in 0..max_run - 1 {
+            lane.post_unsignaled(&mut one).unwrap();
+        }
+        let mut list = lane.prepare_list((0..4).map(|_| write()).collect(), 4).unwrap();
+        let t = lane.post_list(&mut list).unwrap();
+        assert_eq!(drain_lane(&r.cq, &lane), 2, "the list's first and last requests");
+        assert!(lane.wait(t, WAIT).unwrap().is_success());
+
+        // A full queue: a list that does not fit is refused whole.
+        let mut big = lane.prepare_list((0..depth).map(|_| write()).collect(), max_run).unwrap();
+        let t = lane.post_list(&mut big).unwrap();
+        assert!(matches!(lane.post_list(&mut list), Err(Error::QueueFull { queue: "send", .. })));
+        assert_eq!(lane.outstanding(), depth as u64, "nothing of the refused list was posted");
+        assert!(lane.wait(t, WAIT).unwrap().is_success());
+        let t = lane.post_list(&mut list).unwrap();
+        assert!(lane.wait(t, WAIT).unwrap().is_success());
+        assert_eq!(lane.outstanding(), 0);
+    })
+    .unwrap();
+}
+
 #[test]
 fn a_prepared_request_is_given_back_only_when_its_lane_has_nothing_outstanding() {
     // A READ's destination is memory the device writes: `into_inner` refuses while the READ
