@@ -3,7 +3,7 @@
 //! ```text
 //! perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
 //!      [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH]
-//!      [-o OUT_READS] [--tokens] [--spin] [--timeout SECS] [--json] [--quiet] [-H]
+//!      [-o OUT_READS] [-l POST_LIST] [--tokens] [--spin] [--timeout SECS] [--json] [--quiet] [-H]
 //! ```
 //!
 //! Each test connects pairs of RC queue pairs on the same device to each other (QP a_i <-> b_i)
@@ -59,8 +59,12 @@
 //! Defaults are perftest's: size 65536 (bw) / 2 (lat), 5000 (write_bw) / 1000 iterations, TX_DEPTH
 //! 128 (bw) / 1 (lat), CQ_MOD 100 (1 above 8 KiB unless given; at most TX_DEPTH), RX_DEPTH 512,
 //! OUT_READS the device maximum. Device: `-d`, else `$TYPED_VERBS_DEVICE`, else the first one;
-//! GID index: `-x`, else `$TYPED_VERBS_GID_INDEX`, else 1. No post lists (`-l`): one request per
-//! `ibv_post_send` in both APIs, as `scripts/bench` runs perftest (`-l 1`).
+//! GID index: `-x`, else `$TYPED_VERBS_GID_INDEX`, else 1. One request per `ibv_post_send`
+//! unless `-l POST_LIST` (write_bw and send_bw, send lanes only): each QP's POST_LIST requests
+//! are chained once (`SendLane::prepare_list`) and posted whole (`SendLane::post_list`) while
+//! a whole list fits in the TX_DEPTH window, signaled every CQ_MOD-th (CQ_MOD defaults to
+//! POST_LIST and must divide it; ITERS must be a multiple of it: perftest's rules); only a
+//! list's last request is awaited.
 //!
 //! `scripts/bench` runs it next to perftest on Soft-RoCE; see `BENCHMARKS.md`.
 
@@ -155,6 +159,9 @@ struct Params {
     quiet: bool,
     /// Latency tests: print every interval kept, sorted, before the table (perftest's `-H`).
     histogram: bool,
+    /// write_bw, send_bw: requests per `ibv_post_send` (perftest's `-l`), chained with
+    /// `SendLane::prepare_list` and posted with `SendLane::post_list`; 1: one request per call.
+    post_list: usize,
     /// `send_lat` as perftest runs it, one side per process: this process's role and, for the
     /// client, the server's host; `None`: both sides in this process.
     peer: Option<(Role, Option<String>)>,
@@ -175,14 +182,16 @@ impl Params {
 
 const USAGE: &str = "usage: perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
             [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH] [-o OUT_READS]
-            [--tokens] [--spin] [--timeout SECS] [--json] [--quiet] [-H]
+            [-l POST_LIST] [--tokens] [--spin] [--timeout SECS] [--json] [--quiet] [-H]
             [--listen | --connect HOST] [-p PORT]
 Loopback on one device: RC queue pairs connected to each other (see the source's header).
 send_lat --listen / --connect HOST: one side per process (server, client), as perftest runs,
 the QP addresses exchanged over TCP (PORT, default 18515) as the pingpong examples do.
 Posts with send lanes (a request prepared once, re-posted); --tokens posts with scope tokens
 (a request and a token per post); --spin busy-polls the CQ instead of yielding when empty.
--H (--report-histogram, latency tests): every latency measured, sorted, as perftest's -H.";
+-H (--report-histogram, latency tests): every latency measured, sorted, as perftest's -H.
+-l (--post_list, write_bw and send_bw with send lanes): requests per ibv_post_send, chained;
+CQ_MOD defaults to it and must divide it, and ITERS must be a multiple of it, as in perftest.";
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidArgument { verb: "perf", reason: reason.into() }
@@ -200,7 +209,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
     let (mut device, mut gid, mut size, mut iters, mut dur) = (None, None, None, None, None);
     let (mut qps, mut cq_mod, mut tx, mut rx, mut out_reads) = (1usize, None, None, 512usize, None);
     let (mut timeout, mut json, mut quiet, mut spin, mut tokens) = (30.0f64, false, false, false, false);
-    let (mut peer, mut port, mut histogram) = (None, 18515u16, false);
+    let (mut peer, mut port, mut histogram, mut post_list) = (None, 18515u16, false, 1usize);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().cloned().ok_or_else(|| bad(format!("{name} needs a value")));
         fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T> {
@@ -223,6 +232,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
             "--tokens" => tokens = true,
             "--quiet" => quiet = true,
             "-H" | "--report-histogram" => histogram = true,
+            "-l" | "--post_list" => post_list = num(a, val(a)?)?,
             "--listen" => peer = Some((Role::Server, None)),
             "--connect" => peer = Some((Role::Client, Some(val(a)?))),
             "-p" | "--port" => port = num(a, val(a)?)?,
@@ -237,7 +247,14 @@ fn parse_args(args: &[String]) -> Result<Params> {
     let size = size.unwrap_or(if bw { 65536 } else { 2 });
     let tx_depth = tx.unwrap_or(if bw { 128 } else { 1 });
     // perftest: CQ moderation off above 8 KiB unless asked for; never above the TX depth.
-    let mut cq = cq_mod.unwrap_or(if size > 8192 { 1 } else { 100 });
+    // With a post list, perftest's CQ moderation is the list's length unless given.
+    let mut cq = cq_mod.unwrap_or(if post_list > 1 {
+        post_list as u64
+    } else if size > 8192 {
+        1
+    } else {
+        100
+    });
     cq = cq.min(tx_depth as u64);
     let duration = dur.map(Duration::from_secs_f64);
     if duration.is_some() && test == Test::SendLat {
@@ -270,6 +287,26 @@ fn parse_args(args: &[String]) -> Result<Params> {
     if histogram && bw {
         return Err(bad("-H is for the latency tests"));
     }
+    if post_list == 0 {
+        return Err(bad("-l must be at least 1"));
+    }
+    if post_list > 1 {
+        if !matches!(test, Test::WriteBw | Test::SendBw) {
+            return Err(bad("-l is for write_bw and send_bw"));
+        }
+        if tokens {
+            return Err(bad("-l posts with send lanes (SendLane::post_list), not --tokens"));
+        }
+        if post_list > tx_depth {
+            return Err(bad(format!("-l {post_list} is more than the TX depth ({tx_depth})")));
+        }
+        if post_list as u64 % cq != 0 {
+            return Err(bad(format!("the post list ({post_list}) must be a multiple of the CQ moderation ({cq})")));
+        }
+        if duration.is_none() && iters % post_list as u64 != 0 {
+            return Err(bad(format!("the iterations ({iters}) must be a multiple of the post list ({post_list})")));
+        }
+    }
     if peer.is_some() && (test != Test::SendLat || duration.is_some()) {
         return Err(bad("--listen and --connect are for send_lat with -n"));
     }
@@ -299,6 +336,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
         port,
         quiet,
         histogram,
+        post_list,
     })
 }
 
@@ -541,6 +579,8 @@ impl<'scope, 'a: 'scope> BwOps<'scope> for ReadOps<'scope, '_, 'a> {
 trait BwPoster {
     /// Posts the next request on QP `q`, signaled or not.
     fn post(&mut self, q: usize, signaled: bool) -> Result<()>;
+    /// Posts QP `q`'s post list (`-l`), whose last request is signaled.
+    fn post_list(&mut self, q: usize) -> Result<()>;
     /// Waits (bounded) for the oldest outstanding signaled request on QP `q`, whose completion
     /// also completes the requests posted on `q` before it.
     fn complete_oldest(&mut self, q: usize) -> Result<()>;
@@ -571,6 +611,9 @@ impl<'scope, O: BwOps<'scope>> BwPoster for TokenPoster<'scope, '_, O> {
         self.queues[q].push_back((token, signaled));
         Ok(())
     }
+    fn post_list(&mut self, _: usize) -> Result<()> {
+        Err(bad("internal: post lists are posted with send lanes"))
+    }
     fn complete_oldest(&mut self, q: usize) -> Result<()> {
         // The unsignaled tokens before the signaled one are complete when it is (each `wait`
         // on them returns at once).
@@ -593,6 +636,8 @@ struct LanePoster<'scope, W> {
     lanes: Vec<SendLane<'scope, RC, RTS>>,
     /// Per QP: the prepared requests, and the slot the next post uses.
     wrs: Vec<(Vec<Prepared<'scope, W>>, usize)>,
+    /// Per QP, with `-l`: its post list.
+    lists: Vec<PreparedList<'scope, W>>,
     /// Per QP: the tokens of the outstanding signaled requests, oldest first.
     signaled: Vec<VecDeque<LaneToken<'scope>>>,
     spin: bool,
@@ -616,7 +661,23 @@ impl<'scope, W> LanePoster<'scope, W> {
             .map(|(q, lane)| Ok(((0..slots).map(|_| prepare(lane, q)).collect::<Result<Vec<_>>>()?, 0)))
             .collect::<Result<Vec<_>>>()?;
         let signaled = (0..lanes.len()).map(|_| VecDeque::with_capacity(p.tx_depth)).collect();
-        Ok(LanePoster { lanes, wrs, signaled, spin: p.spin, timeout: p.timeout })
+        Ok(LanePoster { lanes, wrs, signaled, lists: Vec::new(), spin: p.spin, timeout: p.timeout })
+    }
+
+    /// With `-l`: prepares each QP's post list, POST_LIST requests made by `make(q)`, signaled
+    /// every CQ_MOD-th (perftest's `-l` with `-Q`).
+    fn with_lists(mut self, p: &Params, mut make: impl FnMut(usize) -> W) -> Result<Self>
+    where
+        W: typed_verbs::wr::SendWr<RC> + typed_verbs::wr::AddressedFor<RC> + 'scope,
+        W::Buffers: typed_verbs::lane::Reusable,
+    {
+        if p.post_list > 1 {
+            for (q, lane) in self.lanes.iter().enumerate() {
+                let wrs = (0..p.post_list).map(|_| make(q)).collect();
+                self.lists.push(lane.prepare_list(wrs, p.cq_mod as usize).map_err(|e| e.error)?);
+            }
+        }
+        Ok(self)
     }
 }
 
@@ -633,6 +694,11 @@ impl<W> BwPoster for LanePoster<'_, W> {
         } else {
             self.lanes[q].post_unsignaled(wr)?;
         }
+        Ok(())
+    }
+    fn post_list(&mut self, q: usize) -> Result<()> {
+        let token = self.lanes[q].post_list(&mut self.lists[q])?;
+        self.signaled[q].push_back(token);
         Ok(())
     }
     fn complete_oldest(&mut self, q: usize) -> Result<()> {
@@ -691,6 +757,18 @@ impl Window {
         Ok(())
     }
 
+    /// Posts QP `q`'s post list of `n` requests: only its last is awaited (its completion
+    /// completes the list).
+    fn post_list(&mut self, poster: &mut impl BwPoster, q: usize, n: u64) -> Result<()> {
+        poster.post_list(q)?;
+        self.signaled[q].push_back(self.scnt[q] + n - 1);
+        self.order.push_back(q);
+        self.tail_unsignaled[q] = false;
+        self.scnt[q] += n;
+        self.totscnt += n;
+        Ok(())
+    }
+
     /// Waits for the oldest outstanding signaled request (of any QP); every request posted
     /// before it on its QP is then complete too.
     fn complete_oldest(&mut self, poster: &mut impl BwPoster) -> Result<()> {
@@ -719,7 +797,16 @@ fn bw_loop(p: &Params, poster: &mut impl BwPoster) -> Result<BwOutcome> {
     let mut last_completion = 0u64;
     loop {
         for q in 0..nq {
-            while !stopping && w.scnt[q] < p.iters && w.scnt[q] - w.ccnt[q] < p.tx_depth as u64 {
+            // With -l: whole lists, as long as one fits in the window (perftest's condition).
+            let l = p.post_list as u64;
+            while l > 1 && !stopping && w.scnt[q] < p.iters && w.scnt[q] + l - w.ccnt[q] <= p.tx_depth as u64 {
+                if record {
+                    let t = since(base);
+                    tposted.extend(std::iter::repeat_n(t, l as usize));
+                }
+                w.post_list(poster, q, l)?;
+            }
+            while l == 1 && !stopping && w.scnt[q] < p.iters && w.scnt[q] - w.ccnt[q] < p.tx_depth as u64 {
                 let signaled = w.scnt[q] % p.cq_mod == p.cq_mod - 1 || w.scnt[q] + 1 == p.iters;
                 if record {
                     tposted.push(since(base));
@@ -902,7 +989,8 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
                 } else {
                     // One WRITE per QP, re-posted.
                     let mut lanes =
-                        LanePoster::open(s, &mut a, p, 1, |lane, q| Ok(lane.prepare(Write::new(srcs[q], dsts[q]))?))?;
+                        LanePoster::open(s, &mut a, p, 1, |lane, q| Ok(lane.prepare(Write::new(srcs[q], dsts[q]))?))?
+                            .with_lists(p, |q| Write::new(srcs[q], dsts[q]))?;
                     bw_loop(p, &mut lanes)
                 }
             })??;
@@ -956,7 +1044,8 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
                         } else {
                             // One SEND per QP, re-posted.
                             let mut lanes =
-                                LanePoster::open(s, a, p, 1, |lane, q| Ok(lane.prepare(Send::new(srcs[q]))?))?;
+                                LanePoster::open(s, a, p, 1, |lane, q| Ok(lane.prepare(Send::new(srcs[q]))?))?
+                                    .with_lists(p, |q| Send::new(srcs[q]))?;
                             send_bw_sender(p, &mut lanes, &sh)
                         }
                     })??;
@@ -1591,7 +1680,15 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
         "Scope::send_lane: requests prepared once, re-posted"
     };
     let _ = writeln!(out, " API             : {} ({how})", p.api());
-    let _ = writeln!(out, " Posting         : ibv_post_send, one WR per call, no inline");
+    if p.post_list > 1 {
+        let _ = writeln!(
+            out,
+            " Posting         : ibv_post_send, lists of {} WRs (SendLane::post_list), no inline",
+            p.post_list
+        );
+    } else {
+        let _ = writeln!(out, " Posting         : ibv_post_send, one WR per call, no inline");
+    }
     let threads = match p.test {
         Test::WriteBw | Test::ReadBw => "1 (passive target)",
         Test::WriteLat | Test::SendLat => "2 (one per side, each with its own context)",
@@ -1666,6 +1763,7 @@ fn run(args: &[String]) -> Result<()> {
         .int("qps", p.qps as u64)
         .int("tx_depth", p.tx_depth as u64)
         .int("cq_mod", p.cq_mod)
+        .int("post_list", p.post_list as u64)
         .str("api", p.api())
         .bool("spin", p.spin);
     match p.duration {

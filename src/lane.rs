@@ -6,7 +6,9 @@
 //! needed: each post only sets the `wr_id` and the signaled flag and calls the provider, like a
 //! C loop re-posting one `struct ibv_send_wr`. Unsignaled posts return nothing; a signaled
 //! post returns a [`LaneToken`], and its completion also completes every earlier request of the
-//! lane (send queue completions are ordered, ibv_post_send(3)).
+//! lane (send queue completions are ordered, ibv_post_send(3)). A [`PreparedList`] chains
+//! prepared requests into one list that [`SendLane::post_list`] posts with one call into the
+//! provider, signaled every CQ-moderation-th request and at its end (perftest's post list).
 //!
 //! Why this is as sound as [`Scope::post_send`]: the memory a prepared request names is
 //! borrowed for the whole scope (`W: 'scope`) and is never owned by the request (only borrowed
@@ -508,7 +510,8 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     ///   posted);
     /// - [`Error::Verb`] with `ibv_post_send` and its errno, naming how many of the list's
     ///   requests the provider took before the one it refused (those are posted, and
-    ///   complete as the lane's other requests do).
+    ///   complete as the lane's other requests do; all of them count as posted if the
+    ///   provider does not say which one it refused).
     ///
     /// See ibv_post_send(3).
     #[doc(alias = "ibv_post_send")]
@@ -568,11 +571,16 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         bad: *mut sys::ibv_send_wr,
         ret: i32,
     ) -> Error {
-        let taken = list.items.iter().position(|item| std::ptr::eq(&item.raw.wr, bad)).unwrap_or(0);
+        // A provider that does not say where it stopped (`bad` null or foreign): every request
+        // counts as posted, so that its memory stays reserved until it completes or the QP is
+        // reset (the safe side, as `Scope::post_send_list`).
+        let n = list.items.len();
+        let taken = list.items.iter().position(|item| std::ptr::eq(&item.raw.wr, bad)).unwrap_or(n);
         let book = &self.qp.sq.lane;
         book.unpost(seq + taken as u64);
-        let every = list.signal_every;
-        if let Some(j) = (0..taken).rev().find(|&j| (j + 1) % every == 0 || (j == 0 && first_signaled)) {
+        let (every, last) = (list.signal_every, n - 1);
+        let signaled = |j: usize| (j + 1) % every == 0 || j == last || (j == 0 && first_signaled);
+        if let Some(j) = (0..taken).rev().find(|&j| signaled(j)) {
             book.covered(seq + j as u64);
         }
         self.checkpoint = self.force_at().min(self.limit);

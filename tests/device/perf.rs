@@ -134,3 +134,49 @@ fn send_bw_receives_with_lanes_and_with_tokens_by_count_and_by_duration() {
         assert!(json_num(&out, "bw_avg_mb_s") > 0.0, "{extra:?}:\n{out}");
     }
 }
+
+#[test]
+fn write_bw_and_send_bw_post_lists_by_count_and_by_duration() {
+    // `-l 10`: each post is a list of 10 requests (SendLane::post_list), signaled every 5th
+    // (`-Q 5`) or, by default, every 10th; every request of the count completes.
+    let runs: [(&str, &[&str]); 4] = [
+        ("write_bw", &["-n", "400", "-l", "10"]),
+        ("send_bw", &["-n", "400", "-l", "10", "-Q", "5"]),
+        ("send_bw", &["-D", "1", "-l", "10"]),
+        ("write_bw", &["-D", "1", "-l", "10", "-q", "2"]),
+    ];
+    for (test, extra) in runs {
+        let mut a = vec![test.to_string(), "-d".into(), device_name(), "-x".into(), gid_index().to_string()];
+        a.extend(["-s", "64", "-t", "40", "-r", "64", "--timeout", "30", "--json"].map(String::from));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let mut p = Proc::spawn("perf with -l", &example("perf"), &a);
+        let out = finished(&mut p);
+        assert!(out.contains("lists of 10 WRs (SendLane::post_list)"), "{extra:?}:\n{out}");
+        assert_eq!(json_num(&out, "post_list"), 10.0, "{extra:?}:\n{out}");
+        let cq_mod = if extra.contains(&"-Q") { 5.0 } else { 10.0 };
+        assert_eq!(json_num(&out, "cq_mod"), cq_mod, "{extra:?}:\n{out}");
+        let n = json_num(&out, "iterations");
+        if extra.contains(&"-n") {
+            assert_eq!(n, 400.0, "{extra:?}:\n{out}");
+        } else {
+            assert!(n >= 10.0 && n % 10.0 == 0.0, "whole lists: {extra:?}:\n{out}");
+        }
+        assert!(json_num(&out, "msg_rate_mpps") > 0.0, "{extra:?}:\n{out}");
+    }
+    // perftest's rules, checked before anything runs.
+    for (test, extra, says) in [
+        ("write_bw", &["-n", "405", "-l", "10"][..], "multiple of the post list"),
+        ("write_bw", &["-l", "10", "-Q", "4"][..], "multiple of the CQ moderation"),
+        ("write_lat", &["-l", "10"][..], "-l is for write_bw and send_bw"),
+        ("send_bw", &["-l", "10", "--tokens"][..], "not --tokens"),
+    ] {
+        let mut a = vec![test.to_string(), "-d".into(), device_name()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let mut p = Proc::spawn("perf with a bad -l", &example("perf"), &a);
+        match p.wait_exit(LIMIT) {
+            Some((st, _)) => assert!(!st.success(), "{extra:?} was accepted:\n{}", p.output()),
+            None => panic!("{extra:?} did not exit"),
+        }
+        assert!(p.output().contains(says), "{extra:?}:\n{}", p.output());
+    }
+}
