@@ -60,11 +60,12 @@
 //! 128 (bw) / 1 (lat), CQ_MOD 100 (1 above 8 KiB unless given; at most TX_DEPTH), RX_DEPTH 512,
 //! OUT_READS the device maximum. Device: `-d`, else `$TYPED_VERBS_DEVICE`, else the first one;
 //! GID index: `-x`, else `$TYPED_VERBS_GID_INDEX`, else 1. One request per `ibv_post_send`
-//! unless `-l POST_LIST` (write_bw and send_bw, send lanes only): each QP's POST_LIST requests
-//! are chained once (`SendLane::prepare_list`) and posted whole (`SendLane::post_list`) while
-//! a whole list fits in the TX_DEPTH window, signaled every CQ_MOD-th (CQ_MOD defaults to
+//! unless `-l POST_LIST` (bandwidth tests, send lanes only): each QP's POST_LIST requests are
+//! chained once (`SendLane::prepare_list`) and posted whole (`SendLane::post_list`) while a
+//! whole list fits in the TX_DEPTH window, signaled every CQ_MOD-th (CQ_MOD defaults to
 //! POST_LIST and must divide it; ITERS must be a multiple of it: perftest's rules); only a
-//! list's last request is awaited.
+//! list's last request is awaited. read_bw keeps its TX_DEPTH destination slots per QP in
+//! TX_DEPTH / POST_LIST lists posted in turn (TX_DEPTH must be a multiple of POST_LIST).
 //!
 //! `scripts/bench` runs it next to perftest on Soft-RoCE; see `BENCHMARKS.md`.
 
@@ -159,7 +160,7 @@ struct Params {
     quiet: bool,
     /// Latency tests: print every interval kept, sorted, before the table (perftest's `-H`).
     histogram: bool,
-    /// write_bw, send_bw: requests per `ibv_post_send` (perftest's `-l`), chained with
+    /// Bandwidth tests: requests per `ibv_post_send` (perftest's `-l`), chained with
     /// `SendLane::prepare_list` and posted with `SendLane::post_list`; 1: one request per call.
     post_list: usize,
     /// `send_lat` as perftest runs it, one side per process: this process's role and, for the
@@ -190,8 +191,9 @@ the QP addresses exchanged over TCP (PORT, default 18515) as the pingpong exampl
 Posts with send lanes (a request prepared once, re-posted); --tokens posts with scope tokens
 (a request and a token per post); --spin busy-polls the CQ instead of yielding when empty.
 -H (--report-histogram, latency tests): every latency measured, sorted, as perftest's -H.
--l (--post_list, write_bw and send_bw with send lanes): requests per ibv_post_send, chained;
-CQ_MOD defaults to it and must divide it, and ITERS must be a multiple of it, as in perftest.";
+-l (--post_list, bandwidth tests with send lanes): requests per ibv_post_send, chained;
+CQ_MOD defaults to it and must divide it, and ITERS must be a multiple of it, as in perftest
+(read_bw: TX_DEPTH too, its READ destinations being TX_DEPTH slots in lists).";
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidArgument { verb: "perf", reason: reason.into() }
@@ -291,14 +293,19 @@ fn parse_args(args: &[String]) -> Result<Params> {
         return Err(bad("-l must be at least 1"));
     }
     if post_list > 1 {
-        if !matches!(test, Test::WriteBw | Test::SendBw) {
-            return Err(bad("-l is for write_bw and send_bw"));
+        if !bw {
+            return Err(bad("-l is for the bandwidth tests"));
         }
         if tokens {
             return Err(bad("-l posts with send lanes (SendLane::post_list), not --tokens"));
         }
         if post_list > tx_depth {
             return Err(bad(format!("-l {post_list} is more than the TX depth ({tx_depth})")));
+        }
+        if test == Test::ReadBw && tx_depth % post_list != 0 {
+            return Err(bad(format!(
+                "read_bw: the TX depth ({tx_depth}) must be a multiple of the post list ({post_list})"
+            )));
         }
         if post_list as u64 % cq != 0 {
             return Err(bad(format!("the post list ({post_list}) must be a multiple of the CQ moderation ({cq})")));
@@ -636,8 +643,9 @@ struct LanePoster<'scope, W> {
     lanes: Vec<SendLane<'scope, RC, RTS>>,
     /// Per QP: the prepared requests, and the slot the next post uses.
     wrs: Vec<(Vec<Prepared<'scope, W>>, usize)>,
-    /// Per QP, with `-l`: its post list.
-    lists: Vec<PreparedList<'scope, W>>,
+    /// Per QP, with `-l`: its post lists (one; read_bw: TX_DEPTH / POST_LIST, posted in
+    /// turn), and the one the next post uses.
+    lists: Vec<(Vec<PreparedList<'scope, W>>, usize)>,
     /// Per QP: the tokens of the outstanding signaled requests, oldest first.
     signaled: Vec<VecDeque<LaneToken<'scope>>>,
     spin: bool,
@@ -664,17 +672,21 @@ impl<'scope, W> LanePoster<'scope, W> {
         Ok(LanePoster { lanes, wrs, signaled, lists: Vec::new(), spin: p.spin, timeout: p.timeout })
     }
 
-    /// With `-l`: prepares each QP's post list, POST_LIST requests made by `make(q)`, signaled
-    /// every CQ_MOD-th (perftest's `-l` with `-Q`).
-    fn with_lists(mut self, p: &Params, mut make: impl FnMut(usize) -> W) -> Result<Self>
+    /// With `-l`: prepares `per_qp` post lists per QP, each of POST_LIST requests made by
+    /// `make(q)`, signaled every CQ_MOD-th (perftest's `-l` with `-Q`).
+    fn with_lists(mut self, p: &Params, per_qp: usize, mut make: impl FnMut(usize) -> Result<W>) -> Result<Self>
     where
         W: typed_verbs::wr::SendWr<RC> + typed_verbs::wr::AddressedFor<RC> + 'scope,
         W::Buffers: typed_verbs::lane::Reusable,
     {
         if p.post_list > 1 {
             for (q, lane) in self.lanes.iter().enumerate() {
-                let wrs = (0..p.post_list).map(|_| make(q)).collect();
-                self.lists.push(lane.prepare_list(wrs, p.cq_mod as usize).map_err(|e| e.error)?);
+                let mut lists = Vec::with_capacity(per_qp);
+                for _ in 0..per_qp {
+                    let wrs = (0..p.post_list).map(|_| make(q)).collect::<Result<Vec<_>>>()?;
+                    lists.push(lane.prepare_list(wrs, p.cq_mod as usize).map_err(|e| e.error)?);
+                }
+                self.lists.push((lists, 0));
             }
         }
         Ok(self)
@@ -697,7 +709,10 @@ impl<W> BwPoster for LanePoster<'_, W> {
         Ok(())
     }
     fn post_list(&mut self, q: usize) -> Result<()> {
-        let token = self.lanes[q].post_list(&mut self.lists[q])?;
+        let (lists, next) = &mut self.lists[q];
+        let k = *next;
+        *next = next_slot(k, lists.len());
+        let token = self.lanes[q].post_list(&mut lists[k])?;
         self.signaled[q].push_back(token);
         Ok(())
     }
@@ -990,7 +1005,7 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
                     // One WRITE per QP, re-posted.
                     let mut lanes =
                         LanePoster::open(s, &mut a, p, 1, |lane, q| Ok(lane.prepare(Write::new(srcs[q], dsts[q]))?))?
-                            .with_lists(p, |q| Write::new(srcs[q], dsts[q]))?;
+                            .with_lists(p, 1, |q| Ok(Write::new(srcs[q], dsts[q])))?;
                     bw_loop(p, &mut lanes)
                 }
             })??;
@@ -1008,10 +1023,16 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
                     bw_loop(p, &mut TokenPoster::new(s, p, ReadOps { s, qps: &a, free, remote: remotes }))
                 } else {
                     // One READ per destination slot (TX_DEPTH per QP, at most one outstanding
-                    // each: the window is TX_DEPTH), re-posted in turn.
-                    let mut lanes = LanePoster::open(s, &mut a, p, p.tx_depth, |lane, q| {
+                    // each: the window is TX_DEPTH), re-posted in turn; with -l, the slots in
+                    // TX_DEPTH / POST_LIST lists, posted in turn (no single READs then).
+                    let singles = if p.post_list > 1 { 0 } else { p.tx_depth };
+                    let mut lanes = LanePoster::open(s, &mut a, p, singles, |lane, q| {
                         let buf = free[q].pop().ok_or_else(|| bad("internal: too few READ buffers"))?;
                         Ok(lane.prepare(Read::new(buf, remotes[q]))?)
+                    })?
+                    .with_lists(p, p.tx_depth / p.post_list, |q| {
+                        let buf = free[q].pop().ok_or_else(|| bad("internal: too few READ buffers"))?;
+                        Ok(Read::new(buf, remotes[q]))
                     })?;
                     bw_loop(p, &mut lanes)
                 }
@@ -1045,7 +1066,7 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
                             // One SEND per QP, re-posted.
                             let mut lanes =
                                 LanePoster::open(s, a, p, 1, |lane, q| Ok(lane.prepare(Send::new(srcs[q]))?))?
-                                    .with_lists(p, |q| Send::new(srcs[q]))?;
+                                    .with_lists(p, 1, |q| Ok(Send::new(srcs[q])))?;
                             send_bw_sender(p, &mut lanes, &sh)
                         }
                     })??;

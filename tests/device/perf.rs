@@ -136,11 +136,13 @@ fn send_bw_receives_with_lanes_and_with_tokens_by_count_and_by_duration() {
 }
 
 #[test]
-fn write_bw_and_send_bw_post_lists_by_count_and_by_duration() {
+fn bandwidth_tests_post_lists_by_count_and_by_duration() {
     // `-l 10`: each post is a list of 10 requests (SendLane::post_list), signaled every 5th
-    // (`-Q 5`) or, by default, every 10th; every request of the count completes.
-    let runs: [(&str, &[&str]); 4] = [
+    // (`-Q 5`) or, by default, every 10th; every request of the count completes. read_bw's
+    // 40 destination slots make 4 lists, posted in turn.
+    let runs: [(&str, &[&str]); 5] = [
         ("write_bw", &["-n", "400", "-l", "10"]),
+        ("read_bw", &["-n", "400", "-l", "10"]),
         ("send_bw", &["-n", "400", "-l", "10", "-Q", "5"]),
         ("send_bw", &["-D", "1", "-l", "10"]),
         ("write_bw", &["-D", "1", "-l", "10", "-q", "2"]),
@@ -167,7 +169,8 @@ fn write_bw_and_send_bw_post_lists_by_count_and_by_duration() {
     for (test, extra, says) in [
         ("write_bw", &["-n", "405", "-l", "10"][..], "multiple of the post list"),
         ("write_bw", &["-l", "10", "-Q", "4"][..], "multiple of the CQ moderation"),
-        ("write_lat", &["-l", "10"][..], "-l is for write_bw and send_bw"),
+        ("write_lat", &["-l", "10"][..], "-l is for the bandwidth tests"),
+        ("read_bw", &["-l", "10", "-t", "25"][..], "TX depth (25) must be a multiple of the post list"),
         ("send_bw", &["-l", "10", "--tokens"][..], "not --tokens"),
     ] {
         let mut a = vec![test.to_string(), "-d".into(), device_name()];
