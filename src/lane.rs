@@ -409,9 +409,16 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         let posted = self.post_now(&mut wr.raw, seq);
         wr.raw.wr.send_flags = wr.flags_unsignaled;
         posted?;
+        Ok(self.signaled_posted(seq, wr))
+    }
+
+    /// The provider accepted signaled request `seq`, built as `wr`: it covers the lane's
+    /// requests before it, a new run of unsignaled requests starts after it, and its token.
+    #[inline(always)]
+    fn signaled_posted<W>(&mut self, seq: u64, wr: &Prepared<'scope, W>) -> LaneToken<'scope> {
         self.qp.sq.lane.covered(seq);
         self.checkpoint = (seq + 1 + self.max_run).min(self.limit);
-        Ok(LaneToken { qp: self.qp, seq, opcode: wr.opcode, byte_len: wr.byte_len, _scope: PhantomData })
+        LaneToken { qp: self.qp, seq, opcode: wr.opcode, byte_len: wr.byte_len, _scope: PhantomData }
     }
 
     /// `ibv_post_send` of `wr` without `IBV_SEND_SIGNALED`: it has no completion of its own
@@ -523,9 +530,9 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         let every = list.signal_every;
         let lead = (every as u64).min(n) - 1;
         let force_first = lead > 0 && seq + lead > self.force_at();
-        let last = list.items.len() - 1;
-        for (j, item) in list.items.iter_mut().enumerate() {
-            let signaled = (j + 1) % every == 0 || j == last || (j == 0 && force_first);
+        for j in 0..list.items.len() {
+            let signaled = list.signals(j, force_first);
+            let item = &mut list.items[j];
             item.raw.wr.send_flags = if signaled { item.flags_signaled } else { item.flags_unsignaled };
             item.raw.wr.wr_id = seq + j as u64;
         }
@@ -547,16 +554,8 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         if ret != 0 {
             return Err(self.list_refused(list, seq, force_first, bad, ret));
         }
-        self.qp.sq.lane.covered(seq + n - 1);
-        self.checkpoint = (seq + n + self.max_run).min(self.limit);
-        let tail = &list.items[last];
-        Ok(LaneToken {
-            qp: self.qp,
-            seq: seq + n - 1,
-            opcode: tail.opcode,
-            byte_len: tail.byte_len,
-            _scope: PhantomData,
-        })
+        // The list's last request is signaled: it covers the list.
+        Ok(self.signaled_posted(seq + n - 1, &list.items[list.items.len() - 1]))
     }
 
     /// The provider refused `list` at `bad` (posted from number `seq`, its first request
@@ -578,16 +577,13 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         let taken = list.items.iter().position(|item| std::ptr::eq(&item.raw.wr, bad)).unwrap_or(n);
         let book = &self.qp.sq.lane;
         book.unpost(seq + taken as u64);
-        let (every, last) = (list.signal_every, n - 1);
-        let signaled = |j: usize| (j + 1) % every == 0 || j == last || (j == 0 && first_signaled);
-        if let Some(j) = (0..taken).rev().find(|&j| signaled(j)) {
+        if let Some(j) = (0..taken).rev().find(|&j| list.signals(j, first_signaled)) {
             book.covered(seq + j as u64);
         }
         self.checkpoint = self.force_at().min(self.limit);
         let what = format!(
-            "QP {:#x}, lane list of {} from request {seq}: the provider took {taken} before refusing one",
-            self.qp.qp_num(),
-            list.items.len()
+            "QP {:#x}, lane list of {n} from request {seq}: the provider took {taken} before refusing one",
+            self.qp.qp_num()
         );
         Error::from_ret(crate::Verb::PostSend, what, ret)
     }
@@ -1028,6 +1024,12 @@ impl<W> Prepared<'_, W> {
 }
 
 impl<W> PreparedList<'_, W> {
+    /// Whether a post of the list signals its request `j` (from 0): every `signal_every`-th,
+    /// the last, and with `first_signaled` the first.
+    fn signals(&self, j: usize, first_signaled: bool) -> bool {
+        (j + 1) % self.signal_every == 0 || j + 1 == self.items.len() || (j == 0 && first_signaled)
+    }
+
     /// The number of requests in the list.
     pub fn len(&self) -> usize {
         self.items.len()
