@@ -812,21 +812,25 @@ fn bw_loop(p: &Params, poster: &mut impl BwPoster) -> Result<BwOutcome> {
     let mut last_completion = 0u64;
     loop {
         for q in 0..nq {
-            // With -l: whole lists, as long as one fits in the window (perftest's condition).
+            // `l` requests per post (one, or a list with -l), as long as they fit in the window
+            // (perftest's condition).
             let l = p.post_list as u64;
-            while l > 1 && !stopping && w.scnt[q] < p.iters && w.scnt[q] + l - w.ccnt[q] <= p.tx_depth as u64 {
+            while !stopping && w.scnt[q] < p.iters && w.scnt[q] + l - w.ccnt[q] <= p.tx_depth as u64 {
                 if record {
+                    // A list's requests all go at once.
                     let t = since(base);
-                    tposted.extend(std::iter::repeat_n(t, l as usize));
+                    if l > 1 {
+                        tposted.extend(std::iter::repeat_n(t, l as usize));
+                    } else {
+                        tposted.push(t);
+                    }
                 }
-                w.post_list(poster, q, l)?;
-            }
-            while l == 1 && !stopping && w.scnt[q] < p.iters && w.scnt[q] - w.ccnt[q] < p.tx_depth as u64 {
-                let signaled = w.scnt[q] % p.cq_mod == p.cq_mod - 1 || w.scnt[q] + 1 == p.iters;
-                if record {
-                    tposted.push(since(base));
+                if l > 1 {
+                    w.post_list(poster, q, l)?;
+                } else {
+                    let signaled = w.scnt[q] % p.cq_mod == p.cq_mod - 1 || w.scnt[q] + 1 == p.iters;
+                    w.post(poster, q, signaled)?;
                 }
-                w.post(poster, q, signaled)?;
             }
         }
         if w.totccnt == w.totscnt {

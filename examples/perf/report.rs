@@ -89,16 +89,24 @@ pub struct LatResult {
     pub samples: usize,
 }
 
+/// The largest intervals a latency run leaves out (perftest's LAT_MEASURE_TAIL).
+const TAIL: usize = 2;
+
+/// The intervals between consecutive post times, sorted.
+fn sorted_intervals(tposted: &[u64]) -> Vec<u64> {
+    let mut delta: Vec<u64> = tposted.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+    delta.sort_unstable();
+    delta
+}
+
 /// Latency statistics from the post times of the measuring side (ns), as perftest computes
 /// them; `rtt_factor` is 2 for ping-pong tests (half the round trip is reported).
 pub fn lat(tposted: &[u64], rtt_factor: f64) -> Option<LatResult> {
-    const TAIL: usize = 2;
     if tposted.len() < TAIL + 3 {
         return None;
     }
-    let mut delta: Vec<u64> = tposted.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+    let delta = sorted_intervals(tposted);
     let samples = delta.len();
-    delta.sort_unstable();
     let m = samples - TAIL;
     let us = |ns: u64| ns as f64 / 1000.0 / rtt_factor;
     // perftest's get_median on the kept part.
@@ -122,9 +130,8 @@ pub fn lat(tposted: &[u64], rtt_factor: f64) -> Option<LatResult> {
 /// perftest's `-H` (`--report-histogram`) list: every interval the statistics keep (the 2
 /// largest left out), in usec, sorted, numbered from 1 (`#, usec` then `i, t`).
 pub fn lat_all(tposted: &[u64], rtt_factor: f64) -> String {
-    let mut delta: Vec<u64> = tposted.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
-    delta.sort_unstable();
-    let kept = delta.len().saturating_sub(2);
+    let delta = sorted_intervals(tposted);
+    let kept = delta.len().saturating_sub(TAIL);
     let mut s = String::from("#, usec\n");
     for (i, &d) in delta[..kept].iter().enumerate() {
         let _ = writeln!(s, "{}, {:.3}", i + 1, d as f64 / 1000.0 / rtt_factor);
