@@ -172,9 +172,9 @@ pub enum CompletionSource {
 /// [`Cq::poll_into`](crate::cq::Cq::poll_into) fills).
 //
 // The fields from `status` to `raw_flags` are those of `struct ibv_wc` (`raw_flags` is its
-// `wc_flags`), in its order and as the provider wrote them: taking a completion off the CQ is a copy, and the typed values (and
-// the flags in libibverbs' numbering) are built only when asked for. Small (40 bytes), so that
-// it moves cheaply through the waits' return values.
+// `wc_flags`), in its order and as the provider wrote them: taking a completion off the CQ is
+// a copy, and the typed values (and the flags in libibverbs' numbering) are built only when
+// asked for. Small (40 bytes), so that it moves cheaply through the waits' return values.
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Completion {
