@@ -18,7 +18,10 @@
 # iterations below perftest's 25th percentile (the fast mode). Printed, never asserted.
 #
 # Usage: benches/latency/compare.sh [ROUNDS]   (default 8; on the host: builds, then boots the
-# Soft-RoCE VM once with scripts/softroce-run; about 1 minute of VM per round)
+# Soft-RoCE VM once with scripts/softroce-run; about 1 minute of VM per round). The summary is
+# also kept in target/latency-compare/<stamp>/summary.txt.
+#        benches/latency/compare.sh --summarize target/latency-compare/<stamp>   (prints an
+# earlier run's summary again, from its rounds.txt and runs/; no VM)
 set -euo pipefail
 
 ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -74,18 +77,10 @@ if [[ "${1:-}" == "--guest" ]]; then
     exit 0
 fi
 
-rounds="${1:-8}"
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: bad ROUNDS $rounds" >&2; exit 2; }
-cd "$ROOT"
-out="$ROOT/target/latency-compare/$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$out/bin"
-cargo build --release --example perf
-cp target/release/examples/perf "$out/bin/"
-cc -O2 -Wall -Wextra -pthread -o "$out/bin/threads" benches/latency/threads.c -libverbs
-scripts/softroce-run --timeout $((120 + 90 * rounds)) --rwdir "$out" -- \
-    "$ROOT/benches/latency/compare.sh" --guest "$out/bin" "$rounds" | tee "$out/rounds.txt"
-echo "medians over the rounds (usec), ratios against perftest with 95 % bootstrap intervals:"
-python3 - "$out/rounds.txt" "$out/runs" <<'PY'
+# The summary of the rounds in DIR (its rounds.txt and runs/).
+summarize() {
+    echo "medians over the rounds (usec), ratios against perftest with 95 % bootstrap intervals:"
+    python3 - "$1/rounds.txt" "$1/runs" <<'PY'
 import glob, os, random, re, statistics, sys
 # Two views of the same rounds, with 95 % bootstrap intervals (4,000 resamples, fixed seed):
 #   ratio of medians: the median of a program's rounds over perftest's;
@@ -161,4 +156,23 @@ for test, by in lists.items():
         cells.append(cell + f" (runs {len(runs)})")
     print(f"  {test}: " + "; ".join(cells))
 PY
+}
+
+if [[ "${1:-}" == "--summarize" ]]; then
+    [[ -f "${2:-}/rounds.txt" ]] || { echo "compare.sh: no rounds.txt in ${2:-(none)}" >&2; exit 2; }
+    summarize "$2"
+    exit 0
+fi
+
+rounds="${1:-8}"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: bad ROUNDS $rounds" >&2; exit 2; }
+cd "$ROOT"
+out="$ROOT/target/latency-compare/$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$out/bin"
+cargo build --release --example perf
+cp target/release/examples/perf "$out/bin/"
+cc -O2 -Wall -Wextra -pthread -o "$out/bin/threads" benches/latency/threads.c -libverbs
+scripts/softroce-run --timeout $((120 + 90 * rounds)) --rwdir "$out" -- \
+    "$ROOT/benches/latency/compare.sh" --guest "$out/bin" "$rounds" | tee "$out/rounds.txt"
+summarize "$out" | tee "$out/summary.txt"
 echo "results in $out"
