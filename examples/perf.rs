@@ -369,13 +369,22 @@ impl Progress {
             calls: 0,
         }
     }
-    /// Called once per iteration or wait round; looks at the clock every 64 calls.
-    #[inline]
+    /// Called once per iteration or wait round; looks at the clock every 64 calls. (Inline:
+    /// it is on the latency tests' critical path, where a call and its return cost more than
+    /// the counter under emulation.)
+    #[inline(always)]
     fn tick(&mut self, done: u64) {
         self.calls = self.calls.wrapping_add(1);
         if self.quiet || self.calls & 63 != 0 {
             return;
         }
+        self.show(done);
+    }
+
+    /// The rest of [`Progress::tick`], every 64th call: prints the progress every 2 s.
+    #[cold]
+    #[inline(never)]
+    fn show(&mut self, done: u64) {
         let now = Instant::now();
         if now.duration_since(self.last) < Duration::from_secs(2) {
             return;
@@ -494,7 +503,9 @@ fn wait_on<'scope, B: Completes>(
 }
 
 /// [`wait_on`] for a request of a send lane: `SendLane::wait`, or with `spin`
-/// `SendLane::wait_spin`. Bounded by `timeout`.
+/// `SendLane::wait_spin`. Bounded by `timeout`. (Inline, as the lane's own wait: it is on
+/// every latency round.)
+#[inline(always)]
 fn lane_wait<'scope>(
     lane: &mut SendLane<'scope, RC, RTS>,
     token: LaneToken<'scope>,
@@ -1290,10 +1301,13 @@ impl LatReceiver for LaneRecv<'_, '_> {
     fn slots(&self) -> usize {
         self.prepared.len()
     }
+    // Both inline: they are on send_lat's critical path (a completion in, a receive reposted).
+    #[inline(always)]
     fn post(&mut self, i: usize) -> Result<()> {
         self.tokens[i] = Some(self.lane.post(&mut self.prepared[i])?);
         Ok(())
     }
+    #[inline(always)]
     fn wait(&mut self, i: usize, spin: bool, slice: Duration) -> Result<Option<Completion>> {
         let token = self.tokens[i].take().ok_or_else(|| bad("internal: no receive posted"))?;
         let r = if spin { self.lane.wait_spin(token, slice) } else { self.lane.wait(token, slice) };
