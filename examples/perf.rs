@@ -36,9 +36,9 @@
 //!   between consecutive posts (perftest's `run_iter_lat_write` / `run_iter_lat_send`). With
 //!   lanes each side prepares its requests once (`write_lat`: one WRITE per source slot).
 //!   `send_lat` keeps perftest's receive side: RX_DEPTH receives (at most the iterations; one at
-//!   a time with `-D`) posted before the first message, on a CQ of their own. `send_lat
-//!   --listen` / `--connect HOST` runs one side per process instead, as perftest does (`-n`
-//!   only; the client measures).
+//!   a time with `-D`) posted before the first message, on a CQ of their own. `--listen` /
+//!   `--connect HOST` runs one side per process instead, as perftest does (`-n` only; the
+//!   client measures; `write_lat`'s sides also exchange their targets' address and rkey).
 //!
 //! Completions are awaited with `SendLane::wait` / `RecvLane::wait` / `Scope::wait`, which poll
 //! the CQ and yield the CPU (`sched_yield`) after every empty poll; `write_lat`'s wait for the
@@ -69,7 +69,7 @@
 //!
 //! `scripts/bench` runs it next to perftest on Soft-RoCE; see `BENCHMARKS.md`.
 
-/// The TCP exchange of the pingpong examples, for `send_lat --listen` / `--connect`.
+/// The TCP exchange of the pingpong examples, for the latency tests' `--listen` / `--connect`.
 #[path = "common/pingpong.rs"]
 mod pingpong;
 #[path = "perf/report.rs"]
@@ -186,8 +186,9 @@ const USAGE: &str = "usage: perf <write_bw|send_bw|read_bw|write_lat|send_lat> [
             [-l POST_LIST] [--tokens] [--spin] [--timeout SECS] [--json] [--quiet] [-H]
             [--listen | --connect HOST] [-p PORT]
 Loopback on one device: RC queue pairs connected to each other (see the source's header).
-send_lat --listen / --connect HOST: one side per process (server, client), as perftest runs,
-the QP addresses exchanged over TCP (PORT, default 18515) as the pingpong examples do.
+write_lat|send_lat --listen / --connect HOST: one side per process (server, client), as
+perftest runs, the QP addresses exchanged over TCP (PORT, default 18515) as the pingpong
+examples do (write_lat: and the targets' address and rkey after them).
 Posts with send lanes (a request prepared once, re-posted); --tokens posts with scope tokens
 (a request and a token per post); --spin busy-polls the CQ instead of yielding when empty.
 -H (--report-histogram, latency tests): every latency measured, sorted, as perftest's -H.
@@ -314,8 +315,8 @@ fn parse_args(args: &[String]) -> Result<Params> {
             return Err(bad(format!("the iterations ({iters}) must be a multiple of the post list ({post_list})")));
         }
     }
-    if peer.is_some() && (test != Test::SendLat || duration.is_some()) {
-        return Err(bad("--listen and --connect are for send_lat with -n"));
+    if peer.is_some() && (!matches!(test, Test::SendLat | Test::WriteLat) || duration.is_some()) {
+        return Err(bad("--listen and --connect are for send_lat and write_lat with -n"));
     }
     let device = match device.or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()) {
         Some(d) => d,
@@ -1563,32 +1564,120 @@ fn recv_depth(p: &Params) -> usize {
     }
 }
 
-/// `send_lat` with one side in this process (`--listen`: the server, `--connect`: the client),
-/// as perftest runs it: its own context, PD, CQs and buffers, connected to the other process's
-/// QP through the pingpong examples' TCP exchange. The server answers only once its receives
-/// are posted (the client's exchange returns then), so the client's first message finds one.
-/// Returns the client's post times (none on the server).
+/// A latency test with one side in this process (`--listen`: the server, `--connect`: the
+/// client), as perftest runs it: its own context, PD, CQs and buffers, connected to the other
+/// process's QP through the pingpong examples' TCP exchange. Returns the client's post times
+/// (none on the server).
 fn run_lat_peer(p: &Params, role: Role, host: Option<&str>) -> Result<Vec<u64>> {
     let res = LatRes::open(p)?;
-    let (ctx, pd) = (&res.ctx, &res.pd);
-    let qp = pd.create_qp::<RC>(&res.config(p))?;
+    let qp = res.pd.create_qp::<RC>(&res.config(p))?;
     let me = qp.endpoint(PORT, p.gid_index, if role == Role::Client { 0x1000 } else { 0x1100 })?;
-    let exchange = |e: Box<dyn std::error::Error>| bad(format!("the address exchange failed: {e}"));
-    let (peer, conn) = match (role, host) {
+    match p.test {
+        Test::WriteLat => write_lat_peer(p, role, host, &res, qp, me),
+        _ => send_lat_peer(p, role, host, &res, qp, me),
+    }
+}
+
+/// A TCP exchange failed.
+fn exchange_failed(e: Box<dyn std::error::Error>) -> Error {
+    bad(format!("the address exchange failed: {e}"))
+}
+
+/// The TCP exchange of a two-process latency test: `me` and `extra` out; the peer's address
+/// and as many bytes as `extra` has in. The client's part is complete when this returns; the
+/// server gets its connection back, to answer (`ServerConn::finish_with`) once it is ready.
+fn peer_exchange(
+    p: &Params,
+    role: Role,
+    host: Option<&str>,
+    me: &Endpoint,
+    extra: &[u8],
+) -> Result<(Endpoint, Vec<u8>, Option<pingpong::ServerConn>)> {
+    let mine = std::slice::from_ref(me);
+    let (peers, theirs, conn) = match (role, host) {
         (Role::Client, Some(host)) => {
-            (pingpong::client_exchange(host, p.port, &me, p.timeout, p.timeout).map_err(exchange)?, None)
+            let (peers, theirs) =
+                pingpong::client_exchange_with(host, p.port, mine, extra, extra.len(), p.timeout, p.timeout)
+                    .map_err(exchange_failed)?;
+            (peers, theirs, None)
         }
         _ => {
             let listener = pingpong::Listener::bind(p.port).map_err(|e| bad(format!("TCP port {}: {e}", p.port)))?;
-            let (conn, peer) = listener.accept(p.timeout, p.timeout).map_err(exchange)?;
-            (peer, Some(conn))
+            let (conn, peers, theirs) =
+                listener.accept_with(1, extra.len(), p.timeout, p.timeout).map_err(exchange_failed)?;
+            (peers, theirs, Some(conn))
         }
     };
+    Ok((peers[0], theirs, conn))
+}
+
+/// The bytes of a `write_lat` target on the wire: address, length, rkey (little-endian).
+const TARGET_LEN: usize = 20;
+
+fn encode_target(t: &RemoteSlice<access::RemoteRw>) -> Vec<u8> {
+    [&t.addr().to_le_bytes()[..], &t.len().to_le_bytes(), &t.rkey().to_le_bytes()].concat()
+}
+
+fn decode_target(b: &[u8]) -> Result<RemoteSlice<access::RemoteRw>> {
+    let field = |r: std::ops::Range<usize>| b.get(r).ok_or_else(|| bad("the peer's target is truncated"));
+    let addr = u64::from_le_bytes(field(0..8)?.try_into().expect("8 bytes"));
+    let len = u64::from_le_bytes(field(8..16)?.try_into().expect("8 bytes"));
+    let rkey = u32::from_le_bytes(field(16..TARGET_LEN)?.try_into().expect("4 bytes"));
+    Ok(RemoteSlice::from_wire(addr, len, rkey))
+}
+
+/// `write_lat` in two processes: each side exchanges, after its QP address, where the peer's
+/// RDMA WRITEs go (its target's address, length and rkey); the server answers once its QP is
+/// in RTS, so the client's first write finds it ready.
+fn write_lat_peer(
+    p: &Params,
+    role: Role,
+    host: Option<&str>,
+    res: &LatRes,
+    qp: Qp<RC, RESET>,
+    me: Endpoint,
+) -> Result<Vec<u64>> {
+    let (size, pd) = (p.size, &res.pd);
+    // NSLOTS source slots (slot j's bytes are all j + 1) and a target, as in one process.
+    let mut src = pd.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
+    for (j, chunk) in src.as_mut_slice().chunks_mut(size).enumerate() {
+        chunk.fill(j as u8 + 1);
+    }
+    let dst = pd.alloc_mr(size, access::REMOTE_RW)?;
+    let extra = encode_target(&dst.remote(..)?);
+    let (peer, theirs, conn) = peer_exchange(p, role, host, &me, &extra)?;
+    let to_peer = decode_target(&theirs)?;
+    if to_peer.len() < size as u64 {
+        return Err(bad(format!("the peer's target has {} bytes, less than -s {size}", to_peer.len())));
+    }
+    let mut qp = connect(p, qp, me, peer, 1)?;
+    if let Some(conn) = conn {
+        conn.finish_with(std::slice::from_ref(&me), &extra).map_err(exchange_failed)?;
+    }
+    if role == Role::Client {
+        print_header(p, &res.ctx, std::slice::from_ref(&qp), 1);
+    }
+    let slots = (0..NSLOTS).map(|j| src.slice(j * size..(j + 1) * size)).collect::<Result<Vec<_>>>()?;
+    let sh = LatShared::default();
+    write_lat_side(LatSide { p, role, sh: &sh }, &mut qp, &slots, &dst, to_peer)
+}
+
+/// `send_lat` in two processes. The server answers only once its receives are posted (the
+/// client's exchange returns then), so the client's first message finds one.
+fn send_lat_peer(
+    p: &Params,
+    role: Role,
+    host: Option<&str>,
+    res: &LatRes,
+    qp: Qp<RC, RESET>,
+    me: Endpoint,
+) -> Result<Vec<u64>> {
+    let (peer, _, conn) = peer_exchange(p, role, host, &me, &[])?;
     let mut qp = connect(p, qp, me, peer, 1)?;
     if role == Role::Client {
-        print_header(p, ctx, std::slice::from_ref(&qp), 1);
+        print_header(p, &res.ctx, std::slice::from_ref(&qp), 1);
     }
-    let (src, mut rbuf) = send_lat_mem(p, pd, if role == Role::Client { 0xa } else { 0xb })?;
+    let (src, mut rbuf) = send_lat_mem(p, &res.pd, if role == Role::Client { 0xa } else { 0xb })?;
     let (v, r) = (src.slice(..)?, split(rbuf.slice_mut(..)?, recv_depth(p), p.size)?);
     let sh = LatShared::default();
     let side = LatSide { p, role, sh: &sh };
@@ -1597,7 +1686,7 @@ fn run_lat_peer(p: &Params, role: Role, host: Option<&str>) -> Result<Vec<u64>> 
         let answer = conn.map(|conn| {
             ts.spawn(|| {
                 wait_flag(&sh.ready, p.timeout, "the receives")?;
-                conn.finish(&me).map_err(exchange)
+                conn.finish(&me).map_err(exchange_failed)
             })
         });
         let r = send_lat_side(side, &mut qp, v, r);

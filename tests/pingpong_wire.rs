@@ -12,8 +12,8 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use pingpong::{
-    client_exchange, client_exchange_all, encode, encode_all, parse, parse_all, parse_args, parse_args_for, Command,
-    Listener, Options, Tool, DONE, WIRE_LEN,
+    client_exchange, client_exchange_all, client_exchange_with, encode, encode_all, parse, parse_all, parse_args,
+    parse_args_for, Command, Listener, Options, Tool, DONE, WIRE_LEN,
 };
 use typed_verbs::prelude::*;
 
@@ -199,6 +199,25 @@ fn exchange_over_tcp() {
     let got = client_exchange("127.0.0.1", port, &client_ep, t, t).unwrap();
     assert_eq!(got, server_ep);
     assert_eq!(server.join().unwrap(), client_ep);
+}
+
+/// The exchange with bytes of the caller's after the address, each way (`perf`'s two-process
+/// tests send where their writes go): the bytes arrive intact and the addresses too.
+#[test]
+fn exchange_with_extra_bytes_each_way() {
+    let listener = Listener::bind(0).unwrap();
+    let port = listener.port();
+    let server_ep = ep(0, 0x22, 0x222222, rxe_gid());
+    let client_ep = ep(0, 0x11, 0x111111, rxe_gid());
+    let t = Duration::from_secs(10);
+    let server = std::thread::spawn(move || {
+        let (conn, peers, theirs) = listener.accept_with(1, 3, t, t).unwrap();
+        conn.finish_with(&[server_ep], b"server extra").unwrap();
+        (peers, theirs)
+    });
+    let (got, theirs) = client_exchange_with("127.0.0.1", port, &[client_ep], b"abc", 12, t, t).unwrap();
+    assert_eq!((got, theirs), (vec![server_ep], b"server extra".to_vec()));
+    assert_eq!(server.join().unwrap(), (vec![client_ep], b"abc".to_vec()));
 }
 
 /// By name, as users type it: `localhost` may resolve to `::1` and `127.0.0.1`; the server

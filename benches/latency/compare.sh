@@ -8,7 +8,7 @@
 #          is (one process, a thread per side, a context each)
 #   spin   `perf --spin` (this library, busy-polling waits)
 #   yield  `perf` (this library, the default waits, which yield when the CQ is empty)
-#   proc   SEND only: `perf --spin` as perftest runs, one side per process (--listen/--connect)
+#   proc   `perf --spin` as perftest runs, one side per process (--listen/--connect)
 # Prints every round's t_typical/t_min (usec) and the medians of each, with each program's ratio
 # to perftest two ways (ratio of medians; median of the per-round ratios), each with a 95 %
 # bootstrap interval. t_min is the fastest round trip of a run: the path's own cost, with the
@@ -61,8 +61,7 @@ if [[ "${1:-}" == "--guest" ]]; then
     echo "clocksource: $(clocksource)"
     for ((r = 1; r <= rounds; r++)); do
         for t in write send; do
-            variants=(pt c spin yield)
-            [[ $t == send ]] && variants+=(proc)
+            variants=(pt c spin yield proc)
             n=${#variants[@]}
             line="round $r $t:"
             for ((i = 0; i < n; i++)); do

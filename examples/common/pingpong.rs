@@ -168,6 +168,25 @@ pub fn client_exchange_all(
     connect_timeout: Duration,
     io_timeout: Duration,
 ) -> Result<Vec<Endpoint>, Box<dyn std::error::Error>> {
+    Ok(client_exchange_with(host, port, mine, &[], 0, connect_timeout, io_timeout)?.0)
+}
+
+/// [`client_exchange_all`] with bytes of the caller's after the addresses, each way: `extra`
+/// is written right after `mine` (in the same write), and `extra_len` bytes are read after the
+/// server's addresses. (Not part of the C tools' protocol: for `perf`'s two-process tests,
+/// which also exchange where their RDMA WRITEs go.)
+///
+/// # Errors
+/// As [`client_exchange`].
+pub fn client_exchange_with(
+    host: &str,
+    port: u16,
+    mine: &[Endpoint],
+    extra: &[u8],
+    extra_len: usize,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+) -> Result<(Vec<Endpoint>, Vec<u8>), Box<dyn std::error::Error>> {
     let deadline = Instant::now() + connect_timeout;
     let mut stream = loop {
         let attempt = (host, port).to_socket_addrs().and_then(|addrs| {
@@ -196,12 +215,15 @@ pub fn client_exchange_all(
     stream.set_read_timeout(Some(io_timeout))?;
     stream.set_write_timeout(Some(io_timeout))?;
     // One write call: the C servers of rc/uc/ud read the message with a single read(2).
-    stream.write_all(&encode_all(mine)).map_err(|e| context(e, "sending the local address"))?;
-    let mut msgs = vec![0u8; WIRE_LEN * mine.len()];
+    let mut out = encode_all(mine);
+    out.extend_from_slice(extra);
+    stream.write_all(&out).map_err(|e| context(e, "sending the local address"))?;
+    let mut msgs = vec![0u8; WIRE_LEN * mine.len() + extra_len];
     read_exact_bounded(&mut stream, &mut msgs, io_timeout, "reading the server's address")?;
+    let theirs = msgs.split_off(WIRE_LEN * mine.len());
     let peers = parse_all(&msgs)?;
     stream.write_all(DONE).map_err(|e| context(e, "sending \"done\""))?;
-    Ok(peers)
+    Ok((peers, theirs))
 }
 
 /// The messages of `eps`, back to back.
@@ -239,6 +261,10 @@ pub struct Listener {
     listeners: Vec<TcpListener>,
     port: u16,
 }
+
+/// What [`Listener::accept_with`] returns: the connection, the client's addresses, and the
+/// bytes it sent after them.
+pub type Accepted = (ServerConn, Vec<Endpoint>, Vec<u8>);
 
 /// Server side, second half: the accepted connection, after the client's address was read.
 pub struct ServerConn {
@@ -305,6 +331,22 @@ impl Listener {
         accept_timeout: Duration,
         io_timeout: Duration,
     ) -> Result<(ServerConn, Vec<Endpoint>), Box<dyn std::error::Error>> {
+        let (conn, peers, _) = self.accept_with(count, 0, accept_timeout, io_timeout)?;
+        Ok((conn, peers))
+    }
+
+    /// [`Listener::accept_all`] that also reads `extra_len` bytes after the addresses (the
+    /// `extra` of [`client_exchange_with`]).
+    ///
+    /// # Errors
+    /// As [`Listener::accept`].
+    pub fn accept_with(
+        self,
+        count: usize,
+        extra_len: usize,
+        accept_timeout: Duration,
+        io_timeout: Duration,
+    ) -> Result<Accepted, Box<dyn std::error::Error>> {
         for l in &self.listeners {
             l.set_nonblocking(true)?;
         }
@@ -325,10 +367,11 @@ impl Listener {
         stream.set_nonblocking(false)?;
         stream.set_read_timeout(Some(io_timeout))?;
         stream.set_write_timeout(Some(io_timeout))?;
-        let mut msgs = vec![0u8; WIRE_LEN * count];
+        let mut msgs = vec![0u8; WIRE_LEN * count + extra_len];
         read_exact_bounded(&mut stream, &mut msgs, io_timeout, "reading the client's address")?;
+        let theirs = msgs.split_off(WIRE_LEN * count);
         let peers = parse_all(&msgs)?;
-        Ok((ServerConn { stream, io_timeout }, peers))
+        Ok((ServerConn { stream, io_timeout }, peers, theirs))
     }
 }
 
@@ -347,8 +390,19 @@ impl ServerConn {
     ///
     /// # Errors
     /// As [`ServerConn::finish`].
-    pub fn finish_all(mut self, mine: &[Endpoint]) -> Result<(), Box<dyn std::error::Error>> {
-        self.stream.write_all(&encode_all(mine)).map_err(|e| context(e, "sending the local address"))?;
+    pub fn finish_all(self, mine: &[Endpoint]) -> Result<(), Box<dyn std::error::Error>> {
+        self.finish_with(mine, &[])
+    }
+
+    /// [`ServerConn::finish_all`] writing `extra` right after the addresses (in the same
+    /// write): what [`client_exchange_with`] reads as its `extra_len` bytes.
+    ///
+    /// # Errors
+    /// As [`ServerConn::finish`].
+    pub fn finish_with(mut self, mine: &[Endpoint], extra: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
+        let mut out = encode_all(mine);
+        out.extend_from_slice(extra);
+        self.stream.write_all(&out).map_err(|e| context(e, "sending the local address"))?;
         let mut done = [0u8; DONE.len()];
         read_exact_bounded(&mut self.stream, &mut done, self.io_timeout, "reading \"done\"")?;
         if &done != DONE {

@@ -90,20 +90,35 @@ fn write_lat_completes_in_one_process_busy_polling_and_yielding() {
 }
 
 #[test]
-fn send_lat_runs_in_two_processes_connected_over_tcp() {
-    const PORT: &str = "18631";
-    let bin = example("perf");
-    let mut server = Proc::spawn("perf send_lat --listen", &bin, &args("send_lat", &["--listen", "-p", PORT]));
-    // The client retries its connection until the server listens (bounded by --timeout).
-    let mut client = Proc::spawn(
-        "perf send_lat --connect",
-        &bin,
-        &args("send_lat", &["--connect", "127.0.0.1", "-p", PORT, "--spin"]),
-    );
-    let out = finished(&mut client);
-    let server_out = finished(&mut server);
-    assert_latency_report(&out, "send lane");
-    assert!(!server_out.contains("t_typical"), "the server does not measure:\n{server_out}");
+fn latency_tests_run_in_two_processes_connected_over_tcp() {
+    // write_lat also exchanges where each side's RDMA WRITEs go (address, length, rkey).
+    for (test, port, extra) in [("send_lat", "18631", &["--spin"][..]), ("write_lat", "18632", &["-H"][..])] {
+        let bin = example("perf");
+        let mut server = Proc::spawn(&format!("perf {test} --listen"), &bin, &args(test, &["--listen", "-p", port]));
+        // The client retries its connection until the server listens (bounded by --timeout).
+        let client_args = [&["--connect", "127.0.0.1", "-p", port][..], extra].concat();
+        let mut client = Proc::spawn(&format!("perf {test} --connect"), &bin, &args(test, &client_args));
+        let out = finished(&mut client);
+        let server_out = finished(&mut server);
+        assert_latency_report(&out, "send lane");
+        assert!(!server_out.contains("t_typical"), "the server does not measure:\n{server_out}");
+        if test == "write_lat" {
+            assert_histogram(&out);
+        }
+    }
+    // Only the latency tests run in two processes, and only by count.
+    let by_time = ["send_lat", "-d", &device_name(), "-x", &gid_index().to_string(), "-D", "1", "--listen"]
+        .map(String::from)
+        .to_vec();
+    for refused in [args("write_bw", &["--listen"]), by_time] {
+        let mut p = Proc::spawn(&format!("perf {} (refused)", refused.join(" ")), &example("perf"), &refused);
+        let Some((status, _)) = p.wait_exit(LIMIT) else {
+            p.stop();
+            panic!("{} did not exit within {LIMIT:?}:\n{}", p.label, p.output());
+        };
+        assert!(!status.success(), "{} was accepted:\n{}", p.label, p.output());
+        assert!(p.output().contains("--listen and --connect are for send_lat and write_lat with -n"), "{}", p.output());
+    }
 }
 
 /// The number after `"key":` in the JSON line of `out`.
