@@ -20,8 +20,8 @@
 # Usage: benches/latency/compare.sh [ROUNDS]   (default 8; on the host: builds, then boots the
 # Soft-RoCE VM once with scripts/softroce-run; about 1 minute of VM per round). The summary is
 # also kept in target/latency-compare/<stamp>/summary.txt.
-#        benches/latency/compare.sh --summarize target/latency-compare/<stamp>   (prints an
-# earlier run's summary again, from its rounds.txt and runs/; no VM)
+#        benches/latency/compare.sh --summarize target/latency-compare/<stamp>...   (prints
+# earlier runs' summary again, from their rounds.txt and runs/, pooled when several; no VM)
 set -euo pipefail
 
 ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -76,10 +76,10 @@ if [[ "${1:-}" == "--guest" ]]; then
     exit 0
 fi
 
-# The summary of the rounds in DIR (its rounds.txt and runs/).
+# The summary of the rounds in DIR... (their rounds.txt and runs/, pooled).
 summarize() {
     echo "medians over the rounds (usec), ratios against perftest with 95 % bootstrap intervals:"
-    python3 - "$1/rounds.txt" "$1/runs" <<'PY'
+    python3 - "$@" <<'PY'
 import glob, os, random, re, statistics, sys
 # Two views of the same rounds, with 95 % bootstrap intervals (4,000 resamples, fixed seed):
 #   ratio of medians: the median of a program's rounds over perftest's;
@@ -88,7 +88,8 @@ import glob, os, random, re, statistics, sys
 #   fast/slow mode mix more.
 random.seed(7)
 rows = {}
-for line in open(sys.argv[1]):
+dirs = sys.argv[1:]
+for line in (l for d in dirs for l in open(os.path.join(d, "rounds.txt"))):
     m = re.match(r"round \d+ (\w+):(.*)", line)
     if m:
         rows.setdefault(m[1], []).append({v: (float(a), float(b)) for v, a, b in re.findall(r"(\w+) ([\d.]+)/([\d.]+)", m[2])})
@@ -125,13 +126,13 @@ for test, rs in rows.items():
 #   fast share: the share of a program's iterations below perftest's 25th percentile (pooled
 #        over every round; 0.25 for perftest itself).
 lists = {}
-for path in glob.glob(os.path.join(sys.argv[2], "*.txt")):
+for k, path in ((k, p) for k, d in enumerate(dirs) for p in glob.glob(os.path.join(d, "runs", "*.txt"))):
     v, test, r = os.path.basename(path)[:-4].split(".")
     text = open(path).read()
     if "#, usec" in text:
         xs = [float(x) for x in re.findall(r"^\d+, ([\d.]+)$", text.split("#, usec", 1)[1], re.M)]
         if xs:
-            lists.setdefault(test, {}).setdefault(v, {})[int(r)] = sorted(xs)
+            lists.setdefault(test, {}).setdefault(v, {})[(k, int(r))] = sorted(xs)
 if lists:
     print("per-iteration latencies (-H lists, usec): p10 paired with perftest's, pooled p10 / p25 / median, fast share:")
 def q(xs, f):
@@ -158,8 +159,12 @@ PY
 }
 
 if [[ "${1:-}" == "--summarize" ]]; then
-    [[ -f "${2:-}/rounds.txt" ]] || { echo "compare.sh: no rounds.txt in ${2:-(none)}" >&2; exit 2; }
-    summarize "$2"
+    shift
+    (($#)) || { echo "compare.sh: --summarize needs a run's folder" >&2; exit 2; }
+    for d in "$@"; do
+        [[ -f "$d/rounds.txt" ]] || { echo "compare.sh: no rounds.txt in $d" >&2; exit 2; }
+    done
+    summarize "$@"
     exit 0
 fi
 
