@@ -1572,10 +1572,23 @@ fn run_lat_peer(p: &Params, role: Role, host: Option<&str>) -> Result<Vec<u64>> 
     let res = LatRes::open(p)?;
     let qp = res.pd.create_qp::<RC>(&res.config(p))?;
     let me = qp.endpoint(PORT, p.gid_index, if role == Role::Client { 0x1000 } else { 0x1100 })?;
+    let side = PeerSide { p, role, host, res: &res, me };
     match p.test {
-        Test::WriteLat => write_lat_peer(p, role, host, &res, qp, me),
-        _ => send_lat_peer(p, role, host, &res, qp, me),
+        Test::WriteLat => write_lat_peer(side, qp),
+        _ => send_lat_peer(side, qp),
     }
+}
+
+/// One side of a two-process latency test: what it knows before the exchange (its resources
+/// and its QP's address `me`).
+#[derive(Clone, Copy)]
+struct PeerSide<'x> {
+    p: &'x Params,
+    role: Role,
+    /// The server to connect to (the client); `None` listens.
+    host: Option<&'x str>,
+    res: &'x LatRes,
+    me: Endpoint,
 }
 
 /// A TCP exchange failed.
@@ -1586,14 +1599,9 @@ fn exchange_failed(e: Box<dyn std::error::Error>) -> Error {
 /// The TCP exchange of a two-process latency test: `me` and `extra` out; the peer's address
 /// and as many bytes as `extra` has in. The client's part is complete when this returns; the
 /// server gets its connection back, to answer (`ServerConn::finish_with`) once it is ready.
-fn peer_exchange(
-    p: &Params,
-    role: Role,
-    host: Option<&str>,
-    me: &Endpoint,
-    extra: &[u8],
-) -> Result<(Endpoint, Vec<u8>, Option<pingpong::ServerConn>)> {
-    let mine = std::slice::from_ref(me);
+fn peer_exchange(side: PeerSide<'_>, extra: &[u8]) -> Result<(Endpoint, Vec<u8>, Option<pingpong::ServerConn>)> {
+    let PeerSide { p, role, host, me, .. } = side;
+    let mine = std::slice::from_ref(&me);
     let (peers, theirs, conn) = match (role, host) {
         (Role::Client, Some(host)) => {
             let (peers, theirs) =
@@ -1629,14 +1637,8 @@ fn decode_target(b: &[u8]) -> Result<RemoteSlice<access::RemoteRw>> {
 /// `write_lat` in two processes: each side exchanges, after its QP address, where the peer's
 /// RDMA WRITEs go (its target's address, length and rkey); the server answers once its QP is
 /// in RTS, so the client's first write finds it ready.
-fn write_lat_peer(
-    p: &Params,
-    role: Role,
-    host: Option<&str>,
-    res: &LatRes,
-    qp: Qp<RC, RESET>,
-    me: Endpoint,
-) -> Result<Vec<u64>> {
+fn write_lat_peer(side: PeerSide<'_>, qp: Qp<RC, RESET>) -> Result<Vec<u64>> {
+    let PeerSide { p, role, res, me, .. } = side;
     let (size, pd) = (p.size, &res.pd);
     // NSLOTS source slots (slot j's bytes are all j + 1) and a target, as in one process.
     let mut src = pd.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
@@ -1645,7 +1647,7 @@ fn write_lat_peer(
     }
     let dst = pd.alloc_mr(size, access::REMOTE_RW)?;
     let extra = encode_target(&dst.remote(..)?);
-    let (peer, theirs, conn) = peer_exchange(p, role, host, &me, &extra)?;
+    let (peer, theirs, conn) = peer_exchange(side, &extra)?;
     let to_peer = decode_target(&theirs)?;
     if to_peer.len() < size as u64 {
         return Err(bad(format!("the peer's target has {} bytes, less than -s {size}", to_peer.len())));
@@ -1664,15 +1666,9 @@ fn write_lat_peer(
 
 /// `send_lat` in two processes. The server answers only once its receives are posted (the
 /// client's exchange returns then), so the client's first message finds one.
-fn send_lat_peer(
-    p: &Params,
-    role: Role,
-    host: Option<&str>,
-    res: &LatRes,
-    qp: Qp<RC, RESET>,
-    me: Endpoint,
-) -> Result<Vec<u64>> {
-    let (peer, _, conn) = peer_exchange(p, role, host, &me, &[])?;
+fn send_lat_peer(side: PeerSide<'_>, qp: Qp<RC, RESET>) -> Result<Vec<u64>> {
+    let PeerSide { p, role, res, me, .. } = side;
+    let (peer, _, conn) = peer_exchange(side, &[])?;
     let mut qp = connect(p, qp, me, peer, 1)?;
     if role == Role::Client {
         print_header(p, &res.ctx, std::slice::from_ref(&qp), 1);
@@ -1680,7 +1676,7 @@ fn send_lat_peer(
     let (src, mut rbuf) = send_lat_mem(p, &res.pd, if role == Role::Client { 0xa } else { 0xb })?;
     let (v, r) = (src.slice(..)?, split(rbuf.slice_mut(..)?, recv_depth(p), p.size)?);
     let sh = LatShared::default();
-    let side = LatSide { p, role, sh: &sh };
+    let lat = LatSide { p, role, sh: &sh };
     std::thread::scope(|ts| {
         // The server's answer, once its receives are posted (or its side failed).
         let answer = conn.map(|conn| {
@@ -1689,7 +1685,7 @@ fn send_lat_peer(
                 conn.finish(&me).map_err(exchange_failed)
             })
         });
-        let r = send_lat_side(side, &mut qp, v, r);
+        let r = send_lat_side(lat, &mut qp, v, r);
         if r.is_err() {
             sh.failed.store(true, Ordering::Release);
         }
