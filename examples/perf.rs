@@ -163,8 +163,8 @@ struct Params {
     /// Bandwidth tests: requests per `ibv_post_send` (perftest's `-l`), chained with
     /// `SendLane::prepare_list` and posted with `SendLane::post_list`; 1: one request per call.
     post_list: usize,
-    /// `send_lat` as perftest runs it, one side per process: this process's role and, for the
-    /// client, the server's host; `None`: both sides in this process.
+    /// A latency test as perftest runs it, one side per process: this process's role and, for
+    /// the client, the server's host; `None`: both sides in this process.
     peer: Option<(Role, Option<String>)>,
     /// The TCP port of the two-process exchange.
     port: u16,
@@ -774,13 +774,7 @@ impl Window {
 
     fn post(&mut self, poster: &mut impl BwPoster, q: usize, signaled: bool) -> Result<()> {
         poster.post(q, signaled)?;
-        if signaled {
-            self.signaled[q].push_back(self.scnt[q]);
-            self.order.push_back(q);
-        }
-        self.tail_unsignaled[q] = !signaled;
-        self.scnt[q] += 1;
-        self.totscnt += 1;
+        self.posted(q, 1, signaled);
         Ok(())
     }
 
@@ -788,12 +782,19 @@ impl Window {
     /// completes the list).
     fn post_list(&mut self, poster: &mut impl BwPoster, q: usize, n: u64) -> Result<()> {
         poster.post_list(q)?;
-        self.signaled[q].push_back(self.scnt[q] + n - 1);
-        self.order.push_back(q);
-        self.tail_unsignaled[q] = false;
+        self.posted(q, n, true);
+        Ok(())
+    }
+
+    /// Counts `n` requests posted on QP `q`, the last one `signaled` (then awaited in turn).
+    fn posted(&mut self, q: usize, n: u64, signaled: bool) {
+        if signaled {
+            self.signaled[q].push_back(self.scnt[q] + n - 1);
+            self.order.push_back(q);
+        }
+        self.tail_unsignaled[q] = !signaled;
         self.scnt[q] += n;
         self.totscnt += n;
-        Ok(())
     }
 
     /// Waits for the oldest outstanding signaled request (of any QP); every request posted
@@ -1639,13 +1640,8 @@ fn decode_target(b: &[u8]) -> Result<RemoteSlice<access::RemoteRw>> {
 /// in RTS, so the client's first write finds it ready.
 fn write_lat_peer(side: PeerSide<'_>, qp: Qp<RC, RESET>) -> Result<Vec<u64>> {
     let PeerSide { p, role, res, me, .. } = side;
-    let (size, pd) = (p.size, &res.pd);
-    // NSLOTS source slots (slot j's bytes are all j + 1) and a target, as in one process.
-    let mut src = pd.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
-    for (j, chunk) in src.as_mut_slice().chunks_mut(size).enumerate() {
-        chunk.fill(j as u8 + 1);
-    }
-    let dst = pd.alloc_mr(size, access::REMOTE_RW)?;
+    let size = p.size;
+    let (src, dst) = write_lat_mem(p, &res.pd)?;
     let extra = encode_target(&dst.remote(..)?);
     let (peer, theirs, conn) = peer_exchange(side, &extra)?;
     let to_peer = decode_target(&theirs)?;
@@ -1659,7 +1655,7 @@ fn write_lat_peer(side: PeerSide<'_>, qp: Qp<RC, RESET>) -> Result<Vec<u64>> {
     if role == Role::Client {
         print_header(p, &res.ctx, std::slice::from_ref(&qp), 1);
     }
-    let slots = (0..NSLOTS).map(|j| src.slice(j * size..(j + 1) * size)).collect::<Result<Vec<_>>>()?;
+    let slots = source_slots(&src, size)?;
     let sh = LatShared::default();
     write_lat_side(LatSide { p, role, sh: &sh }, &mut qp, &slots, &dst, to_peer)
 }
@@ -1726,6 +1722,21 @@ impl LatRes {
     }
 }
 
+/// The memory of one write_lat side: NSLOTS source slots of SIZE bytes (slot j's bytes are all
+/// j + 1, so that the peer sees which write landed), and the target of the peer's writes.
+fn write_lat_mem(p: &Params, pd: &Pd) -> Result<(Mr<access::LocalRead>, Mr<access::RemoteRw>)> {
+    let mut src = pd.alloc_mr(p.size * NSLOTS, access::LOCAL_READ)?;
+    for (j, chunk) in src.as_mut_slice().chunks_mut(p.size).enumerate() {
+        chunk.fill(j as u8 + 1);
+    }
+    Ok((src, pd.alloc_mr(p.size, access::REMOTE_RW)?))
+}
+
+/// The NSLOTS source slots of `write_lat_mem`'s source, `size` bytes each.
+fn source_slots(src: &Mr<access::LocalRead>, size: usize) -> Result<Vec<LocalBuf<'_>>> {
+    (0..NSLOTS).map(|j| src.slice(j * size..(j + 1) * size)).collect()
+}
+
 /// The memory of one send_lat side: its source (every byte `fill`), and one receive buffer
 /// per posted receive (each lent to the device until its completion).
 fn send_lat_mem(p: &Params, pd: &Pd, fill: u8) -> Result<(Mr<access::LocalRead>, Mr<access::LocalRw>)> {
@@ -1745,17 +1756,8 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
     let (a, b) = (&mut a, &mut b);
     match p.test {
         Test::WriteLat => {
-            // Per side: NSLOTS source slots (slot j's bytes are all j + 1) and a target.
-            let mut src_a = pd_a.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
-            let mut src_b = pd_b.alloc_mr(size * NSLOTS, access::LOCAL_READ)?;
-            for src in [&mut src_a, &mut src_b] {
-                for (j, chunk) in src.as_mut_slice().chunks_mut(size).enumerate() {
-                    chunk.fill(j as u8 + 1);
-                }
-            }
-            let (dst_a, dst_b) = (pd_a.alloc_mr(size, access::REMOTE_RW)?, pd_b.alloc_mr(size, access::REMOTE_RW)?);
-            let slots_a = (0..NSLOTS).map(|j| src_a.slice(j * size..(j + 1) * size)).collect::<Result<Vec<_>>>()?;
-            let slots_b = (0..NSLOTS).map(|j| src_b.slice(j * size..(j + 1) * size)).collect::<Result<Vec<_>>>()?;
+            let ((src_a, dst_a), (src_b, dst_b)) = (write_lat_mem(p, pd_a)?, write_lat_mem(p, pd_b)?);
+            let (slots_a, slots_b) = (source_slots(&src_a, size)?, source_slots(&src_b, size)?);
             let (to_b, to_a) = (dst_b.remote(..)?, dst_a.remote(..)?);
             std::thread::scope(|ts| {
                 let server = ts.spawn(|| write_lat_side(b_side, b, &slots_b, &dst_b, to_a));

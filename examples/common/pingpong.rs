@@ -215,15 +215,33 @@ pub fn client_exchange_with(
     stream.set_read_timeout(Some(io_timeout))?;
     stream.set_write_timeout(Some(io_timeout))?;
     // One write call: the C servers of rc/uc/ud read the message with a single read(2).
-    let mut out = encode_all(mine);
-    out.extend_from_slice(extra);
-    stream.write_all(&out).map_err(|e| context(e, "sending the local address"))?;
-    let mut msgs = vec![0u8; WIRE_LEN * mine.len() + extra_len];
-    read_exact_bounded(&mut stream, &mut msgs, io_timeout, "reading the server's address")?;
-    let theirs = msgs.split_off(WIRE_LEN * mine.len());
-    let peers = parse_all(&msgs)?;
+    send_addresses(&mut stream, mine, extra)?;
+    let (peers, theirs) =
+        read_addresses(&mut stream, mine.len(), extra_len, io_timeout, "reading the server's address")?;
     stream.write_all(DONE).map_err(|e| context(e, "sending \"done\""))?;
     Ok((peers, theirs))
+}
+
+/// Writes the messages of `mine`, then `extra`, in one write call.
+fn send_addresses(stream: &mut TcpStream, mine: &[Endpoint], extra: &[u8]) -> io::Result<()> {
+    let mut out = encode_all(mine);
+    out.extend_from_slice(extra);
+    stream.write_all(&out).map_err(|e| context(e, "sending the local address"))
+}
+
+/// Reads `count` messages and then `extra_len` bytes (bounded by `timeout`; `what` names the
+/// read in errors); returns the addresses and those bytes.
+fn read_addresses(
+    stream: &mut TcpStream,
+    count: usize,
+    extra_len: usize,
+    timeout: Duration,
+    what: &str,
+) -> Result<(Vec<Endpoint>, Vec<u8>), Box<dyn std::error::Error>> {
+    let mut msgs = vec![0u8; WIRE_LEN * count + extra_len];
+    read_exact_bounded(stream, &mut msgs, timeout, what)?;
+    let extra = msgs.split_off(WIRE_LEN * count);
+    Ok((parse_all(&msgs)?, extra))
 }
 
 /// The messages of `eps`, back to back.
@@ -367,10 +385,8 @@ impl Listener {
         stream.set_nonblocking(false)?;
         stream.set_read_timeout(Some(io_timeout))?;
         stream.set_write_timeout(Some(io_timeout))?;
-        let mut msgs = vec![0u8; WIRE_LEN * count + extra_len];
-        read_exact_bounded(&mut stream, &mut msgs, io_timeout, "reading the client's address")?;
-        let theirs = msgs.split_off(WIRE_LEN * count);
-        let peers = parse_all(&msgs)?;
+        let (peers, theirs) =
+            read_addresses(&mut stream, count, extra_len, io_timeout, "reading the client's address")?;
         Ok((ServerConn { stream, io_timeout }, peers, theirs))
     }
 }
@@ -400,9 +416,7 @@ impl ServerConn {
     /// # Errors
     /// As [`ServerConn::finish`].
     pub fn finish_with(mut self, mine: &[Endpoint], extra: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
-        let mut out = encode_all(mine);
-        out.extend_from_slice(extra);
-        self.stream.write_all(&out).map_err(|e| context(e, "sending the local address"))?;
+        send_addresses(&mut self.stream, mine, extra)?;
         let mut done = [0u8; DONE.len()];
         read_exact_bounded(&mut self.stream, &mut done, self.io_timeout, "reading \"done\"")?;
         if &done != DONE {
