@@ -188,8 +188,28 @@ pub struct BoundMw<'m, K: MwType, R> {
     rkey: u32,
     addr: u64,
     len: u64,
-    _region: PhantomData<&'m ()>,
+    _region: RegionBorrow<'m>,
     _rights: PhantomData<fn() -> R>,
+}
+
+/// The borrow of the region a window is bound to (or being bound to), for `'m`.
+///
+/// A `PhantomData<&'m ()>` alone would not keep the region borrowed: the borrow checker ends a
+/// borrow at the last *use* of the value holding it, and dropping a value without drop glue
+/// that mentions `'m` is no use. This guard has a `Drop` impl, so dropping a [`BoundMw`] (or a
+/// [`PendingBind`]) uses `'m`: the region stays borrowed, and cannot be written mutably,
+/// deregistered or dropped, until the window is gone (ui-tests
+/// `windows/{deregister,drop,slice_mut}_mr_while_window_bound_unused`).
+pub(crate) struct RegionBorrow<'m>(PhantomData<&'m ()>);
+
+impl RegionBorrow<'_> {
+    pub(crate) fn new() -> Self {
+        RegionBorrow(PhantomData)
+    }
+}
+
+impl Drop for RegionBorrow<'_> {
+    fn drop(&mut self) {}
 }
 
 impl<K: MwType, R> fmt::Debug for BoundMw<'_, K, R> {
@@ -216,7 +236,7 @@ unsafe impl Sync for RawMr {}
 
 impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
     pub(crate) fn new(mw: Mw<K>, mr: RawMr, rkey: u32, addr: u64, len: u64) -> Self {
-        BoundMw { mw, mr, rkey, addr, len, _region: PhantomData, _rights: PhantomData }
+        BoundMw { mw, mr, rkey, addr, len, _region: RegionBorrow::new(), _rights: PhantomData }
     }
 
     /// The region the window is bound to. A zero-length bind names it although the bind ignores
@@ -295,7 +315,7 @@ pub struct PendingBind<'m, K: MwType, R> {
     pub(crate) new_rkey: u32,
     pub(crate) addr: u64,
     pub(crate) len: u64,
-    pub(crate) _region: PhantomData<&'m ()>,
+    pub(crate) _region: RegionBorrow<'m>,
     pub(crate) _rights: PhantomData<fn() -> R>,
 }
 

@@ -28,7 +28,7 @@ use crate::access::{AccessSet, VirtuallyAddressed, WindowOn, WindowRights};
 use crate::ah::Ah;
 use crate::error::{Error, Result};
 use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSink, LocalSource, Mr};
-use crate::mw::{BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind};
+use crate::mw::{BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow};
 use crate::qp::{Qp, QpShared, QueueRef};
 use crate::queue::{Take, TrackedQueue};
 use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
@@ -531,8 +531,16 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             }
         };
         let new_rkey = mw.raw_rkey();
-        let pending =
-            PendingBind { mw, mr: mr.raw(), old_rkey, new_rkey, addr, len, _region: PhantomData, _rights: PhantomData };
+        let pending = PendingBind {
+            mw,
+            mr: mr.raw(),
+            old_rkey,
+            new_rkey,
+            addr,
+            len,
+            _region: RegionBorrow::new(),
+            _rights: PhantomData,
+        };
         Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, None, pending))
     }
 

@@ -29,7 +29,7 @@ use crate::ah::Ah;
 use crate::device::{IpCsum, TsoCap, TsoTransport};
 use crate::error::{Error, Result};
 use crate::mr::{LocalSink, LocalSource, Mr, OdpTag, RemoteSlice};
-use crate::mw::{inc_rkey, BoundByWr, BoundMw, Invalidatable, Mw, MwType, PendingBind, PendingUnbind};
+use crate::mw::{inc_rkey, BoundByWr, BoundMw, Invalidatable, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow};
 use crate::transport::{
     SupportsAtomics, SupportsBindMw, SupportsFence, SupportsLocalInv, SupportsRdmaRead, SupportsRdmaWrite,
     SupportsSend, SupportsSendImm, SupportsSendInv, Transport, Unaddressed, UD,
@@ -653,7 +653,7 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
             addr: self.mr.addr() + self.offset,
             len: self.len,
             mw: self.mw,
-            _region: PhantomData,
+            _region: RegionBorrow::new(),
             _rights: PhantomData,
         }
     }
