@@ -117,6 +117,13 @@ impl Drop for AhInner {
     }
 }
 
+impl Ah {
+    /// The PD the handle was created in.
+    pub(crate) fn pd_id(&self) -> crate::pd::PdId {
+        self.inner._pd.id()
+    }
+}
+
 impl fmt::Debug for Ah {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ah").field("av", &self.inner.av).finish()

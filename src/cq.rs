@@ -35,12 +35,25 @@ pub(crate) struct CqShared {
     cqe: u32,
     /// The device reports `wc_flags` in the kernel's numbering (see [`WcFlagsQuirk`]).
     quirk: WcFlagsQuirk,
-    ctx: Arc<ContextInner>,
+    pub(crate) ctx: Arc<ContextInner>,
     /// The completion channel the CQ reports to, kept alive as long as the CQ.
     _channel: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// QPs whose completions land here, by QP number. Also serialises polling, so that the
     /// completions of one work queue are routed in the order the device produced them.
     routes: PollLock<Vec<(u32, Weak<QpShared>)>>,
+    /// QPs destroyed after completing here, whose completions may still sit in the CQ
+    /// (rxe keeps a destroyed QP's completions) while the device may give their numbers to new
+    /// QPs. The next QP registered here first takes every such completion off the CQ
+    /// ([`CqShared::register`]), so a stale completion can never be routed to a new QP.
+    retired: std::sync::Mutex<Vec<Retired>>,
+}
+
+/// A QP destroyed after completing on a CQ: its number, and the shared receive queue its
+/// receive completions belong to.
+#[derive(Clone)]
+pub(crate) struct Retired {
+    pub(crate) qp_num: u32,
+    pub(crate) srq: Option<Weak<crate::srq::SrqShared>>,
 }
 
 // SAFETY: CQs may be polled and used from any thread (libibverbs is thread-safe); our own state
@@ -107,6 +120,7 @@ impl Context {
                 ctx: Arc::clone(&self.inner),
                 _channel: keep,
                 routes: PollLock::new(Vec::new()),
+                retired: std::sync::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -241,10 +255,79 @@ impl<T> Drop for PollGuard<'_, T> {
 }
 
 impl CqShared {
+    /// Routes the completions of QP `qp_num` to `qp` from now on.
+    ///
+    /// QP numbers are reused (cyclically on rxe), and a destroyed QP's completions stay in the
+    /// CQ. So first, if QPs completing here were destroyed since the last registration, every
+    /// completion the CQ holds is taken off and routed (at most `cqe` entries: all that were
+    /// in it when this began; later ones come from live QPs), the destroyed QPs' own to their
+    /// shared receive queue or nowhere. All under the routing lock, which every poll takes:
+    /// no poll can route a stale completion to the new QP. `ibv_create_qp` cannot hand out a
+    /// destroyed QP's number before its destroy returned, and the destroy records the QP in
+    /// `retired` under that list's lock taken before the destroy ([`CqShared::retired`]).
     pub(crate) fn register(&self, qp_num: u32, qp: Weak<QpShared>) {
         let mut routes = self.routes.lock();
+        let retired = std::mem::take(&mut *self.retired());
+        if !retired.is_empty() {
+            self.drain_retired(&routes, &retired);
+        }
         routes.retain(|(_, w)| w.strong_count() > 0);
         routes.push((qp_num, qp));
+    }
+
+    /// The list of QPs destroyed after completing here (see [`CqShared::register`]); a QP's
+    /// drop holds it across `ibv_destroy_qp` and adds the QP to it.
+    pub(crate) fn retired(&self) -> std::sync::MutexGuard<'_, Vec<Retired>> {
+        self.retired.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes off the CQ every completion it holds (at most `cqe`), routing each: those of the
+    /// `retired` QPs to their shared receive queue (or nowhere), the others as usual. Called
+    /// with the routing lock held (`routes`).
+    #[cold]
+    fn drain_retired(&self, routes: &[(u32, Weak<QpShared>)], retired: &[Retired]) {
+        let mut left = self.cqe as usize;
+        while left > 0 {
+            let want = left.min(POLL_BATCH);
+            let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
+            // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries
+            // (`MaybeUninit<ibv_wc>` has the layout of `ibv_wc`).
+            let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr().cast()) };
+            if n <= 0 {
+                // Empty, or a failed poll (nothing more can be taken off).
+                return;
+            }
+            let n = (n as usize).min(want);
+            for wc in &wcs[..n] {
+                // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
+                let wc = unsafe { wc.assume_init_ref() };
+                match retired.iter().find(|r| r.qp_num == wc.qp_num) {
+                    Some(r) => Self::route_retired(r, wc, || self.decode(wc)),
+                    None => self.route(routes, wc, None, || self.decode(wc)),
+                }
+            }
+            left -= n;
+        }
+    }
+
+    /// A completion of a destroyed QP: a shared receive queue's receive is complete (the
+    /// destroyed QP consumed it); anything else has nobody to go to.
+    fn route_retired(r: &Retired, wc: &sys::ibv_wc, decode: impl FnOnce() -> Completion) {
+        let srq_receive = wc.wr_id & RECV_BIT != 0 && !is_recv_lane_request(wc.wr_id);
+        if let (true, Some(srq)) = (srq_receive, r.srq.as_ref().and_then(Weak::upgrade)) {
+            srq.rq.complete(wc.wr_id & !RECV_BIT, decode());
+        }
+    }
+
+    /// A completion of no live QP: one of a destroyed QP (not yet drained by a registration)
+    /// goes where [`CqShared::route_retired`] sends it.
+    #[cold]
+    #[inline(never)]
+    fn route_orphan(&self, wc: &sys::ibv_wc, decode: impl FnOnce() -> Completion) {
+        let retired = self.retired();
+        if let Some(r) = retired.iter().find(|r| r.qp_num == wc.qp_num) {
+            Self::route_retired(r, wc, decode);
+        }
     }
 
     /// Polls one batch and routes every completion to its work queue. Returns how many
@@ -417,10 +500,11 @@ impl CqShared {
         match known {
             Some(qp) if qp.qp_num() == wc.qp_num => route(qp),
             _ => {
-                // A completion of a QP that no longer exists has nobody to go to.
-                let target = routes.iter().find(|(num, _)| *num == wc.qp_num).and_then(|(_, w)| w.upgrade());
-                if let Some(qp) = target {
-                    route(&qp);
+                let target = routes.iter().filter(|(num, _)| *num == wc.qp_num).find_map(|(_, w)| w.upgrade());
+                match target {
+                    Some(qp) => route(&qp),
+                    // A completion of a QP that no longer exists.
+                    None => self.route_orphan(wc, || self.decode(wc)),
                 }
             }
         }

@@ -373,7 +373,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     {
         let mut raw = match crate::scope::build_checked::<T, W>(self.qp, &wr) {
             Ok(raw) => Box::new(raw),
-            Err(error) => return Err(PostError { error, wr }),
+            Err(error) => return Err(PostError { error, wr: Some(wr) }),
         };
         raw.wr.sg_list = &mut raw.sge;
         raw.wr.num_sge = raw.num_sge;
@@ -485,7 +485,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             None
         };
         if let Some(reason) = reason {
-            return Err(PostError { error: Error::invalid("SendLane::prepare_list", reason), wr: wrs });
+            return Err(PostError { error: Error::invalid("SendLane::prepare_list", reason), wr: Some(wrs) });
         }
         let mut items: Vec<Prepared<'scope, W>> = Vec::with_capacity(wrs.len());
         let mut rest = wrs.into_iter();
@@ -493,8 +493,9 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             match self.prepare(wr) {
                 Ok(p) => items.push(p),
                 Err(PostError { error, wr }) => {
-                    let wr = items.into_iter().map(|p| p.wr).chain(std::iter::once(wr)).chain(rest).collect();
-                    return Err(PostError { error, wr });
+                    // `prepare` posts nothing: the request is always handed back.
+                    let wr = items.into_iter().map(|p| p.wr).chain(wr).chain(rest).collect();
+                    return Err(PostError { error, wr: Some(wr) });
                 }
             }
         }
@@ -571,13 +572,16 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         ret: i32,
     ) -> Error {
         // A provider that does not say where it stopped (`bad` null or foreign): every request
-        // counts as posted, so that its memory stays reserved until it completes or the QP is
-        // reset (the safe side, as `Scope::post_send_list`).
+        // counts as posted, and none as covered (rxe queues the requests before its doorbell
+        // fails, so they may sit in the ring, and no completion is promised for them), so that
+        // their memory stays reserved until a later signaled request, a flush or a reset
+        // settles them (the safe side, as `Scope::post_send_list`).
         let n = list.items.len();
-        let taken = list.items.iter().position(|item| std::ptr::eq(&item.raw.wr, bad)).unwrap_or(n);
+        let named = list.items.iter().position(|item| std::ptr::eq(&item.raw.wr, bad));
+        let taken = named.unwrap_or(n);
         let book = &self.qp.sq.lane;
         book.unpost(seq + taken as u64);
-        if let Some(j) = (0..taken).rev().find(|&j| list.signals(j, first_signaled)) {
+        if let Some(j) = (0..taken).rev().find(|&j| named.is_some() && list.signals(j, first_signaled)) {
             book.covered(seq + j as u64);
         }
         self.checkpoint = self.force_at().min(self.limit);
@@ -642,10 +646,15 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         Ok(())
     }
 
+    /// The provider refused request `seq`. It stays recorded as posted and uncovered: a
+    /// provider may have queued it before failing (rxe's doorbell), and nothing promises a
+    /// completion for it, so the scope's drain flushes and resets the QP unless a later
+    /// signaled request covers it. (`bad_wr` is not read: providers need not write it.)
     #[cold]
     fn refused(&self, seq: u64, ret: i32) -> Error {
-        self.qp.sq.lane.unpost(seq);
-        Error::from_ret(crate::Verb::PostSend, format!("QP {:#x}, lane request {seq}", self.qp.qp_num()), ret)
+        let what =
+            format!("QP {:#x}, lane request {seq} (possibly queued: kept until a flush or reset)", self.qp.qp_num());
+        Error::from_ret(crate::Verb::PostSend, what, ret)
     }
 
     /// Waits at most `timeout` for the completion of `token`'s request, polling the send CQ.
@@ -764,7 +773,10 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         L: LocalSink + Reusable + 'scope,
     {
         if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
-            return Err(PostError { error, wr });
+            return Err(PostError { error, wr: Some(wr) });
+        }
+        if let Err(error) = self.qp.check_pd("ibv_post_recv", "the receive buffer", wr.buf.pd_id()) {
+            return Err(PostError { error, wr: Some(wr) });
         }
         let sge = wr.buf.sge();
         let mut raw = Box::new(RawRecvWr { wr: sys::ibv_recv_wr { num_sge: 1, ..Default::default() }, sge });
@@ -805,10 +817,15 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         // lane registered when it opened). `bad` is a valid out-pointer, written on failure.
         let ret = unsafe { (self.post_fn)(self.raw_qp.as_ptr(), &mut wr.raw.wr, bad.as_mut_ptr()) };
         if ret != 0 {
-            book.unpost(seq);
+            // Possibly queued (see `SendLane::refused`): it stays posted, and the buffer is
+            // not handed out by `received` before the receive completes or the QP is reset.
+            wr.last = Some(seq);
             return Err(Error::from_ret(
                 crate::Verb::PostRecv,
-                format!("QP {:#x}, lane receive {seq}", self.qp.qp_num()),
+                format!(
+                    "QP {:#x}, lane receive {seq} (possibly queued: kept until a flush or reset)",
+                    self.qp.qp_num()
+                ),
                 ret,
             ));
         }

@@ -26,7 +26,7 @@ use typed_verbs_sys as sys;
 
 use crate::access::{AccessSet, HasLocalWrite, LegalAccess, PeerCannotWrite, RemoteRights};
 use crate::error::{Error, Result, Verb};
-use crate::pd::{Pd, PdInner};
+use crate::pd::{Pd, PdId, PdInner};
 
 /// Alignment of the memory behind every [`Mr`]: a page.
 pub const MR_ALIGN: usize = 4096;
@@ -240,6 +240,7 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
             len: sge_len(len, "Mr::slice")?,
             lkey: self.lkey,
             odp: self.odp,
+            pd: self.pd.id(),
             _borrow: PhantomData,
         })
     }
@@ -259,6 +260,7 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
             len: sge_len(len, "Mr::slice_mut")?,
             lkey: self.lkey,
             odp: self.odp,
+            pd: self.pd.id(),
             _borrow: PhantomData,
         })
     }
@@ -380,6 +382,8 @@ pub struct LocalBuf<'a> {
     pub(crate) len: u32,
     pub(crate) lkey: u32,
     pub(crate) odp: OdpTag,
+    /// The PD of the region: a work request may only use it on a QP of the same PD.
+    pub(crate) pd: PdId,
     _borrow: PhantomData<&'a [u8]>,
 }
 
@@ -390,6 +394,8 @@ pub struct LocalBufMut<'a> {
     pub(crate) len: u32,
     pub(crate) lkey: u32,
     pub(crate) odp: OdpTag,
+    /// The PD of the region.
+    pub(crate) pd: PdId,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -432,15 +438,15 @@ buf_common!(LocalBufMut);
 
 impl<'a> LocalBuf<'a> {
     /// A view of memory the caller guarantees to be registered under `lkey` and valid for 'a.
-    pub(crate) fn from_parts(addr: u64, len: u32, lkey: u32, odp: OdpTag) -> Self {
-        LocalBuf { addr, len, lkey, odp, _borrow: PhantomData }
+    pub(crate) fn from_parts(addr: u64, len: u32, lkey: u32, odp: OdpTag, pd: PdId) -> Self {
+        LocalBuf { addr, len, lkey, odp, pd, _borrow: PhantomData }
     }
 }
 
 impl<'a> LocalBufMut<'a> {
     /// As [`LocalBuf::from_parts`], exclusive.
-    pub(crate) fn from_parts(addr: u64, len: u32, lkey: u32, odp: OdpTag) -> Self {
-        LocalBufMut { addr, len, lkey, odp, _borrow: PhantomData }
+    pub(crate) fn from_parts(addr: u64, len: u32, lkey: u32, odp: OdpTag, pd: PdId) -> Self {
+        LocalBufMut { addr, len, lkey, odp, pd, _borrow: PhantomData }
     }
 
     /// Splits the view in two at `mid`.
@@ -456,6 +462,7 @@ impl<'a> LocalBufMut<'a> {
             len: self.len - mid,
             lkey: self.lkey,
             odp: self.odp,
+            pd: self.pd,
             _borrow: PhantomData,
         };
         Ok((LocalBufMut { len: mid, ..self }, tail))
@@ -463,7 +470,7 @@ impl<'a> LocalBufMut<'a> {
 
     /// The view as read-only device memory (e.g. to send what was received).
     pub fn as_local(&self) -> LocalBuf<'_> {
-        LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, odp: self.odp, _borrow: PhantomData }
+        LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, odp: self.odp, pd: self.pd, _borrow: PhantomData }
     }
 
     /// Copies the bytes out with volatile reads.
@@ -673,7 +680,7 @@ mod local_sealed {
 
 /// Memory the local device may read for a work request (a send or RDMA WRITE source):
 /// [`LocalBuf`], [`LocalBufMut`], [`Chunk`]. Sealed.
-pub trait LocalSource: local_sealed::Sealed {
+pub trait LocalSource: local_sealed::Sealed + crate::scope::Completes {
     /// The scatter/gather entry naming the memory.
     #[doc(hidden)]
     fn sge(&self) -> sys::ibv_sge;
@@ -682,6 +689,9 @@ pub trait LocalSource: local_sealed::Sealed {
     fn odp_tag(&self) -> OdpTag {
         OdpTag(None)
     }
+    /// The PD of the memory's region.
+    #[doc(hidden)]
+    fn pd_id(&self) -> PdId;
 }
 
 /// Memory the local device may write for a work request (a receive buffer, an RDMA READ
@@ -705,6 +715,9 @@ impl LocalSource for LocalBuf<'_> {
     fn odp_tag(&self) -> OdpTag {
         self.odp
     }
+    fn pd_id(&self) -> PdId {
+        self.pd
+    }
 }
 impl LocalSource for LocalBufMut<'_> {
     fn sge(&self) -> sys::ibv_sge {
@@ -713,10 +726,16 @@ impl LocalSource for LocalBufMut<'_> {
     fn odp_tag(&self) -> OdpTag {
         self.odp
     }
+    fn pd_id(&self) -> PdId {
+        self.pd
+    }
 }
 impl<A: AccessSet> LocalSource for Chunk<A> {
     fn sge(&self) -> sys::ibv_sge {
         sys::ibv_sge { addr: self.addr(), length: self.len, lkey: self.mr.lkey }
+    }
+    fn pd_id(&self) -> PdId {
+        self.mr.pd.id()
     }
 }
 impl LocalSink for LocalBufMut<'_> {}

@@ -171,6 +171,10 @@ impl<K: MwType> Mw<K> {
         Arc::ptr_eq(&self.inner.pd, pd)
     }
 
+    pub(crate) fn pd_id(&self) -> crate::pd::PdId {
+        self.inner.pd.id()
+    }
+
     /// Restores the rkey recorded in the `ibv_mw` (ibv_bind_mw(3): "The user should keep a copy
     /// of the old R_key, and fix the mw structure if the subsequent CQE for the bind operation
     /// indicates a failure").

@@ -324,7 +324,7 @@ impl<A: LocalOnly> ImplicitMr<A> {
     /// [`Error::InvalidArgument`] for an empty slice or one above [`IMPLICIT_MAX_OP`].
     pub fn buf<'a>(&'a self, data: &'a [u8]) -> Result<LocalBuf<'a>> {
         let len = implicit_len(data.len(), "ImplicitMr::buf")?;
-        Ok(LocalBuf::from_parts(data.as_ptr() as u64, len, self.lkey, self.odp))
+        Ok(LocalBuf::from_parts(data.as_ptr() as u64, len, self.lkey, self.odp, self.pd.id()))
     }
 
     /// A view of `data` that the device may write (receive buffer, RDMA READ destination).
@@ -336,7 +336,7 @@ impl<A: LocalOnly> ImplicitMr<A> {
         A: HasLocalWrite,
     {
         let len = implicit_len(data.len(), "ImplicitMr::buf_mut")?;
-        Ok(LocalBufMut::from_parts(data.as_mut_ptr() as u64, len, self.lkey, self.odp))
+        Ok(LocalBufMut::from_parts(data.as_mut_ptr() as u64, len, self.lkey, self.odp, self.pd.id()))
     }
 
     /// `ibv_advise_mr`: best-effort prefetch of `data`'s pages ("may silently ignore errors").

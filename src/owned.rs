@@ -26,7 +26,7 @@ use typed_verbs_sys as sys;
 use crate::ah::Ah;
 use crate::error::Error;
 use crate::mr::{LocalSink, LocalSource};
-use crate::qp::{Qp, QueueArc};
+use crate::qp::{Qp, QueueArc, Refused};
 use crate::queue::Take;
 use crate::scope::{post_raw, Completes, Idle, PostError};
 use crate::transport::{CanPostRecv, CanPostSend, QpState, Transport};
@@ -136,10 +136,9 @@ impl<B: Send + 'static> Drop for OwnedToken<B> {
         // SAFETY: not taken before (`taken` was false) and never used again.
         let held = unsafe { ManuallyDrop::take(&mut self.held) };
         let q = self.q.as_ref().tracked();
-        if q.is_pending(self.seq) {
-            // The device may still use the buffers: the queue keeps them until it is done.
-            q.bury(self.seq, Box::new(held));
-        }
+        // The device may still use the buffers: the queue's one release rule keeps them until
+        // it is done.
+        q.release(self.seq, Box::new(held));
         q.abandon(self.seq);
     }
 }
@@ -165,10 +164,17 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         // moves into the token, which never frees it while the request is outstanding: on drop
         // it hands it to the QP until the request completes or the QP is reset/destroyed; a
         // leaked token leaks it.
-        let (seq, keep) = match unsafe { post_raw(self, &wr, 0) } {
-            Ok(r) => r,
-            Err(error) => return Err(PostError { error, wr }),
+        let seq = match unsafe { post_raw(self, &wr, 0) } {
+            Ok(seq) => seq,
+            Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(wr) }),
+            Err(Refused { error, kept: Some(seq) }) => {
+                // Possibly queued: kept with the queue, under the same rule as a dropped token.
+                let held = (wr.address_handle().cloned(), wr.into_buffers());
+                self.shared.sq.release(seq, Box::new(held));
+                return Err(PostError { error, wr: None });
+            }
         };
+        let keep = wr.address_handle().cloned();
         Ok(OwnedToken::new(QueueArc::Send(Arc::clone(&self.shared)), seq, wr.into_buffers(), keep))
     }
 
@@ -188,14 +194,21 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         L: LocalSink + Send + 'static,
     {
         if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
-            return Err(PostError { error, wr });
+            return Err(PostError { error, wr: Some(wr) });
+        }
+        if let Err(error) = self.shared.check_pd("ibv_post_recv", "the receive buffer", wr.buf.pd_id()) {
+            return Err(PostError { error, wr: Some(wr) });
         }
         let mut sge = LocalSource::sge(&wr.buf);
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
         // SAFETY: as in `post_send_owned`: the buffer is owned and moves into the token.
         let seq = match unsafe { self.shared.post_recv(&mut raw, 0) } {
             Ok(seq) => seq,
-            Err(error) => return Err(PostError { error, wr }),
+            Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(wr) }),
+            Err(Refused { error, kept: Some(seq) }) => {
+                self.shared.rq.release(seq, Box::new(wr.buf));
+                return Err(PostError { error, wr: None });
+            }
         };
         Ok(OwnedToken::new(QueueArc::Recv(Arc::clone(&self.shared)), seq, wr.buf, None))
     }

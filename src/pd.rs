@@ -22,6 +22,32 @@ pub(crate) struct PdInner {
     pub(crate) ctx: Arc<ContextInner>,
 }
 
+/// The identity of a protection domain, to check that two objects belong together before the
+/// provider sees them (DESIGN.md §5, "Objects that meet"). Two identities are compared only
+/// while both objects are alive, and each holds an `Arc` of its PD, so an address cannot be
+/// reused by another PD meanwhile. A PD belongs to one device context, so the same PD also
+/// means the same context.
+///
+/// Opaque: only the library reads it.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PdId(usize);
+
+impl PdInner {
+    /// The identity of this PD.
+    pub(crate) fn id(self: &Arc<Self>) -> PdId {
+        PdId(Arc::as_ptr(self) as usize)
+    }
+}
+
+#[cfg(test)]
+impl PdId {
+    /// An identity no live PD has (for unit tests that build views without a device).
+    pub(crate) fn dummy() -> Self {
+        PdId(usize::MAX)
+    }
+}
+
 // SAFETY: verbs objects may be used from any thread (libibverbs is thread-safe); the pointer is
 // not mutated after creation.
 unsafe impl Send for PdInner {}

@@ -126,10 +126,31 @@ unsafe impl Sync for QpShared {}
 
 impl Drop for QpShared {
     fn drop(&mut self) {
+        // The CQs' lists of destroyed QPs are held across the destroy (in address order, when
+        // there are two), so that no new QP can be registered on them between the destroy and
+        // the record: `CqShared::register` then drains this QP's stale completions first.
+        let (send, recv) = (&self.send_cq, &self.recv_cq);
+        let two = !Arc::ptr_eq(send, recv);
+        let (first, second) = if Arc::as_ptr(send) <= Arc::as_ptr(recv) { (send, recv) } else { (recv, send) };
+        let mut first = first.retired();
+        let mut second = two.then(|| second.retired());
         // SAFETY: the QP is valid and destroyed once. Work requests that borrow memory are
         // only posted inside a scope that holds a borrow of the `Qp`, so none is outstanding
-        // with memory the caller can still free. A failure cannot be acted on; ignored.
-        let _ = unsafe { sys::ibv_destroy_qp(self.qp.as_ptr()) };
+        // with memory the caller can still free; owned buffers of dropped tokens are kept in
+        // the queues' graves, released below only if the destroy succeeded.
+        let ret = unsafe { sys::ibv_destroy_qp(self.qp.as_ptr()) };
+        if ret != 0 {
+            // The device may still reach every buffer the QP's queues keep: they are leaked,
+            // never freed (DESIGN.md §6, the release rule).
+            self.sq.leak_graves();
+            self.rq.leak_graves();
+            return;
+        }
+        let retired = crate::cq::Retired { qp_num: self.qp_num, srq: self.srq.as_ref().map(Arc::downgrade) };
+        if let Some(second) = second.as_mut() {
+            second.push(retired.clone());
+        }
+        first.push(retired);
     }
 }
 
@@ -168,6 +189,26 @@ impl Pd {
         ] {
             if (v == 0 && !zero_ok) || v > max {
                 return Err(Error::invalid("ibv_create_qp", format!("{what} = {v}; the device allows 1..={max}")));
+            }
+        }
+        // Objects of another device context (or PD) are refused before the provider sees them:
+        // the kernel resolves CQ and SRQ handles in the caller's context, where the same
+        // number may name another object (two contexts of one device number their objects
+        // alike), and the library would route the QP's completions to the wrong books.
+        for (what, cq) in [("send_cq", config.send_cq), ("recv_cq", config.recv_cq)] {
+            if !Arc::ptr_eq(&cq.inner.ctx, &self.inner.ctx) {
+                return Err(Error::invalid(
+                    "ibv_create_qp",
+                    format!("{what} belongs to another device context than the protection domain"),
+                ));
+            }
+        }
+        if let Some(srq) = config.srq {
+            if !Arc::ptr_eq(&srq.shared.pd, &self.inner) {
+                return Err(Error::invalid(
+                    "ibv_create_qp",
+                    "the shared receive queue belongs to another protection domain (or device context) than the QP",
+                ));
             }
         }
         if T::QP_TYPE == sys::IBV_QPT_XRC_SEND && dev.device_cap_flags() & sys::IBV_DEVICE_XRC == 0 {
@@ -759,6 +800,24 @@ impl QpShared {
         self.caps
     }
 
+    /// The QP's PD.
+    pub(crate) fn pd_id(&self) -> crate::pd::PdId {
+        self.pd.id()
+    }
+
+    /// Refuses an object of another protection domain (and so of another device context)
+    /// before the provider sees it: the kernel resolves keys and handles in the QP's own
+    /// context, where the foreign object's number may name something else (DESIGN.md §5).
+    pub(crate) fn check_pd(&self, verb: &'static str, what: &str, pd: crate::pd::PdId) -> Result<()> {
+        if pd != self.pd_id() {
+            return Err(Error::invalid(
+                verb,
+                format!("{what} belongs to another protection domain than QP {:#x}", self.qp_num),
+            ));
+        }
+        Ok(())
+    }
+
     fn modify(&self, state: sys::ibv_qp_state, attr: &dyn TransitionAttr, from: &str, to: &str) -> Result<()> {
         let mut a = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
         let mask = attr.fill(&mut a)? | sys::IBV_QP_STATE;
@@ -775,20 +834,34 @@ impl QpShared {
     }
 
     /// Moves the QP to ERR (flushes) or RESET (quiesce) while draining a scope.
+    ///
+    /// A forced RESET leaves the QP refusing posts (`broken`) until the program resets it
+    /// itself. `broken` is set before the transition, and the posting paths check it under
+    /// their queue's lock, which `flush_books` takes after the transition: a post either sees
+    /// `broken`, or is recorded before the book is flushed (and so is flushed with it).
     pub(crate) fn force_state(&self, state: sys::ibv_qp_state) -> Result<()> {
-        self.modify(state, &StateOnly, "(draining)", if state == sys::IBV_QPS_RESET { "RESET" } else { "ERR" })?;
+        let to = if state == sys::IBV_QPS_RESET { "RESET" } else { "ERR" };
         if state == sys::IBV_QPS_RESET {
-            self.after_reset();
             self.broken.store(true, Ordering::Release);
+        }
+        self.modify(state, &StateOnly, "(draining)", to)?;
+        if state == sys::IBV_QPS_RESET {
+            self.flush_books();
         }
         Ok(())
     }
 
-    fn after_reset(&self) {
-        // After a reset the device no longer touches any buffer of the QP's own queues (the
-        // receives of a shared receive queue stay posted there).
+    /// After a reset the device no longer touches any buffer of the QP's own queues (the
+    /// receives of a shared receive queue stay posted there): every outstanding request is
+    /// complete, and the buffers of dropped tokens are released.
+    fn flush_books(&self) {
         self.sq.force_flush(self.qp_num);
         self.rq.force_flush(self.qp_num);
+    }
+
+    /// The program reset the QP (it owned the `Qp`, so nothing posts meanwhile).
+    fn after_reset(&self) {
+        self.flush_books();
         self.broken.store(false, Ordering::Release);
     }
 
@@ -817,11 +890,13 @@ impl QpShared {
     /// device writes it), until the returned sequence number has completed or the QP has been
     /// reset. `wr.next` must be null. Pointers in `wr` (sg_list, ah, mw) must be valid for the
     /// duration of the call.
-    pub(crate) unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr, owner: u64) -> Result<u64> {
-        self.check_usable()?;
+    pub(crate) unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr, owner: u64) -> std::result::Result<u64, Refused> {
         let mut sq = self.sq.lock();
+        // Checked under the queue's lock: a forced reset sets `broken` before it resets the QP
+        // and flushes the book under this lock afterwards (`force_state`).
+        self.check_usable()?;
         let Some(seq) = sq.next_seq() else {
-            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() });
+            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() }.into());
         };
         if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 && sq.must_signal(0) {
             wr.send_flags |= sys::IBV_SEND_SIGNALED;
@@ -833,7 +908,10 @@ impl QpShared {
         // guarantees; `bad` is a valid out-pointer.
         let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
-            return Err(Error::from_ret(Verb::PostSend, format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode), ret));
+            let error = Error::from_ret(Verb::PostSend, format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode), ret);
+            // `bad_wr` naming the request proves it was not queued; NULL proves nothing.
+            let kept = bad.is_null().then(|| sq.push_owned(false, owner));
+            return Err(Refused { error, kept });
         }
         Ok(sq.push_owned(wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
     }
@@ -846,10 +924,10 @@ impl QpShared {
     /// # Safety
     /// As for [`QpShared::post_send`], for every request of the list.
     pub(crate) unsafe fn post_send_list(&self, wrs: &mut [sys::ibv_send_wr], owner: u64) -> (Vec<u64>, Option<Error>) {
+        let mut sq = self.sq.lock();
         if let Err(e) = self.check_usable() {
             return (Vec::new(), Some(e));
         }
-        let mut sq = self.sq.lock();
         let Some(base) = sq.next_seq().filter(|_| sq.room_for(wrs.len())) else {
             let e = Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() };
             return (Vec::new(), Some(e));
@@ -878,25 +956,22 @@ impl QpShared {
         // SAFETY: the QP is alive; the list is valid and terminated; the memory it names is
         // valid per the caller; `bad` is a valid out-pointer.
         let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), first, &mut bad) };
-        let accepted = if ret == 0 {
-            n
+        // ibv_post_send(3) returns the failing request in `bad_wr`; rxe (rdma-core 44) leaves it
+        // NULL when its doorbell fails after the requests were queued. Then nothing says what
+        // was queued: every request is treated as posted, and none as covered (no completion
+        // is expected; a later signaled one, a flush or a reset settles them), so its memory
+        // stays reserved until then, which is always safe.
+        let (accepted, covered) = if ret == 0 {
+            (n, true)
         } else if bad.is_null() {
-            // ibv_post_send(3) returns the failing request in `bad_wr`; some providers leave it
-            // NULL. A single request that failed was not posted; for a longer list the prefix
-            // that went through is unknown, so every request is treated as posted: its memory
-            // then stays reserved until it completes or the QP is reset, which is always safe.
-            if n == 1 {
-                0
-            } else {
-                n
-            }
+            (n, false)
         } else {
             // SAFETY: `bad` points into `wrs` (ibv_post_send(3)).
-            usize::try_from(unsafe { bad.offset_from(first) }).unwrap_or(n).min(n)
+            (usize::try_from(unsafe { bad.offset_from(first) }).unwrap_or(n).min(n), true)
         };
         let seqs = wrs[..accepted]
             .iter()
-            .map(|wr| sq.push_owned(wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
+            .map(|wr| sq.push_owned(covered && wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
             .collect();
         let err = (ret != 0).then(|| {
             let opcode = wrs.get(accepted).map_or(u32::MAX, |w| w.opcode);
@@ -915,18 +990,25 @@ impl QpShared {
     /// # Safety
     /// `mw` must be a valid window and `bind.bind_info.mr` null or a valid region, both alive
     /// until the request completes or the QP is reset.
-    pub(crate) unsafe fn bind_mw(&self, mw: *mut sys::ibv_mw, bind: &mut sys::ibv_mw_bind, owner: u64) -> Result<u64> {
-        self.check_usable()?;
+    pub(crate) unsafe fn bind_mw(
+        &self,
+        mw: *mut sys::ibv_mw,
+        bind: &mut sys::ibv_mw_bind,
+        owner: u64,
+    ) -> std::result::Result<u64, Refused> {
         let mut sq = self.sq.lock();
+        self.check_usable()?;
         let Some(seq) = sq.next_seq() else {
-            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() });
+            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() }.into());
         };
         bind.wr_id = seq;
         bind.send_flags |= sys::IBV_SEND_SIGNALED;
         // SAFETY: QP alive; `mw`/`bind` valid per the caller.
         let ret = unsafe { sys::ibv_bind_mw(self.qp.as_ptr(), mw, bind) };
         if ret != 0 {
-            return Err(Error::from_ret(Verb::BindMw, format!("QP {:#x}", self.qp_num), ret));
+            let error = Error::from_ret(Verb::BindMw, format!("QP {:#x}", self.qp_num), ret);
+            // `ibv_bind_mw` has no `bad_wr`: a refusal does not prove the bind was not queued.
+            return Err(Refused { error, kept: Some(sq.push_owned(false, owner)) });
         }
         Ok(sq.push_owned(true, owner))
     }
@@ -937,17 +1019,18 @@ impl QpShared {
     /// # Safety
     /// As for [`QpShared::post_send`]: the memory of every scatter/gather entry must stay valid
     /// and untouched by the program until the request completes or the QP is reset.
-    pub(crate) unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr, owner: u64) -> Result<u64> {
-        self.check_usable()?;
+    pub(crate) unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr, owner: u64) -> std::result::Result<u64, Refused> {
         if self.srq.is_some() {
             return Err(Error::invalid(
                 "ibv_post_recv",
                 format!("QP {:#x} takes its receives from a shared receive queue; post to the SRQ", self.qp_num),
-            ));
+            )
+            .into());
         }
         let mut rq = self.rq.lock();
+        self.check_usable()?;
         let Some(seq) = rq.next_seq() else {
-            return Err(Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth: rq.depth() });
+            return Err(Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth: rq.depth() }.into());
         };
         wr.wr_id = seq | RECV_BIT;
         wr.next = std::ptr::null_mut();
@@ -955,13 +1038,35 @@ impl QpShared {
         // SAFETY: as in `post_send`.
         let ret = unsafe { sys::ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
-            return Err(Error::from_ret(Verb::PostRecv, format!("QP {:#x}", self.qp_num), ret));
+            let error = Error::from_ret(Verb::PostRecv, format!("QP {:#x}", self.qp_num), ret);
+            let kept = bad.is_null().then(|| rq.push_owned(false, owner));
+            return Err(Refused { error, kept });
         }
         Ok(rq.push_owned(true, owner))
     }
 
     pub(crate) fn outstanding(&self) -> (u32, u32) {
         (self.sq.outstanding(), self.rq.outstanding())
+    }
+}
+
+/// A post the provider (or the library's own checks) refused.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// Why.
+    pub(crate) error: Error,
+    /// Set when the provider refused the request without saying that it did not queue it
+    /// (`bad_wr` left NULL, or `ibv_bind_mw`, which has no `bad_wr`): rdma-core 44's rxe
+    /// provider advances its send queue before its doorbell `write()` fails, so the request
+    /// may sit in the ring. It is recorded under this sequence number as outstanding and
+    /// uncovered (no completion is expected), and its memory must be released only through
+    /// [`TrackedQueue::release`] (a completion that covers it, a reset, a destroy).
+    pub(crate) kept: Option<u64>,
+}
+
+impl From<Error> for Refused {
+    fn from(error: Error) -> Self {
+        Refused { error, kept: None }
     }
 }
 

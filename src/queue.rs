@@ -17,8 +17,10 @@ pub(crate) const RECV_BIT: u64 = 1 << 63;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
-    /// Posted, not completed. `abandoned`: nobody will consume the result.
-    Pending { signaled: bool, abandoned: bool },
+    /// Posted, not completed. `covered`: a completion of its own will come (a signaled send,
+    /// an accepted receive); an unsignaled send, or a request the provider refused after it may
+    /// have queued it, is not covered. `abandoned`: nobody will consume the result.
+    Pending { covered: bool, abandoned: bool },
     /// Completed; the result awaits its consumer.
     Done(Completion),
     /// Completed and consumed (or abandoned): only kept until the front of the deque moves.
@@ -88,7 +90,7 @@ impl WorkQueue {
     /// As [`WorkQueue::push`], recording the scope `owner` that posted the request.
     pub(crate) fn push_owned(&mut self, signaled: bool, owner: u64) -> u64 {
         let seq = self.base + self.slots.len() as u64;
-        self.slots.push_back(Slot::Pending { signaled, abandoned: false });
+        self.slots.push_back(Slot::Pending { covered: signaled, abandoned: false });
         self.owners.push_back(owner);
         self.outstanding += 1;
         self.unsignaled_run = if signaled { 0 } else { self.unsignaled_run + 1 };
@@ -171,17 +173,28 @@ impl WorkQueue {
         self.index(seq).is_some_and(|i| matches!(self.slots[i], Slot::Pending { .. }))
     }
 
-    /// Whether the last pending request is unsignaled, so that no completion will ever cover
-    /// it unless a later signaled request is posted (or the QP is flushed).
+    /// Whether a pending request may never complete by itself. On a send queue
+    /// (`ordered_implies`), whether the last pending request is uncovered (unsignaled, or
+    /// refused by the provider after it may have queued it): no completion will ever cover it
+    /// unless a later signaled request is posted (or the QP is flushed). On a receive queue,
+    /// whether any pending request is uncovered (a refused receive).
+    pub(crate) fn has_uncovered(&self, ordered_implies: bool) -> bool {
+        let mut pending = self.slots.iter().filter_map(|s| match s {
+            Slot::Pending { covered, .. } => Some(!covered),
+            _ => None,
+        });
+        if ordered_implies {
+            pending.next_back().unwrap_or(false)
+        } else {
+            pending.any(|uncovered| uncovered)
+        }
+    }
+
+    /// Whether the last pending request is uncovered ([`WorkQueue::has_uncovered`] of a send
+    /// queue).
+    #[cfg(test)]
     pub(crate) fn has_uncovered_tail(&self) -> bool {
-        self.slots
-            .iter()
-            .rev()
-            .find_map(|s| match s {
-                Slot::Pending { signaled, .. } => Some(!signaled),
-                _ => None,
-            })
-            .unwrap_or(false)
+        self.has_uncovered(true)
     }
 
     /// The QP was reset: nothing is outstanding on the device any more. Every pending request
@@ -527,14 +540,38 @@ impl TrackedQueue {
         lock(&self.wq).outstanding().saturating_add(lane)
     }
 
+    /// Whether something outstanding on this queue may never complete by itself
+    /// ([`WorkQueue::has_uncovered`], and the lane's unsignaled tail).
     pub(crate) fn has_uncovered_tail(&self) -> bool {
-        lock(&self.wq).has_uncovered_tail() || self.lane.has_uncovered_tail()
+        // A receive lane has no "covered" mark: every receive completes on its own.
+        lock(&self.wq).has_uncovered(self.ordered) || (self.ordered && self.lane.has_uncovered_tail())
     }
 
-    /// Keeps `held` until request `seq` is no longer outstanding.
-    pub(crate) fn bury(&self, seq: u64, held: Box<dyn std::any::Any + Send>) {
-        lock(&self.graves).push((seq, held));
-        self.grave_count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    /// Releases `held`, memory (or a window) that request `seq` names, by the one rule of
+    /// DESIGN.md §6: what the device may touch is released only once the request completed
+    /// (its completion was polled), or the library observed a reset or a flush of the queue,
+    /// or the queue was destroyed successfully. Dropped now if `seq` is no longer outstanding;
+    /// otherwise kept with the queue ("buried") until a poll sees it complete, a reset
+    /// ([`TrackedQueue::force_flush`]) or a successful destroy releases it; leaked if the
+    /// destroy fails ([`TrackedQueue::leak_graves`]). Every path that gives up memory of a
+    /// posted request goes through here: dropped scope and owned tokens, refused posts.
+    pub(crate) fn release(&self, seq: u64, held: Box<dyn std::any::Any + Send>) {
+        let mut graves = lock(&self.graves);
+        if self.is_pending(seq) {
+            graves.push((seq, held));
+            self.grave_count.store(graves.len(), std::sync::atomic::Ordering::Release);
+            return;
+        }
+        drop(graves);
+        drop(held);
+    }
+
+    /// The queue's destroy failed: the device may still own the buried buffers, so they are
+    /// leaked, never freed.
+    pub(crate) fn leak_graves(&self) {
+        let graves = std::mem::take(&mut *lock(&self.graves));
+        self.grave_count.store(0, std::sync::atomic::Ordering::Release);
+        std::mem::forget(graves);
     }
 
     /// How many buffers of dropped tokens are kept.

@@ -17,6 +17,7 @@
 #![allow(unsafe_code)]
 
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -29,7 +30,7 @@ use crate::ah::Ah;
 use crate::error::{Error, Result};
 use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSink, LocalSource, Mr};
 use crate::mw::{BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow};
-use crate::qp::{Qp, QpShared, QueueRef};
+use crate::qp::{Qp, QpShared, QueueRef, Refused};
 use crate::queue::{Take, TrackedQueue};
 use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
 use crate::wc::Completion;
@@ -72,10 +73,16 @@ pub struct Scope<'scope, 'env: 'scope> {
 /// of the request; [`Scope::wait`] hands them back with the completion.
 ///
 /// Tied to its scope: it cannot be used in another scope, nor outlive its own.
+///
+/// Dropping a token (directly, by `?` on a failed wait, or by unwinding) gives up the
+/// completion, never the memory: borrowed views stay borrowed until the scope ends, and what
+/// the token owns (a [`Chunk`], a window being bound) is kept with the queue until the device
+/// is done with it ([`Completes::into_parked`]).
 #[must_use = "a token is how the buffers come back; dropping it leaves them borrowed until the scope ends"]
-pub struct Token<'scope, B> {
+pub struct Token<'scope, B: Completes> {
     guard: TokenGuard<'scope>,
-    buffers: B,
+    /// Taken once: by the wait that consumes the token (`guard.consumed`), or by `drop`.
+    buffers: ManuallyDrop<B>,
 }
 
 /// The book-keeping half of a token; dropping it without consuming abandons the completion.
@@ -85,7 +92,7 @@ struct TokenGuard<'scope> {
     _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
-impl<B> std::fmt::Debug for Token<'_, B> {
+impl<B: Completes> std::fmt::Debug for Token<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Token").field("request", &self.guard.posted.q.describe(self.guard.posted.seq)).finish()
     }
@@ -96,8 +103,14 @@ impl<B> std::fmt::Debug for Token<'_, B> {
 pub struct PostError<W> {
     /// What went wrong.
     pub error: Error,
-    /// The request, unchanged.
-    pub wr: W,
+    /// The request, unchanged, when it was certainly not posted (the library's own checks
+    /// refused it, or the provider named it as not posted). `None` when the provider refused it
+    /// without saying so: rdma-core 44's rxe provider queues a request before its doorbell
+    /// fails, so it may sit in the send queue, and the library keeps its memory (borrowed views
+    /// stay borrowed for the scope, owned memory and windows are kept with the queue) until a
+    /// completion, a flush or a reset of the QP settles it. The QP is then usually broken: the
+    /// scope's drain resets it and reports [`Error::QpBroken`].
+    pub wr: Option<W>,
 }
 
 impl<W> std::fmt::Display for PostError<W> {
@@ -140,14 +153,14 @@ pub type PostResult<'scope, B, W> = std::result::Result<Token<'scope, B>, PostEr
 
 /// A wait that ran out: the error, and the token to wait on again.
 #[derive(Debug)]
-pub struct WaitError<'scope, B> {
+pub struct WaitError<'scope, B: Completes> {
     /// The timeout (or poll failure).
     pub error: Error,
     /// The token, still valid.
     pub token: Token<'scope, B>,
 }
 
-impl<B> From<WaitError<'_, B>> for Error {
+impl<B: Completes> From<WaitError<'_, B>> for Error {
     fn from(e: WaitError<'_, B>) -> Self {
         e.error
     }
@@ -213,12 +226,38 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         }
     }
 
-    fn token<B>(&'scope self, posted: Posted<'scope>, keep: Option<Ah>, buffers: B) -> Token<'scope, B> {
+    fn token<B: Completes>(&'scope self, posted: Posted<'scope>, keep: Option<Ah>, buffers: B) -> Token<'scope, B> {
         self.touch(posted.q);
         if let Some(ah) = keep {
             lock(&self.keep).push(ah);
         }
-        Token { guard: TokenGuard { posted, consumed: false, _scope: PhantomData }, buffers }
+        Token {
+            guard: TokenGuard { posted, consumed: false, _scope: PhantomData },
+            buffers: ManuallyDrop::new(buffers),
+        }
+    }
+
+    /// A post on `q` was refused after the provider may have queued it as request `seq`
+    /// ([`Refused::kept`]): the scope's drain covers it, the address handle is kept to the
+    /// scope's end, and what the request owns is kept with the queue until the device is done
+    /// with it, as for a dropped token.
+    fn keep_refused<B: Completes>(&'scope self, q: QueueRef<'scope>, seq: u64, buffers: B, ah: Option<Ah>) {
+        self.touch(q);
+        if let Some(ah) = ah {
+            lock(&self.keep).push(ah);
+        }
+        if let Some(parked) = buffers.into_parked() {
+            q.tracked().release(seq, parked);
+        }
+    }
+
+    /// The [`PostError`] of a refused send request: the request back if it was certainly not
+    /// posted, otherwise kept ([`Scope::keep_refused`]).
+    fn refused_send<W: SendRequest>(&'scope self, qp: &'scope QpShared, refused: Refused, wr: W) -> PostError<W> {
+        let Some(seq) = refused.kept else { return PostError { error: refused.error, wr: Some(wr) } };
+        let ah = wr.address_handle().cloned();
+        self.keep_refused(QueueRef::Send(qp), seq, wr.into_buffers(), ah);
+        PostError { error: refused.error, wr: None }
     }
 
     /// `ibv_post_send` of `wr` on `qp`, which must be in RTS; the opcode must be valid for the
@@ -249,10 +288,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // its QP was reset (`drain`). The views move into the token, so the program cannot
         // touch the memory through them meanwhile; shared views (`LocalBuf`) keep the region
         // immutably borrowed, exclusive ones (`LocalBufMut`) exclusively.
-        let (seq, keep) = match unsafe { post_raw(qp, &wr, self.id) } {
-            Ok(r) => r,
-            Err(error) => return Err(PostError { error, wr }),
+        let seq = match unsafe { post_raw(qp, &wr, self.id) } {
+            Ok(seq) => seq,
+            Err(refused) => return Err(self.refused_send(&qp.shared, refused, wr)),
         };
+        let keep = wr.address_handle().cloned();
         Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers()))
     }
 
@@ -276,10 +316,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // during the call ("the buffer can be reused immediately after the call returns",
         // ibv_post_send(3)); the address handle of a UD destination is kept alive by the
         // scope until the completion (`keep`).
-        let (seq, keep) = match unsafe { post_raw(qp, &wr, self.id) } {
-            Ok(r) => r,
-            Err(error) => return Err(PostError { error, wr }),
+        let seq = match unsafe { post_raw(qp, &wr, self.id) } {
+            Ok(seq) => seq,
+            Err(refused) => return Err(self.refused_send(&qp.shared, refused, wr)),
         };
+        let keep = wr.address_handle().cloned();
         Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, ()))
     }
 
@@ -316,8 +357,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         }
         let mut sges: Vec<sys::ibv_sge> = built.iter().map(|r| r.sge).collect();
         let mut raws: Vec<sys::ibv_send_wr> = built.iter().map(|r| r.wr).collect();
+        // One pointer for the whole buffer, offset per request: re-borrowing `&mut sges[i]` for
+        // each request would invalidate the pointers taken before it (Stacked Borrows).
+        let sge_base = sges.as_mut_ptr();
         for (i, raw) in raws.iter_mut().enumerate() {
-            raw.sg_list = &mut sges[i];
+            raw.sg_list = sge_base.wrapping_add(i);
             raw.num_sge = built[i].num_sge;
         }
         // SAFETY: as in `post_send`, for every request: the memory is borrowed for 'scope and
@@ -401,7 +445,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         wr: Recv<L>,
     ) -> PostResult<'scope, L, Recv<L>> {
         if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
-            return Err(PostError { error, wr });
+            return Err(PostError { error, wr: Some(wr) });
+        }
+        if let Err(error) = qp.check_pd("ibv_post_recv", "the receive buffer", wr.buf.pd_id()) {
+            return Err(PostError { error, wr: Some(wr) });
         }
         let mut sge = LocalSource::sge(&wr.buf);
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
@@ -409,7 +456,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // 'scope and moves into the token; `scope` drains before returning.
         let seq = match unsafe { qp.post_recv(&mut raw, self.id) } {
             Ok(seq) => seq,
-            Err(error) => return Err(PostError { error, wr }),
+            Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(wr) }),
+            Err(Refused { error, kept: Some(seq) }) => {
+                self.keep_refused(QueueRef::Recv(qp), seq, wr.buf, None);
+                return Err(PostError { error, wr: None });
+            }
         };
         Ok(self.token(Posted { q: QueueRef::Recv(qp), seq }, None, wr.buf))
     }
@@ -454,8 +505,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let mut idle = Idle::new(how, timeout);
         loop {
             if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
-                let Token { mut guard, buffers } = token;
-                guard.consumed = true;
+                let mut token = token;
+                token.guard.consumed = true;
+                // SAFETY: the buffers are taken once: `consumed` was false (it is set only
+                // here, which consumes the token), and `Token::drop` takes nothing once it is
+                // set.
+                let buffers = unsafe { ManuallyDrop::take(&mut token.buffers) };
                 return Ok((c, buffers.complete(&c)));
             }
             match p.q.poll() {
@@ -506,12 +561,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let _ = access;
         let mut mw = mw;
         if let Err(error) = check_window_range("ibv_bind_mw", offset, len, mr.len() as u64) {
-            return Err(PostError { error, wr: mw });
+            return Err(PostError { error, wr: Some(mw) });
         }
         if !mw.same_pd(mr.pd()) {
             let error =
                 Error::invalid("ibv_bind_mw", "the window and the region belong to different protection domains");
-            return Err(PostError { error, wr: mw });
+            return Err(PostError { error, wr: Some(mw) });
+        }
+        if let Err(error) = qp.shared.check_pd("ibv_bind_mw", "the window", mw.pd_id()) {
+            return Err(PostError { error, wr: Some(mw) });
         }
         let addr = mr.addr() + offset;
         let old_rkey = mw.raw_rkey();
@@ -525,9 +583,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // until the bind completes.
         let seq = match unsafe { qp.shared.bind_mw(mw.as_ptr(), &mut bind, self.id) } {
             Ok(seq) => seq,
-            Err(error) => {
+            Err(Refused { error, kept }) => {
                 mw.set_raw_rkey(old_rkey);
-                return Err(PostError { error, wr: mw });
+                let Some(seq) = kept else { return Err(PostError { error, wr: Some(mw) }) };
+                self.touch(QueueRef::Send(&qp.shared));
+                QueueRef::Send(&qp.shared).tracked().release(seq, Box::new(mw));
+                return Err(PostError { error, wr: None });
             }
         };
         let new_rkey = mw.raw_rkey();
@@ -577,7 +638,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // is borrowed by `bound` for 'm, which outlives 'scope.
         let seq = match unsafe { qp.shared.bind_mw(bound.mw().as_ptr(), &mut bind, self.id) } {
             Ok(seq) => seq,
-            Err(error) => return Err(PostError { error, wr: bound }),
+            Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(bound) }),
+            Err(Refused { error, kept: Some(seq) }) => {
+                self.touch(QueueRef::Send(&qp.shared));
+                QueueRef::Send(&qp.shared).tracked().release(seq, Box::new(bound.into_mw()));
+                return Err(PostError { error, wr: None });
+            }
         };
         let new_rkey = Some(bound.mw().raw_rkey());
         Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, None, PendingUnbind { bound, new_rkey }))
@@ -613,8 +679,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let bytes = bind.buffers.advert().encode();
         let wr = InlineSend::new(&bytes);
         // SAFETY: an inline send's payload is copied during the call.
-        let (seq, keep) = unsafe { post_raw(qp, &wr, self.id) }?;
-        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, ()))
+        let seq = match unsafe { post_raw(qp, &wr, self.id) } {
+            Ok(seq) => seq,
+            Err(refused) => return Err(self.refused_send(&qp.shared, refused, wr).error),
+        };
+        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, None, ()))
     }
 
     fn drain(&self) -> Result<()> {
@@ -704,7 +773,7 @@ impl Idle {
 }
 
 /// Builds and posts `wr` on `qp` for the scope `owner` (0: an owned token); returns its
-/// sequence number and the address handle to keep alive until it completes.
+/// sequence number. The caller keeps the request's address handle alive until it completes.
 ///
 /// # Safety
 /// The memory `wr` names (other than an inline payload) must stay valid and untouched by the
@@ -713,14 +782,13 @@ pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
     qp: &Qp<T, S>,
     wr: &W,
     owner: u64,
-) -> Result<(u64, Option<Ah>)> {
+) -> std::result::Result<u64, Refused> {
     let mut raw = build_checked::<T, W>(&qp.shared, wr)?;
     raw.wr.sg_list = &mut raw.sge;
     raw.wr.num_sge = raw.num_sge;
     // SAFETY: the caller guarantees the memory; `raw` (with its sge) outlives the call; the
     // address handle in `raw` is alive (borrowed by `wr`).
-    let seq = unsafe { qp.shared.post_send(&mut raw.wr, owner) }?;
-    Ok((seq, wr.address_handle().cloned()))
+    unsafe { qp.shared.post_send(&mut raw.wr, owner) }
 }
 
 /// Builds `wr` for `qp`, with every check that needs no device (inline length included).
@@ -733,6 +801,12 @@ pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W)
     }
     let mut raw = RawSendWr::new();
     wr.build(&mut raw)?;
+    if let Some(pd) = raw.pd {
+        qp.check_pd("ibv_post_send", "the request's memory (or window)", pd)?;
+    }
+    if let Some(ah) = wr.address_handle() {
+        qp.check_pd("ibv_post_send", "the address handle", ah.pd_id())?;
+    }
     raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
     Ok(raw)
 }
@@ -740,8 +814,9 @@ pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W)
 /// Polls until `p` completed or `deadline`; true if it completed.
 fn wait_until_done(p: &Posted<'_>, deadline: Instant) -> bool {
     let q = p.q.tracked();
-    // An unsignaled request at the tail of the send queue never completes on its own.
-    let uncovered = || matches!(p.q, QueueRef::Send(_)) && q.has_uncovered_tail();
+    // An unsignaled request at the tail of the send queue, or a request the provider refused
+    // after it may have queued it, never completes on its own.
+    let uncovered = || q.has_uncovered_tail();
     drain_until(p.q, deadline, || q.is_pending(p.seq), uncovered)
 }
 
@@ -799,7 +874,11 @@ fn wait_flushed(qp: &QpShared, timeout: Duration, tail_grace: Option<Duration>) 
             continue;
         }
         // Without a grace (`Scope::flush`), the tail is not even looked at.
-        let tail_done = |grace| start.elapsed() >= grace && rq == 0 && qp.sq.has_uncovered_tail();
+        let tail_done = |grace| {
+            start.elapsed() >= grace
+                && (rq == 0 || qp.rq.has_uncovered_tail())
+                && (sq == 0 || qp.sq.has_uncovered_tail())
+        };
         if tail_grace.is_some_and(tail_done) || idle.expired() {
             return Ok((sq, rq));
         }
@@ -834,6 +913,24 @@ impl<'m, K: MwType, R: WindowRights> Token<'_, PendingBind<'m, K, R>> {
     }
 }
 
+impl<B: Completes> Drop for Token<'_, B> {
+    fn drop(&mut self) {
+        if self.guard.consumed {
+            return;
+        }
+        // SAFETY: not consumed, so the buffers were never taken (`wait_with` sets `consumed`
+        // when it takes them); this is the only other place that takes them.
+        let buffers = unsafe { ManuallyDrop::take(&mut self.buffers) };
+        // Borrowed views stay borrowed until the scope ends (the scope drains first); what the
+        // token owns goes back only through the queue's one release rule. The guard's drop
+        // (after this) abandons the completion.
+        if let Some(parked) = buffers.into_parked() {
+            let p = self.guard.posted;
+            p.q.tracked().release(p.seq, parked);
+        }
+    }
+}
+
 impl Drop for TokenGuard<'_> {
     fn drop(&mut self) {
         if self.consumed {
@@ -863,6 +960,12 @@ pub trait Completes: sealed::Sealed {
     /// Turns the held value into the output, given the completion.
     #[doc(hidden)]
     fn complete(self, c: &Completion) -> Self::Output;
+    /// What must outlive the request when its token is dropped before the completion: owned
+    /// memory (a [`Chunk`]) and windows, whose drop would deregister or deallocate them under
+    /// the device. `None` for borrowed views and nothing, which free nothing (their borrow
+    /// lasts to the scope's end).
+    #[doc(hidden)]
+    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>>;
 }
 
 mod sealed {
@@ -877,6 +980,9 @@ macro_rules! completes_as_itself {
             fn complete(self, _: &Completion) -> Self {
                 self
             }
+            fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+                None
+            }
         }
     )*};
 }
@@ -888,6 +994,9 @@ impl<A: AccessSet> Completes for Chunk<A> {
     fn complete(self, _: &Completion) -> Self {
         self
     }
+    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+        Some(Box::new(self))
+    }
 }
 
 impl<K: MwType, R> sealed::Sealed for PendingBind<'_, K, R> {}
@@ -896,6 +1005,11 @@ impl<'m, K: MwType, R: WindowRights> Completes for PendingBind<'m, K, R> {
     fn complete(self, c: &Completion) -> Self::Output {
         self.finish(c)
     }
+    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+        // The region stays borrowed to the scope's end; the window must not be deallocated
+        // while its bind may be in flight.
+        Some(Box::new(self.mw))
+    }
 }
 
 impl<K: MwType, R> sealed::Sealed for PendingUnbind<'_, K, R> {}
@@ -903,5 +1017,8 @@ impl<'m, K: MwType, R: WindowRights> Completes for PendingUnbind<'m, K, R> {
     type Output = std::result::Result<Mw<K>, BoundMw<'m, K, R>>;
     fn complete(self, c: &Completion) -> Self::Output {
         self.finish(c)
+    }
+    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+        Some(Box::new(self.bound.into_mw()))
     }
 }

@@ -40,7 +40,7 @@ pub(crate) struct SrqShared {
     pub(crate) rq: TrackedQueue,
     /// The receive CQs of the QPs attached to this SRQ: where its completions arrive.
     cqs: Mutex<Vec<Weak<CqShared>>>,
-    _pd: Arc<PdInner>,
+    pub(crate) pd: Arc<PdInner>,
 }
 
 // SAFETY: SRQs may be used from any thread (libibverbs is thread-safe); our book-keeping is
@@ -54,8 +54,12 @@ impl Drop for SrqShared {
         // SAFETY: every QP attached to the SRQ holds an `Arc` to it and every owned token too,
         // so none is left. Destroying the SRQ takes its outstanding receives out of the device;
         // the buffers kept for dropped tokens (`rq`'s graves) are released after this, when the
-        // fields drop. A failure cannot be acted on in drop; ignored.
-        let _ = unsafe { sys::ibv_destroy_srq(self.srq.as_ptr()) };
+        // fields drop. If the destroy fails, the device may still write them: they are
+        // leaked, never freed.
+        let ret = unsafe { sys::ibv_destroy_srq(self.srq.as_ptr()) };
+        if ret != 0 {
+            self.rq.leak_graves();
+        }
     }
 }
 
@@ -98,7 +102,7 @@ impl Pd {
                 max_wr,
                 rq: TrackedQueue::new(max_wr, false),
                 cqs: Mutex::new(Vec::new()),
-                _pd: Arc::clone(&self.inner),
+                pd: Arc::clone(&self.inner),
             }),
         })
     }
@@ -154,13 +158,20 @@ impl Srq {
     where
         L: LocalSink + Send + 'static,
     {
+        if wr.buf.pd_id() != self.shared.pd.id() {
+            let error = Error::invalid(
+                "ibv_post_srq_recv",
+                "the receive buffer belongs to another protection domain than the shared receive queue",
+            );
+            return Err(PostError { error, wr: Some(wr) });
+        }
         let mut sge = LocalSource::sge(&wr.buf);
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
         let seq = {
             let mut rq = self.shared.rq.lock();
             let Some(seq) = rq.next_seq() else {
                 let error = Error::QueueFull { queue: "shared receive", qp_num: 0, depth: rq.depth() };
-                return Err(PostError { error, wr });
+                return Err(PostError { error, wr: Some(wr) });
             };
             raw.wr_id = seq | RECV_BIT;
             let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
@@ -169,7 +180,17 @@ impl Srq {
             // until completion or destruction); `raw`/`sge` outlive the call.
             let ret = unsafe { sys::ibv_post_srq_recv(self.as_ptr(), &mut raw, &mut bad) };
             if ret != 0 {
-                return Err(PostError { error: Error::from_ret(Verb::PostSrqRecv, "shared receive queue", ret), wr });
+                let error = Error::from_ret(Verb::PostSrqRecv, "shared receive queue", ret);
+                if !bad.is_null() {
+                    return Err(PostError { error, wr: Some(wr) });
+                }
+                // The provider did not say the receive was not queued: it is recorded as
+                // outstanding and uncovered, and its buffer kept by the queue's release rule
+                // (until a completion or the SRQ's destruction).
+                let seq = rq.push(false);
+                drop(rq);
+                self.shared.rq.release(seq, Box::new(wr.buf));
+                return Err(PostError { error, wr: None });
             }
             rq.push(true)
         };

@@ -48,6 +48,9 @@ pub struct RawSendWr {
     /// The ODP verification of the local memory, and the operation (`IBV_ODP_SUPPORT_*`).
     pub(crate) odp: OdpTag,
     pub(crate) odp_op: u32,
+    /// The PD of the local memory or window the request names: checked against the QP's
+    /// before posting.
+    pub(crate) pd: Option<crate::pd::PdId>,
 }
 
 impl RawSendWr {
@@ -58,6 +61,7 @@ impl RawSendWr {
             num_sge: 0,
             odp: OdpTag::default(),
             odp_op: 0,
+            pd: None,
         }
     }
 
@@ -67,6 +71,7 @@ impl RawSendWr {
         self.num_sge = 1;
         self.odp = local.odp_tag();
         self.odp_op = op;
+        self.pd = Some(local.pd_id());
     }
 
     fn inline(&mut self, sge: sys::ibv_sge) {
@@ -79,7 +84,7 @@ impl RawSendWr {
 pub trait SendRequest: sealed::Sealed + Sized {
     /// The memory views handed back with the completion.
     #[doc(hidden)]
-    type Buffers;
+    type Buffers: crate::scope::Completes;
     /// Fills the raw work request, validating what can only be checked at run time.
     #[doc(hidden)]
     fn build(&self, raw: &mut RawSendWr) -> Result<()>;
@@ -630,6 +635,7 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
                 "the window and the region belong to different protection domains",
             ));
         }
+        raw.pd = Some(self.mr.pd().id());
         raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
         raw.wr.opcode = sys::IBV_WR_BIND_MW;
         raw.wr.__bindgen_anon_2.bind_mw = sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
@@ -689,6 +695,7 @@ impl<K: MwType, R> sealed::Sealed for LocalInv<'_, K, R> {}
 impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     type Buffers = PendingUnbind<'m, K, R>;
     fn build(&self, raw: &mut RawSendWr) -> Result<()> {
+        raw.pd = Some(self.bound.mw().pd_id());
         raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
         raw.wr.opcode = sys::IBV_WR_LOCAL_INV;
         raw.wr.__bindgen_anon_1.invalidate_rkey = self.bound.rkey();
@@ -891,7 +898,7 @@ mod tests {
 
             let (addr, blen) = (pick(&mut rng), (rng.next() % 16) as u32);
             let remote = RemoteSlice::<crate::access::RemoteAll>::new(pick(&mut rng), pick(&mut rng), 1);
-            let result = LocalBufMut::from_parts(addr, blen, 1, OdpTag::default());
+            let result = LocalBufMut::from_parts(addr, blen, 1, OdpTag::default(), crate::pd::PdId::dummy());
             let ok = check_atomic(&result, &remote).is_ok();
             let expect = blen == 8 && addr % 8 == 0 && remote.len >= 8 && remote.addr % 8 == 0;
             assert_eq!(ok, expect, "atomic {addr:#x}/{blen} -> {:#x}/{}", remote.addr, remote.len);

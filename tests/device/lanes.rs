@@ -235,7 +235,7 @@ fn a_post_list_is_checked_whole_and_keeps_the_unsignaled_run_short() {
         let write = || Write::new(src.slice(..).unwrap(), target.remote(..).unwrap());
         let invalid = |e: typed_verbs::scope::PostError<Vec<_>>, n: usize| {
             assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
-            assert_eq!(e.wr.len(), n, "the requests come back");
+            assert_eq!(e.wr.expect("refused before the provider: handed back").len(), n, "the requests come back");
         };
         invalid(lane.prepare_list(Vec::new(), 1).unwrap_err(), 0);
         invalid(lane.prepare_list((0..depth + 1).map(|_| write()).collect(), 1).unwrap_err(), depth + 1);

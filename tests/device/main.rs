@@ -6,6 +6,7 @@
 
 mod common;
 
+mod attacks;
 mod basics;
 mod channels;
 mod events;

@@ -124,12 +124,12 @@ fn misaligned_atomics_are_refused_before_the_provider_sees_them() {
         let e = e.expect_err("misaligned remote");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
         // The request comes back with the error: its buffer is usable again.
-        let (_, rest) = e.wr.into_result().split_at(1).unwrap();
+        let (_, rest) = e.wr.expect("refused before the provider: handed back").into_result().split_at(1).unwrap();
         let (odd, _) = rest.split_at(8).unwrap();
         let e = s.post_send(&p.a, FetchAdd::new(odd, target.remote(0..8).unwrap(), 1));
         let e = e.expect_err("misaligned result");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
-        let (short, _) = e.wr.into_result().split_at(4).unwrap();
+        let (short, _) = e.wr.expect("refused before the provider: handed back").into_result().split_at(4).unwrap();
         let e = s.post_send(&p.a, CompareSwap::new(short, target.remote(0..8).unwrap(), 0, 1));
         assert!(matches!(e.expect_err("short result").error, Error::InvalidArgument { .. }));
     })

@@ -231,36 +231,39 @@ fn advertising_on_another_qp_is_refused() {
 }
 
 #[test]
-fn a_failed_bind_restores_the_old_rkey_and_the_qp_recovers() {
-    // The window and region are in one PD, the QP in another: rxe refuses the bind at
-    // execution (C10-72) with IBV_WC_MW_BIND_ERR.
+fn a_bind_through_a_qp_of_another_pd_is_refused_before_the_provider() {
+    // The window and region are in one PD, the QP in another. rxe would refuse the bind only
+    // at execution (C10-72: IBV_WC_MW_BIND_ERR, the QP to ERR); the library refuses it before
+    // posting (DESIGN.md §5, objects that meet), hands the window back with its rkey unchanged,
+    // and the QP stays usable.
     let r = rig();
     let other_pd = r.ctx.alloc_pd().unwrap();
-    let caps = QpCaps::default();
-    let p = rc_pair(&other_pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps);
+    let p = rc_pair(&other_pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
     let old = mw.raw_rkey();
     let mw = scope(|s| {
-        let t = s.post_send(&p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
-        let (c, res) = s.wait(t, WAIT).unwrap();
-        // IBV_WC_MW_BIND_ERR per the IB spec; rxe on 6.12 reports the failed bind as flushed.
-        assert!(matches!(c.status(), WcStatus::MwBindErr | WcStatus::WrFlushErr), "{c:?}");
-        res.expect_err("a failed bind hands the window back")
+        let e = s.post_send(&p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).expect_err("QP of another PD");
+        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        assert_eq!(p.b.outstanding(), (0, 0), "nothing was posted");
+        e.wr.expect("refused before the provider: handed back").into_window()
     })
     .unwrap();
-    assert_eq!(mw.raw_rkey(), old, "the old rkey is restored");
+    assert_eq!(mw.raw_rkey(), old, "the rkey is unchanged");
+    let mw1 = r.pd.alloc_mw::<Type1>().unwrap();
+    scope(|s| {
+        let e = s.bind_mw(&p.b, mw1, &r.target, 0, 64, window::READ).expect_err("type 1, QP of another PD");
+        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        assert!(e.wr.is_some());
+    })
+    .unwrap();
 
-    // The QP went to ERR; reset it, reconnect, and traffic resumes.
-    let eb = p.b.endpoint(PORT, gid_index(), 0x2000).unwrap();
-    let ea = p.a.endpoint(PORT, gid_index(), 0x1000).unwrap();
-    let b = p.b.reset().expect("reset");
-    let b = connect_rc(b, QpAccess::REMOTE_WRITE, &eb, &ea);
+    // The QP is still in RTS: traffic flows.
     let mut src = other_pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(9);
     let mut dst = other_pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
         let rt = s.post_recv(&p.a, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(&b, Send::new(src.slice(..).unwrap())).unwrap();
+        let t = s.post_send(&p.b, Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         assert!(s.wait(rt, WAIT).unwrap().0.is_success());
     })
@@ -331,18 +334,20 @@ fn bind_arguments_the_device_would_refuse_are_typed_errors_before_posting() {
         let e = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 8000, 4096, window::WRITE)).expect_err("outside");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
         // Zero-length bind of a type 2 window (o10-37.2.40): refused, not sent.
-        let mw = e.wr.into_window();
+        let mw = e.wr.expect("refused before the provider").into_window();
         let e = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 0, window::WRITE)).expect_err("zero length");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
         // Window and region of different protection domains.
-        let mw = e.wr.into_window();
+        let mw = e.wr.expect("refused before the provider").into_window();
         let e = s.post_send(&r.p.b, BindMw::new(mw, &foreign, 0, 64, window::WRITE)).expect_err("other PD");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
         // Type 1 through ibv_bind_mw: the same checks.
         let mw1 = r.pd.alloc_mw::<Type1>().unwrap();
         let e = s.bind_mw(&r.p.b, mw1, &r.target, 0, 9000, window::READ).expect_err("outside");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
-        let e = s.bind_mw(&r.p.b, e.wr, &foreign, 0, 64, window::READ).expect_err("other PD");
+        let e = s
+            .bind_mw(&r.p.b, e.wr.expect("refused before the provider"), &foreign, 0, 64, window::READ)
+            .expect_err("other PD");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
     })
     .unwrap();
