@@ -138,9 +138,21 @@ pub trait SendWr<T: Transport>: SendRequest {}
 
 /// Whether the request carries the destination transport `T` needs: nothing for the
 /// [`Unaddressed`] transports, an address handle, remote QPN and Q_Key ([`To`]) for UD.
+///
+/// On UD it holds for `To<_>` and for a flag wrapper around a request that holds it, so the
+/// flags may come before or after `.to(...)`.
+#[diagnostic::on_unimplemented(
+    message = "a send on a {T} queue pair needs a destination: an address handle, the remote QPN and its Q_Key",
+    label = "add `.to(&ah, remote_qpn, remote_qkey)` to the work request",
+    note = "ibv_post_send(3): UD work requests carry wr.ud.ah, wr.ud.remote_qpn and wr.ud.remote_qkey"
+)]
 pub trait AddressedFor<T: Transport> {}
 impl<T: Unaddressed, W> AddressedFor<T> for W {}
 impl<W> AddressedFor<UD> for To<'_, W> {}
+impl<W: AddressedFor<UD>> AddressedFor<UD> for Unsignaled<W> {}
+impl<W: AddressedFor<UD>> AddressedFor<UD> for Fenced<W> {}
+impl<W: AddressedFor<UD>> AddressedFor<UD> for Solicited<W> {}
+impl<W: AddressedFor<UD>, T: Transport> AddressedFor<UD> for Checksummed<W, T> {}
 
 /// Opcodes that may carry `IBV_SEND_SOLICITED`.
 #[diagnostic::on_unimplemented(
