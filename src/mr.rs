@@ -461,18 +461,38 @@ impl<'a> LocalBufMut<'a> {
         Ok((LocalBufMut { len: mid, ..self }, tail))
     }
 
-    /// The view as read-only device memory (e.g. to send what was received).
+    /// A read-only view borrowed from this one, for as long as `self` is borrowed.
+    ///
+    /// It cannot be posted in a [scope](crate::scope): a post needs memory borrowed for the
+    /// whole scope, and this view lives only as long as the borrow of `self`. To send what was
+    /// received, post the view itself (`Send::new(buf)`: a `LocalBufMut` is also memory the
+    /// device may read), or turn it into a [`LocalBuf`] of the same lifetime with
+    /// [`LocalBufMut::into_local`].
     pub fn as_local(&self) -> LocalBuf<'_> {
         LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, odp: self.odp, _borrow: PhantomData }
     }
 
-    /// Copies the bytes out with volatile reads.
+    /// The view as read-only device memory for the rest of its borrow `'a` (e.g. to send what
+    /// was received, possibly several times at once: a [`LocalBuf`] is `Copy`). The device may
+    /// no longer write it through this view: the exclusive borrow becomes a shared one.
+    pub fn into_local(self) -> LocalBuf<'a> {
+        LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, odp: self.odp, _borrow: PhantomData }
+    }
+
+    /// Copies the bytes out with volatile reads (at most `dst.len()` and the view's length).
     pub fn read_volatile_into(&self, dst: &mut [u8]) {
         for (i, d) in dst.iter_mut().enumerate().take(self.len as usize) {
             // SAFETY: `i < len`; the view lies in a live region (borrowed for 'a); volatile
             // because the region may be peer-writable.
             *d = unsafe { (self.addr as *const u8).add(i).read_volatile() };
         }
+    }
+}
+
+impl<'a> From<LocalBufMut<'a>> for LocalBuf<'a> {
+    /// [`LocalBufMut::into_local`].
+    fn from(buf: LocalBufMut<'a>) -> Self {
+        buf.into_local()
     }
 }
 
