@@ -487,6 +487,21 @@ impl<'a> LocalBufMut<'a> {
             *d = unsafe { (self.addr as *const u8).add(i).read_volatile() };
         }
     }
+
+    /// Copies `src` into the view with volatile writes (at most `src.len()` and the view's
+    /// length), e.g. to fill a send source again once [`Scope::wait`](crate::scope::Scope::wait)
+    /// handed it back.
+    ///
+    /// Takes `&mut self`: a view posted in a work request has moved into its token, so no
+    /// request of this program reads or writes the memory meanwhile.
+    pub fn write_volatile_from(&mut self, src: &[u8]) {
+        for (i, s) in src.iter().enumerate().take(self.len as usize) {
+            // SAFETY: `i < len`; the view lies in a live region, exclusively borrowed for 'a, and
+            // `&mut self` means it is not in a posted request; volatile because the region may
+            // be peer-writable.
+            unsafe { (self.addr as *mut u8).add(i).write_volatile(*s) };
+        }
+    }
 }
 
 impl<'a> From<LocalBufMut<'a>> for LocalBuf<'a> {
