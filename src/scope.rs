@@ -28,7 +28,7 @@ use crate::access::{AccessSet, VirtuallyAddressed, WindowOn, WindowRights};
 use crate::ah::Ah;
 use crate::error::{Error, Result};
 use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSink, LocalSource, Mr};
-use crate::mw::{BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind};
+use crate::mw::{BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind, UnboundByVerb};
 use crate::qp::{Qp, QpShared, QueueRef};
 use crate::queue::{Take, TrackedQueue};
 use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
@@ -554,7 +554,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     where
         T: SupportsBindMw,
         S: CanPostSend,
-        K: BoundByVerb,
+        K: UnboundByVerb,
         R: WindowRights,
         'm: 'scope,
     {
