@@ -376,8 +376,9 @@ impl<RW, RR, ZB> HasRemoteAtomic for WindowAccess<RW, RR, RemoteAtomic, ZB> wher
 /// LOCAL_WRITE.
 #[diagnostic::on_unimplemented(
     message = "a window with REMOTE_WRITE or REMOTE_ATOMIC needs a region with IBV_ACCESS_LOCAL_WRITE; `{Self}` lacks it",
-    label = "registered without `.local_write()`",
-    note = "ibv_bind_mw(3): \"IBV_ACCESS_REMOTE_WRITE Enable Remote Write Access. Requires local write access to the MR.\" (likewise IBV_ACCESS_REMOTE_ATOMIC)"
+    label = "these window rights grant remote write or atomic access; the region they are bound to was registered without IBV_ACCESS_LOCAL_WRITE",
+    note = "ibv_bind_mw(3): \"IBV_ACCESS_REMOTE_WRITE Enable Remote Write Access. Requires local write access to the MR.\" (likewise IBV_ACCESS_REMOTE_ATOMIC)",
+    note = "register the region with LOCAL_WRITE and MW_BIND (`access::WINDOW_BINDABLE`, or an `Access` set with `.local_write().mw_bind()`), or bind a window without remote write or atomic access (`access::window::READ`)"
 )]
 pub trait HostsWritableWindow: HasMwBind {}
 impl<RW, RR, RA> HostsWritableWindow for Access<LocalWrite, RW, RR, RA, MwBind> where Self: HasMwBind {}
