@@ -756,3 +756,27 @@ impl<A: AccessSet> LocalSource for Chunk<A> {
 }
 impl LocalSink for LocalBufMut<'_> {}
 impl<A: HasLocalWrite> LocalSink for Chunk<A> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view's volatile copies stay inside the view: at most its length, in and out.
+    #[test]
+    fn view_copies_stay_inside_the_view() {
+        let mut mem = [0u8; 12];
+        let base = mem.as_mut_ptr() as u64;
+        {
+            let view = LocalBufMut::from_parts(base, 12, 0, OdpTag::default());
+            let (mut head, _tail) = view.split_at(8).expect("8 <= 12");
+            head.write_volatile_from(b"hello, world");
+            let mut out = [0u8; 10];
+            head.read_volatile_into(&mut out);
+            assert_eq!(&out, b"hello, w\0\0");
+            head.write_volatile_from(b"HE");
+            let shared = head.into_local();
+            assert_eq!((shared.addr(), shared.len()), (base, 8));
+        }
+        assert_eq!(&mem, b"HEllo, w\0\0\0\0");
+    }
+}
