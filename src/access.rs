@@ -329,6 +329,12 @@ window_flag! {
 }
 
 /// A window access set. Sealed; implemented by [`WindowAccess`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a set of memory window rights",
+    label = "a window is bound with `WindowAccess` rights, not a memory region's `Access` set",
+    note = "ibv_bind_mw(3): mw_access_flags are IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_ATOMIC and IBV_ACCESS_ZERO_BASED",
+    note = "use `access::window::READ`, `WRITE`, `READ_WRITE` or `ALL`, or build the rights from `WindowAccess::NONE` (`.remote_read()`, `.remote_write()`, `.remote_atomic()`, `.zero_based()`)"
+)]
 pub trait WindowRights: RemoteRights {
     /// The `IBV_ACCESS_*` bits of `mw_access_flags`.
     const BITS: u32;
@@ -376,28 +382,43 @@ impl<RW, RR, ZB> HasRemoteAtomic for WindowAccess<RW, RR, RemoteAtomic, ZB> wher
 /// LOCAL_WRITE.
 #[diagnostic::on_unimplemented(
     message = "a window with REMOTE_WRITE or REMOTE_ATOMIC needs a region with IBV_ACCESS_LOCAL_WRITE; `{Self}` lacks it",
-    label = "registered without `.local_write()`",
-    note = "ibv_bind_mw(3): \"IBV_ACCESS_REMOTE_WRITE Enable Remote Write Access. Requires local write access to the MR.\" (likewise IBV_ACCESS_REMOTE_ATOMIC)"
+    label = "these window rights grant remote write or atomic access; the region they are bound to was registered without IBV_ACCESS_LOCAL_WRITE",
+    note = "ibv_bind_mw(3): \"IBV_ACCESS_REMOTE_WRITE Enable Remote Write Access. Requires local write access to the MR.\" (likewise IBV_ACCESS_REMOTE_ATOMIC)",
+    note = "register the region with LOCAL_WRITE and MW_BIND (`access::WINDOW_BINDABLE`, or an `Access` set with `.local_write().mw_bind()`), or bind a window without remote write or atomic access (`access::window::READ`)"
 )]
 pub trait HostsWritableWindow: HasMwBind {}
 impl<RW, RR, RA> HostsWritableWindow for Access<LocalWrite, RW, RR, RA, MwBind> where Self: HasMwBind {}
 
 /// The window access set `Self` may be bound to a region with access set `MA`: MA has MW_BIND,
 /// and a window with REMOTE_WRITE or REMOTE_ATOMIC needs MA to have LOCAL_WRITE too.
+///
+/// Its own message only shows when `Self` is not window rights at all (e.g. a region's
+/// [`Access`] set); for window rights the unmet requirement on `MA` is reported.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a set of memory window rights",
+    label = "a window is bound with `WindowAccess` rights, not a memory region's `Access` set",
+    note = "ibv_bind_mw(3): mw_access_flags are IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_ATOMIC and IBV_ACCESS_ZERO_BASED",
+    note = "use `access::window::READ`, `WRITE`, `READ_WRITE` or `ALL`, or build the rights from `WindowAccess::NONE` (`.remote_read()`, `.remote_write()`, `.remote_atomic()`, `.zero_based()`)"
+)]
 pub trait WindowOn<MA>: WindowRights {}
 impl<MA: HasMwBind, RR, ZB> WindowOn<MA> for WindowAccess<(), RR, (), ZB> where Self: WindowRights {}
 impl<MA: HostsWritableWindow, RR, RA, ZB> WindowOn<MA> for WindowAccess<RemoteWrite, RR, RA, ZB> where Self: WindowRights
 {}
 impl<MA: HostsWritableWindow, RR, ZB> WindowOn<MA> for WindowAccess<(), RR, RemoteAtomic, ZB> where Self: WindowRights {}
 
-/// Window rights without ZERO_BASED (what a type 1 window may have).
+/// Rights without ZERO_BASED (what a type 1 window may have): window rights without
+/// `.zero_based()`, and a region's [`Access`] sets, which are never zero-based. The latter are
+/// not window rights at all ([`WindowOn`] refuses them with its own message); they implement
+/// this trait only so that passing one as window rights does not also report a zero-based
+/// window.
 #[diagnostic::on_unimplemented(
     message = "a type 1 memory window cannot be zero-based",
     label = "drop `.zero_based()` or use a type 2 window",
     note = "IBTA o10-36.2.2: type 1 windows are bound with virtual addresses; rdma-core's ibv_bind_mw rejects IBV_ACCESS_ZERO_BASED"
 )]
-pub trait VirtuallyAddressed: WindowRights {}
+pub trait VirtuallyAddressed {}
 impl<RW, RR, RA> VirtuallyAddressed for WindowAccess<RW, RR, RA, ()> where Self: WindowRights {}
+impl<LW, RW, RR, RA, MB> VirtuallyAddressed for Access<LW, RW, RR, RA, MB> {}
 
 /// Window presets.
 pub mod window {

@@ -468,18 +468,53 @@ impl<'a> LocalBufMut<'a> {
         Ok((LocalBufMut { len: mid, ..self }, tail))
     }
 
-    /// The view as read-only device memory (e.g. to send what was received).
+    /// A read-only view borrowed from this one, for as long as `self` is borrowed.
+    ///
+    /// It cannot be posted in a [scope](crate::scope): a post needs memory borrowed for the
+    /// whole scope, and this view lives only as long as the borrow of `self`. To send what was
+    /// received, post the view itself (`Send::new(buf)`: a `LocalBufMut` is also memory the
+    /// device may read), or turn it into a [`LocalBuf`] of the same lifetime with
+    /// [`LocalBufMut::into_local`].
     pub fn as_local(&self) -> LocalBuf<'_> {
         LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, odp: self.odp, pd: self.pd, _borrow: PhantomData }
     }
 
-    /// Copies the bytes out with volatile reads.
+    /// The view as read-only device memory for the rest of its borrow `'a` (e.g. to send what
+    /// was received, possibly several times at once: a [`LocalBuf`] is `Copy`). The device may
+    /// no longer write it through this view: the exclusive borrow becomes a shared one.
+    pub fn into_local(self) -> LocalBuf<'a> {
+        LocalBuf { addr: self.addr, len: self.len, lkey: self.lkey, odp: self.odp, pd: self.pd, _borrow: PhantomData }
+    }
+
+    /// Copies the bytes out with volatile reads (at most `dst.len()` and the view's length).
     pub fn read_volatile_into(&self, dst: &mut [u8]) {
         for (i, d) in dst.iter_mut().enumerate().take(self.len as usize) {
             // SAFETY: `i < len`; the view lies in a live region (borrowed for 'a); volatile
             // because the region may be peer-writable.
             *d = unsafe { (self.addr as *const u8).add(i).read_volatile() };
         }
+    }
+
+    /// Copies `src` into the view with volatile writes (at most `src.len()` and the view's
+    /// length), e.g. to fill a send source again once [`Scope::wait`](crate::scope::Scope::wait)
+    /// handed it back.
+    ///
+    /// Takes `&mut self`: a view posted in a work request has moved into its token, so no
+    /// request of this program reads or writes the memory meanwhile.
+    pub fn write_volatile_from(&mut self, src: &[u8]) {
+        for (i, s) in src.iter().enumerate().take(self.len as usize) {
+            // SAFETY: `i < len`; the view lies in a live region, exclusively borrowed for 'a, and
+            // `&mut self` means it is not in a posted request; volatile because the region may
+            // be peer-writable.
+            unsafe { (self.addr as *mut u8).add(i).write_volatile(*s) };
+        }
+    }
+}
+
+impl<'a> From<LocalBufMut<'a>> for LocalBuf<'a> {
+    /// [`LocalBufMut::into_local`].
+    fn from(buf: LocalBufMut<'a>) -> Self {
+        buf.into_local()
     }
 }
 
@@ -740,3 +775,27 @@ impl<A: AccessSet> LocalSource for Chunk<A> {
 }
 impl LocalSink for LocalBufMut<'_> {}
 impl<A: HasLocalWrite> LocalSink for Chunk<A> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view's volatile copies stay inside the view: at most its length, in and out.
+    #[test]
+    fn view_copies_stay_inside_the_view() {
+        let mut mem = [0u8; 12];
+        let base = mem.as_mut_ptr() as u64;
+        {
+            let view = LocalBufMut::from_parts(base, 12, 0, OdpTag::default(), PdId::dummy());
+            let (mut head, _tail) = view.split_at(8).expect("8 <= 12");
+            head.write_volatile_from(b"hello, world");
+            let mut out = [0u8; 10];
+            head.read_volatile_into(&mut out);
+            assert_eq!(&out, b"hello, w\0\0");
+            head.write_volatile_from(b"HE");
+            let shared = head.into_local();
+            assert_eq!((shared.addr(), shared.len()), (base, 8));
+        }
+        assert_eq!(&mem, b"HEllo, w\0\0\0\0");
+    }
+}

@@ -74,6 +74,16 @@ impl MwType for Type2 {
 pub trait BoundByVerb: MwType {}
 impl BoundByVerb for Type1 {}
 
+/// Window types unbound with a zero-length `ibv_bind_mw` ([`Scope::unbind_mw`](crate::scope::Scope::unbind_mw)):
+/// type 1. A type 2 window is invalidated instead (LOCAL_INV, or the peer's SEND_WITH_INV).
+#[diagnostic::on_unimplemented(
+    message = "a {Self} memory window is not unbound with ibv_bind_mw",
+    label = "invalidate type 2 windows with a LOCAL_INV work request (`LocalInv::new`), or drop them",
+    note = "ibv_bind_mw(3) binds (and, with a zero length, unbinds) type 1 windows; IBTA o10-37.2.26: type 2 windows are invalidated by LOCAL_INV / SEND_WITH_INV"
+)]
+pub trait UnboundByVerb: MwType {}
+impl UnboundByVerb for Type1 {}
+
 /// Window types bound with a BIND_MW work request.
 #[diagnostic::on_unimplemented(
     message = "a {Self} memory window is not bound with a BIND_MW work request",

@@ -29,7 +29,9 @@ use crate::access::{AccessSet, VirtuallyAddressed, WindowOn, WindowRights};
 use crate::ah::Ah;
 use crate::error::{Error, Result};
 use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSink, LocalSource, Mr};
-use crate::mw::{BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow};
+use crate::mw::{
+    BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow, UnboundByVerb,
+};
 use crate::qp::{Qp, QpShared, QueueRef, Refused};
 use crate::queue::{Take, TrackedQueue};
 use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
@@ -623,7 +625,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     where
         T: SupportsBindMw,
         S: CanPostSend,
-        K: BoundByVerb,
+        K: UnboundByVerb,
         R: WindowRights,
         'm: 'scope,
     {

@@ -143,9 +143,44 @@ pub trait SendWr<T: Transport>: SendRequest {}
 
 /// Whether the request carries the destination transport `T` needs: nothing for the
 /// [`Unaddressed`] transports, an address handle, remote QPN and Q_Key ([`To`]) for UD.
+///
+/// On UD it holds for `To<_>`, for a flag wrapper around a request that holds it (so the flags
+/// may come before or after `.to(...)`), and for the requests whose opcode UD does not accept
+/// at all (RDMA, atomics, SEND_WITH_INV, BIND_MW, LOCAL_INV): those carry no destination
+/// because they cannot be posted on UD, which [`SendWr<UD>`] reports with the opcode table's
+/// words instead of a request for a destination.
+#[diagnostic::on_unimplemented(
+    message = "a send on a {T} queue pair needs a destination: an address handle, the remote QPN and its Q_Key",
+    label = "add `.to(&ah, remote_qpn, remote_qkey)` to the work request",
+    note = "ibv_post_send(3): UD work requests carry wr.ud.ah, wr.ud.remote_qpn and wr.ud.remote_qkey"
+)]
 pub trait AddressedFor<T: Transport> {}
 impl<T: Unaddressed, W> AddressedFor<T> for W {}
 impl<W> AddressedFor<UD> for To<'_, W> {}
+impl<W: AddressedFor<UD>> AddressedFor<UD> for Unsignaled<W> {}
+impl<W: AddressedFor<UD>> AddressedFor<UD> for Fenced<W> {}
+impl<W: AddressedFor<UD>> AddressedFor<UD> for Solicited<W> {}
+impl<W: AddressedFor<UD>, T: Transport> AddressedFor<UD> for Checksummed<W, T> {}
+
+/// Requests whose opcode the ibv_post_send(3) opcode table does not allow on UD: nothing to
+/// address there (see [`AddressedFor`]); posting them on UD fails [`SendWr<UD>`].
+macro_rules! not_on_ud {
+    ($([$($gen:tt)*] $ty:ty;)*) => {$(
+        impl<$($gen)*> AddressedFor<UD> for $ty {}
+    )*};
+}
+not_on_ud! {
+    [L, A] Write<L, A>;
+    [L, A] WriteImm<L, A>;
+    [L, A] Read<L, A>;
+    [L, A] CompareSwap<L, A>;
+    [L, A] FetchAdd<L, A>;
+    ['d, A] InlineWrite<'d, A>;
+    ['d, A] InlineWriteImm<'d, A>;
+    [L] SendInv<L>;
+    ['m, K: MwType, MA: AccessSet, R] BindMw<'m, K, MA, R>;
+    ['m, K: MwType, R] LocalInv<'m, K, R>;
+}
 
 /// Opcodes that may carry `IBV_SEND_SOLICITED`.
 #[diagnostic::on_unimplemented(

@@ -1,4 +1,4 @@
-// ibv_reg_mr(3): the device writes a receive buffer, so its region needs IBV_ACCESS_LOCAL_WRITE.
+// ibv_reg_mr(3): the device writes a receive buffer, so its region needs IBV_ACCESS_LOCAL_WRITE (a chunk of a region registered without it, refused by Recv::new).
 use typed_verbs::access;
 use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
@@ -6,9 +6,10 @@ use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
 use typed_verbs::wr::Recv;
 
-fn f(qp: &Qp<RC, RTS>, buf: &mut Mr<access::RemoteReadOnly>) {
+fn f(qp: &Qp<RC, RTS>, buf: Mr<access::RemoteReadOnly>) {
+    let mut chunks = buf.into_chunks(64).unwrap();
     let _ = scope(|s| {
-        let _ = s.post_recv(qp, Recv::new(buf.slice_mut(..).unwrap()));
+        let _ = s.post_recv(qp, Recv::new(chunks.remove(0)));
     });
 }
 

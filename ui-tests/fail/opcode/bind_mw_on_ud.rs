@@ -1,8 +1,16 @@
-// ibv_bind_mw(3): "The QP Transport Service Type must be either UC, RC or XRC_SEND for bind operations" (IBV_WR_BIND_MW on UD).
-use typed_verbs::transport::{UD, SupportsBindMw};
+// ibv_post_send(3) opcode table / ibv_bind_mw(3): "The QP Transport Service Type must be either UC, RC or XRC_SEND for bind operations" (IBV_WR_BIND_MW posted on UD: the opcode is refused, no destination is asked for).
+use typed_verbs::access::{self, window};
+use typed_verbs::mr::Mr;
+use typed_verbs::mw::{Mw, Type2};
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RTS, UD};
+use typed_verbs::wr::BindMw;
 
-fn needs<T: SupportsBindMw>() {}
-
-fn main() {
-    needs::<UD>();
+fn f(qp: &Qp<UD, RTS>, mw: Mw<Type2>, mr: &Mr<access::WindowBindable>) {
+    let _ = scope(|s| {
+        let _ = s.post_send(qp, BindMw::new(mw, mr, 0, 64, window::READ));
+    });
 }
+
+fn main() {}

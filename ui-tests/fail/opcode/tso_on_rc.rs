@@ -1,8 +1,10 @@
-// ibv_post_send(3) opcode table: IBV_WR_TSO is not valid on RC (only UD, RAW_PACKET).
-use typed_verbs::transport::{RC, SupportsTso};
+// ibv_post_send(3) opcode table: IBV_WR_TSO is not valid on RC (only UD, RAW_PACKET): the TSO capability, the only way to a TSO request, cannot even be asked for RC.
+use typed_verbs::device::Context;
+use typed_verbs::transport::RC;
 
-fn needs<T: SupportsTso>() {}
-
-fn main() {
-    needs::<RC>();
+fn f(ctx: &Context) -> typed_verbs::Result<()> {
+    let _cap = ctx.tso::<RC>()?;
+    Ok(())
 }
+
+fn main() {}

@@ -1,8 +1,10 @@
-// ibv_post_send(3) opcode table: IBV_WR_TSO is not valid on XRC_SEND (only UD, RAW_PACKET).
-use typed_verbs::transport::{XRC_SEND, SupportsTso};
+// ibv_post_send(3) opcode table: IBV_WR_TSO is not valid on XRC_SEND (only UD, RAW_PACKET): the TSO capability, the only way to a TSO request, cannot even be asked for XRC_SEND.
+use typed_verbs::device::Context;
+use typed_verbs::transport::XRC_SEND;
 
-fn needs<T: SupportsTso>() {}
-
-fn main() {
-    needs::<XRC_SEND>();
+fn f(ctx: &Context) -> typed_verbs::Result<()> {
+    let _cap = ctx.tso::<XRC_SEND>()?;
+    Ok(())
 }
+
+fn main() {}
