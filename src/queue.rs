@@ -690,6 +690,65 @@ mod tests {
         }
     }
 
+    /// Counts its drops.
+    struct Sentinel(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+    impl Drop for Sentinel {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn release_keeps_memory_until_the_completion_the_reset_or_a_failed_destroy() {
+        let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let dropped = || drops.load(std::sync::atomic::Ordering::SeqCst);
+        let q = TrackedQueue::new(8, true);
+        // Outstanding: kept until its completion is polled.
+        let a = q.lock().push(true);
+        q.release(a, Box::new(Sentinel(drops.clone())));
+        assert_eq!((q.parked(), dropped()), (1, 0));
+        q.complete(a, wc(1));
+        assert_eq!((q.parked(), dropped()), (0, 1), "released by the completion");
+        // Already complete: released at once.
+        q.release(a, Box::new(Sentinel(drops.clone())));
+        assert_eq!((q.parked(), dropped()), (0, 2));
+        // A reset releases what is kept.
+        let b = q.lock().push(true);
+        q.release(b, Box::new(Sentinel(drops.clone())));
+        q.force_flush(1);
+        assert_eq!((q.parked(), dropped()), (0, 3), "released by the reset");
+        // A failed destroy leaks it: never dropped.
+        let c = q.lock().push(true);
+        q.release(c, Box::new(Sentinel(drops.clone())));
+        q.leak_graves();
+        drop(q);
+        assert_eq!(dropped(), 3, "leaked, not freed");
+    }
+
+    #[test]
+    fn a_refused_request_that_may_be_queued_is_uncovered() {
+        // Send queue: a refused request recorded unsignaled is an uncovered tail, settled by a
+        // later signaled completion.
+        let mut sq = WorkQueue::new(8);
+        let refused = sq.push(false);
+        assert!(sq.has_uncovered(true));
+        let later = sq.push(true);
+        assert!(!sq.has_uncovered(true));
+        assert!(sq.complete(later, wc(1), true));
+        assert!(matches!(sq.try_take(refused), Take::Done(_)));
+        // Receive queue: any refused receive is uncovered; nothing else settles it but a reset.
+        let mut rq = WorkQueue::new(8);
+        let ok = rq.push(true);
+        let refused = rq.push(false);
+        let after = rq.push(true);
+        assert!(rq.has_uncovered(false));
+        assert!(rq.complete(ok, wc(1), false));
+        assert!(rq.complete(after, wc(1), false));
+        assert!(rq.has_uncovered(false) && rq.is_pending(refused));
+        rq.force_flush(1);
+        assert!(!rq.has_uncovered(false));
+    }
+
     use crate::test_util::Rng;
 
     /// Model-based property test: random posts (signaled or not), in-order completions of
