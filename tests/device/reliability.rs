@@ -262,7 +262,7 @@ fn listening(port: u16) -> bool {
 
 #[test]
 fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
-    const TCP_PORT: u16 = 18631;
+    let tcp_port = TcpPort::KilledCServer.get();
     const CLIENT_TIMEOUT_S: u64 = 5;
     let common: Vec<String> = vec![
         "-d".into(),
@@ -270,7 +270,7 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
         "-g".into(),
         gid_index().to_string(),
         "-p".into(),
-        TCP_PORT.to_string(),
+        tcp_port.to_string(),
         "-n".into(),
         "1000000".into(),
     ];
@@ -281,8 +281,8 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
         .expect("ibv_rc_pingpong (ibverbs-utils) is installed");
     let mut server = Proc::spawn("ibv_rc_pingpong (server)", &c_tool, &common);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !listening(TCP_PORT) {
-        assert!(Instant::now() < deadline, "ibv_rc_pingpong never listened on {TCP_PORT}:\n{}", server.output());
+    while !listening(tcp_port) {
+        assert!(Instant::now() < deadline, "ibv_rc_pingpong never listened on {tcp_port}:\n{}", server.output());
         if let Some(st) = server.poll() {
             panic!("ibv_rc_pingpong exited early ({st}):\n{}", server.output());
         }
@@ -323,7 +323,7 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
     let timed_out = |what: &str| {
         err_line.contains(&format!("timed out after {CLIENT_TIMEOUT_S}s waiting for the completion of {what} request"))
     };
-    let soft_roce = open().query_device().expect("ibv_query_device").is_soft_roce();
+    let soft_roce = is_soft_roce(&open());
     let send_timed_out = soft_roce && timed_out("send");
     let recv_timed_out = timed_out("receive");
     assert!(send_failed || send_timed_out || recv_timed_out, "unexpected failure: {err_line}");
