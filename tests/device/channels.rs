@@ -166,12 +166,38 @@ fn an_unread_event_dies_with_its_cq() {
         s.wait(t, WAIT).unwrap().0.ok().unwrap();
     })
     .unwrap();
-    // The event is queued on the channel, unread. Destroy the CQ (the QPs first: they use it).
+    // The event is queued on the channel, unread: its fd is readable (poll(2), which does not
+    // consume the event).
+    assert!(channel_readable(&ch, WAIT), "no event was queued for the armed CQ");
+    assert!(channel_readable(&ch, Duration::ZERO), "looking consumed the event");
+    // Destroy the CQ (the QPs first: they use it).
     drop(pair);
     let start = Instant::now();
     drop(cq_b);
     assert!(start.elapsed() < Duration::from_secs(5), "ibv_destroy_cq blocked");
-    assert_timeout(ch.wait(QUIET));
+    // ibv_destroy_cq has returned: the event went with the CQ, the channel has nothing to read.
+    assert!(!channel_readable(&ch, Duration::ZERO), "the destroyed CQ's event is still queued");
+    assert_timeout(ch.wait(Duration::ZERO));
+}
+
+/// Whether the channel's fd polls readable within `within` (poll(2) on it; reads nothing).
+/// The fd is taken from the channel's `Debug` output, the only place the library shows it.
+#[allow(unsafe_code)] // poll(2): the tests have no safe wrapper for it
+fn channel_readable(ch: &CompChannel, within: Duration) -> bool {
+    let shown = format!("{ch:?}");
+    let fd: i32 = shown
+        .split("fd: ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fd in {shown}"));
+    let mut pfd = typed_verbs_sys::pollfd { fd, events: typed_verbs_sys::POLLIN as i16, revents: 0 };
+    let ms = i32::try_from(within.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd; the channel (and so its fd) lives for the whole call.
+    let n = unsafe { typed_verbs_sys::poll(&mut pfd, 1, ms) };
+    assert!(n >= 0, "poll(2) on the channel fd {fd}: {}", std::io::Error::last_os_error());
+    assert_eq!(pfd.revents & !(typed_verbs_sys::POLLIN as i16), 0, "poll(2) on fd {fd}: revents {:#x}", pfd.revents);
+    n == 1
 }
 
 #[cfg(feature = "tokio")]
