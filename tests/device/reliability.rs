@@ -260,6 +260,33 @@ fn listening(port: u16) -> bool {
     })
 }
 
+/// Packets the client must have sent before the server is killed (of the test's 1,000,000
+/// iterations: far from the end, well into the transfer).
+const MID_TRANSFER: u32 = 20;
+
+/// The hexadecimal number after `key` on the first line of `out` containing `line` (the C
+/// tools' address lines: `QPN 0x000011, PSN 0xabcdef`).
+fn hex_after(out: &str, line: &str, key: &str) -> Option<u32> {
+    let l = out.lines().find(|l| l.contains(line))?;
+    let at = l.find(key)? + key.len();
+    let digits = l[at..].trim_start_matches("0x");
+    let end = digits.find(|c: char| !c.is_ascii_hexdigit()).unwrap_or(digits.len());
+    u32::from_str_radix(&digits[..end], 16).ok()
+}
+
+/// The send queue PSN of QP `qpn` on the device under test, as the kernel reports it
+/// (`rdma res show qp lqpn N`: `... sq-psn N ...`); `None` while the QP is not listed.
+fn sq_psn(qpn: u32) -> Option<u32> {
+    let out = std::process::Command::new("rdma")
+        .args(["res", "show", "qp", "link", &format!("{}/{PORT}", device_name()), "lqpn", &qpn.to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `rdma` (iproute2): {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    words.by_ref().find(|&w| w == "sq-psn")?;
+    words.next()?.parse().ok()
+}
+
 #[test]
 fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
     let tcp_port = TcpPort::KilledCServer.get();
@@ -294,8 +321,26 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
     if let Err(e) = client.wait_for_line("remote address", Duration::from_secs(60)) {
         panic!("our client did not connect: {e}\n{}\n--- server:\n{}", client.output(), server.output());
     }
-    // Let the ping-pong run, then kill the server mid-transfer.
-    std::thread::sleep(Duration::from_secs(1));
+    // Wait until the ping-pong is demonstrably under way: the client's send queue PSN (as the
+    // kernel reports it for its QP) has moved MID_TRANSFER packets past its initial PSN. Then
+    // kill the server mid-transfer.
+    let out = client.output();
+    let qpn = hex_after(&out, "local address", "QPN ").unwrap_or_else(|| panic!("no local QPN:\n{out}"));
+    let psn0 = hex_after(&out, "local address", "PSN ").unwrap_or_else(|| panic!("no local PSN:\n{out}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let sent = sq_psn(qpn).map(|psn| psn.wrapping_sub(psn0) & 0xff_ffff);
+        if sent.is_some_and(|n| n >= MID_TRANSFER) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client's QP {qpn:#x} sent {sent:?} packets in 60 s, not {MID_TRANSFER}:\n{}\n--- server:\n{}",
+            client.output(),
+            server.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(server.poll().is_none(), "the server finished already:\n{}", server.output());
     server.stop(); // kills and reaps it
                    // Bound: the client's completion timeout, plus the scope's 1 s drain and the flush.
