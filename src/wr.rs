@@ -912,34 +912,129 @@ impl<L> Recv<L> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mr::LocalBufMut;
+    use crate::mr::{LocalBuf, LocalBufMut};
 
-    use crate::test_util::Rng;
+    /// A result buffer of `len` bytes at `addr` (lkey 1) and a remote range of `rlen` bytes at
+    /// `raddr` (rkey 2).
+    fn atomic_args(
+        addr: u64,
+        len: u32,
+        raddr: u64,
+        rlen: u64,
+    ) -> (LocalBufMut<'static>, RemoteSlice<crate::access::RemoteAll>) {
+        (
+            LocalBufMut::from_parts(addr, len, 1, OdpTag::default(), crate::pd::PdId::dummy()),
+            RemoteSlice::new(raddr, rlen, 2),
+        )
+    }
 
-    /// The checks of work-request building accept exactly the valid arguments and never panic.
+    /// The atomic-argument rules of ibv_post_send(3) and the IBTA, as a table written by hand
+    /// (not derived from `check_atomic`): the local result buffer is exactly 8 bytes at an
+    /// 8-byte aligned address; the remote target is 8-byte aligned and holds at least the 8
+    /// bytes the atomic acts on (a longer advertised range is fine). Each case goes through
+    /// both atomics' `build`, and the refusal names which side is wrong.
     #[test]
-    fn request_checks_are_exact_and_total() {
-        let mut rng = Rng(0x5eed);
-        for _ in 0..50_000 {
-            let pick = |r: &mut Rng| match r.next() % 4 {
-                0 => r.next(),
-                1 => r.next() % 64,
-                2 => u64::MAX - r.next() % 8,
-                _ => (r.next() % 1024) * 8,
-            };
-            let (offset, len, mr_len) = (pick(&mut rng), pick(&mut rng), pick(&mut rng));
-            let ok = check_window_range("t", offset, len, mr_len).is_ok();
-            assert_eq!(ok, len > 0 && offset.checked_add(len).is_some_and(|e| e <= mr_len));
-
-            let (addr, blen) = (pick(&mut rng), (rng.next() % 16) as u32);
-            let remote = RemoteSlice::<crate::access::RemoteAll>::new(pick(&mut rng), pick(&mut rng), 1);
-            let result = LocalBufMut::from_parts(addr, blen, 1, OdpTag::default(), crate::pd::PdId::dummy());
-            let ok = check_atomic(&result, &remote).is_ok();
-            let expect = blen == 8 && addr % 8 == 0 && remote.len >= 8 && remote.addr % 8 == 0;
-            assert_eq!(ok, expect, "atomic {addr:#x}/{blen} -> {:#x}/{}", remote.addr, remote.len);
-
-            let fits = check_fits("t", pick(&mut rng) % (1 << 33), &remote);
-            let _ = fits; // any input: a value, never a panic
+    fn atomic_arguments_follow_the_man_page_rules() {
+        const TOP: u64 = u64::MAX - 7; // 0xffff_ffff_ffff_fff8: aligned
+        #[rustfmt::skip]
+        let cases: &[(u64, u32, u64, u64, Option<&str>)] = &[
+            // result addr, len, remote addr, len: None = accepted, Some(side) = refused
+            (0x1000, 8, 0x2000, 8, None),
+            (0x1000, 8, 0x2000, 64, None),
+            (0, 8, 0, 8, None),
+            (TOP, 8, TOP, 8, None),
+            (0x1008, 8, 0x2ff8, 8, None),
+            (0x1004, 8, 0x2000, 8, Some("result")),
+            (0x1001, 8, 0x2000, 8, Some("result")),
+            (0x1000, 4, 0x2000, 8, Some("result")),
+            (0x1000, 16, 0x2000, 8, Some("result")),
+            (0x1000, 0, 0x2000, 8, Some("result")),
+            (0x1000, 7, 0x2000, 8, Some("result")),
+            (u64::MAX, 8, 0x2000, 8, Some("result")),
+            (0x1000, 8, 0x2004, 8, Some("target")),
+            (0x1000, 8, 0x2001, 8, Some("target")),
+            (0x1000, 8, 0x2000, 7, Some("target")),
+            (0x1000, 8, 0x2000, 0, Some("target")),
+            (0x1000, 8, u64::MAX, 8, Some("target")),
+            (0x1004, 4, 0x2004, 4, Some("result")), // both wrong: the result is checked first
+        ];
+        for &(addr, len, raddr, rlen, refused) in cases {
+            let (result, remote) = atomic_args(addr, len, raddr, rlen);
+            let mut raw = RawSendWr::new();
+            let faa = FetchAdd::new(result, remote, 5).build(&mut raw);
+            let (result, remote) = atomic_args(addr, len, raddr, rlen);
+            let cas = CompareSwap::new(result, remote, 1, 2).build(&mut RawSendWr::new());
+            let case = format!("result {len} B at {addr:#x}, target {rlen} B at {raddr:#x}");
+            for (op, r) in [("FETCH_AND_ADD", &faa), ("COMPARE_AND_SWAP", &cas)] {
+                match (refused, r) {
+                    (None, Ok(())) => {}
+                    (Some(side), Err(Error::InvalidArgument { reason, .. })) => {
+                        assert!(reason.starts_with(&format!("the {side} ")), "{op} {case}: {reason}")
+                    }
+                    (want, got) => {
+                        panic!("{op} {case}: expected {}, got {got:?}", want.map_or("acceptance", |_| "a refusal"))
+                    }
+                }
+            }
+            if refused.is_none() {
+                // An accepted FETCH_AND_ADD carries its arguments unchanged.
+                assert_eq!(raw.wr.opcode, sys::IBV_WR_ATOMIC_FETCH_AND_ADD, "{case}");
+                assert_eq!((raw.sge.addr, raw.sge.length, raw.sge.lkey, raw.num_sge), (addr, 8, 1, 1), "{case}");
+            }
         }
+    }
+
+    /// A window range is accepted exactly when it has at least one byte and ends inside the
+    /// region: hand-written cases at the edges (end at, one past, overflowing).
+    #[test]
+    fn window_ranges_are_checked_at_their_edges() {
+        let m = u64::MAX;
+        #[rustfmt::skip]
+        let cases = [
+            // offset, len, region length, accepted
+            (0, 1, 1, true), (0, 4096, 4096, true), (4095, 1, 4096, true), (0, m, m, true),
+            (0, 0, 4096, false), (4096, 0, 4096, false), (0, 4097, 4096, false), (4096, 1, 4096, false),
+            (1, m, m, false), (m, 1, m, false), (m, m, m, false), (0, 1, 0, false),
+        ];
+        for (offset, len, mr_len, ok) in cases {
+            assert_eq!(check_window_range("t", offset, len, mr_len).is_ok(), ok, "{offset}+{len} in {mr_len}");
+        }
+    }
+
+    /// A local length fits a remote range exactly when it is no longer.
+    #[test]
+    fn lengths_fit_remote_ranges_at_their_edges() {
+        let remote = |len| RemoteSlice::<crate::access::RemoteAll>::new(0x1000, len, 1);
+        #[rustfmt::skip]
+        let cases = [(0, 0, true), (0, 8, true), (8, 8, true), (9, 8, false), (1, 0, false), (u64::MAX, u64::MAX, true), (u64::MAX, u64::MAX - 1, false)];
+        for (len, rlen, ok) in cases {
+            assert_eq!(check_fits("t", len, &remote(rlen)).is_ok(), ok, "{len} into {rlen}");
+        }
+    }
+
+    /// `.fence()` and `.solicited()` set `IBV_SEND_FENCE` and `IBV_SEND_SOLICITED` in the
+    /// request's `send_flags` (the device test cannot tell a fenced request from an unfenced
+    /// one on rxe, which serves requests in order), keep `IBV_SEND_SIGNALED`, and set nothing
+    /// else; `.unsignaled()` clears only `IBV_SEND_SIGNALED`.
+    #[test]
+    fn fence_and_solicited_reach_the_send_flags() {
+        let local = || LocalBuf::from_parts(0x1000, 64, 1, OdpTag::default(), crate::pd::PdId::dummy());
+        let remote = || RemoteSlice::<crate::access::RemoteAll>::new(0x2000, 64, 2);
+        let flags = |wr: &dyn Fn(&mut RawSendWr) -> Result<()>| {
+            let mut raw = RawSendWr::new();
+            wr(&mut raw).expect("valid request");
+            raw.wr.send_flags
+        };
+        let (signaled, fence, solicited) = (sys::IBV_SEND_SIGNALED, sys::IBV_SEND_FENCE, sys::IBV_SEND_SOLICITED);
+        assert_eq!(flags(&|r| Write::new(local(), remote()).build(r)), signaled);
+        assert_eq!(flags(&|r| Write::new(local(), remote()).fence().build(r)), signaled | fence);
+        assert_eq!(flags(&|r| Send::new(local()).build(r)), signaled);
+        assert_eq!(flags(&|r| Send::new(local()).solicited().build(r)), signaled | solicited);
+        assert_eq!(flags(&|r| WriteImm::new(local(), remote(), 7).solicited().build(r)), signaled | solicited);
+        assert_eq!(flags(&|r| Send::new(local()).fence().solicited().build(r)), signaled | fence | solicited);
+        assert_eq!(flags(&|r| Send::new(local()).solicited().unsignaled().build(r)), solicited);
+        assert_eq!(flags(&|r| Write::new(local(), remote()).unsignaled().fence().build(r)), fence);
+        // The bits are the ones of verbs.h, not zero or shared.
+        assert_eq!((fence, signaled, solicited), (1, 2, 4));
     }
 }

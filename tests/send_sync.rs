@@ -3,18 +3,18 @@
 //! makes it visible.
 #![allow(dead_code)]
 
-use static_assertions::assert_impl_all;
+use static_assertions::{assert_impl_all, assert_not_impl_any};
 use typed_verbs::access::{self, window, Access, LocalWrite, MwBind, RemoteAtomic, RemoteRead, RemoteWrite, ZeroBased};
 use typed_verbs::ah::{AddressVector, Ah, Grh};
 use typed_verbs::channel::{CompChannel, CqEvent};
 use typed_verbs::cq::Cq;
-use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLayer, Mtu, PortAttr, PortState};
+use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLayer, Mtu, PortAttr, PortState, TsoCap};
 use typed_verbs::error::{Error, Verb};
 use typed_verbs::event::{AsyncEvent, HandleId};
 use typed_verbs::lane::{
     LaneToken, LaneWaitError, Prepared, PreparedList, PreparedRecv, RecvLane, RecvToken, RecvWaitError, SendLane,
 };
-use typed_verbs::mr::{Chunk, LocalBuf, LocalBufMut, Mr, Odp, Pinned, RemoteSlice};
+use typed_verbs::mr::{Chunk, LocalBuf, LocalBufMut, Mr, Odp, OdpTag, Pinned, RemoteSlice};
 use typed_verbs::mw::{BoundMw, Mw, PendingBind, PendingUnbind, Type1, Type2, WindowAdvert};
 use typed_verbs::odp::{ImplicitMr, ImplicitOdpCap, OdpCap, OdpCaps, OdpOps, Prefetch};
 use typed_verbs::owned::{OwnedToken, OwnedWaitError};
@@ -23,13 +23,13 @@ use typed_verbs::qp::{
     ConnectedInit, Endpoint, ObservedState, Qp, QpAccess, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, TransitionError,
     UcRtr, UdInit, UdRtr,
 };
-use typed_verbs::scope::{PostError, Scope, Token, WaitError};
+use typed_verbs::scope::{PostError, PostListError, Scope, Token, WaitError};
 use typed_verbs::srq::Srq;
 use typed_verbs::transport::{ERR, INIT, RAW_PACKET, RC, RESET, RTR, RTS, UC, UD, XRC_SEND};
 use typed_verbs::wc::{Completion, CompletionError, CompletionSource, WcOpcode, WcStatus};
 use typed_verbs::wr::{
     BindMw, Checksummed, CompareSwap, Fenced, FetchAdd, InlineSend, InlineSendImm, InlineWrite, InlineWriteImm,
-    LocalInv, Read, Recv, Send as SendOp, SendImm, SendInv, Solicited, To, Unsignaled, Write, WriteImm,
+    LocalInv, RawSendWr, Read, Recv, Send as SendOp, SendImm, SendInv, Solicited, To, Tso, Unsignaled, Write, WriteImm,
 };
 
 // Verbs objects: thread-safe handles.
@@ -158,6 +158,52 @@ assert_impl_all!(typed_verbs::access::WindowAccess<RemoteWrite, (), (), ZeroBase
 assert_impl_all!(Type1: Send, Sync, Unpin, Copy);
 assert_impl_all!(Pinned: Send, Sync, Unpin, Copy);
 assert_impl_all!(Odp: Send, Sync, Unpin, Copy);
+
+// The types the table above did not list.
+assert_impl_all!(PostListError<'static, SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(Tso<'static, LocalBuf<'static>, UD>: Send, Sync, Unpin);
+assert_impl_all!(TsoCap<UD>: Send, Sync, Unpin, Copy);
+assert_impl_all!(OdpTag: Send, Sync, Unpin, Copy);
+
+// --- What must NOT hold --------------------------------------------------------------------
+// Send / Sync / Unpin: by their fields, every public type above is Send, Sync and Unpin (the
+// handles share `Arc`s of thread-safe verbs objects, the views and tokens hold integers and
+// `PhantomData<&mut _>` of Send + Sync types, nothing is self-referential). The one exception is
+// the raw work request: it holds `struct ibv_send_wr`, whose `next` and `sg_list` are raw
+// pointers into the request being posted; it must stay on the thread that builds and posts it.
+assert_not_impl_any!(RawSendWr: Send, Sync);
+
+// Clone / Copy: a copy of any of these would break the library's accounting. A token is
+// consumed exactly once by the wait that hands its buffer back (a copy would take one
+// completion twice); a mutable view or an owned chunk is exclusive access to memory the device
+// may write; a `Qp<T, S>` is the only handle of a typestate (a copy could be moved to another
+// state while this one still claims the old); a region, window, binding or lane is deregistered,
+// unbound or drained exactly once; a scope and its lanes are exclusive posters.
+assert_not_impl_any!(Token<'static, LocalBuf<'static>>: Clone, Copy);
+assert_not_impl_any!(OwnedToken<Chunk<access::LocalRw>>: Clone, Copy);
+assert_not_impl_any!(LaneToken<'static>: Clone, Copy);
+assert_not_impl_any!(RecvToken<'static>: Clone, Copy);
+assert_not_impl_any!(LocalBufMut<'static>: Clone, Copy);
+assert_not_impl_any!(Chunk<access::LocalRw>: Clone, Copy);
+assert_not_impl_any!(Qp<RC, RTS>: Clone, Copy);
+assert_not_impl_any!(Qp<UD, RESET>: Clone, Copy);
+assert_not_impl_any!(Mr<access::LocalRw>: Clone, Copy);
+assert_not_impl_any!(Mr<access::RemoteRw, Odp>: Clone, Copy);
+assert_not_impl_any!(ImplicitMr<Access<LocalWrite>>: Clone, Copy);
+assert_not_impl_any!(Mw<Type1>: Clone, Copy);
+assert_not_impl_any!(Mw<Type2>: Clone, Copy);
+assert_not_impl_any!(BoundMw<'static, Type2, window::ReadWrite>: Clone, Copy);
+assert_not_impl_any!(PendingBind<'static, Type1, window::Read>: Clone, Copy);
+assert_not_impl_any!(PendingUnbind<'static, Type2, window::All>: Clone, Copy);
+assert_not_impl_any!(Scope<'static, 'static>: Clone, Copy);
+assert_not_impl_any!(SendLane<'static, RC, RTS>: Clone, Copy);
+assert_not_impl_any!(RecvLane<'static, RC>: Clone, Copy);
+assert_not_impl_any!(Prepared<'static, Write<LocalBuf<'static>, access::RemoteRw>>: Clone, Copy);
+assert_not_impl_any!(PreparedRecv<'static, LocalBufMut<'static>>: Clone, Copy);
+assert_not_impl_any!(Recv<LocalBufMut<'static>>: Clone, Copy);
+assert_not_impl_any!(Read<LocalBufMut<'static>, Rw>: Clone, Copy);
+assert_not_impl_any!(WaitError<'static, LocalBufMut<'static>>: Clone, Copy);
+assert_not_impl_any!(OwnedWaitError<Chunk<access::LocalRw>>: Clone, Copy);
 
 /// The table is checked at compile time; this test makes the file part of the run.
 #[test]

@@ -233,6 +233,47 @@ mod tests {
         assert!(r.t_stdev.abs() < 1e-9);
     }
 
+    /// Post times whose intervals are `us_k` usec of half round trip (rtt_factor 2), posted in
+    /// a scrambled order so the sort matters.
+    fn posts_with_intervals(us: &[u64]) -> Vec<u64> {
+        let n = us.len();
+        let mut t = vec![0u64];
+        for i in 0..n {
+            let k = (i * 5 + 3) % n; // 5 is prime to the lengths used (7, 1002): a permutation
+            t.push(t[i] + us[k] * 2000);
+        }
+        t
+    }
+
+    /// Distinct, skewed intervals (k^2 usec for k = 1..=1002), so that the median, the average,
+    /// the two percentiles and the maximum are all different numbers and a formula that picks
+    /// the wrong index or the wrong statistic is noticed. Expected values by hand from
+    /// perftest 4.5's print_report_lat: 1002 intervals, the 2 largest dropped, m = 1000 kept;
+    /// median (m even) = (delta[499] + delta[500]) / 2 = (500^2 + 501^2) / 2; average = the
+    /// mean of k^2 for k <= 1000 = 1001 * 2001 / 6; 99 % = delta[ceil(0.99 m)] = delta[990] =
+    /// 991^2; 99.9 % = delta[999] = 1000^2; t_max = delta[m] = 1001^2 (the first dropped one).
+    #[test]
+    fn latency_statistics_pick_perftests_indices() {
+        let us: Vec<u64> = (1..=1002).map(|k| k * k).collect();
+        let r = lat(&posts_with_intervals(&us), 2.0).unwrap();
+        assert_eq!(r.samples, 1002);
+        let close = |got: f64, want: f64, what: &str| {
+            assert!((got - want).abs() < 1e-6 * want.max(1.0), "{what}: {got} != {want}")
+        };
+        close(r.t_min, 1.0, "t_min");
+        close(r.t_typical, 250_500.5, "t_typical");
+        close(r.t_avg, 333_833.5, "t_avg");
+        close(r.t_stdev, 298_421.727_779_748, "t_stdev");
+        close(r.p99, 982_081.0, "99%");
+        close(r.p999, 1_000_000.0, "99.9%");
+        close(r.t_max, 1_002_001.0, "t_max");
+        // An odd number kept (7 intervals, m = 5): the median is the middle one, delta[2] = 9;
+        // both percentile indices ceil(4.95) and ceil(4.995) are 5, the first dropped interval.
+        let r = lat(&posts_with_intervals(&[1, 4, 9, 16, 25, 36, 49]), 2.0).unwrap();
+        assert_eq!((r.t_min, r.t_typical, r.t_avg, r.p99, r.p999, r.t_max), (1.0, 9.0, 11.0, 36.0, 36.0, 36.0));
+        close(r.t_stdev, 8.648_699_324_175_862, "t_stdev of 5");
+    }
+
     #[test]
     fn histogram_lists_the_kept_intervals_sorted() {
         // Intervals (ns) 30, 10, 20, 90, 50: the two largest (90, 50) are left out, as for the

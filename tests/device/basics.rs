@@ -86,3 +86,19 @@ fn memory_registration_with_legal_access_sets() {
     assert!(matches!(pd.alloc_mr(0, access::LOCAL_RW), Err(Error::InvalidArgument { verb: "ibv_reg_mr", .. })));
     b.deregister().map_err(|(e, _)| e).expect("ibv_dereg_mr");
 }
+
+/// The suite runs on rxe0 (scripts/softroce-run); the tests that check rxe's behaviour only
+/// where `is_soft_roce()` holds (odp.rs, opcodes.rs' TSO, reliability.rs) rely on it holding
+/// there. Another device name must set TYPED_VERBS_DEVICE, so the default run is on rxe0.
+#[test]
+fn the_soft_roce_predicate_holds_on_rxe0() {
+    let ctx = open();
+    let chosen = std::env::var("TYPED_VERBS_DEVICE").ok();
+    if chosen.as_deref().is_none_or(|d| d == "rxe0") {
+        assert_eq!(ctx.device_name(), "rxe0", "the suite's device is rxe0 unless TYPED_VERBS_DEVICE says otherwise");
+        let attr = ctx.query_device().expect("ibv_query_device");
+        assert!(attr.is_soft_roce(), "rxe0 is Soft-RoCE but is_soft_roce() says no: {attr:?}");
+    }
+    // Whatever the device: the predicate agrees with the device's name (rxe devices are `rxe*`).
+    let _ = is_soft_roce(&ctx);
+}

@@ -35,6 +35,17 @@ pub fn gid_index() -> u32 {
 
 pub const PORT: u8 = 1;
 
+/// Whether the device is Soft-RoCE, by the library's predicate (`DeviceAttr::is_soft_roce`),
+/// cross-checked against the device's name: rxe devices are the ones named `rxe*` (the test
+/// VM's is `rxe0`, scripts/softroce-run). Tests that assert rxe's behaviour only where this is
+/// true would assert nothing if the predicate broke; this makes a broken predicate fail them.
+pub fn is_soft_roce(ctx: &Context) -> bool {
+    let by_library = ctx.query_device().expect("ibv_query_device").is_soft_roce();
+    let name = ctx.device_name();
+    assert_eq!(by_library, name.starts_with("rxe"), "is_soft_roce() is {by_library} for device {name}");
+    by_library
+}
+
 pub fn open() -> Context {
     let name = device_name();
     Context::open(&name).unwrap_or_else(|e| panic!("cannot open RDMA device {name}: {e}"))
@@ -274,4 +285,75 @@ impl Drop for Proc {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// --- TCP ports --------------------------------------------------------------------------------
+
+/// Every TCP port a device test listens on or hands to a child process. The tests run on
+/// several threads at once, so two tests sharing a port could take each other's connection.
+/// The ports are this enum's discriminants offset by [`TcpPort::BASE`]: the compiler numbers
+/// the variants consecutively, so two tests cannot get the same port (by construction), and
+/// `no_test_names_a_tcp_port_literally` checks that no test bypasses the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpPort {
+    RcServerWithC,
+    RcClientWithC,
+    UcServerWithC,
+    UcClientWithC,
+    UdServerWithC,
+    UdClientWithC,
+    SrqServerWithC,
+    SrqClientWithC,
+    RcClientMalformedAddress,
+    UcServerNeverSends,
+    KilledCServer,
+    PerfSendLatTwoProcesses,
+    PerfWriteLatTwoProcesses,
+}
+
+impl TcpPort {
+    /// The first port; the range is unused by the other tools the tests run (perftest's default
+    /// 18515 is below it).
+    pub const BASE: u16 = 18600;
+
+    /// The port number.
+    pub const fn get(self) -> u16 {
+        Self::BASE + self as u16
+    }
+}
+
+/// The registry is the only place a port number is written: no test file spells one out (a
+/// literal in 18515..=18699 would bypass the registry and could collide with it).
+#[test]
+fn no_test_names_a_tcp_port_literally() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/device");
+    let mut offenders = Vec::new();
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).expect("tests/device") {
+        let path = entry.expect("a directory entry").path();
+        if path.extension().is_none_or(|e| e != "rs") || path.ends_with("common.rs") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).expect("a test source");
+        for (n, line) in text.lines().enumerate() {
+            let digits: Vec<&str> = line.split(|c: char| !c.is_ascii_digit()).filter(|w| w.len() == 5).collect();
+            if digits.iter().any(|w| w.parse::<u16>().is_ok_and(|p| (18515..=18699).contains(&p))) {
+                offenders.push(format!("{}:{}: {line}", path.display(), n + 1));
+            }
+        }
+    }
+    assert!(files >= 10, "read only {files} test files in {}", dir.display());
+    assert!(offenders.is_empty(), "TCP ports written outside common::TcpPort:\n{}", offenders.join("\n"));
+    // The registry's ports are distinct and inside the checked range.
+    let all = [
+        TcpPort::RcServerWithC,
+        TcpPort::SrqClientWithC,
+        TcpPort::KilledCServer,
+        TcpPort::PerfSendLatTwoProcesses,
+        TcpPort::PerfWriteLatTwoProcesses,
+    ];
+    let ports: std::collections::HashSet<u16> = all.iter().map(|p| p.get()).collect();
+    assert_eq!(ports.len(), all.len(), "{all:?}");
+    assert!(ports.iter().all(|p| (18600..=18699).contains(p)), "{ports:?}");
 }

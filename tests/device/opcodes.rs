@@ -169,8 +169,17 @@ fn rc_inline_send_and_write_release_the_bytes_at_once() {
     assert_eq!(&got, b"inline write");
 }
 
+/// A fenced WRITE and a solicited SEND are accepted by the device and complete, and the data
+/// ends up as a fenced order would leave it.
+///
+/// What this cannot show: that the fence is what ordered them. rxe serves a QP's requests in
+/// order anyway, so the READ would see the old bytes with `.fence()` removed too; and nothing
+/// here waits on a solicited event. That the flags reach the work request is checked on the
+/// host (src/wr.rs, `fence_and_solicited_reach_the_send_flags`: `IBV_SEND_FENCE` and
+/// `IBV_SEND_SOLICITED` in `send_flags`); that a solicited SEND wakes a solicited-only CQ is
+/// channels.rs' `solicited_only_arming_fires_for_a_solicited_send_and_not_for_an_unsolicited_one`.
 #[test]
-fn rc_fence_and_solicited_flags_are_accepted_and_ordered() {
+fn rc_fenced_write_and_solicited_send_are_accepted_and_complete() {
     let r = rig();
     let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ | QpAccess::REMOTE_WRITE, QpCaps::default());
     let mut remote = r.pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
@@ -181,8 +190,8 @@ fn rc_fence_and_solicited_flags_are_accepted_and_ordered() {
     let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
         let rt = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
-        // READ the remote, then a fenced WRITE over the same remote bytes: the fence makes the
-        // WRITE wait for the READ, so the READ sees the old bytes.
+        // READ the remote, then a fenced WRITE over the same remote bytes: the READ must see
+        // the old bytes (as it would on rxe without the fence: see the doc comment).
         let t1 = s.post_send(&p.a, Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
         let t2 = s.post_send(&p.a, Write::new(src.slice(..).unwrap(), remote.remote(..64).unwrap()).fence()).unwrap();
         let t3 = s.post_send(&p.a, Send::new(src.slice(..8).unwrap()).solicited()).unwrap();
@@ -311,7 +320,7 @@ fn tso_capability_is_what_the_device_reports() {
     let r = rig();
     let ud = r._ctx.tso::<UD>().expect("ibv_query_device_ex");
     let raw = r._ctx.tso::<RAW_PACKET>().expect("ibv_query_device_ex");
-    if r._ctx.query_device().unwrap().is_soft_roce() {
+    if is_soft_roce(&r._ctx) {
         // rxe reports no TCP segmentation offload: no `Tso` request can be built there.
         assert!(ud.is_none() && raw.is_none(), "{ud:?} {raw:?}");
     }

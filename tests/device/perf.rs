@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::common::{device_name, example, gid_index, Proc};
+use crate::common::{device_name, example, gid_index, Proc, TcpPort};
 
 const ITERS: u32 = 300;
 const LIMIT: Duration = Duration::from_secs(120);
@@ -92,7 +92,8 @@ fn write_lat_completes_in_one_process_busy_polling_and_yielding() {
 #[test]
 fn latency_tests_run_in_two_processes_connected_over_tcp() {
     // write_lat also exchanges where each side's RDMA WRITEs go (address, length, rkey).
-    for (test, port, extra) in [("send_lat", "18631", &["--spin"][..]), ("write_lat", "18632", &["-H"][..])] {
+    let ports = [TcpPort::PerfSendLatTwoProcesses, TcpPort::PerfWriteLatTwoProcesses].map(|p| p.get().to_string());
+    for (test, port, extra) in [("send_lat", &ports[0], &["--spin"][..]), ("write_lat", &ports[1], &["-H"][..])] {
         let bin = example("perf");
         let mut server = Proc::spawn(&format!("perf {test} --listen"), &bin, &args(test, &["--listen", "-p", port]));
         // The client retries its connection until the server listens (bounded by --timeout).

@@ -260,9 +260,36 @@ fn listening(port: u16) -> bool {
     })
 }
 
+/// Packets the client must have sent before the server is killed (of the test's 1,000,000
+/// iterations: far from the end, well into the transfer).
+const MID_TRANSFER: u32 = 20;
+
+/// The hexadecimal number after `key` on the first line of `out` containing `line` (the C
+/// tools' address lines: `QPN 0x000011, PSN 0xabcdef`).
+fn hex_after(out: &str, line: &str, key: &str) -> Option<u32> {
+    let l = out.lines().find(|l| l.contains(line))?;
+    let at = l.find(key)? + key.len();
+    let digits = l[at..].trim_start_matches("0x");
+    let end = digits.find(|c: char| !c.is_ascii_hexdigit()).unwrap_or(digits.len());
+    u32::from_str_radix(&digits[..end], 16).ok()
+}
+
+/// The send queue PSN of QP `qpn` on the device under test, as the kernel reports it
+/// (`rdma res show qp lqpn N`: `... sq-psn N ...`); `None` while the QP is not listed.
+fn sq_psn(qpn: u32) -> Option<u32> {
+    let out = std::process::Command::new("rdma")
+        .args(["res", "show", "qp", "link", &format!("{}/{PORT}", device_name()), "lqpn", &qpn.to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `rdma` (iproute2): {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    words.by_ref().find(|&w| w == "sq-psn")?;
+    words.next()?.parse().ok()
+}
+
 #[test]
 fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
-    const TCP_PORT: u16 = 18631;
+    let tcp_port = TcpPort::KilledCServer.get();
     const CLIENT_TIMEOUT_S: u64 = 5;
     let common: Vec<String> = vec![
         "-d".into(),
@@ -270,7 +297,7 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
         "-g".into(),
         gid_index().to_string(),
         "-p".into(),
-        TCP_PORT.to_string(),
+        tcp_port.to_string(),
         "-n".into(),
         "1000000".into(),
     ];
@@ -281,8 +308,8 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
         .expect("ibv_rc_pingpong (ibverbs-utils) is installed");
     let mut server = Proc::spawn("ibv_rc_pingpong (server)", &c_tool, &common);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !listening(TCP_PORT) {
-        assert!(Instant::now() < deadline, "ibv_rc_pingpong never listened on {TCP_PORT}:\n{}", server.output());
+    while !listening(tcp_port) {
+        assert!(Instant::now() < deadline, "ibv_rc_pingpong never listened on {tcp_port}:\n{}", server.output());
         if let Some(st) = server.poll() {
             panic!("ibv_rc_pingpong exited early ({st}):\n{}", server.output());
         }
@@ -294,8 +321,26 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
     if let Err(e) = client.wait_for_line("remote address", Duration::from_secs(60)) {
         panic!("our client did not connect: {e}\n{}\n--- server:\n{}", client.output(), server.output());
     }
-    // Let the ping-pong run, then kill the server mid-transfer.
-    std::thread::sleep(Duration::from_secs(1));
+    // Wait until the ping-pong is demonstrably under way: the client's send queue PSN (as the
+    // kernel reports it for its QP) has moved MID_TRANSFER packets past its initial PSN. Then
+    // kill the server mid-transfer.
+    let out = client.output();
+    let qpn = hex_after(&out, "local address", "QPN ").unwrap_or_else(|| panic!("no local QPN:\n{out}"));
+    let psn0 = hex_after(&out, "local address", "PSN ").unwrap_or_else(|| panic!("no local PSN:\n{out}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let sent = sq_psn(qpn).map(|psn| psn.wrapping_sub(psn0) & 0xff_ffff);
+        if sent.is_some_and(|n| n >= MID_TRANSFER) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client's QP {qpn:#x} sent {sent:?} packets in 60 s, not {MID_TRANSFER}:\n{}\n--- server:\n{}",
+            client.output(),
+            server.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(server.poll().is_none(), "the server finished already:\n{}", server.output());
     server.stop(); // kills and reaps it
                    // Bound: the client's completion timeout, plus the scope's 1 s drain and the flush.
@@ -323,7 +368,7 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
     let timed_out = |what: &str| {
         err_line.contains(&format!("timed out after {CLIENT_TIMEOUT_S}s waiting for the completion of {what} request"))
     };
-    let soft_roce = open().query_device().expect("ibv_query_device").is_soft_roce();
+    let soft_roce = is_soft_roce(&open());
     let send_timed_out = soft_roce && timed_out("send");
     let recv_timed_out = timed_out("receive");
     assert!(send_failed || send_timed_out || recv_timed_out, "unexpected failure: {err_line}");
