@@ -288,25 +288,16 @@ impl CqShared {
     fn drain_retired(&self, routes: &[(u32, Weak<QpShared>)], retired: &[Retired]) {
         let mut left = self.cqe as usize;
         while left > 0 {
-            let want = left.min(POLL_BATCH);
-            let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
-            // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries
-            // (`MaybeUninit<ibv_wc>` has the layout of `ibv_wc`).
-            let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr().cast()) };
-            if n <= 0 {
-                // Empty, or a failed poll (nothing more can be taken off).
-                return;
-            }
-            let n = (n as usize).min(want);
-            for wc in &wcs[..n] {
-                // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
-                let wc = unsafe { wc.assume_init_ref() };
-                match retired.iter().find(|r| r.qp_num == wc.qp_num) {
+            let polled =
+                self.poll_locked(left.min(POLL_BATCH), |_, wc| match retired.iter().find(|r| r.qp_num == wc.qp_num) {
                     Some(r) => Self::route_retired(r, wc, || self.decode(wc)),
                     None => self.route(routes, wc, None, || self.decode(wc)),
-                }
+                });
+            match polled {
+                // Empty, or a failed poll (nothing more can be taken off).
+                Ok(0) | Err(_) => return,
+                Ok(n) => left -= n,
             }
-            left -= n;
         }
     }
 
@@ -446,6 +437,13 @@ impl CqShared {
         mut each: impl FnMut(usize, &sys::ibv_wc, &[(u32, Weak<QpShared>)]),
     ) -> Result<usize> {
         let routes = self.routes.lock();
+        self.poll_locked(want, |i, wc| each(i, wc, &routes))
+    }
+
+    /// One `ibv_poll_cq` of at most `want <= POLL_BATCH` completions, handing each, with its
+    /// index, to `each`. The caller holds the routing lock. Returns how many were polled.
+    #[inline(always)]
+    fn poll_locked(&self, want: usize, mut each: impl FnMut(usize, &sys::ibv_wc)) -> Result<usize> {
         let want = want.min(POLL_BATCH);
         let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
         // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries
@@ -458,7 +456,7 @@ impl CqShared {
         let n = (n as usize).min(want);
         for (i, wc) in wcs[..n].iter().enumerate() {
             // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
-            each(i, unsafe { wc.assume_init_ref() }, &routes);
+            each(i, unsafe { wc.assume_init_ref() });
         }
         Ok(n)
     }

@@ -581,7 +581,10 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         let taken = named.unwrap_or(n);
         let book = &self.qp.sq.lane;
         book.unpost(seq + taken as u64);
-        if let Some(j) = (0..taken).rev().find(|&j| named.is_some() && list.signals(j, first_signaled)) {
+        // Only a prefix the provider named was surely accepted, and only then is a signaled
+        // request among it known to get a completion.
+        let covered = named.and_then(|_| (0..taken).rev().find(|&j| list.signals(j, first_signaled)));
+        if let Some(j) = covered {
             book.covered(seq + j as u64);
         }
         self.checkpoint = self.force_at().min(self.limit);
@@ -772,10 +775,7 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
     where
         L: LocalSink + Reusable + 'scope,
     {
-        if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
-            return Err(PostError { error, wr: Some(wr) });
-        }
-        if let Err(error) = self.qp.check_pd("ibv_post_recv", "the receive buffer", wr.buf.pd_id()) {
+        if let Err(error) = self.qp.check_recv_buf::<T>(&wr.buf) {
             return Err(PostError { error, wr: Some(wr) });
         }
         let sge = wr.buf.sge();

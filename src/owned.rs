@@ -193,10 +193,7 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         S: CanPostRecv,
         L: LocalSink + Send + 'static,
     {
-        if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
-            return Err(PostError { error, wr: Some(wr) });
-        }
-        if let Err(error) = self.shared.check_pd("ibv_post_recv", "the receive buffer", wr.buf.pd_id()) {
+        if let Err(error) = self.shared.check_recv_buf::<T>(&wr.buf) {
             return Err(PostError { error, wr: Some(wr) });
         }
         let mut sge = LocalSource::sge(&wr.buf);

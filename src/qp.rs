@@ -805,6 +805,13 @@ impl QpShared {
         self.pd.id()
     }
 
+    /// The checks of a receive buffer that need no device: ODP support of receives on
+    /// transport `T` (for an ODP region), and the buffer's region in the QP's PD.
+    pub(crate) fn check_recv_buf<T: Transport>(&self, buf: &impl crate::mr::LocalSource) -> Result<()> {
+        buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV)?;
+        self.check_pd("ibv_post_recv", "the receive buffer", buf.pd_id())
+    }
+
     /// Refuses an object of another protection domain (and so of another device context)
     /// before the provider sees it: the kernel resolves keys and handles in the QP's own
     /// context, where the foreign object's number may name something else (DESIGN.md §5).

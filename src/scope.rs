@@ -241,14 +241,20 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 
     /// A post on `q` was refused after the provider may have queued it as request `seq`
     /// ([`Refused::kept`]): the scope's drain covers it, the address handle is kept to the
-    /// scope's end, and what the request owns is kept with the queue until the device is done
-    /// with it, as for a dropped token.
-    fn keep_refused<B: Completes>(&'scope self, q: QueueRef<'scope>, seq: u64, buffers: B, ah: Option<Ah>) {
+    /// scope's end, and what the request owns (`parked`: [`Completes::into_parked`], or a
+    /// window) is kept with the queue until the device is done with it, as for a dropped token.
+    fn keep_refused(
+        &'scope self,
+        q: QueueRef<'scope>,
+        seq: u64,
+        parked: Option<Box<dyn std::any::Any + Send>>,
+        ah: Option<Ah>,
+    ) {
         self.touch(q);
         if let Some(ah) = ah {
             lock(&self.keep).push(ah);
         }
-        if let Some(parked) = buffers.into_parked() {
+        if let Some(parked) = parked {
             q.tracked().release(seq, parked);
         }
     }
@@ -258,7 +264,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     fn refused_send<W: SendRequest>(&'scope self, qp: &'scope QpShared, refused: Refused, wr: W) -> PostError<W> {
         let Some(seq) = refused.kept else { return PostError { error: refused.error, wr: Some(wr) } };
         let ah = wr.address_handle().cloned();
-        self.keep_refused(QueueRef::Send(qp), seq, wr.into_buffers(), ah);
+        self.keep_refused(QueueRef::Send(qp), seq, wr.into_buffers().into_parked(), ah);
         PostError { error: refused.error, wr: None }
     }
 
@@ -446,10 +452,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         qp: &'scope QpShared,
         wr: Recv<L>,
     ) -> PostResult<'scope, L, Recv<L>> {
-        if let Err(error) = wr.buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV) {
-            return Err(PostError { error, wr: Some(wr) });
-        }
-        if let Err(error) = qp.check_pd("ibv_post_recv", "the receive buffer", wr.buf.pd_id()) {
+        if let Err(error) = qp.check_recv_buf::<T>(&wr.buf) {
             return Err(PostError { error, wr: Some(wr) });
         }
         let mut sge = LocalSource::sge(&wr.buf);
@@ -460,7 +463,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Ok(seq) => seq,
             Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(wr) }),
             Err(Refused { error, kept: Some(seq) }) => {
-                self.keep_refused(QueueRef::Recv(qp), seq, wr.buf, None);
+                self.keep_refused(QueueRef::Recv(qp), seq, wr.buf.into_parked(), None);
                 return Err(PostError { error, wr: None });
             }
         };
@@ -588,8 +591,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Err(Refused { error, kept }) => {
                 mw.set_raw_rkey(old_rkey);
                 let Some(seq) = kept else { return Err(PostError { error, wr: Some(mw) }) };
-                self.touch(QueueRef::Send(&qp.shared));
-                QueueRef::Send(&qp.shared).tracked().release(seq, Box::new(mw));
+                self.keep_refused(QueueRef::Send(&qp.shared), seq, Some(Box::new(mw)), None);
                 return Err(PostError { error, wr: None });
             }
         };
@@ -642,8 +644,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Ok(seq) => seq,
             Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(bound) }),
             Err(Refused { error, kept: Some(seq) }) => {
-                self.touch(QueueRef::Send(&qp.shared));
-                QueueRef::Send(&qp.shared).tracked().release(seq, Box::new(bound.into_mw()));
+                self.keep_refused(QueueRef::Send(&qp.shared), seq, Some(Box::new(bound.into_mw())), None);
                 return Err(PostError { error, wr: None });
             }
         };

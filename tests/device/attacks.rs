@@ -101,15 +101,27 @@ fn memory_of_another_context_or_pd_is_refused_before_the_provider() {
     assert!(dst_pd.as_slice().iter().all(|&b| b == 0x5a));
 }
 
-#[test]
-fn an_owned_chunk_survives_its_dropped_scope_token() {
+/// A connected RC pair, a send source, and a receive buffer that is the only chunk of its
+/// region: dropping the chunk would deregister and free the region under a posted receive.
+struct ChunkRig {
+    r: Rig,
+    pair: RcPair,
+    src: Mr<access::LocalRead>,
+    chunk: Chunk<access::LocalRw>,
+}
+
+fn chunk_rig() -> ChunkRig {
     let r = rig();
     let pair = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
     let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0xab);
-    // The receive buffer is the only chunk of its region: dropping it would deregister and
-    // free the region under the posted receive.
     let chunk = r.pd.alloc_mr(256, access::LOCAL_RW).unwrap().into_chunks(256).unwrap().remove(0);
+    ChunkRig { r, pair, src, chunk }
+}
+
+#[test]
+fn an_owned_chunk_survives_its_dropped_scope_token() {
+    let ChunkRig { r, pair, src, chunk } = chunk_rig();
     scope(|s| {
         let t = s.post_recv(&pair.b, Recv::new(chunk)).unwrap();
         drop(t);
@@ -127,11 +139,7 @@ fn an_owned_chunk_survives_its_dropped_scope_token() {
 
 #[test]
 fn an_owned_chunk_survives_a_timed_out_wait_dropped_by_question_mark() {
-    let r = rig();
-    let pair = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
-    let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
-    src.as_mut_slice().fill(0xcd);
-    let chunk = r.pd.alloc_mr(256, access::LOCAL_RW).unwrap().into_chunks(256).unwrap().remove(0);
+    let ChunkRig { r: _r, pair, src, chunk } = chunk_rig();
     let outcome = scope(|s| -> typed_verbs::Result<()> {
         let inner = || -> typed_verbs::Result<()> {
             let t = s.post_recv(&pair.b, Recv::new(chunk)).unwrap();
