@@ -41,6 +41,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("{name} does not support atomic operations (atomic_cap = IBV_ATOMIC_NONE)").into());
     }
     let pd = ctx.alloc_pd()?;
+    // A CQ holds what the queues completing on it can have outstanding: two QPs of 4 send and
+    // 4 receive requests (the library refuses a CQ that could overrun).
+    let caps = QpCaps { max_send_wr: 4, max_recv_wr: 4, ..QpCaps::default() };
     let cq = ctx.create_cq(16)?;
 
     // The owner's word. REMOTE_ATOMIC lets peers operate on it; ibv_reg_mr(3) requires
@@ -54,8 +57,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // The owner's QP must allow remote atomics; RcRtr/RcRts default to one outstanding
     // atomic (max_dest_rd_atomic / max_rd_atomic = 1).
-    let owner = pd.create_qp::<RC>(&QpConfig::new(&cq))?;
-    let client = pd.create_qp::<RC>(&QpConfig::new(&cq))?;
+    let owner = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
+    let client = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let (eo, ec) = (owner.endpoint(PORT, gid_index, 1)?, client.endpoint(PORT, gid_index, 2)?);
     let connect = |qp: Qp<RC, RESET>, access: QpAccess, me: &Endpoint, peer: &Endpoint| -> typed_verbs::Result<_> {
         let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;

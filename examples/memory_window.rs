@@ -97,9 +97,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     let ctx = Context::open(&name)?;
     let pd = ctx.alloc_pd()?;
+    // The CQ holds what the two QPs' queues can have outstanding (4 send and 4 receive
+    // requests each). The advertisement travels as an inline SEND of 21 bytes.
     let cq = ctx.create_cq(16)?;
-    // The advertisement travels as an inline SEND of 21 bytes.
-    let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
+    let caps = QpCaps { max_send_wr: 4, max_recv_wr: 4, max_inline_data: 64, ..QpCaps::default() };
     let server = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let client = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let (es, ec) = (server.endpoint(PORT, gid_index, 0x100)?, client.endpoint(PORT, gid_index, 0x200)?);

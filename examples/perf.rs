@@ -988,10 +988,12 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
     let dev = ctx.query_device()?;
     let pd = ctx.alloc_pd()?;
     let nq = p.qps;
-    let cqe = ((p.tx_depth + p.rx_depth) * nq + 16).min(dev.max_cqe() as usize) as u32;
-    let (cq_a, cq_b) = (ctx.create_cq(cqe)?, ctx.create_cq(cqe)?);
     let rx = if p.test == Test::SendBw { p.rx_depth.min(p.iters.min(1 << 20) as usize) } else { 1 };
     let caps = QpCaps { max_send_wr: send_queue_depth(p), max_recv_wr: rx as u32, ..QpCaps::default() };
+    // Each side's CQ holds what its QPs' queues can have outstanding (the library refuses a
+    // smaller one: it could overrun).
+    let cqe = ((caps.max_send_wr as usize + rx) * nq).min(dev.max_cqe() as usize) as u32;
+    let (cq_a, cq_b) = (ctx.create_cq(cqe)?, ctx.create_cq(cqe)?);
     let rd_atomic = match p.test {
         Test::ReadBw => p
             .out_reads

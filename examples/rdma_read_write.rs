@@ -29,6 +29,9 @@ fn main() -> typed_verbs::Result<()> {
 
     let ctx = Context::open(&name)?;
     let pd = ctx.alloc_pd()?;
+    // A CQ holds what the queues completing on it can have outstanding: here two QPs of 4
+    // send and 4 receive requests (the library refuses a CQ that could overrun).
+    let caps = QpCaps { max_send_wr: 4, max_recv_wr: 4, ..QpCaps::default() };
     let cq = ctx.create_cq(16)?;
 
     // The writer's source only needs local read; the target lets peers read and write.
@@ -40,8 +43,8 @@ fn main() -> typed_verbs::Result<()> {
 
     // Two RC queue pairs, connected to each other.
     let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
-    let a = pd.create_qp::<RC>(&QpConfig::new(&cq))?;
-    let b = pd.create_qp::<RC>(&QpConfig::new(&cq))?;
+    let a = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let (ea, eb) = (a.endpoint(PORT, gid_index, 100)?, b.endpoint(PORT, gid_index, 200)?);
     let connect = |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> typed_verbs::Result<Qp<RC, RTS>> {
         let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;

@@ -244,7 +244,9 @@ fn main() -> typed_verbs::Result<()> {
     let mut src = pd.alloc_mr(4096, access::LOCAL_READ)?;
     src.as_mut_slice().fill(0xab);
     let mut dst = pd.alloc_mr(4096, access::REMOTE_RW)?;
-    let (cq_a, cq_b) = (ctx.create_cq(64)?, ctx.create_cq(64)?);
+    // Each CQ holds what the queues completing on it can have outstanding.
+    let cqe = if pingpong { 64 } else { 64 + SIGNAL_EVERY as u32 };
+    let (cq_a, cq_b) = (ctx.create_cq(cqe)?, ctx.create_cq(cqe)?);
     // --pingpong: receives complete on CQs of their own, as in perftest's send_lat.
     let rcqs = if pingpong { Some((ctx.create_cq(64)?, ctx.create_cq(64)?)) } else { None };
     let caps = QpCaps { max_send_wr: 64, max_recv_wr: SIGNAL_EVERY as u32, ..QpCaps::default() };

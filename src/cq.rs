@@ -46,14 +46,27 @@ pub(crate) struct CqShared {
     /// QPs. The next QP registered here first takes every such completion off the CQ
     /// ([`CqShared::register`]), so a stale completion can never be routed to a new QP.
     retired: std::sync::Mutex<Vec<Retired>>,
+    /// Completions the queues completing here may have in the CQ at once: the depths of the
+    /// registered QPs' queues and attached SRQs, and of destroyed ones until their completions
+    /// are taken off ([`CqShared::register`]). Never above `cqe`, so the CQ cannot overrun.
+    /// Changed only under the routing lock.
+    reserved: std::sync::atomic::AtomicU64,
 }
 
 /// A QP destroyed after completing on a CQ: its number, and the shared receive queue its
 /// receive completions belong to.
 #[derive(Clone)]
 pub(crate) struct Retired {
+    /// The QP's number; [`Retired::NO_QP`] for an SRQ that was destroyed.
     pub(crate) qp_num: u32,
     pub(crate) srq: Option<Weak<crate::srq::SrqShared>>,
+    /// The capacity it had reserved on the CQ, freed once its completions are off the CQ.
+    pub(crate) reserved: u64,
+}
+
+impl Retired {
+    /// No QP has this number (QP numbers are 24 bits).
+    pub(crate) const NO_QP: u32 = u32::MAX;
 }
 
 // SAFETY: CQs may be polled and used from any thread (libibverbs is thread-safe); our own state
@@ -121,6 +134,7 @@ impl Context {
                 _channel: keep,
                 routes: PollLock::new(Vec::new()),
                 retired: std::sync::Mutex::new(Vec::new()),
+                reserved: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -265,14 +279,40 @@ impl CqShared {
     /// no poll can route a stale completion to the new QP. `ibv_create_qp` cannot hand out a
     /// destroyed QP's number before its destroy returned, and the destroy records the QP in
     /// `retired` under that list's lock taken before the destroy ([`CqShared::retired`]).
-    pub(crate) fn register(&self, qp_num: u32, qp: Weak<QpShared>) {
+    ///
+    /// It also reserves room for `need` more completions: the depths of the queues that will
+    /// complete here. Every completion in a CQ belongs to a request the library counts as
+    /// outstanding until it is polled, and each queue keeps at most its depth outstanding, so
+    /// as long as the reservations fit in `cqe` the CQ cannot overrun (an overrun drops
+    /// completions, and a failed request would then read as done). A destroyed QP's (or SRQ's)
+    /// reservation is freed only once its completions are off the CQ, here.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `need` does not fit: nothing is registered then.
+    pub(crate) fn register(&self, qp_num: u32, qp: Weak<QpShared>, need: u64) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
         let mut routes = self.routes.lock();
         let retired = std::mem::take(&mut *self.retired());
         if !retired.is_empty() {
             self.drain_retired(&routes, &retired);
+            let freed: u64 = retired.iter().map(|r| r.reserved).sum();
+            self.reserved.fetch_sub(freed.min(self.reserved.load(Relaxed)), Relaxed);
         }
+        let used = self.reserved.load(Relaxed);
+        if used + need > u64::from(self.cqe) {
+            return Err(Error::invalid(
+                "ibv_create_qp",
+                format!(
+                    "the CQ holds {} completions and {used} are reserved for the queues completing on it; this QP \
+                     needs {need} more (its queue depths): a CQ smaller than its queues could overrun and lose completions",
+                    self.cqe
+                ),
+            ));
+        }
+        self.reserved.store(used + need, Relaxed);
         routes.retain(|(_, w)| w.strong_count() > 0);
         routes.push((qp_num, qp));
+        Ok(())
     }
 
     /// The list of QPs destroyed after completing here (see [`CqShared::register`]); a QP's
@@ -489,7 +529,7 @@ impl CqShared {
                 let ok = wc.status == sys::IBV_WC_SUCCESS;
                 qp.sq.lane.complete(wc.wr_id, ok, decode);
             } else if is_recv_lane_request(wc.wr_id) {
-                qp.rq.lane.complete_kept(wc.wr_id & !RECV_BIT, decode(), qp.caps().max_recv_wr as usize);
+                qp.rq.lane.complete_kept(wc.wr_id & !RECV_BIT, decode(), qp.rq.depth() as usize);
             } else {
                 let is_recv = wc.wr_id & RECV_BIT != 0;
                 qp.route(wc.wr_id & !RECV_BIT, is_recv, decode());

@@ -156,6 +156,13 @@ pub struct RecvLane<'scope, T: Transport> {
     _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
+impl<T: Transport> Drop for RecvLane<'_, T> {
+    fn drop(&mut self) {
+        // Scope and owned receives may be posted again, beside what the lane left outstanding.
+        self.qp.rq.lane.set_open(false);
+    }
+}
+
 // SAFETY: as for `SendLane`: the raw pointer names the QP that `qp` borrows, usable from any
 // thread; the lane itself posts only through `&mut self`.
 unsafe impl<T: Transport> Send for RecvLane<'_, T> {}
@@ -320,7 +327,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             ));
         }
         let (next, raw_qp) = self.open_book(shared, QueueRef::Recv(shared), "receive lane")?;
-        let depth = u64::from(shared.caps().max_recv_wr.max(1));
+        // The depth the library counts (the CQ's room is reserved for it), not what the provider
+        // may have granted on top.
+        let depth = u64::from(shared.rq.depth().max(1));
+        shared.rq.lane.set_open(true);
         // SAFETY: as in `open_send_lane`.
         let post_fn = unsafe { (*(*raw_qp.as_ptr()).context).ops.post_recv }.unwrap_or(sys::ibv_post_recv);
         let ready = std::collections::VecDeque::new();
@@ -341,7 +351,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         shared: &'scope QpShared,
     ) -> Result<SendLane<'scope, T, S>> {
         let (next, raw_qp) = self.open_book(shared, QueueRef::Send(shared), "send lane")?;
-        let depth = u64::from(shared.caps().max_send_wr.max(1));
+        // The depth the library counts (the CQ's room is reserved for it).
+        let depth = u64::from(shared.sq.depth().max(1));
         let max_run = (depth / 2).max(1);
         // SAFETY: the QP and its context are alive (borrowed for 'scope); the provider's
         // operations are set when the context is opened and never change.

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bitflags::bitflags;
@@ -116,6 +116,9 @@ pub(crate) struct QpShared {
     /// The shared receive queue receives come from, if any (then `rq` is unused).
     pub(crate) srq: Option<Arc<SrqShared>>,
     broken: AtomicBool,
+    /// What the QP reserved on its send CQ and on its receive CQ (all on the receive CQ when
+    /// they are one), freed once its completions are off them.
+    reserved: [AtomicU64; 2],
 }
 
 // SAFETY: QPs may be used from any thread (libibverbs is thread-safe); our book-keeping is
@@ -146,11 +149,16 @@ impl Drop for QpShared {
             self.rq.leak_graves();
             return;
         }
-        let retired = crate::cq::Retired { qp_num: self.qp_num, srq: self.srq.as_ref().map(Arc::downgrade) };
+        let retired = |on: &Arc<CqShared>| {
+            let i = usize::from(Arc::ptr_eq(on, recv));
+            let reserved = self.reserved[i].load(Ordering::Relaxed);
+            crate::cq::Retired { qp_num: self.qp_num, srq: self.srq.as_ref().map(Arc::downgrade), reserved }
+        };
+        let (first_cq, second_cq) = if Arc::as_ptr(send) <= Arc::as_ptr(recv) { (send, recv) } else { (recv, send) };
         if let Some(second) = second.as_mut() {
-            second.push(retired.clone());
+            second.push(retired(second_cq));
         }
-        first.push(retired);
+        first.push(retired(first_cq));
     }
 }
 
@@ -168,7 +176,12 @@ impl Pd {
     /// `ibv_create_qp`: a new queue pair of transport `T`, in RESET.
     ///
     /// # Errors
-    /// - [`Error::InvalidArgument`] for queue sizes of 0 or above the device limits;
+    /// - [`Error::InvalidArgument`] for queue sizes of 0 or above the device limits, for CQs
+    ///   of another device context or an SRQ of another PD, and when a CQ has no room left for
+    ///   the queue depths that complete on it (the send depth on the send CQ, the receive depth,
+    ///   or the SRQ's depth the first time it is attached, on the receive CQ): a CQ holds as
+    ///   many completions as every queue completing on it can have outstanding, so it can never
+    ///   overrun;
     /// - [`Error::Unsupported`] when the device does not support transport `T` (e.g.
     ///   XRC_SEND or RAW_PACKET on Soft-RoCE);
     /// - [`Error::Verb`] with `ibv_create_qp` and its errno otherwise.
@@ -275,14 +288,25 @@ impl Pd {
             rq: TrackedQueue::new(c.max_recv_wr, false),
             srq: config.srq.map(|s| Arc::clone(&s.shared)),
             broken: AtomicBool::new(false),
+            reserved: [AtomicU64::new(0), AtomicU64::new(0)],
         });
-        if let Some(srq) = &shared.srq {
-            srq.attach_cq(&shared.recv_cq);
+        // Room on the CQs for every completion the queues can have outstanding (their depths,
+        // as the library counts them), or a typed error: a CQ cannot overrun (DESIGN.md §6).
+        // On an error, dropping `shared` destroys the QP and frees what was reserved.
+        let sq_need = u64::from(c.max_send_wr);
+        let rq_need = if has_srq { 0 } else { u64::from(c.max_recv_wr) };
+        let two = !Arc::ptr_eq(&shared.send_cq, &shared.recv_cq);
+        if two {
+            shared.send_cq.register(qp_num, Arc::downgrade(&shared), sq_need)?;
+            shared.reserved[0].store(sq_need, Ordering::Relaxed);
         }
-        shared.send_cq.register(qp_num, Arc::downgrade(&shared));
-        if !Arc::ptr_eq(&shared.send_cq, &shared.recv_cq) {
-            shared.recv_cq.register(qp_num, Arc::downgrade(&shared));
+        let recv_need = if two { rq_need } else { sq_need + rq_need };
+        let register = |srq_need: u64| shared.recv_cq.register(qp_num, Arc::downgrade(&shared), recv_need + srq_need);
+        match &shared.srq {
+            Some(srq) => srq.attach_cq(&shared.recv_cq, register)?,
+            None => register(0)?,
         }
+        shared.reserved[1].store(recv_need, Ordering::Relaxed);
         Ok(Qp { shared, _type: PhantomData })
     }
 }
@@ -902,7 +926,7 @@ impl QpShared {
         // Checked under the queue's lock: a forced reset sets `broken` before it resets the QP
         // and flushes the book under this lock afterwards (`force_state`).
         self.check_usable()?;
-        let Some(seq) = sq.next_seq() else {
+        let Some(seq) = sq.next_seq_beside(1, self.sq.lane.outstanding()) else {
             return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() }.into());
         };
         if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 && sq.must_signal(0) {
@@ -935,7 +959,7 @@ impl QpShared {
         if let Err(e) = self.check_usable() {
             return (Vec::new(), Some(e));
         }
-        let Some(base) = sq.next_seq().filter(|_| sq.room_for(wrs.len())) else {
+        let Some(base) = sq.next_seq_beside(wrs.len(), self.sq.lane.outstanding()) else {
             let e = Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() };
             return (Vec::new(), Some(e));
         };
@@ -1005,7 +1029,7 @@ impl QpShared {
     ) -> std::result::Result<u64, Refused> {
         let mut sq = self.sq.lock();
         self.check_usable()?;
-        let Some(seq) = sq.next_seq() else {
+        let Some(seq) = sq.next_seq_beside(1, self.sq.lane.outstanding()) else {
             return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() }.into());
         };
         bind.wr_id = seq;
@@ -1036,7 +1060,14 @@ impl QpShared {
         }
         let mut rq = self.rq.lock();
         self.check_usable()?;
-        let Some(seq) = rq.next_seq() else {
+        if self.rq.lane.is_open() {
+            return Err(Error::invalid(
+                "ibv_post_recv",
+                format!("a receive lane is open on QP {:#x}: post its receives through the lane", self.qp_num),
+            )
+            .into());
+        }
+        let Some(seq) = rq.next_seq_beside(1, self.rq.lane.outstanding()) else {
             return Err(Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth: rq.depth() }.into());
         };
         wr.wr_id = seq | RECV_BIT;

@@ -67,7 +67,15 @@ impl WorkQueue {
 
     /// The sequence number the next request will get, if there is room for it.
     pub(crate) fn next_seq(&self) -> Option<u64> {
-        self.room_for(1).then(|| self.base + self.slots.len() as u64)
+        self.next_seq_beside(1, 0)
+    }
+
+    /// The sequence number the next of `n` requests will get, if all `n` fit beside `beside`
+    /// requests of the queue's lane still outstanding: the queue's depth bounds the two
+    /// together, as the CQ's room is reserved for the depth once (`CqShared::register`).
+    pub(crate) fn next_seq_beside(&self, n: usize, beside: u64) -> Option<u64> {
+        let beside = usize::try_from(beside).unwrap_or(usize::MAX);
+        self.room_for(n.saturating_add(beside)).then(|| self.base + self.slots.len() as u64)
     }
 
     /// Whether `n` more requests fit.
@@ -263,6 +271,8 @@ pub(crate) struct LaneBook {
     /// The completions kept until collected: a send lane's failures; a receive lane's
     /// completions that its wait did not take itself (at most the queue's depth of them).
     kept: std::sync::Mutex<Vec<(u64, Completion)>>,
+    /// A receive lane is open ([`LaneBook::set_open`]).
+    open: std::sync::atomic::AtomicBool,
 }
 
 /// What [`LaneBook::take_kept`] found.
@@ -296,6 +306,7 @@ impl LaneBook {
             covered: AtomicU64::new(LANE_BIT),
             first_error: AtomicU64::new(u64::MAX),
             kept: std::sync::Mutex::new(Vec::new()),
+            open: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -459,6 +470,18 @@ impl LaneBook {
         self.posted.load(Ordering::Acquire).saturating_sub(self.done.load(Ordering::Acquire))
     }
 
+    /// A receive lane is open on the queue (set when it opens, cleared when it is dropped; a
+    /// forgotten lane leaves it set): the lane alone posts receives then, since it counts the
+    /// queue's depth by itself.
+    pub(crate) fn set_open(&self, open: bool) {
+        self.open.store(open, Ordering::Release);
+    }
+
+    /// Whether a receive lane is open on the queue ([`LaneBook::set_open`]).
+    pub(crate) fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
     /// Whether outstanding requests remain that no completion will cover (the last ones posted
     /// were unsignaled).
     pub(crate) fn has_uncovered_tail(&self) -> bool {
@@ -480,6 +503,8 @@ impl LaneBook {
 /// their request was outstanding ("graves"), kept until the request is no longer outstanding.
 pub(crate) struct TrackedQueue {
     wq: std::sync::Mutex<WorkQueue>,
+    /// The depth the queue is kept to (the work queue's, fixed at creation).
+    depth: u32,
     /// Whether a completion also completes the earlier requests (send queues).
     ordered: bool,
     graves: std::sync::Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
@@ -497,11 +522,18 @@ impl TrackedQueue {
     pub(crate) fn new(depth: u32, ordered: bool) -> Self {
         TrackedQueue {
             wq: std::sync::Mutex::new(WorkQueue::new(depth)),
+            depth,
             ordered,
             graves: std::sync::Mutex::new(Vec::new()),
             grave_count: std::sync::atomic::AtomicUsize::new(0),
             lane: LaneBook::new(),
         }
+    }
+
+    /// The depth the library keeps the queue to (what the program asked for at creation; the
+    /// provider may have granted more).
+    pub(crate) fn depth(&self) -> u32 {
+        self.depth
     }
 
     /// The queue, locked, for posting.

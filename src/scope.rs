@@ -430,7 +430,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// lane and receives here).
     ///
     /// # Errors
-    /// As for [`Scope::post_recv`].
+    /// As for [`Scope::post_recv`]; [`Error::InvalidArgument`] while a receive lane is open on
+    /// the QP (it alone counts the receive queue's depth: post through it).
     ///
     /// See ibv_post_recv(3).
     #[doc(alias = "ibv_post_recv")]

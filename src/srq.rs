@@ -59,6 +59,13 @@ impl Drop for SrqShared {
         let ret = unsafe { sys::ibv_destroy_srq(self.srq.as_ptr()) };
         if ret != 0 {
             self.rq.leak_graves();
+            return;
+        }
+        // The SRQ's reservations on its CQs are freed once its completions are off them.
+        for cq in lock(&self.cqs).iter().filter_map(Weak::upgrade) {
+            let gone =
+                crate::cq::Retired { qp_num: crate::cq::Retired::NO_QP, srq: None, reserved: u64::from(self.max_wr) };
+            cq.retired().push(gone);
         }
     }
 }
@@ -199,12 +206,18 @@ impl Srq {
 }
 
 impl SrqShared {
-    pub(crate) fn attach_cq(&self, cq: &Arc<CqShared>) {
+    /// A QP taking its receives from this SRQ completes them on `cq`: `register` registers the
+    /// QP there, given the extra capacity the SRQ needs on `cq` (its depth, the first time it
+    /// is attached to `cq`; the reservation lasts until the SRQ is destroyed).
+    pub(crate) fn attach_cq(&self, cq: &Arc<CqShared>, register: impl FnOnce(u64) -> Result<()>) -> Result<()> {
         let mut cqs = lock(&self.cqs);
         cqs.retain(|w| w.strong_count() > 0);
-        if !cqs.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq))) {
+        let new = !cqs.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq)));
+        register(if new { u64::from(self.max_wr) } else { 0 })?;
+        if new {
             cqs.push(Arc::downgrade(cq));
         }
+        Ok(())
     }
 
     /// Polls every CQ an attached QP receives on; returns how many completions were polled.

@@ -164,7 +164,7 @@ fn a_new_qp_never_inherits_a_destroyed_qps_completions() {
     // that reuses the number.
     let r = rig();
     let ch = r._ctx.create_comp_channel().unwrap();
-    let stale_cq = r._ctx.create_cq_with_channel(64, &ch).unwrap();
+    let stale_cq = r._ctx.create_cq_with_channel(256, &ch).unwrap();
     let pair = rc_pair(&r.pd, &stale_cq, &r.cq, QpAccess::empty(), QpCaps::default());
     let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap().into_chunks(64).unwrap().remove(0);
     src.as_mut_slice().fill(1);

@@ -63,8 +63,8 @@ fn rig_with(both_on_channel: bool) -> Rig {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let ch = ctx.create_comp_channel().unwrap();
-    let cq_a = if both_on_channel { ctx.create_cq_with_channel(64, &ch) } else { ctx.create_cq(64) }.unwrap();
-    let cq_b = ctx.create_cq_with_channel(64, &ch).unwrap();
+    let cq_a = if both_on_channel { ctx.create_cq_with_channel(256, &ch) } else { ctx.create_cq(256) }.unwrap();
+    let cq_b = ctx.create_cq_with_channel(256, &ch).unwrap();
     let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::empty(), QpCaps::default());
     Rig { ctx, pd, ch, cq_a, cq_b, pair }
 }

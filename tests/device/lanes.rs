@@ -226,7 +226,8 @@ fn a_post_list_is_checked_whole_and_keeps_the_unsignaled_run_short() {
     let r = rig();
     let caps = QpCaps { max_send_wr: 16, ..QpCaps::default() };
     let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps);
-    let depth = p.a.caps().max_send_wr as usize;
+    // The lane keeps the depth asked for (the provider may grant more).
+    let depth = caps.max_send_wr as usize;
     let max_run = (depth / 2).max(1);
     let src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     let target = r.pd.alloc_mr(64, access::LOCAL_REMOTE_WRITE).unwrap();
@@ -658,8 +659,9 @@ fn a_full_send_queue_is_queue_full_until_tokens_are_collected() {
     let r = rig();
     let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, shallow());
     let qpn = p.a.qp_num();
-    let depth = p.a.caps().max_send_wr as usize;
-    assert!(depth >= 8, "granted {depth}");
+    // The lane keeps the depth asked for (the provider may grant more).
+    let depth = shallow().max_send_wr as usize;
+    assert!(depth >= 8, "asked {depth}");
     let mut src = r.pd.alloc_mr(4 * 64, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, 64);
     let target = r.pd.alloc_mr(4 * 64, access::REMOTE_RW).unwrap();
@@ -727,7 +729,7 @@ fn a_full_send_queue_is_queue_full_until_tokens_are_collected() {
 fn forced_signals_keep_an_all_unsignaled_lane_from_deadlocking() {
     let r = rig();
     let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, shallow());
-    let depth = p.a.caps().max_send_wr as usize;
+    let depth = shallow().max_send_wr as usize; // the lane keeps the depth asked for
     let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, 64);
     let target = r.pd.alloc_mr(64, access::REMOTE_RW).unwrap();

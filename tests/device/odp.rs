@@ -51,7 +51,7 @@ fn odp_rig() -> (Context, Pd, Cq, RcPair, typed_verbs::odp::OdpCap<RC>) {
         .check::<RC>(OdpOps::SEND | OdpOps::RECV | OdpOps::WRITE | OdpOps::READ)
         .unwrap_or_else(|e| panic!("this test needs a device with ODP on RC: {e}"));
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, QpCaps::default());
     (ctx, pd, cq, p, cap)
 }

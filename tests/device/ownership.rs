@@ -57,7 +57,7 @@ fn a_batch_of_1000_unsignaled_writes_with_the_last_signaled() {
 fn owned_receives_posted_in_init_survive_the_transitions() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let (ea, eb) = (a.endpoint(PORT, gid_index(), 1).unwrap(), b.endpoint(PORT, gid_index(), 2).unwrap());
@@ -91,7 +91,7 @@ fn owned_receives_posted_in_init_survive_the_transitions() {
 fn a_flush_hands_every_owned_buffer_back_with_a_flush_status() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
     let chunks = pd.alloc_mr(8 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
     let addrs: Vec<u64> = chunks.iter().map(|c| c.addr()).collect();
@@ -112,7 +112,7 @@ fn a_flush_hands_every_owned_buffer_back_with_a_flush_status() {
 fn a_dropped_owned_token_parks_its_buffer_until_the_device_is_done() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
     let mut chunks = pd.alloc_mr(2 * 128, access::LOCAL_RW).unwrap().into_chunks(128).unwrap();
     let keep = chunks.pop().unwrap();
@@ -140,7 +140,7 @@ fn a_dropped_owned_token_parks_its_buffer_until_the_device_is_done() {
 fn a_scope_with_receives_still_posted_ends_cleanly_after_a_flush() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
     let mut rbuf = pd.alloc_mr(1024, access::LOCAL_RW).unwrap();
     let r = scope(|s| {
@@ -158,7 +158,7 @@ fn a_scope_with_receives_still_posted_ends_cleanly_after_a_flush() {
 fn a_bounded_wait_times_out_and_gives_the_token_back() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
     let chunk = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
     let t = p.b.post_recv_owned(Recv::new(chunk)).unwrap();
@@ -236,7 +236,7 @@ fn an_srq_shared_by_two_qps() {
 fn an_armed_srq_limit_reports_srq_limit_reached() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let srq = pd.create_srq(16).unwrap();
     let r = pd.create_qp::<RC>(&QpConfig::new(&cq).srq(&srq)).unwrap();
     let s = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
@@ -276,7 +276,7 @@ fn an_armed_srq_limit_reports_srq_limit_reached() {
 fn poll_into_reports_a_batch_and_the_tokens_still_hand_over_once() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE, QpCaps::default());
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(2);

@@ -76,7 +76,7 @@ fn send_ok(pd: &Pd, a: &Qp<RC, RTS>, b: &Qp<RC, RTS>, len: usize, seed: u8) {
 fn rnr_retry_exceeded_then_flush_then_reset_and_reconnect() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0x10).unwrap();
@@ -124,7 +124,7 @@ fn rnr_retry_exceeded_then_flush_then_reset_and_reconnect() {
 fn dead_peer_retry_exceeded_hands_the_buffers_back_then_reconnect_to_a_new_peer() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0x100).unwrap();
@@ -200,7 +200,7 @@ fn dead_peer_retry_exceeded_hands_the_buffers_back_then_reconnect_to_a_new_peer(
 fn a_scope_that_cannot_drain_a_dead_peer_breaks_the_qp_until_it_is_reset() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0x900).unwrap();
@@ -382,7 +382,7 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
 fn rc_receive_buffer_too_small_fails_both_sides() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     fill(&mut src, 7);
@@ -420,7 +420,7 @@ fn faa_status(
 ) -> WcStatus {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0x500).unwrap();
@@ -467,7 +467,7 @@ fn atomic_towards_a_qp_without_remote_atomic_access_is_a_remote_invalid_request(
 fn a_path_mtu_above_the_port_mtu_is_refused_and_the_qp_stays_in_init() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let cq = ctx.create_cq(256).unwrap();
     let active = ctx.query_port(PORT).unwrap().active_mtu().expect("an active MTU");
     assert!(active < Mtu::Mtu4096, "this test needs a port MTU below 4096 (rxe over veth: 1024), got {active:?}");
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();

@@ -22,7 +22,8 @@ struct Rig {
 fn rig() -> Rig {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256).unwrap();
+    // Room for the rig's pair and a second pair of default depths (the tests that need one).
+    let cq = ctx.create_cq(512).unwrap();
     let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
     let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, caps);
     let target = pd.alloc_mr(8192, access::WINDOW_BINDABLE).unwrap();
