@@ -334,7 +334,7 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
     /// See ibv_reg_mr(3), ibv_dereg_mr.
     #[doc(alias = "ibv_dereg_mr")]
     pub fn deregister(self) -> std::result::Result<(), (Error, Self)> {
-        let this = std::mem::ManuallyDrop::new(self);
+        let mut this = std::mem::ManuallyDrop::new(self);
         // SAFETY: the registration is valid and deregistered at most once (`this` is not
         // dropped; on failure it is handed back).
         let ret = unsafe { sys::ibv_dereg_mr(this.mr.as_ptr()) };
@@ -342,10 +342,11 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
             let err = Error::from_ret(Verb::DeregMr, format!("region at {:#x}, {} bytes", this.addr(), this.len), ret);
             return Err((err, std::mem::ManuallyDrop::into_inner(this)));
         }
-        // SAFETY: deregistered, so the device no longer uses the memory; `pd` is dropped once.
+        // SAFETY: deregistered, so the device no longer uses the memory; `pd` is dropped once,
+        // through an exclusive borrow (`this` is never dropped, and its other fields need no drop).
         unsafe {
             this.free_memory();
-            std::ptr::drop_in_place(&this.pd as *const Arc<PdInner> as *mut Arc<PdInner>);
+            std::ptr::drop_in_place(&mut this.pd);
         }
         Ok(())
     }
@@ -518,14 +519,9 @@ impl<'a> From<LocalBufMut<'a>> for LocalBuf<'a> {
     }
 }
 
-// SAFETY: `LocalBuf` is a shared borrow of registered memory, like `&[u8]`.
-unsafe impl Send for LocalBuf<'_> {}
-// SAFETY: as above.
-unsafe impl Sync for LocalBuf<'_> {}
-// SAFETY: `LocalBufMut` is an exclusive borrow of registered memory, like `&mut [u8]`.
-unsafe impl Send for LocalBufMut<'_> {}
-// SAFETY: `&LocalBufMut` only reads (volatile).
-unsafe impl Sync for LocalBufMut<'_> {}
+// `LocalBuf` and `LocalBufMut` are `Send + Sync` automatically, like `&[u8]` and `&mut [u8]`:
+// they hold integers and a `PhantomData` borrow, no pointer. (An `unsafe impl` here would keep
+// them so even if a raw pointer field were added.)
 
 /// A remote region as a peer names it: address, length and rkey, typed by the access rights
 /// `A` of the region (or window) the rkey belongs to.

@@ -919,8 +919,9 @@ impl QpShared {
     /// Every scatter/gather entry of `wr` must name registered memory that stays valid, and is
     /// not written by the program while the device reads it (nor accessed at all while the
     /// device writes it), until the returned sequence number has completed or the QP has been
-    /// reset. `wr.next` must be null. Pointers in `wr` (sg_list, ah, mw) must be valid for the
-    /// duration of the call.
+    /// reset. The objects `wr` points at (the UD address handle; a type 2 bind's window and
+    /// region) must stay alive until then too, and `sg_list` for the duration of the call.
+    /// (`wr.next` and `wr.wr_id` are overwritten here: exactly one request is posted.)
     pub(crate) unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr, owner: u64) -> std::result::Result<u64, Refused> {
         let mut sq = self.sq.lock();
         // Checked under the queue's lock: a forced reset sets `broken` before it resets the QP
