@@ -10,6 +10,7 @@ mod attacks;
 mod basics;
 mod channels;
 mod events;
+mod hostile;
 mod interop;
 mod lanes;
 mod leaks;

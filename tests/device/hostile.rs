@@ -1,0 +1,342 @@
+//! Hostile programs, in safe code only, aimed at the promise "if it compiles in safe Rust, it
+//! is sound": the device must never write memory that was freed, handed out or lent elsewhere,
+//! and memory must never be freed while the device may still use it. Each test asserts the
+//! correct behaviour; sentinels (bytes that must not change once a buffer is handed back) make a
+//! late device write visible.
+//!
+//! - A window whose rkey value comes round again (256 rebinds of one type 2 window): a stale
+//!   SEND_WITH_INV completion must not turn the rebound window into an "unbound" `Mw`, which
+//!   would end the region's borrow while a peer can still write through it.
+//! - An SRQ receive consumed by a QP that is then destroyed: its completion stays in the CQ and
+//!   must still reach the SRQ's token (and a dropped token's chunk must stay parked until then).
+//! - A QP forced to RESET by another thread's scope: the receives of this thread's scope come
+//!   back, and the device never writes them afterwards.
+//! - `Scope::flush` and then reuse of the flushed QP in the same scope.
+//! - A forgotten lane, prepared READ and token: the scope returns only once the device is done.
+//! - A type 2 bind whose token is dropped: the window is parked until the bind completed, then
+//!   deallocated (the region deregisters, the advertised rkey is dead).
+//! - A prepared receive posted twice: not handed out before its second post completed.
+
+use std::sync::Barrier;
+use std::time::Duration;
+
+use typed_verbs::access::{self, window};
+use typed_verbs::mw::{Type2, WindowAdvert};
+use typed_verbs::prelude::*;
+use typed_verbs::wr::{BindMw, LocalInv, SendInv};
+
+use crate::common::*;
+
+/// An RC pair whose side `a` gives up quickly on a dead peer (timeout 10, one retry: ~30 ms on
+/// rxe), so that sends towards a QP in ERR or RESET fail instead of retrying forever.
+fn quick_pair(pd: &Pd, cq: &Cq, access: QpAccess, caps: QpCaps) -> RcPair {
+    let a = pd.create_qp::<RC>(&QpConfig::new(cq).caps(caps)).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(cq).caps(caps)).unwrap();
+    let ea = a.endpoint(PORT, gid_index(), 0x100).unwrap();
+    let eb = b.endpoint(PORT, gid_index(), 0x200).unwrap();
+    let a = connect_rc_with(
+        a,
+        access,
+        &ea,
+        &eb,
+        |_| {},
+        |rts| {
+            rts.timeout = 10;
+            rts.retry_cnt = 1;
+            rts.rnr_retry = 1;
+        },
+    );
+    let b = connect_rc(b, access, &eb, &ea);
+    RcPair { a, b }
+}
+
+/// Sends 16 bytes of 0x11 from `qp` (towards a peer that cannot receive them) and returns the
+/// completion status; the send must not succeed.
+fn send_into_the_void(qp: &Qp<RC, RTS>, pd: &Pd) -> WcStatus {
+    let mut src = pd.alloc_mr(16, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(0x11);
+    scope(|s| {
+        let t = s.post_send(qp, Send::new(src.slice(..).unwrap())).unwrap();
+        s.wait(t, WAIT).unwrap().0.status()
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_recycled_invalidation_completion_does_not_unbind_a_rebound_window() {
+    // The receiver of a SEND_WITH_INV hands `BoundMw::invalidated_by` the receive completion; it
+    // compares only the rkey value. A type 2 window's rkey is `ibv_inc_rkey` of the last one:
+    // 256 bindings later the value comes round. A completion kept from the first binding's
+    // invalidation (`Completion` is `Copy`) must not unbind the 257th binding.
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let mut target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
+    target.write_volatile_from(0, &[0x5a; 4096]).unwrap();
+    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(0x77);
+    let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+
+    let bind = |mw: typed_verbs::mw::Mw<Type2>| {
+        scope(|s| {
+            let t = s.post_send(&p.b, BindMw::new(mw, &target, 0, 4096, window::WRITE)).unwrap();
+            s.wait(t, WAIT).unwrap().1.expect("bind")
+        })
+        .unwrap()
+    };
+    // Binding 0, invalidated by the peer's SEND_WITH_INV: keep that completion.
+    let bound = bind(pd.alloc_mw::<Type2>().unwrap());
+    let first_rkey = bound.rkey();
+    let (old, _) = scope(|s| {
+        let rt = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), first_rkey)).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        s.wait(rt, WAIT).unwrap()
+    })
+    .unwrap();
+    assert_eq!(old.invalidated_rkey(), Some(first_rkey), "{old:?}");
+    let mut mw = bound.invalidated_by(&old).expect("the first binding was invalidated");
+    // Bindings 1..=255, each invalidated locally.
+    for _ in 1..256 {
+        let bound = bind(mw);
+        mw = scope(|s| {
+            let t = s.post_send(&p.b, LocalInv::new(bound)).unwrap();
+            s.wait(t, WAIT).unwrap().1.expect("local invalidation")
+        })
+        .unwrap();
+    }
+    // Binding 256: the rkey value of binding 0 again, bound, never invalidated.
+    let bound = bind(mw);
+    assert_eq!(bound.rkey(), first_rkey, "the rkey value came round");
+    let remote = bound.remote(..).unwrap();
+    let mw = match bound.invalidated_by(&old) {
+        Err(still_bound) => {
+            drop(still_bound);
+            return;
+        }
+        Ok(mw) => mw,
+    };
+    // The window is typed unbound and the region is no longer borrowed, but a peer still
+    // writes through the rkey, and the region cannot be deregistered.
+    let status = scope(|s| {
+        let t = s.post_send(&p.a, Write::new(src.slice(..64).unwrap(), remote.slice(0, 64).unwrap())).unwrap();
+        s.wait(t, WAIT).unwrap().0.status()
+    })
+    .unwrap();
+    let mut seen = [0u8; 64];
+    target.read_volatile_into(0, &mut seen).unwrap();
+    let dereg = target.deregister().map(|()| "deregistered").map_err(|(e, mr)| {
+        std::mem::forget(mr); // a window is bound to it: never freed
+        e
+    });
+    drop(mw);
+    panic!(
+        "a stale SEND_WITH_INV completion unbound a live window: a peer WRITE through its rkey then \
+         completed with {status:?} (target byte 0 now {:#x}), and deregistering the no-longer-borrowed \
+         region gave {dereg:?}",
+        seen[0]
+    );
+}
+
+#[test]
+fn an_srq_receive_consumed_by_a_destroyed_qp_still_completes_on_its_token() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let srq = pd.create_srq(16).unwrap();
+    let caps = QpCaps { max_recv_wr: 0, max_recv_sge: 0, ..QpCaps::default() };
+    let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps).srq(&srq)).unwrap();
+    let (ea, eb) = (a.endpoint(PORT, gid_index(), 1).unwrap(), b.endpoint(PORT, gid_index(), 2).unwrap());
+    let a = connect_rc(a, QpAccess::empty(), &ea, &eb);
+    let b = connect_rc(b, QpAccess::empty(), &eb, &ea);
+    // Two receives, each the only chunk of its region: the first kept, the second dropped.
+    let chunk = |fill: u8| {
+        let mut c = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
+        c.as_mut_slice().fill(fill);
+        c
+    };
+    let kept = srq.post_recv_owned(Recv::new(chunk(0x5a))).unwrap();
+    let dropped = srq.post_recv_owned(Recv::new(chunk(0x5a))).unwrap();
+    drop(dropped);
+    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    for tag in [1u8, 2] {
+        src.as_mut_slice().fill(tag);
+        scope(|s| {
+            let t = s.post_send(&a, Send::new(src.slice(..).unwrap())).unwrap();
+            // The send completed: the receive on b's side is complete on the device, its
+            // completion sits in the CQ, unpolled by anyone but this wait.
+            assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        })
+        .unwrap();
+    }
+    // b is destroyed with its receive completions (the SRQ's) still in the CQ.
+    drop(b);
+    let (c, buf) = kept.wait(WAIT).expect("the SRQ receive's completion reaches its token");
+    assert!(c.is_success(), "{c:?}");
+    assert!(buf.as_slice().iter().all(|&x| x == 1), "the first message landed in the kept receive");
+    // The dropped token's receive completed too: nothing is outstanding on the SRQ.
+    assert_eq!(srq.outstanding(), 0);
+    // A new QP on the CQ finds nothing stale.
+    let fresh = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    assert_eq!(cq.progress().unwrap(), 0);
+    drop((fresh, a));
+}
+
+#[test]
+fn a_forced_reset_by_another_threads_scope_never_lets_the_device_write_a_handed_back_buffer() {
+    let r = rig();
+    let p = quick_pair(&r.pd, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut dst = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    dst.as_mut_slice().fill(0x5a);
+    let src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    let posted = Barrier::new(2);
+    let (mine, theirs) = std::thread::scope(|t| {
+        let mine = t.spawn(|| {
+            scope(|s| {
+                let rt = s.post_recv(&p.b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+                posted.wait();
+                let (c, _buf) = s.wait(rt, WAIT).unwrap();
+                c.status()
+            })
+        });
+        let theirs = t.spawn(|| {
+            posted.wait();
+            // An unsignaled send ends this scope: its drain flushes and resets the shared QP.
+            scope(|s| drop(s.post_send(&p.b, Send::new(src.slice(..8).unwrap()).unsignaled()).unwrap()))
+        });
+        (mine.join().unwrap(), theirs.join().unwrap())
+    });
+    assert!(matches!(theirs, Err(Error::QpBroken { .. })), "{theirs:?}");
+    let status = mine.expect("this thread's scope drained its own receive");
+    assert_eq!(status, WcStatus::WrFlushErr, "the receive came back by the flush");
+    // The peer's message must not reach the handed-back buffer.
+    assert_ne!(send_into_the_void(&p.a, &r.pd), WcStatus::Success);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(dst.as_slice().iter().all(|&x| x == 0x5a), "the device wrote a buffer it had handed back");
+}
+
+#[test]
+fn a_flushed_qp_reused_in_the_same_scope_never_writes_a_handed_back_buffer() {
+    let r = rig();
+    let p = quick_pair(&r.pd, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut dst = r.pd.alloc_mr(128, access::LOCAL_RW).unwrap();
+    dst.as_mut_slice().fill(0x5a);
+    // A short drain: a receive posted on the flushed QP is not flushed by rxe 6.12 (it stays
+    // posted on the QP in ERR), so the drain ends by resetting the QP.
+    let ended = scope_with_timeout(Duration::from_secs(2), |s| {
+        let (first, second) = dst.slice_mut(..).unwrap().split_at(64).unwrap();
+        let t = s.post_recv(&p.b, Recv::new(first)).unwrap();
+        s.flush(&p.b, WAIT).unwrap();
+        let (c, first) = s.wait(t, WAIT).unwrap();
+        assert_eq!(c.status(), WcStatus::WrFlushErr);
+        // The QP is in ERR (its type still says RTS): post again.
+        let t = s.post_recv(&p.b, Recv::new(second)).unwrap();
+        // A message for the flushed QP lands nowhere.
+        assert_ne!(send_into_the_void(&p.a, &r.pd), WcStatus::Success);
+        let mut seen = [0u8; 64];
+        first.read_volatile_into(&mut seen);
+        assert_eq!(seen, [0x5a; 64], "the device wrote a flushed receive buffer");
+        match s.wait(t, Duration::from_millis(200)) {
+            Ok((c, _)) => assert_eq!(c.status(), WcStatus::WrFlushErr),
+            Err(e) => assert!(matches!(e.error, Error::Timeout { .. }), "{e:?}"),
+        }
+    });
+    assert!(matches!(ended, Ok(()) | Err(Error::QpBroken { .. })), "{ended:?}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(dst.as_slice().iter().all(|&x| x == 0x5a), "the device wrote a receive buffer of a flushed QP");
+}
+
+#[test]
+fn a_forgotten_lane_read_has_finished_when_its_scope_returns() {
+    const LEN: usize = 1 << 20;
+    let r = rig();
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, QpCaps::default());
+    let mut remote = r.pd.alloc_mr(LEN, access::REMOTE_READ_ONLY).unwrap();
+    fill(&mut remote, 3);
+    let mut local = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let mut lane = s.send_lane(&mut p.a).unwrap();
+        let mut read = lane.prepare(Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+        let t = lane.post(&mut read).unwrap();
+        std::mem::forget(t);
+        std::mem::forget(read);
+        std::mem::forget(lane);
+    })
+    .expect("a signaled READ drains");
+    // The scope returned: the device is done with `local`, all of it.
+    assert!(local.as_slice() == remote.as_slice(), "the scope returned before the READ finished");
+    fill(&mut remote, 99);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(local.as_slice() != remote.as_slice(), "the device read into `local` after its scope returned");
+}
+
+#[test]
+fn a_dropped_type2_bind_token_parks_its_window_until_the_bind_completed() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
+    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE, caps);
+    let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
+    let mut advert_buf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let advert = scope(|s| {
+        let rt = s.post_recv(&p.a, Recv::new(advert_buf.slice_mut(..).unwrap())).unwrap();
+        let mw = pd.alloc_mw::<Type2>().unwrap();
+        let t = s.post_send(&p.b, BindMw::new(mw, &target, 0, 4096, window::WRITE)).unwrap();
+        let adv = s.advertise_window(&p.b, &t).unwrap();
+        drop(t);
+        assert!(p.b.parked_buffers() <= 1);
+        assert!(s.wait(adv, WAIT).unwrap().0.is_success());
+        let (c, buf) = s.wait(rt, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        let mut bytes = [0u8; WindowAdvert::LEN];
+        buf.read_volatile_into(&mut bytes);
+        WindowAdvert::decode(&bytes).unwrap()
+    })
+    .unwrap();
+    // The advertisement was sent after the bind on its QP: the bind completed first, so the
+    // parked window was released and deallocated by then (at the latest, by the scope's drain).
+    let _ = cq.progress();
+    assert_eq!(p.b.parked_buffers(), 0);
+    let remote = advert.remote::<window::Write>().unwrap();
+    let src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    let status = scope(|s| {
+        let t = s.post_send(&p.a, Write::new(src.slice(..).unwrap(), remote.slice(0, 64).unwrap())).unwrap();
+        s.wait(t, WAIT).unwrap().0.status()
+    })
+    .unwrap();
+    assert_eq!(status, WcStatus::RemAccessErr, "the deallocated window's rkey is dead");
+    target.deregister().map_err(|(e, _)| e).expect("no window is left bound to the region");
+}
+
+#[test]
+fn a_prepared_receive_posted_twice_is_not_handed_out_before_its_second_post_completed() {
+    let r = rig();
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut src = r.pd.alloc_mr(16, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(1);
+    let mut src2 = r.pd.alloc_mr(16, access::LOCAL_READ).unwrap();
+    src2.as_mut_slice().fill(2);
+    let mut dst = r.pd.alloc_mr(16, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let mut recv = s.recv_lane(&mut p.b).unwrap();
+        let mut prepared = recv.prepare(Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let t1 = recv.post(&mut prepared).unwrap();
+        let t2 = recv.post(&mut prepared).unwrap();
+        let sent = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        assert!(s.wait(sent, WAIT).unwrap().0.is_success());
+        assert!(recv.wait(t1, WAIT).unwrap().is_success());
+        // The first post completed, the second may still be written by the device.
+        assert!(prepared.received().is_none(), "handed out while its second post is outstanding");
+        let prepared = prepared.into_inner().expect_err("its second post is outstanding");
+        let sent = s.post_send(&p.a, Send::new(src2.slice(..).unwrap())).unwrap();
+        assert!(s.wait(sent, WAIT).unwrap().0.is_success());
+        assert!(recv.wait(t2, WAIT).unwrap().is_success());
+        let mut got = [0u8; 16];
+        prepared.received().expect("both posts completed").read_volatile_into(&mut got);
+        assert_eq!(got, [2; 16]);
+    })
+    .unwrap();
+}
