@@ -377,7 +377,7 @@ impl CqShared {
     #[inline(always)]
     pub(crate) fn poll_for_lane(&self, qp: &QpShared) -> i32 {
         let routes = self.routes.lock();
-        let mut slot = std::mem::MaybeUninit::uninit();
+        let mut slot = sys::ibv_wc::default();
         let wc = match self.poll_one(&mut slot) {
             Ok(wc) => wc,
             Err(n) => return n,
@@ -407,7 +407,7 @@ impl CqShared {
         mine: &mut Option<Completion>,
     ) -> i32 {
         let routes = self.routes.lock();
-        let mut slot = std::mem::MaybeUninit::uninit();
+        let mut slot = sys::ibv_wc::default();
         let wc = match self.poll_one(&mut slot) {
             Ok(wc) => wc,
             Err(n) => return n,
@@ -447,17 +447,17 @@ impl CqShared {
     /// single entry keeps the path short (no batch loop). The completion, or what
     /// `ibv_poll_cq` returned when it is not 1 (0: empty; negative: a failure).
     #[inline(always)]
-    fn poll_one<'w>(
-        &self,
-        slot: &'w mut std::mem::MaybeUninit<sys::ibv_wc>,
-    ) -> std::result::Result<&'w sys::ibv_wc, i32> {
-        // SAFETY: the CQ is alive; `slot` has room for the one entry asked for.
-        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), 1, slot.as_mut_ptr()) };
+    ///
+    /// `slot` is an initialised (zeroed) entry: for a failed completion the provider defines
+    /// only `wr_id`, `status`, `qp_num` and `vendor_err` (ibv_poll_cq(3)) and may leave the
+    /// other fields as they were, and every field is read when the entry is decoded.
+    fn poll_one<'w>(&self, slot: &'w mut sys::ibv_wc) -> std::result::Result<&'w sys::ibv_wc, i32> {
+        // SAFETY: the CQ is alive; `slot` is one valid entry, room for the one asked for.
+        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), 1, slot) };
         if n <= 0 {
             return Err(n);
         }
-        // SAFETY: ibv_poll_cq(3) filled the entry (it returned 1, the most it may return).
-        Ok(unsafe { slot.assume_init_ref() })
+        Ok(slot)
     }
 
     /// [`CqShared::route`], out of line.
@@ -485,18 +485,19 @@ impl CqShared {
     #[inline(always)]
     fn poll_locked(&self, want: usize, mut each: impl FnMut(usize, &sys::ibv_wc)) -> Result<usize> {
         let want = want.min(POLL_BATCH);
-        let mut wcs = [std::mem::MaybeUninit::<sys::ibv_wc>::uninit(); POLL_BATCH];
-        // SAFETY: the CQ is alive; `wcs` has room for `want <= POLL_BATCH` entries
-        // (`MaybeUninit<ibv_wc>` has the layout of `ibv_wc`).
-        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr().cast()) };
+        // Initialised (zeroed): for a failed completion the provider defines only wr_id,
+        // status, qp_num and vendor_err (ibv_poll_cq(3)) and may leave the other fields
+        // unwritten, and every field is read when the entry is decoded.
+        let mut wcs = [sys::ibv_wc::default(); POLL_BATCH];
+        // SAFETY: the CQ is alive; `wcs` holds `want <= POLL_BATCH` valid entries.
+        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr()) };
         if n < 0 {
             return Err(self.poll_failed(n));
         }
         // A provider never returns more than asked; clamp anyway so a faulty one cannot panic us.
         let n = (n as usize).min(want);
         for (i, wc) in wcs[..n].iter().enumerate() {
-            // SAFETY: ibv_poll_cq(3) filled the first `n` entries.
-            each(i, unsafe { wc.assume_init_ref() });
+            each(i, wc);
         }
         Ok(n)
     }

@@ -790,7 +790,8 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
             return Err(PostError { error, wr: Some(wr) });
         }
         let sge = wr.buf.sge();
-        let mut raw = Box::new(RawRecvWr { wr: sys::ibv_recv_wr { num_sge: 1, ..Default::default() }, sge });
+        let num_sge = crate::mr::sge_count(&sge);
+        let mut raw = Box::new(RawRecvWr { wr: sys::ibv_recv_wr { num_sge, ..Default::default() }, sge });
         raw.wr.sg_list = &mut raw.sge;
         Ok(PreparedRecv { raw, qp: self.qp, last: None, buf: wr.buf, _scope: PhantomData })
     }

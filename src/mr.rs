@@ -709,6 +709,12 @@ mod local_sealed {
     pub trait Sealed {}
 }
 
+/// The number of scatter/gather entries for `sge`: none for zero bytes. Some devices read a
+/// zero byte count in a data segment as 2 GiB, so an empty view must not become an entry.
+pub(crate) fn sge_count(sge: &sys::ibv_sge) -> i32 {
+    i32::from(sge.length != 0)
+}
+
 /// Memory the local device may read for a work request (a send or RDMA WRITE source):
 /// [`LocalBuf`], [`LocalBufMut`], [`Chunk`]. Sealed.
 pub trait LocalSource: local_sealed::Sealed + crate::scope::Completes {

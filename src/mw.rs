@@ -202,6 +202,9 @@ pub struct BoundMw<'m, K: MwType, R> {
     rkey: u32,
     addr: u64,
     len: u64,
+    /// The last invalidation decoded before this binding existed: only a later one can be its
+    /// own (a type 2 rkey repeats every 256 bindings of the window).
+    bound_after: u64,
     _region: RegionBorrow<'m>,
     _rights: PhantomData<fn() -> R>,
 }
@@ -250,7 +253,8 @@ unsafe impl Sync for RawMr {}
 
 impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
     pub(crate) fn new(mw: Mw<K>, mr: RawMr, rkey: u32, addr: u64, len: u64) -> Self {
-        BoundMw { mw, mr, rkey, addr, len, _region: RegionBorrow::new(), _rights: PhantomData }
+        let bound_after = crate::wc::invalidations_so_far();
+        BoundMw { mw, mr, rkey, addr, len, bound_after, _region: RegionBorrow::new(), _rights: PhantomData }
     }
 
     /// The region the window is bound to. A zero-length bind names it although the bind ignores
@@ -291,13 +295,26 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
     /// the window is bound to) invalidated this window's rkey (`IBV_WC_WITH_INV`), the window
     /// is unbound and handed back; otherwise it is still bound and handed back as is.
     ///
+    /// Only an invalidating completion the library decoded after this binding's own bind
+    /// completion can unbind it: a type 2 window's rkey repeats every 256 bindings, and an
+    /// older completion with the same rkey (kept, since `Completion` is `Copy`) must not
+    /// unbind a live binding. (A SEND_WITH_INV whose receive completion was collected before
+    /// the bind's completion is therefore not accepted; the window then stays typed bound until
+    /// it is dropped, which deallocates it.)
+    ///
     /// # Errors
     /// `Err(self)` when the completion did not invalidate this window.
     pub fn invalidated_by(self, completion: &Completion) -> std::result::Result<Mw<K>, Self>
     where
         K: crate::mw::Invalidatable,
     {
-        if completion.is_success() && completion.invalidated_rkey() == Some(self.rkey) {
+        // The rkey alone could be a stale completion's: the same window's rkey repeats every
+        // 256 bindings, and a `Completion` can be kept and shown again. Only an invalidation
+        // decoded after this binding existed can be this binding's.
+        if completion.is_success()
+            && completion.invalidated_rkey() == Some(self.rkey)
+            && completion.invalidation_serial() > self.bound_after
+        {
             Ok(self.mw)
         } else {
             Err(self)

@@ -197,7 +197,8 @@ impl<T: Transport, S: QpState> Qp<T, S> {
             return Err(PostError { error, wr: Some(wr) });
         }
         let mut sge = LocalSource::sge(&wr.buf);
-        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        let num_sge = crate::mr::sge_count(&sge);
+        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge, ..Default::default() };
         // SAFETY: as in `post_send_owned`: the buffer is owned and moves into the token.
         let seq = match unsafe { self.shared.post_recv(&mut raw, 0) } {
             Ok(seq) => seq,

@@ -867,18 +867,22 @@ impl QpShared {
     /// Moves the QP to ERR (flushes) or RESET (quiesce) while draining a scope.
     ///
     /// A forced RESET leaves the QP refusing posts (`broken`) until the program resets it
-    /// itself. `broken` is set before the transition, and the posting paths check it under
-    /// their queue's lock, which `flush_books` takes after the transition: a post either sees
-    /// `broken`, or is recorded before the book is flushed (and so is flushed with it).
+    /// itself. It holds both queues' locks across the transition, and the posting paths check
+    /// `broken` under them: no post is in flight during the reset, and every post after it is
+    /// refused before the provider sees it. (Lanes post without these locks, but a lane lives
+    /// inside its scope's closure, and a forced reset happens in the scope's drain, after it.)
     pub(crate) fn force_state(&self, state: sys::ibv_qp_state) -> Result<()> {
-        let to = if state == sys::IBV_QPS_RESET { "RESET" } else { "ERR" };
-        if state == sys::IBV_QPS_RESET {
-            self.broken.store(true, Ordering::Release);
+        if state != sys::IBV_QPS_RESET {
+            return self.modify(state, &StateOnly, "(draining)", "ERR");
         }
-        self.modify(state, &StateOnly, "(draining)", to)?;
-        if state == sys::IBV_QPS_RESET {
-            self.flush_books();
-        }
+        let (mut sq, mut rq) = (self.sq.lock(), self.rq.lock());
+        self.broken.store(true, Ordering::Release);
+        self.modify(state, &StateOnly, "(draining)", "RESET")?;
+        sq.force_flush(self.qp_num);
+        rq.force_flush(self.qp_num);
+        drop((sq, rq));
+        self.sq.flushed();
+        self.rq.flushed();
         Ok(())
     }
 
@@ -993,13 +997,16 @@ impl QpShared {
         // was queued: every request is treated as posted, and none as covered (no completion
         // is expected; a later signaled one, a flush or a reset settles them), so its memory
         // stays reserved until then, which is always safe.
-        let (accepted, covered) = if ret == 0 {
-            (n, true)
-        } else if bad.is_null() {
-            (n, false)
-        } else {
-            // SAFETY: `bad` points into `wrs` (ibv_post_send(3)).
-            (usize::try_from(unsafe { bad.offset_from(first) }).unwrap_or(n).min(n), true)
+        // A `bad_wr` that is not one of the list's requests names none: treated as NULL. (Its
+        // position is computed from the addresses, without assuming it points into `wrs`.)
+        let named = (bad as usize).checked_sub(first as usize).and_then(|off| {
+            let size = std::mem::size_of::<sys::ibv_send_wr>();
+            (off % size == 0 && off / size < n).then_some(off / size)
+        });
+        let (accepted, covered) = match (ret, named) {
+            (0, _) => (n, true),
+            (_, Some(i)) => (i, true),
+            (_, None) => (n, false),
         };
         let seqs = wrs[..accepted]
             .iter()

@@ -615,6 +615,13 @@ impl TrackedQueue {
     /// request completes with a synthetic flush and the graves are released.
     pub(crate) fn force_flush(&self, qp_num: u32) {
         lock(&self.wq).force_flush(qp_num);
+        self.flushed();
+    }
+
+    /// The rest of [`TrackedQueue::force_flush`] once the caller flushed the work queue itself
+    /// (under the lock it held across the reset): the lane's requests failed, the graves are
+    /// released.
+    pub(crate) fn flushed(&self) {
         self.lane.force_flush();
         lock(&self.graves).clear();
         self.grave_count.store(0, std::sync::atomic::Ordering::Release);

@@ -457,7 +457,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             return Err(PostError { error, wr: Some(wr) });
         }
         let mut sge = LocalSource::sge(&wr.buf);
-        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        let num_sge = crate::mr::sge_count(&sge);
+        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge, ..Default::default() };
         // SAFETY: as in `post_send`: the receive buffer is borrowed (or owned) for at least
         // 'scope and moves into the token; `scope` drains before returning.
         let seq = match unsafe { qp.post_recv(&mut raw, self.id) } {
@@ -632,6 +633,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         R: WindowRights,
         'm: 'scope,
     {
+        if let Err(error) = qp.shared.check_pd("ibv_bind_mw", "the window", bound.mw().pd_id()) {
+            return Err(PostError { error, wr: Some(bound) });
+        }
         // A zero-length bind ignores the region, but rdma-core 44's rxe provider dereferences
         // `bind_info.mr` unconditionally: name the region the window is bound to.
         let mut bind = sys::ibv_mw_bind {

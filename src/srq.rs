@@ -173,7 +173,8 @@ impl Srq {
             return Err(PostError { error, wr: Some(wr) });
         }
         let mut sge = LocalSource::sge(&wr.buf);
-        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        let num_sge = crate::mr::sge_count(&sge);
+        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge, ..Default::default() };
         let seq = {
             let mut rq = self.shared.rq.lock();
             let Some(seq) = rq.next_seq() else {

@@ -174,7 +174,9 @@ pub enum CompletionSource {
 // The fields from `status` to `raw_flags` are those of `struct ibv_wc` (`raw_flags` is its
 // `wc_flags`), in its order and as the provider wrote them: taking a completion off the CQ is
 // a copy, and the typed values (and the flags in libibverbs' numbering) are built only when
-// asked for. Small (40 bytes), so that it moves cheaply through the waits' return values.
+// asked for. Small (48 bytes), so that it moves cheaply through the waits' return values.
+// After them, `inv_serial` orders the invalidations the library decoded (see
+// `Completion::invalidation_serial`).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Completion {
@@ -194,10 +196,30 @@ pub struct Completion {
     pub(crate) source: CompletionSource,
     /// The numbering of `raw_flags`: [`WcFlagsQuirk::fix`] gives libibverbs'.
     flags_quirk: WcFlagsQuirk,
+    /// For a receive that invalidated an rkey (`IBV_WC_WITH_INV`), its place among every such
+    /// completion the process decoded (from 1); 0 otherwise.
+    inv_serial: u64,
+}
+
+/// How many invalidating receive completions the process has decoded: the last one's
+/// [`Completion::invalidation_serial`].
+static INVALIDATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The serial of an invalidating completion being decoded now.
+#[cold]
+#[inline(never)]
+fn next_invalidation() -> u64 {
+    INVALIDATIONS.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1
+}
+
+/// The serial of the last invalidating completion decoded so far: every completion decoded
+/// later has a greater one ([`Completion::invalidation_serial`]).
+pub(crate) fn invalidations_so_far() -> u64 {
+    INVALIDATIONS.load(std::sync::atomic::Ordering::Acquire)
 }
 
 // A copy of the `ibv_wc` fields it keeps, moved by value through the waits: keep it small.
-static_assertions::const_assert!(std::mem::size_of::<Completion>() <= 40);
+static_assertions::const_assert!(std::mem::size_of::<Completion>() <= 48);
 
 impl Default for Completion {
     fn default() -> Self {
@@ -266,6 +288,7 @@ impl Completion {
             sl: wc.sl,
             source: CompletionSource::Own,
             flags_quirk: quirk,
+            inv_serial: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 { next_invalidation() } else { 0 },
         }
     }
 
@@ -286,6 +309,7 @@ impl Completion {
             sl: 0,
             source: CompletionSource::ImpliedByLater,
             flags_quirk: WcFlagsQuirk::None,
+            inv_serial: 0,
         }
     }
 
@@ -345,6 +369,14 @@ impl Completion {
     #[inline]
     pub fn invalidated_rkey(&self) -> Option<u32> {
         (self.wc_flags() & sys::IBV_WC_WITH_INV != 0).then_some(self.imm_or_inv)
+    }
+    /// For a receive that invalidated an rkey, its place among the invalidating completions
+    /// the library decoded, in order (from 1); 0 for any other completion. A window bound
+    /// after an invalidation was decoded is not unbound by it, even when a later binding
+    /// reuses the rkey ([`BoundMw::invalidated_by`](crate::mw::BoundMw::invalidated_by)).
+    #[inline]
+    pub(crate) fn invalidation_serial(&self) -> u64 {
+        self.inv_serial
     }
     /// The local QP number.
     #[inline]

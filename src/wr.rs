@@ -68,7 +68,7 @@ impl RawSendWr {
     /// Names `local` as the request's memory, for an operation `op` (`IBV_ODP_SUPPORT_*`).
     fn local<L: LocalSource>(&mut self, local: &L, op: u32) {
         self.sge = local.sge();
-        self.num_sge = 1;
+        self.num_sge = crate::mr::sge_count(&self.sge);
         self.odp = local.odp_tag();
         self.odp_op = op;
         self.pd = Some(local.pd_id());
