@@ -7,8 +7,8 @@
 //! The queue records, for each sequence number, whether it is still pending, completed (with
 //! its [`Completion`]) or already consumed, and refuses new requests beyond the queue depth.
 
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::wc::Completion;
 
@@ -262,7 +262,7 @@ pub(crate) struct LaneBook {
     first_error: AtomicU64,
     /// The completions kept until collected: a send lane's failures; a receive lane's
     /// completions that its wait did not take itself (at most the queue's depth of them).
-    kept: std::sync::Mutex<Vec<(u64, Completion)>>,
+    kept: Mutex<Vec<(u64, Completion)>>,
 }
 
 /// What [`LaneBook::take_kept`] found.
@@ -295,7 +295,7 @@ impl LaneBook {
             done: AtomicU64::new(LANE_BIT),
             covered: AtomicU64::new(LANE_BIT),
             first_error: AtomicU64::new(u64::MAX),
-            kept: std::sync::Mutex::new(Vec::new()),
+            kept: Mutex::new(Vec::new()),
         }
     }
 
@@ -479,16 +479,16 @@ impl LaneBook {
 /// A [`WorkQueue`] behind a mutex, with the buffers of owned tokens that were dropped while
 /// their request was outstanding ("graves"), kept until the request is no longer outstanding.
 pub(crate) struct TrackedQueue {
-    wq: std::sync::Mutex<WorkQueue>,
+    wq: Mutex<WorkQueue>,
     /// Whether a completion also completes the earlier requests (send queues).
     ordered: bool,
-    graves: std::sync::Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
-    grave_count: std::sync::atomic::AtomicUsize,
+    graves: Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
+    grave_count: AtomicUsize,
     /// The requests of the queue's lane (a send lane, or a receive lane).
     pub(crate) lane: LaneBook,
 }
 
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // The book-keeping is consistent at every step, so a poisoned lock is still usable.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -496,25 +496,25 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl TrackedQueue {
     pub(crate) fn new(depth: u32, ordered: bool) -> Self {
         TrackedQueue {
-            wq: std::sync::Mutex::new(WorkQueue::new(depth)),
+            wq: Mutex::new(WorkQueue::new(depth)),
             ordered,
-            graves: std::sync::Mutex::new(Vec::new()),
-            grave_count: std::sync::atomic::AtomicUsize::new(0),
+            graves: Mutex::new(Vec::new()),
+            grave_count: AtomicUsize::new(0),
             lane: LaneBook::new(),
         }
     }
 
     /// The queue, locked, for posting.
-    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, WorkQueue> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, WorkQueue> {
         lock(&self.wq)
     }
 
     pub(crate) fn complete(&self, seq: u64, c: Completion) {
         lock(&self.wq).complete(seq, c, self.ordered);
-        if self.grave_count.load(std::sync::atomic::Ordering::Acquire) > 0 {
+        if self.grave_count.load(Ordering::Acquire) > 0 {
             let mut graves = lock(&self.graves);
             graves.retain(|(seq, _)| self.is_pending(*seq));
-            self.grave_count.store(graves.len(), std::sync::atomic::Ordering::Release);
+            self.grave_count.store(graves.len(), Ordering::Release);
         }
     }
 
@@ -559,7 +559,7 @@ impl TrackedQueue {
         let mut graves = lock(&self.graves);
         if self.is_pending(seq) {
             graves.push((seq, held));
-            self.grave_count.store(graves.len(), std::sync::atomic::Ordering::Release);
+            self.grave_count.store(graves.len(), Ordering::Release);
             return;
         }
         drop(graves);
@@ -570,13 +570,13 @@ impl TrackedQueue {
     /// leaked, never freed.
     pub(crate) fn leak_graves(&self) {
         let graves = std::mem::take(&mut *lock(&self.graves));
-        self.grave_count.store(0, std::sync::atomic::Ordering::Release);
+        self.grave_count.store(0, Ordering::Release);
         std::mem::forget(graves);
     }
 
     /// How many buffers of dropped tokens are kept.
     pub(crate) fn parked(&self) -> usize {
-        self.grave_count.load(std::sync::atomic::Ordering::Acquire)
+        self.grave_count.load(Ordering::Acquire)
     }
 
     /// The device no longer uses any buffer of this queue (the QP was reset): every pending
@@ -585,9 +585,13 @@ impl TrackedQueue {
         lock(&self.wq).force_flush(qp_num);
         self.lane.force_flush();
         lock(&self.graves).clear();
-        self.grave_count.store(0, std::sync::atomic::Ordering::Release);
+        self.grave_count.store(0, Ordering::Release);
     }
 }
+
+// The loom model of the lanes' protocol: `--cfg loom` only (see the module's documentation).
+#[cfg(all(test, loom))]
+mod loom_model;
 
 #[cfg(test)]
 mod tests {
@@ -691,13 +695,17 @@ mod tests {
     }
 
     /// Counts its drops.
+    #[cfg(not(loom))]
     struct Sentinel(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+    #[cfg(not(loom))]
     impl Drop for Sentinel {
         fn drop(&mut self) {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     }
 
+    // Not under `--cfg loom`: `TrackedQueue`'s locks are loom's there, usable only in a model.
+    #[cfg(not(loom))]
     #[test]
     fn release_keeps_memory_until_the_completion_the_reset_or_a_failed_destroy() {
         let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
