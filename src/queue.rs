@@ -593,6 +593,11 @@ impl TrackedQueue {
 #[cfg(all(test, loom))]
 mod loom_model;
 
+// Property tests of the sequence arithmetic (not under `--cfg loom`: the book's atomics are
+// loom's there).
+#[cfg(all(test, not(loom)))]
+mod properties;
+
 #[cfg(test)]
 mod tests {
     use super::*;
