@@ -315,6 +315,13 @@ impl CqShared {
         Ok(())
     }
 
+    /// Runs `f` under the routing lock, serialised with every poll's routing (a reset's flush
+    /// of a lane's book, which pollers write under it).
+    pub(crate) fn with_routing_lock<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _routes = self.routes.lock();
+        f()
+    }
+
     /// The list of QPs destroyed after completing here (see [`CqShared::register`]); a QP's
     /// drop holds it across `ibv_destroy_qp` and adds the QP to it.
     pub(crate) fn retired(&self) -> std::sync::MutexGuard<'_, Vec<Retired>> {

@@ -51,6 +51,7 @@ pub mod qp;
 mod queue;
 pub mod scope;
 pub mod srq;
+mod sync;
 pub mod transport;
 pub mod wc;
 pub mod wr;

@@ -881,8 +881,7 @@ impl QpShared {
         sq.force_flush(self.qp_num);
         rq.force_flush(self.qp_num);
         drop((sq, rq));
-        self.sq.flushed();
-        self.rq.flushed();
+        self.flush_lanes_and_graves();
         Ok(())
     }
 
@@ -890,8 +889,21 @@ impl QpShared {
     /// receives of a shared receive queue stay posted there): every outstanding request is
     /// complete, and the buffers of dropped tokens are released.
     fn flush_books(&self) {
-        self.sq.force_flush(self.qp_num);
-        self.rq.force_flush(self.qp_num);
+        self.sq.lock().force_flush(self.qp_num);
+        self.rq.lock().force_flush(self.qp_num);
+        self.flush_lanes_and_graves();
+    }
+
+    /// The lanes' part of a reset's flush, and the graves. A lane's book is written by pollers
+    /// under the CQ's routing lock, one completion at a time (`LaneBook::complete` loads, then
+    /// stores `done`): the flush takes the same lock, or a completion being recorded could
+    /// store its `done` after the flush's and move it back below `posted` (found by the loom
+    /// model, `queue::loom_model`).
+    fn flush_lanes_and_graves(&self) {
+        self.send_cq.with_routing_lock(|| self.sq.lane_flushed());
+        self.recv_cq.with_routing_lock(|| self.rq.lane_flushed());
+        self.sq.release_graves();
+        self.rq.release_graves();
     }
 
     /// The program reset the QP (it owned the `Qp`, so nothing posts meanwhile).

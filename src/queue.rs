@@ -7,8 +7,8 @@
 //! The queue records, for each sequence number, whether it is still pending, completed (with
 //! its [`Completion`]) or already consumed, and refuses new requests beyond the queue depth.
 
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::wc::Completion;
 
@@ -270,9 +270,9 @@ pub(crate) struct LaneBook {
     first_error: AtomicU64,
     /// The completions kept until collected: a send lane's failures; a receive lane's
     /// completions that its wait did not take itself (at most the queue's depth of them).
-    kept: std::sync::Mutex<Vec<(u64, Completion)>>,
+    kept: Mutex<Vec<(u64, Completion)>>,
     /// A receive lane is open ([`LaneBook::set_open`]).
-    open: std::sync::atomic::AtomicBool,
+    open: AtomicBool,
 }
 
 /// What [`LaneBook::take_kept`] found.
@@ -305,8 +305,8 @@ impl LaneBook {
             done: AtomicU64::new(LANE_BIT),
             covered: AtomicU64::new(LANE_BIT),
             first_error: AtomicU64::new(u64::MAX),
-            kept: std::sync::Mutex::new(Vec::new()),
-            open: std::sync::atomic::AtomicBool::new(false),
+            kept: Mutex::new(Vec::new()),
+            open: AtomicBool::new(false),
         }
     }
 
@@ -490,30 +490,35 @@ impl LaneBook {
     }
 
     /// The QP was reset: nothing is outstanding on the device; what had not completed failed.
+    /// Called with the CQ's routing lock held, so no completion is recorded meanwhile (`done`
+    /// cannot move under it). The failure is recorded before `done` moves, as `complete` does:
+    /// a waiter that sees the new `done` then sees the failure too, never a success (the loom
+    /// model's reset scenario found the opposite order).
     fn force_flush(&self) {
         let posted = self.posted.load(Ordering::Acquire);
-        let done = self.done.swap(posted, Ordering::AcqRel);
+        let done = self.done.load(Ordering::Acquire);
         if done < posted {
             self.first_error.fetch_min(done, Ordering::AcqRel);
         }
+        self.done.store(posted, Ordering::Release);
     }
 }
 
 /// A [`WorkQueue`] behind a mutex, with the buffers of owned tokens that were dropped while
 /// their request was outstanding ("graves"), kept until the request is no longer outstanding.
 pub(crate) struct TrackedQueue {
-    wq: std::sync::Mutex<WorkQueue>,
+    wq: Mutex<WorkQueue>,
     /// The depth the queue is kept to (the work queue's, fixed at creation).
     depth: u32,
     /// Whether a completion also completes the earlier requests (send queues).
     ordered: bool,
-    graves: std::sync::Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
-    grave_count: std::sync::atomic::AtomicUsize,
+    graves: Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
+    grave_count: AtomicUsize,
     /// The requests of the queue's lane (a send lane, or a receive lane).
     pub(crate) lane: LaneBook,
 }
 
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // The book-keeping is consistent at every step, so a poisoned lock is still usable.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -521,11 +526,11 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl TrackedQueue {
     pub(crate) fn new(depth: u32, ordered: bool) -> Self {
         TrackedQueue {
-            wq: std::sync::Mutex::new(WorkQueue::new(depth)),
+            wq: Mutex::new(WorkQueue::new(depth)),
             depth,
             ordered,
-            graves: std::sync::Mutex::new(Vec::new()),
-            grave_count: std::sync::atomic::AtomicUsize::new(0),
+            graves: Mutex::new(Vec::new()),
+            grave_count: AtomicUsize::new(0),
             lane: LaneBook::new(),
         }
     }
@@ -537,16 +542,16 @@ impl TrackedQueue {
     }
 
     /// The queue, locked, for posting.
-    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, WorkQueue> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, WorkQueue> {
         lock(&self.wq)
     }
 
     pub(crate) fn complete(&self, seq: u64, c: Completion) {
         lock(&self.wq).complete(seq, c, self.ordered);
-        if self.grave_count.load(std::sync::atomic::Ordering::Acquire) > 0 {
+        if self.grave_count.load(Ordering::Acquire) > 0 {
             let mut graves = lock(&self.graves);
             graves.retain(|(seq, _)| self.is_pending(*seq));
-            self.grave_count.store(graves.len(), std::sync::atomic::Ordering::Release);
+            self.grave_count.store(graves.len(), Ordering::Release);
         }
     }
 
@@ -584,14 +589,14 @@ impl TrackedQueue {
     /// (its completion was polled), or the library observed a reset or a flush of the queue,
     /// or the queue was destroyed successfully. Dropped now if `seq` is no longer outstanding;
     /// otherwise kept with the queue ("buried") until a poll sees it complete, a reset
-    /// ([`TrackedQueue::force_flush`]) or a successful destroy releases it; leaked if the
+    /// (`QpShared::force_state`, `Qp::reset`) or a successful destroy releases it; leaked if the
     /// destroy fails ([`TrackedQueue::leak_graves`]). Every path that gives up memory of a
     /// posted request goes through here: dropped scope and owned tokens, refused posts.
     pub(crate) fn release(&self, seq: u64, held: Box<dyn std::any::Any + Send>) {
         let mut graves = lock(&self.graves);
         if self.is_pending(seq) {
             graves.push((seq, held));
-            self.grave_count.store(graves.len(), std::sync::atomic::Ordering::Release);
+            self.grave_count.store(graves.len(), Ordering::Release);
             return;
         }
         drop(graves);
@@ -602,31 +607,48 @@ impl TrackedQueue {
     /// leaked, never freed.
     pub(crate) fn leak_graves(&self) {
         let graves = std::mem::take(&mut *lock(&self.graves));
-        self.grave_count.store(0, std::sync::atomic::Ordering::Release);
+        self.grave_count.store(0, Ordering::Release);
         std::mem::forget(graves);
     }
 
     /// How many buffers of dropped tokens are kept.
     pub(crate) fn parked(&self) -> usize {
-        self.grave_count.load(std::sync::atomic::Ordering::Acquire)
+        self.grave_count.load(Ordering::Acquire)
     }
 
     /// The device no longer uses any buffer of this queue (the QP was reset): every pending
     /// request completes with a synthetic flush and the graves are released.
+    ///
+    /// The caller holds the routing lock of the queue's CQ: the lane's book is written by the
+    /// pollers under it (`QpShared::flush_lanes_and_graves` for a QP).
+    #[cfg(test)]
     pub(crate) fn force_flush(&self, qp_num: u32) {
         lock(&self.wq).force_flush(qp_num);
-        self.flushed();
+        self.lane_flushed();
+        self.release_graves();
     }
 
-    /// The rest of [`TrackedQueue::force_flush`] once the caller flushed the work queue itself
-    /// (under the lock it held across the reset): the lane's requests failed, the graves are
-    /// released.
-    pub(crate) fn flushed(&self) {
+    /// A reset's flush of the queue's lane: what had not completed failed. Called with the
+    /// routing lock of the queue's CQ held.
+    pub(crate) fn lane_flushed(&self) {
         self.lane.force_flush();
+    }
+
+    /// A reset's release of the graves: the device no longer touches them.
+    pub(crate) fn release_graves(&self) {
         lock(&self.graves).clear();
-        self.grave_count.store(0, std::sync::atomic::Ordering::Release);
+        self.grave_count.store(0, Ordering::Release);
     }
 }
+
+// The loom model of the lanes' protocol: `--cfg loom` only (see the module's documentation).
+#[cfg(all(test, loom))]
+mod loom_model;
+
+// Property tests of the sequence arithmetic (not under `--cfg loom`: the book's atomics are
+// loom's there).
+#[cfg(all(test, not(loom)))]
+mod properties;
 
 #[cfg(test)]
 mod tests {
@@ -730,13 +752,17 @@ mod tests {
     }
 
     /// Counts its drops.
+    #[cfg(not(loom))]
     struct Sentinel(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+    #[cfg(not(loom))]
     impl Drop for Sentinel {
         fn drop(&mut self) {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     }
 
+    // Not under `--cfg loom`: `TrackedQueue`'s locks are loom's there, usable only in a model.
+    #[cfg(not(loom))]
     #[test]
     fn release_keeps_memory_until_the_completion_the_reset_or_a_failed_destroy() {
         let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
