@@ -125,18 +125,21 @@ impl Context {
             .ok_or_else(|| Error::last_os(Verb::CreateCq, format!("{cqe} entries on {}", self.inner.name)))?;
         // SAFETY: `cq` is valid; `cqe` is the size the provider granted.
         let granted = unsafe { (*cq.as_ptr()).cqe };
-        Ok(Cq {
-            inner: Arc::new(CqShared {
-                cq,
-                cqe: u32::try_from(granted).unwrap_or(cqe),
-                quirk: if dev.is_soft_roce() { WcFlagsQuirk::KernelNumbering } else { WcFlagsQuirk::None },
-                ctx: Arc::clone(&self.inner),
-                _channel: keep,
-                routes: PollLock::new(Vec::new()),
-                retired: std::sync::Mutex::new(Vec::new()),
-                reserved: std::sync::atomic::AtomicU64::new(0),
-            }),
-        })
+        let inner = Arc::new(CqShared {
+            cq,
+            cqe: u32::try_from(granted).unwrap_or(cqe),
+            quirk: if dev.is_soft_roce() { WcFlagsQuirk::KernelNumbering } else { WcFlagsQuirk::None },
+            ctx: Arc::clone(&self.inner),
+            _channel: keep,
+            routes: PollLock::new(Vec::new()),
+            retired: std::sync::Mutex::new(Vec::new()),
+            reserved: std::sync::atomic::AtomicU64::new(0),
+        });
+        let mut cqs = self.inner.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        cqs.retain(|w| w.strong_count() > 0);
+        cqs.push(Arc::downgrade(&inner));
+        drop(cqs);
+        Ok(Cq { inner })
     }
 }
 
@@ -313,6 +316,23 @@ impl CqShared {
         routes.retain(|(_, w)| w.strong_count() > 0);
         routes.push((qp_num, qp));
         Ok(())
+    }
+
+    /// The device reported `IBV_EVENT_CQ_ERR` for the CQ of `ctx` whose handle is `cq`: its
+    /// completions may have been lost (an overrun drops them, and a failed request would then
+    /// read as done), so every QP completing on it refuses further posts ([`Error::QpBroken`])
+    /// until the program resets it; what is outstanding is reclaimed by the scope's drain
+    /// (timeout, flush, reset) or a reset. The library's reservations make an overrun
+    /// unreachable ([`CqShared::register`]); this is the answer should a device report one
+    /// anyway.
+    pub(crate) fn failed(ctx: &ContextInner, cq: crate::event::HandleId) {
+        let cqs: Vec<_> = ctx.cqs.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade).collect();
+        for shared in cqs.iter().filter(|c| crate::event::HandleId::of(c.cq.as_ptr()) == cq) {
+            let qps: Vec<_> = shared.routes.lock().iter().filter_map(|(_, w)| w.upgrade()).collect();
+            for qp in qps {
+                qp.mark_broken();
+            }
+        }
     }
 
     /// Runs `f` under the routing lock, serialised with every poll's routing (a reset's flush

@@ -106,6 +106,9 @@ pub struct Context {
 pub(crate) struct ContextInner {
     pub(crate) ctx: NonNull<sys::ibv_context>,
     pub(crate) name: String,
+    /// The context's CQs, to find the one an `IBV_EVENT_CQ_ERR` names
+    /// ([`crate::cq::CqShared::failed`]).
+    pub(crate) cqs: std::sync::Mutex<Vec<std::sync::Weak<crate::cq::CqShared>>>,
 }
 
 // SAFETY: libibverbs contexts are thread-safe: every verb may be called on a context from any
@@ -151,7 +154,8 @@ impl Context {
         // SAFETY: `dev` is a device of the live list `list`.
         let ctx = unsafe { sys::ibv_open_device(dev.dev) };
         let ctx = NonNull::new(ctx).ok_or_else(|| Error::last_os(Verb::OpenDevice, format!("device {name}")))?;
-        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned() }) })
+        let cqs = std::sync::Mutex::new(Vec::new());
+        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned(), cqs }) })
     }
 
     /// The device name this context was opened on.

@@ -307,6 +307,11 @@ impl Context {
     /// is open, whether or not anyone waits; `Duration::ZERO` takes one if it is pending. Several
     /// threads may call this; each event goes to one of them.
     ///
+    /// An `IBV_EVENT_CQ_ERR` also breaks every QP completing on that CQ: its completions may
+    /// have been lost, so the QPs refuse posts ([`Error::QpBroken`]) until they are reset. (The
+    /// library sizes CQs so that they cannot overrun; this answers a device that reports an
+    /// error anyway.)
+    ///
     /// # Errors
     /// - [`Error::Timeout`] if no event arrived within `timeout`;
     /// - [`Error::Verb`] with `ibv_get_async_event` and the errno of fcntl(2), poll(2) or the
@@ -346,6 +351,9 @@ impl Context {
             let ev = unsafe { AsyncEvent::from_raw(&raw) };
             // SAFETY: `raw` is an event returned by `ibv_get_async_event`, acknowledged once.
             unsafe { sys::ibv_ack_async_event(&mut raw) };
+            if let AsyncEvent::CqError { cq } = ev {
+                crate::cq::CqShared::failed(&self.inner, cq);
+            }
             return Ok(ev);
         }
     }

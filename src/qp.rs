@@ -906,6 +906,11 @@ impl QpShared {
         self.rq.release_graves();
     }
 
+    /// The QP refuses posts until the program resets it (its CQ reported an error).
+    pub(crate) fn mark_broken(&self) {
+        self.broken.store(true, Ordering::Release);
+    }
+
     /// The program reset the QP (it owned the `Qp`, so nothing posts meanwhile).
     fn after_reset(&self) {
         self.flush_books();
