@@ -296,12 +296,12 @@ impl CqShared {
         use std::sync::atomic::Ordering::Relaxed;
         let mut routes = self.routes.lock();
         let retired = std::mem::take(&mut *self.retired());
+        let mut used = self.reserved.load(Relaxed);
         if !retired.is_empty() {
             self.drain_retired(&routes, &retired);
-            let freed: u64 = retired.iter().map(|r| r.reserved).sum();
-            self.reserved.fetch_sub(freed.min(self.reserved.load(Relaxed)), Relaxed);
+            used = used.saturating_sub(retired.iter().map(|r| r.reserved).sum());
+            self.reserved.store(used, Relaxed);
         }
-        let used = self.reserved.load(Relaxed);
         if used + need > u64::from(self.cqe) {
             return Err(Error::invalid(
                 "ibv_create_qp",

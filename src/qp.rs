@@ -134,9 +134,9 @@ impl Drop for QpShared {
         // the record: `CqShared::register` then drains this QP's stale completions first.
         let (send, recv) = (&self.send_cq, &self.recv_cq);
         let two = !Arc::ptr_eq(send, recv);
-        let (first, second) = if Arc::as_ptr(send) <= Arc::as_ptr(recv) { (send, recv) } else { (recv, send) };
-        let mut first = first.retired();
-        let mut second = two.then(|| second.retired());
+        let (first_cq, second_cq) = if Arc::as_ptr(send) <= Arc::as_ptr(recv) { (send, recv) } else { (recv, send) };
+        let mut first = first_cq.retired();
+        let mut second = two.then(|| second_cq.retired());
         // SAFETY: the QP is valid and destroyed once. Work requests that borrow memory are
         // only posted inside a scope that holds a borrow of the `Qp`, so none is outstanding
         // with memory the caller can still free; owned buffers of dropped tokens are kept in
@@ -154,7 +154,6 @@ impl Drop for QpShared {
             let reserved = self.reserved[i].load(Ordering::Relaxed);
             crate::cq::Retired { qp_num: self.qp_num, srq: self.srq.as_ref().map(Arc::downgrade), reserved }
         };
-        let (first_cq, second_cq) = if Arc::as_ptr(send) <= Arc::as_ptr(recv) { (send, recv) } else { (recv, send) };
         if let Some(second) = second.as_mut() {
             second.push(retired(second_cq));
         }
