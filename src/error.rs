@@ -41,6 +41,8 @@ pub enum Verb {
     ModifySrq,
     PostSrqRecv,
     AdviseMr,
+    /// `madvise` (the pages of an On-Demand Paging region).
+    Madvise,
 }
 
 impl Verb {
@@ -70,6 +72,7 @@ impl Verb {
             Verb::ModifySrq => "ibv_modify_srq",
             Verb::PostSrqRecv => "ibv_post_srq_recv",
             Verb::AdviseMr => "ibv_advise_mr",
+            Verb::Madvise => "madvise",
             Verb::CreateCompChannel => "ibv_create_comp_channel",
             Verb::ReqNotifyCq => "ibv_req_notify_cq",
             Verb::GetCqEvent => "ibv_get_cq_event",

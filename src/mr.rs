@@ -54,6 +54,9 @@ pub struct Mr<A: AccessSet, K: MrKind = Pinned> {
 pub trait MrKind: kind_sealed::Sealed + Send + Sync + 'static {
     /// Extra `IBV_ACCESS_*` bits of the registration.
     const EXTRA_ACCESS: u32;
+    /// On-Demand Paging: the memory is an anonymous `MAP_NORESERVE` mapping, not heap memory.
+    #[doc(hidden)]
+    const ON_DEMAND: bool = false;
 }
 
 mod kind_sealed {
@@ -74,6 +77,7 @@ impl MrKind for Pinned {
 }
 impl MrKind for Odp {
     const EXTRA_ACCESS: u32 = sys::IBV_ACCESS_ON_DEMAND;
+    const ON_DEMAND: bool = true;
 }
 
 /// The ODP verification a view of registered memory carries: the transport (`IBV_QPT_*`) and
@@ -144,17 +148,7 @@ impl Pd {
         if len == 0 {
             return Err(Error::invalid("ibv_reg_mr", "a memory region needs at least one byte"));
         }
-        let layout = Layout::from_size_align(len, MR_ALIGN)
-            .map_err(|_| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be allocated")))?;
-        // SAFETY: the layout has a non-zero size.
-        let mem = unsafe { alloc::alloc_zeroed(layout) };
-        let Some(mem) = NonNull::new(mem) else {
-            return Err(Error::verb(
-                Verb::RegMr,
-                format!("allocating {len} bytes"),
-                std::io::Error::from(std::io::ErrorKind::OutOfMemory),
-            ));
-        };
+        let mem = if K::ON_DEMAND { map_anonymous(len)? } else { alloc_zeroed(len)? };
         let bits = A::BITS | K::EXTRA_ACCESS;
         // SAFETY: the PD is alive; `mem..mem+len` is memory we own and keep at the same address
         // until after deregistration; the access bits obey ibv_reg_mr(3) (`A: LegalAccess`).
@@ -163,8 +157,8 @@ impl Pd {
         let Some(mr) = NonNull::new(mr) else {
             let err =
                 Error::last_os(Verb::RegMr, format!("{len} bytes, access {bits:#x}, device {}", self.inner.ctx.name));
-            // SAFETY: allocated above with this layout, never registered.
-            unsafe { alloc::dealloc(mem.as_ptr(), layout) };
+            // SAFETY: allocated above for this kind and length, never registered.
+            unsafe { free_region_memory(mem, len, K::ON_DEMAND) };
             return Err(err);
         };
         // SAFETY: `mr` is a valid registration returned just now.
@@ -226,6 +220,10 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
 
     pub(crate) fn pd(&self) -> &Arc<PdInner> {
         &self.pd
+    }
+
+    pub(crate) fn mem_ptr(&self) -> NonNull<u8> {
+        self.mem
     }
 
     /// A view of `range` that the local device may read (a send or RDMA WRITE source).
@@ -354,11 +352,83 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
     /// # Safety
     /// The registration must be gone (deregistered), and this is called once.
     unsafe fn free_memory(&self) {
+        // SAFETY: allocated by `alloc_mr_kind` for this kind and length; the caller guarantees
+        // single use after deregistration.
+        unsafe { free_region_memory(self.mem, self.len, K::ON_DEMAND) };
+    }
+}
+
+/// Zeroed, page-aligned heap memory for a pinned region.
+fn alloc_zeroed(len: usize) -> Result<NonNull<u8>> {
+    let layout = Layout::from_size_align(len, MR_ALIGN)
+        .map_err(|_| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be allocated")))?;
+    // SAFETY: the layout has a non-zero size (`alloc_mr_kind` refuses `len == 0`).
+    let mem = unsafe { alloc::alloc_zeroed(layout) };
+    NonNull::new(mem).ok_or_else(|| {
+        Error::verb(
+            Verb::RegMr,
+            format!("allocating {len} bytes"),
+            std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        )
+    })
+}
+
+/// The system's page size (`sysconf(_SC_PAGESIZE)`).
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { sys::sysconf(sys::_SC_PAGESIZE as i32) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(MR_ALIGN)
+}
+
+/// `len` rounded up to whole pages, or `None` on overflow.
+fn mapping_len(len: usize) -> Option<usize> {
+    let page = page_size();
+    len.checked_add(page - 1).map(|l| l / page * page)
+}
+
+/// Anonymous private memory for an On-Demand Paging region, mapped with `MAP_NORESERVE`: no
+/// page exists until the program or the device touches it (the device faults pages in through
+/// the ODP path), and no swap is reserved, so a sparse region may exceed the machine's memory.
+/// Reads as zeros until written.
+fn map_anonymous(len: usize) -> Result<NonNull<u8>> {
+    let map_len =
+        mapping_len(len).ok_or_else(|| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be mapped")))?;
+    // SAFETY: a new anonymous private mapping at an address of the kernel's choosing: no
+    // existing memory is affected.
+    let p = unsafe {
+        sys::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            (sys::PROT_READ | sys::PROT_WRITE) as i32,
+            (sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE) as i32,
+            -1,
+            0,
+        )
+    };
+    // MAP_FAILED is `(void *) -1`.
+    if p as usize == usize::MAX {
+        return Err(Error::last_os(Verb::RegMr, format!("mmap of {len} bytes for an On-Demand Paging region")));
+    }
+    NonNull::new(p.cast()).ok_or_else(|| Error::invalid("ibv_reg_mr", "mmap returned a null mapping"))
+}
+
+/// Frees the memory of a region of `len` bytes allocated by `alloc_mr_kind`.
+///
+/// # Safety
+/// `mem` was returned by [`map_anonymous`] (`mapped`) or [`alloc_zeroed`] for `len`, is no
+/// longer registered, and is freed once.
+unsafe fn free_region_memory(mem: NonNull<u8>, len: usize, mapped: bool) {
+    if mapped {
+        // `map_anonymous` succeeded for this length, so the rounding cannot overflow.
+        let map_len = mapping_len(len).unwrap_or(len);
+        // SAFETY: the caller's contract: our own mapping of this length, used by nobody now. A
+        // failure (impossible for a whole mapping of ours) would leave it mapped: a leak.
+        let _ = unsafe { sys::munmap(mem.as_ptr().cast(), map_len) };
+    } else {
         // SAFETY: the layout was valid at allocation (same size and alignment).
-        let layout = unsafe { Layout::from_size_align_unchecked(self.len, MR_ALIGN) };
-        // SAFETY: allocated with this layout in `alloc_mr`; the caller guarantees single use
-        // after deregistration.
-        unsafe { alloc::dealloc(self.mem.as_ptr(), layout) };
+        let layout = unsafe { Layout::from_size_align_unchecked(len, MR_ALIGN) };
+        // SAFETY: allocated with this layout by `alloc_zeroed`; the caller's contract.
+        unsafe { alloc::dealloc(mem.as_ptr(), layout) };
     }
 }
 
@@ -609,13 +679,13 @@ impl<A> RemoteSlice<A> {
 /// Made by [`Mr::into_chunks`]; the chunks of one region are disjoint, and the region is
 /// deregistered and freed when the last chunk is dropped. Leaking a chunk (or the token that
 /// holds it) leaks the region; it is never freed while a chunk exists.
-pub struct Chunk<A: AccessSet> {
-    mr: Arc<Mr<A>>,
+pub struct Chunk<A: AccessSet, K: MrKind = Pinned> {
+    mr: Arc<Mr<A, K>>,
     offset: usize,
     len: u32,
 }
 
-impl<A: AccessSet> fmt::Debug for Chunk<A> {
+impl<A: AccessSet, K: MrKind> fmt::Debug for Chunk<A, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Chunk")
             .field("addr", &format_args!("{:#x}", self.addr()))
@@ -625,13 +695,13 @@ impl<A: AccessSet> fmt::Debug for Chunk<A> {
     }
 }
 
-impl<A: AccessSet> Mr<A> {
+impl<A: AccessSet, K: MrKind> Mr<A, K> {
     /// Splits the region into owned chunks of `chunk_len` bytes (the last one may be shorter).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `chunk_len` is 0 or above `u32::MAX` (one scatter/gather
     /// entry); the region is dropped in that case.
-    pub fn into_chunks(self, chunk_len: usize) -> Result<Vec<Chunk<A>>> {
+    pub fn into_chunks(self, chunk_len: usize) -> Result<Vec<Chunk<A, K>>> {
         if chunk_len == 0 || u32::try_from(chunk_len).is_err() {
             return Err(Error::invalid("Mr::into_chunks", format!("chunk length {chunk_len} is not in 1..=u32::MAX")));
         }
@@ -644,7 +714,7 @@ impl<A: AccessSet> Mr<A> {
     }
 }
 
-impl<A: AccessSet> Chunk<A> {
+impl<A: AccessSet, K: MrKind> Chunk<A, K> {
     /// The length in bytes.
     pub fn len(&self) -> usize {
         self.len as usize
@@ -743,7 +813,7 @@ pub trait LocalSink: LocalSource {}
 
 impl local_sealed::Sealed for LocalBuf<'_> {}
 impl local_sealed::Sealed for LocalBufMut<'_> {}
-impl<A: AccessSet> local_sealed::Sealed for Chunk<A> {}
+impl<A: AccessSet, K: MrKind> local_sealed::Sealed for Chunk<A, K> {}
 
 impl LocalSource for LocalBuf<'_> {
     fn sge(&self) -> sys::ibv_sge {
@@ -767,16 +837,19 @@ impl LocalSource for LocalBufMut<'_> {
         self.pd
     }
 }
-impl<A: AccessSet> LocalSource for Chunk<A> {
+impl<A: AccessSet, K: MrKind> LocalSource for Chunk<A, K> {
     fn sge(&self) -> sys::ibv_sge {
         sys::ibv_sge { addr: self.addr(), length: self.len, lkey: self.mr.lkey }
+    }
+    fn odp_tag(&self) -> OdpTag {
+        self.mr.odp
     }
     fn pd_id(&self) -> PdId {
         self.mr.pd.id()
     }
 }
 impl LocalSink for LocalBufMut<'_> {}
-impl<A: HasLocalWrite> LocalSink for Chunk<A> {}
+impl<A: HasLocalWrite, K: MrKind> LocalSink for Chunk<A, K> {}
 
 #[cfg(test)]
 mod tests {

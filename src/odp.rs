@@ -342,22 +342,23 @@ impl<A: LocalOnly> ImplicitMr<A> {
     /// `ibv_advise_mr`: best-effort prefetch of `data`'s pages ("may silently ignore errors").
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a length above [`IMPLICIT_MAX_OP`]; the verb's own result
-    /// is ignored.
+    /// [`Error::InvalidArgument`] for a length above [`IMPLICIT_MAX_OP`];
+    /// [`Error::Unsupported`] when the provider has no `advise_mr`; the verb's other failures
+    /// are ignored.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
     pub fn prefetch(&self, data: &[u8], advice: Prefetch) -> Result<()> {
         let len = implicit_len(data.len(), "ibv_advise_mr")?;
-        let _ = advise(&self.pd, advice, 0, data.as_ptr() as u64, len, self.lkey);
-        Ok(())
+        advise_best_effort(&self.pd, advice, data.as_ptr() as u64, len, self.lkey)
     }
 
     /// `ibv_advise_mr` with `IBV_ADVISE_MR_FLAG_FLUSH` (= `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`): prefetch `data`'s pages and report
     /// errors.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`]; [`Error::Verb`] with `ibv_advise_mr` and its errno.
+    /// [`Error::InvalidArgument`]; [`Error::Unsupported`] when the provider has no
+    /// `advise_mr`; [`Error::Verb`] with `ibv_advise_mr` and its errno.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
@@ -388,15 +389,32 @@ impl Prefetch {
     }
 }
 
+/// `EOPNOTSUPP`: the provider has no `advise_mr` (rxe in rdma-core 44 and 56).
+const EOPNOTSUPP: i32 = 95;
+
 fn advise(pd: &PdInner, advice: Prefetch, flags: u32, addr: u64, len: u32, lkey: u32) -> Result<()> {
     let mut sge = sys::ibv_sge { addr, length: len, lkey };
     // SAFETY: the PD is alive; `sge` names memory of a live ODP registration (the caller's
     // region or the implicit one); prefetching has no effect on memory contents.
     let ret = unsafe { sys::ibv_advise_mr(pd.pd.as_ptr(), advice.raw(), flags, &mut sge, 1) };
-    if ret != 0 {
-        return Err(Error::from_ret(Verb::AdviseMr, format!("{len} bytes at {addr:#x}, {advice:?}"), ret));
+    match ret {
+        0 => Ok(()),
+        r if r.abs() == EOPNOTSUPP => Err(Error::Unsupported {
+            verb: Verb::AdviseMr,
+            what: format!("prefetching On-Demand Paging memory ({advice:?}): the provider has no advise_mr"),
+            source: Some(std::io::Error::from_raw_os_error(EOPNOTSUPP)),
+        }),
+        r => Err(Error::from_ret(Verb::AdviseMr, format!("{len} bytes at {addr:#x}, {advice:?}"), r)),
     }
-    Ok(())
+}
+
+/// Best-effort prefetch: the verb's own failures are ignored ("may silently ignore errors"),
+/// but a provider without the verb at all is reported.
+fn advise_best_effort(pd: &PdInner, advice: Prefetch, addr: u64, len: u32, lkey: u32) -> Result<()> {
+    match advise(pd, advice, 0, addr, len, lkey) {
+        Err(e @ Error::Unsupported { .. }) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Region kinds that ODP verbs apply to.
@@ -432,8 +450,9 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
     /// basis, and may silently ignore errors").
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a range outside the region (or above `u32::MAX`); the
-    /// verb's own result is ignored.
+    /// [`Error::InvalidArgument`] for a range outside the region (or above `u32::MAX`);
+    /// [`Error::Unsupported`] when the provider has no `advise_mr`; the verb's other failures
+    /// are ignored.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
@@ -442,16 +461,15 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
         K: IsOdp,
     {
         let buf = self.slice(range)?;
-        let _ = advise(self.pd(), advice, 0, buf.addr(), buf.len() as u32, self.lkey());
-        Ok(())
+        advise_best_effort(self.pd(), advice, buf.addr(), buf.len() as u32, self.lkey())
     }
 
     /// `ibv_advise_mr` with `IBV_ADVISE_MR_FLAG_FLUSH` (= `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`): prefetch `range` synchronously and
     /// report errors.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a range outside the region; [`Error::Verb`] with
-    /// `ibv_advise_mr` and its errno.
+    /// [`Error::InvalidArgument`] for a range outside the region; [`Error::Unsupported`] when
+    /// the provider has no `advise_mr`; [`Error::Verb`] with `ibv_advise_mr` and its errno.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
@@ -462,5 +480,60 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
         let (off, len) = range_of(range, self.len(), "ibv_advise_mr")?;
         let len = u32::try_from(len).map_err(|_| Error::invalid("ibv_advise_mr", "more than u32::MAX bytes"))?;
         advise(self.pd(), advice, sys::IB_UVERBS_ADVISE_MR_FLAG_FLUSH, self.addr() + off as u64, len, self.lkey())
+    }
+}
+
+/// Region kinds whose pages may be handed back to the kernel while registered.
+#[diagnostic::on_unimplemented(
+    message = "the pages of a pinned region cannot be discarded: the device keeps the pinned pages, the program would see new ones",
+    label = "not an ODP region",
+    note = "ibv_reg_mr(3): a pinned registration holds the pages it saw at registration; only an On-Demand Paging region (`Pd::alloc_mr_odp`) follows the process's page tables"
+)]
+pub trait Discardable: MrKind {}
+impl Discardable for Odp {}
+
+impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
+    /// `madvise(MADV_DONTNEED)` over `range` of an On-Demand Paging region: hands its pages
+    /// back to the kernel, which invalidates the device's mapping of them (the ODP
+    /// invalidation path). The range then reads as zeros, to the program and to the device, and
+    /// pages come back when either touches them.
+    ///
+    /// `&mut self`: no view of the region is lent to a work request meanwhile. A peer with
+    /// remote access may still write the range concurrently: its writes land before or after
+    /// the discard.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a range outside the region, or one that does not start
+    /// on a page boundary or end on one (or at the region's end); [`Error::Verb`] with
+    /// `madvise` and its errno.
+    ///
+    /// See madvise(2), ibv_reg_mr(3) (`IBV_ACCESS_ON_DEMAND`).
+    #[doc(alias = "madvise")]
+    pub fn discard_pages(&mut self, range: impl RangeBounds<usize>) -> Result<()>
+    where
+        K: Discardable,
+    {
+        let (off, len) = range_of(range, self.len(), "madvise")?;
+        let page = crate::mr::page_size();
+        if off % page != 0 || (len % page != 0 && off + len != self.len()) {
+            return Err(Error::invalid(
+                "madvise",
+                format!("{off}..{}: whole pages of {page} bytes only (or up to the region's end)", off + len),
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        // The mapping covers the region rounded up to whole pages.
+        let len = len.div_ceil(page) * page;
+        // SAFETY: `off..off+len` lies in the region's own anonymous mapping (`map_anonymous`
+        // rounds it up to whole pages; `K: Discardable` means ODP, so mapped memory). `&mut
+        // self`: no local view or work request uses it and no reference into it exists; peers
+        // only reach it through the device, which ODP keeps coherent with the page tables.
+        let ret = unsafe { sys::madvise(self.mem_ptr().as_ptr().add(off).cast(), len, sys::MADV_DONTNEED as i32) };
+        if ret != 0 {
+            return Err(Error::last_os(Verb::Madvise, format!("MADV_DONTNEED over {len} bytes at offset {off}")));
+        }
+        Ok(())
     }
 }

@@ -302,7 +302,10 @@ impl Pd {
         let recv_need = if two { rq_need } else { sq_need + rq_need };
         let register = |srq_need: u64| shared.recv_cq.register(qp_num, Arc::downgrade(&shared), recv_need + srq_need);
         match &shared.srq {
-            Some(srq) => srq.attach_cq(&shared.recv_cq, register)?,
+            Some(srq) => {
+                srq.attach_transport(T::QP_TYPE, T::NAME)?;
+                srq.attach_cq(&shared.recv_cq, register)?
+            }
             None => register(0)?,
         }
         shared.reserved[1].store(recv_need, Ordering::Relaxed);

@@ -996,8 +996,8 @@ macro_rules! completes_as_itself {
 }
 completes_as_itself!((), LocalBuf<'_>, LocalBufMut<'_>);
 
-impl<A: AccessSet> sealed::Sealed for Chunk<A> {}
-impl<A: AccessSet> Completes for Chunk<A> {
+impl<A: AccessSet, K: crate::mr::MrKind> sealed::Sealed for Chunk<A, K> {}
+impl<A: AccessSet, K: crate::mr::MrKind> Completes for Chunk<A, K> {
     type Output = Self;
     fn complete(self, _: &Completion) -> Self {
         self

@@ -40,7 +40,22 @@ pub(crate) struct SrqShared {
     pub(crate) rq: TrackedQueue,
     /// The receive CQs of the QPs attached to this SRQ: where its completions arrive.
     cqs: Mutex<Vec<Weak<CqShared>>>,
+    /// Which transports use this SRQ, for receives into On-Demand Paging memory.
+    transports: Mutex<SrqTransports>,
     pub(crate) pd: Arc<PdInner>,
+}
+
+/// The transports (one bit per `IBV_QPT_*`) of the QPs attached to an SRQ, and those that the
+/// ODP receives posted to it were verified for: an ODP receive may only be consumed by a QP of
+/// the transport its capability covered (`OdpCaps::check`, `IBV_ODP_SUPPORT_SRQ_RECV`).
+#[derive(Default)]
+struct SrqTransports {
+    attached: u32,
+    odp: u32,
+}
+
+fn qpt_bit(qp_type: u32) -> u32 {
+    1u32.checked_shl(qp_type).unwrap_or(0)
 }
 
 // SAFETY: SRQs may be used from any thread (libibverbs is thread-safe); our book-keeping is
@@ -109,6 +124,7 @@ impl Pd {
                 max_wr,
                 rq: TrackedQueue::new(max_wr, false),
                 cqs: Mutex::new(Vec::new()),
+                transports: Mutex::new(SrqTransports::default()),
                 pd: Arc::clone(&self.inner),
             }),
         })
@@ -172,6 +188,9 @@ impl Srq {
             );
             return Err(PostError { error, wr: Some(wr) });
         }
+        if let Err(error) = self.shared.check_odp_recv(wr.buf.odp_tag()) {
+            return Err(PostError { error, wr: Some(wr) });
+        }
         let mut sge = LocalSource::sge(&wr.buf);
         let num_sge = crate::mr::sge_count(&sge);
         let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge, ..Default::default() };
@@ -207,6 +226,46 @@ impl Srq {
 }
 
 impl SrqShared {
+    /// Refuses a receive into On-Demand Paging memory whose capability did not verify SRQ
+    /// receives (`IBV_ODP_SUPPORT_SRQ_RECV`) on the transport of every QP attached to this
+    /// SRQ; records the transport for later attachments ([`SrqShared::attach_transport`]).
+    fn check_odp_recv(&self, tag: crate::mr::OdpTag) -> Result<()> {
+        let Some((qp_type, ops)) = tag.0 else { return Ok(()) };
+        let mut t = lock(&self.transports);
+        let other = t.attached & !qpt_bit(qp_type);
+        if ops & sys::IBV_ODP_SUPPORT_SRQ_RECV == 0 || other != 0 {
+            return Err(Error::invalid(
+                "ibv_post_srq_recv",
+                format!(
+                    "memory of an ODP region verified for QP type {qp_type}, operations {ops:#x} (ibv_query_device_ex \
+                     odp_caps): an SRQ receive needs IBV_ODP_SUPPORT_SRQ_RECV verified for the transport of every \
+                     QP attached to the SRQ (attached QP types: mask {:#x})",
+                    t.attached
+                ),
+            ));
+        }
+        t.odp |= qpt_bit(qp_type);
+        Ok(())
+    }
+
+    /// Records a QP of `qp_type` attached to this SRQ; refuses it when the SRQ has received
+    /// On-Demand Paging receives verified for another transport.
+    pub(crate) fn attach_transport(&self, qp_type: u32, name: &str) -> Result<()> {
+        let mut t = lock(&self.transports);
+        if t.odp & !qpt_bit(qp_type) != 0 {
+            return Err(Error::invalid(
+                "ibv_create_qp",
+                format!(
+                    "the shared receive queue has had receives into On-Demand Paging memory verified for other \
+                     transports (QP type mask {:#x}) than {name}",
+                    t.odp
+                ),
+            ));
+        }
+        t.attached |= qpt_bit(qp_type);
+        Ok(())
+    }
+
     /// A QP taking its receives from this SRQ completes them on `cq`: `register` registers the
     /// QP there, given the extra capacity the SRQ needs on `cq` (its depth, the first time it
     /// is attached to `cq`; the reservation lasts until the SRQ is destroyed).

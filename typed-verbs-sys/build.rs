@@ -36,6 +36,17 @@ fn main() {
         .allowlist_var("F_GETFL")
         .allowlist_var("F_SETFL")
         .allowlist_var("O_NONBLOCK")
+        .allowlist_function("mmap")
+        .allowlist_function("munmap")
+        .allowlist_function("madvise")
+        .allowlist_function("sysconf")
+        .allowlist_var("PROT_READ")
+        .allowlist_var("PROT_WRITE")
+        .allowlist_var("MAP_PRIVATE")
+        .allowlist_var("MAP_ANONYMOUS")
+        .allowlist_var("MAP_NORESERVE")
+        .allowlist_var("MADV_DONTNEED")
+        .allowlist_var("_SC_PAGESIZE")
         // C enums become Rust constants: every value the kernel or a newer provider may report
         // stays representable (an out-of-range Rust enum would be UB).
         .default_enum_style(bindgen::EnumVariation::Consts)
