@@ -309,6 +309,20 @@ pub enum TcpPort {
     KilledCServer,
     PerfSendLatTwoProcesses,
     PerfWriteLatTwoProcesses,
+    // The two-host tests (tests/twohost/, which includes this file): listened on by host A or B.
+    TwoHostRcOursOnA,
+    TwoHostRcOursOnB,
+    TwoHostUcOursOnA,
+    TwoHostUcOursOnB,
+    TwoHostUdOursOnA,
+    TwoHostUdOursOnB,
+    TwoHostSrqOursOnA,
+    TwoHostSrqOursOnB,
+    TwoHostWindowOnB,
+    TwoHostWindowOnA,
+    TwoHostPowerOff,
+    TwoHostLinkDown,
+    TwoHostMtu,
 }
 
 impl TcpPort {
@@ -322,14 +336,18 @@ impl TcpPort {
     }
 }
 
-/// The registry is the only place a port number is written: no test file spells one out (a
-/// literal in 18515..=18699 would bypass the registry and could collide with it).
+/// The registry is the only place a port number is written: no test file (of `tests/device/`
+/// and `tests/twohost/`) spells one out (a literal in 18515..=18699 would bypass the registry
+/// and could collide with it).
 #[test]
 fn no_test_names_a_tcp_port_literally() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/device");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut offenders = Vec::new();
     let mut files = 0;
-    for entry in std::fs::read_dir(&dir).expect("tests/device") {
+    let entries = ["tests/device", "tests/twohost"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(root.join(d)).unwrap_or_else(|e| panic!("{d}: {e}")));
+    for entry in entries {
         let path = entry.expect("a directory entry").path();
         if path.extension().is_none_or(|e| e != "rs") || path.ends_with("common.rs") {
             continue;
@@ -343,7 +361,7 @@ fn no_test_names_a_tcp_port_literally() {
             }
         }
     }
-    assert!(files >= 10, "read only {files} test files in {}", dir.display());
+    assert!(files >= 14, "read only {files} test files in tests/device and tests/twohost");
     assert!(offenders.is_empty(), "TCP ports written outside common::TcpPort:\n{}", offenders.join("\n"));
     // The registry's ports are distinct and inside the checked range.
     let all = [
@@ -352,6 +370,20 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::KilledCServer,
         TcpPort::PerfSendLatTwoProcesses,
         TcpPort::PerfWriteLatTwoProcesses,
+        // Every two-host port (this also keeps them used in the device binary).
+        TcpPort::TwoHostRcOursOnA,
+        TcpPort::TwoHostRcOursOnB,
+        TcpPort::TwoHostUcOursOnA,
+        TcpPort::TwoHostUcOursOnB,
+        TcpPort::TwoHostUdOursOnA,
+        TcpPort::TwoHostUdOursOnB,
+        TcpPort::TwoHostSrqOursOnA,
+        TcpPort::TwoHostSrqOursOnB,
+        TcpPort::TwoHostWindowOnB,
+        TcpPort::TwoHostWindowOnA,
+        TcpPort::TwoHostPowerOff,
+        TcpPort::TwoHostLinkDown,
+        TcpPort::TwoHostMtu,
     ];
     let ports: std::collections::HashSet<u16> = all.iter().map(|p| p.get()).collect();
     assert_eq!(ports.len(), all.len(), "{all:?}");

@@ -1,0 +1,172 @@
+//! Our pingpong examples against rdma-core's C tools across the wire, both roles: our example
+//! on host A with the C tool on host B, and the C tool on host A with our example on host B.
+//! The server starts first on its host; the client is given the server's address.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::common::{device_name, example, gid_index, Proc, TcpPort};
+use crate::peer::{local_addr, Peer, RemoteProc};
+
+/// Bound on one whole ping-pong (both processes).
+const DEADLINE: Duration = Duration::from_secs(120);
+/// Small: an RC round trip across the wire takes tens of milliseconds under emulation.
+const ITERS: u32 = 40;
+const SIZE: u32 = 4096;
+/// `ibv_ud_pingpong` refuses messages larger than the port's MTU (1024 on rxe over a 1500-byte
+/// link).
+const UD_SIZE: u32 = 1024;
+/// QPs per side in the SRQ runs.
+const SRQ_QPS: &str = "4";
+
+/// The C tool `name` (ibverbs-utils), from `$PATH` or `/usr/bin`.
+fn c_tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("`{name}` not found in $PATH or /usr/bin: install ibverbs-utils"))
+}
+
+fn args(port: TcpPort, size: u32, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "-d",
+        &device_name(),
+        "-g",
+        &gid_index().to_string(),
+        "-p",
+        &port.get().to_string(),
+        "-n",
+        &ITERS.to_string(),
+        "-s",
+        &size.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// Both sides printed their result lines; each printed the other's QP numbers as remote.
+fn assert_results(server: &str, client: &str, size: u32, report: &str) {
+    let bytes = format!("{} bytes in ", u64::from(size) * u64::from(ITERS) * 2);
+    let iters = format!("{ITERS} iters in ");
+    for out in [server, client] {
+        assert!(out.contains(&bytes) && out.contains(&iters), "missing result lines {bytes:?} {iters:?}:\n{report}");
+    }
+    let qpns = |out: &str, which: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.contains(which))
+            .filter_map(|l| l.find("QPN ").map(|at| l[at + 4..at + 12].to_string()))
+            .collect()
+    };
+    let local = qpns(server, "local address");
+    assert!(!local.is_empty(), "no local address printed:\n{report}");
+    assert_eq!(local, qpns(client, "remote address"), "QPNs differ:\n{report}");
+    assert_eq!(qpns(client, "local address"), qpns(server, "remote address"), "QPNs differ:\n{report}");
+    // Across the wire: each side's GID is its own host's address.
+    assert!(server.contains("GID ::ffff:192.0.2.") && client.contains("GID ::ffff:192.0.2."), "{report}");
+}
+
+/// Where our example runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Ours {
+    /// Our example is the server on host A, the C tool the client on host B.
+    ServerOnA,
+    /// The C tool is the server on host A, our example the client on host B.
+    ClientOnB,
+}
+
+fn pingpong(ours: &str, theirs: &str, placement: Ours, port: TcpPort, size: u32, extra: &[&str]) {
+    let peer = Peer::get();
+    let start = Instant::now();
+    let server_args = args(port, size, extra);
+    let mut client_args = args(port, size, extra);
+    let (server_out, client_out, report) = match placement {
+        Ours::ServerOnA => {
+            let mut sa = server_args;
+            sa.extend(["--timeout".into(), "60".into(), "--accept-timeout".into(), "100".into()]);
+            let mut server = Proc::spawn(&format!("{ours} (server, host A)"), &example(ours), &sa);
+            if let Err(e) = server.wait_for_line("waiting for a client", Duration::from_secs(60)) {
+                panic!("{e}\n{}", server.output());
+            }
+            client_args.insert(0, c_tool(theirs).display().to_string());
+            client_args.push(local_addr());
+            let mut client = peer.spawn(&format!("{theirs} (client)"), &client_args);
+            let c = client.wait_exit(DEADLINE);
+            let s = server.wait_exit(DEADLINE.saturating_sub(start.elapsed())).map(|(st, _)| st);
+            let report = format!(
+                "----- {}: {s:?}\n{}\n----- {}: {c:?}\n{}",
+                server.label,
+                server.output(),
+                client.label,
+                client.output()
+            );
+            assert_eq!(c, Some(0), "the C client on host B failed:\n{report}");
+            assert!(s.is_some_and(|st| st.success()), "our server on host A failed:\n{report}");
+            (server.output(), client.output(), report)
+        }
+        Ours::ClientOnB => {
+            let mut server = Proc::spawn(&format!("{theirs} (server, host A)"), &c_tool(theirs), &server_args);
+            client_args.insert(0, example(ours).display().to_string());
+            client_args.extend([local_addr(), "--timeout".into(), "60".into()]);
+            let mut client: RemoteProc = peer.spawn(&format!("{ours} (client)"), &client_args);
+            let c = client.wait_exit(DEADLINE);
+            let s = server.wait_exit(DEADLINE.saturating_sub(start.elapsed())).map(|(st, _)| st);
+            let report = format!(
+                "----- {}: {s:?}\n{}\n----- {}: {c:?}\n{}",
+                server.label,
+                server.output(),
+                client.label,
+                client.output()
+            );
+            assert_eq!(c, Some(0), "our client on host B failed:\n{report}");
+            assert!(s.is_some_and(|st| st.success()), "the C server on host A failed:\n{report}");
+            (server.output(), client.output(), report)
+        }
+    };
+    assert_results(&server_out, &client_out, size, &report);
+    println!("{report}\n{ours} vs {theirs} across hosts: {:?}", start.elapsed());
+}
+
+#[test]
+fn rc_pingpong_ours_on_a_c_on_b() {
+    pingpong("rc_pingpong", "ibv_rc_pingpong", Ours::ServerOnA, TcpPort::TwoHostRcOursOnA, SIZE, &[]);
+}
+
+#[test]
+fn rc_pingpong_c_on_a_ours_on_b() {
+    pingpong("rc_pingpong", "ibv_rc_pingpong", Ours::ClientOnB, TcpPort::TwoHostRcOursOnB, SIZE, &[]);
+}
+
+#[test]
+fn uc_pingpong_ours_on_a_c_on_b() {
+    pingpong("uc_pingpong", "ibv_uc_pingpong", Ours::ServerOnA, TcpPort::TwoHostUcOursOnA, SIZE, &[]);
+}
+
+#[test]
+fn uc_pingpong_c_on_a_ours_on_b() {
+    pingpong("uc_pingpong", "ibv_uc_pingpong", Ours::ClientOnB, TcpPort::TwoHostUcOursOnB, SIZE, &[]);
+}
+
+#[test]
+fn ud_pingpong_ours_on_a_c_on_b() {
+    pingpong("ud_pingpong", "ibv_ud_pingpong", Ours::ServerOnA, TcpPort::TwoHostUdOursOnA, UD_SIZE, &[]);
+}
+
+#[test]
+fn ud_pingpong_c_on_a_ours_on_b() {
+    pingpong("ud_pingpong", "ibv_ud_pingpong", Ours::ClientOnB, TcpPort::TwoHostUdOursOnB, UD_SIZE, &[]);
+}
+
+#[test]
+fn srq_pingpong_ours_on_a_c_on_b() {
+    pingpong("srq_pingpong", "ibv_srq_pingpong", Ours::ServerOnA, TcpPort::TwoHostSrqOursOnA, SIZE, &["-q", SRQ_QPS]);
+}
+
+#[test]
+fn srq_pingpong_c_on_a_ours_on_b() {
+    pingpong("srq_pingpong", "ibv_srq_pingpong", Ours::ClientOnB, TcpPort::TwoHostSrqOursOnB, SIZE, &["-q", SRQ_QPS]);
+}
