@@ -207,6 +207,14 @@ enum Got {
 }
 
 impl CompChannel {
+    pub(crate) fn as_ptr(&self) -> *mut sys::ibv_comp_channel {
+        self.inner.ch.as_ptr()
+    }
+
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.inner.fd
+    }
+
     /// Waits at most `timeout` for the next completion event on this channel: poll(2) on the
     /// channel's file descriptor, then `ibv_get_cq_event`, then `ibv_ack_cq_events` for that one
     /// event, before returning which CQ fired.

@@ -49,6 +49,7 @@ pub mod owned;
 pub mod pd;
 pub mod qp;
 mod queue;
+pub mod raw;
 pub mod scope;
 pub mod srq;
 mod sync;
@@ -60,6 +61,8 @@ pub mod wr;
 mod test_util;
 
 pub use error::{Error, Result, Verb};
+/// The raw bindings ([`raw`] handles name their types).
+pub use typed_verbs_sys as sys;
 
 /// The code blocks of README.md, compiled as doc tests so the README stays true.
 #[cfg(doctest)]

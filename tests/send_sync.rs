@@ -58,6 +58,7 @@ assert_impl_all!(PendingUnbind<'static, Type2, window::All>: Send, Sync, Unpin);
 assert_impl_all!(LocalBuf<'static>: Send, Sync, Unpin, Copy);
 assert_impl_all!(LocalBufMut<'static>: Send, Sync, Unpin);
 assert_impl_all!(Chunk<access::LocalRw>: Send, Sync, Unpin);
+assert_impl_all!(Chunk<access::LocalRw, Odp>: Send, Sync, Unpin);
 assert_impl_all!(RemoteSlice<access::RemoteRw>: Send, Sync, Unpin, Copy);
 assert_impl_all!(RemoteSlice<window::Write>: Send, Sync, Unpin, Copy);
 

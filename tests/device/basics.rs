@@ -102,3 +102,38 @@ fn the_soft_roce_predicate_holds_on_rxe0() {
     // Whatever the device: the predicate agrees with the device's name (rxe devices are `rxe*`).
     let _ = is_soft_roce(&ctx);
 }
+
+/// Raw handles (`typed_verbs::raw`): each is the live C object, the same for every clone and
+/// for objects reached through another (a PD's context), distinct per object.
+#[test]
+fn raw_handles_name_the_live_c_objects() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let qp = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let mr = pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
+    let srq = pd.create_srq(8).unwrap();
+    let gid = qp.endpoint(PORT, gid_index(), 0).unwrap().gid;
+    let ah = pd.create_ah(&AddressVector::global(PORT, gid, gid_index() as u8)).unwrap();
+    let ptrs = [
+        ctx.as_raw() as usize,
+        pd.as_raw() as usize,
+        cq.as_raw() as usize,
+        ch.as_raw() as usize,
+        qp.as_raw() as usize,
+        mr.as_raw() as usize,
+        srq.as_raw() as usize,
+        ah.as_raw() as usize,
+    ];
+    assert!(ptrs.iter().all(|&p| p != 0), "{ptrs:x?}");
+    let mut distinct = ptrs.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), ptrs.len(), "one object per handle: {ptrs:x?}");
+    assert_eq!(pd.context().as_raw(), ctx.as_raw());
+    assert_eq!(cq.clone().as_raw(), cq.as_raw());
+    assert_eq!(srq.clone().as_raw(), srq.as_raw());
+    assert_eq!(ch.clone().as_raw(), ch.as_raw());
+    assert!(ch.fd() >= 0, "the channel's file descriptor");
+}
