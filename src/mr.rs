@@ -855,6 +855,25 @@ impl<A: HasLocalWrite, K: MrKind> LocalSink for Chunk<A, K> {}
 mod tests {
     use super::*;
 
+    /// The ODP mapping's lengths: whole pages, no overflow, and never more than `isize::MAX`
+    /// bytes (which `as_slice`'s `from_raw_parts` needs; `Layout` ensures it for pinned
+    /// regions, the kernel's `mmap` for mapped ones).
+    #[test]
+    fn odp_mappings_are_whole_pages_and_never_beyond_isize_max() {
+        let page = page_size();
+        assert_eq!(mapping_len(1), Some(page));
+        assert_eq!(mapping_len(page), Some(page));
+        assert_eq!(mapping_len(page + 1), Some(2 * page));
+        assert_eq!(mapping_len(usize::MAX), None, "rounding up overflows: refused");
+        assert!(map_anonymous(usize::MAX).is_err());
+        assert!(map_anonymous(isize::MAX as usize + 1).is_err(), "a slice of it could not exist");
+        // A length that is not a page multiple maps and unmaps whole pages.
+        let mem = map_anonymous(page + 100).expect("mmap of a page and a bit");
+        // SAFETY: `mem` was mapped just now for this length, is registered nowhere and is
+        // freed once.
+        unsafe { free_region_memory(mem, page + 100, true) };
+    }
+
     /// A view's volatile copies stay inside the view: at most its length, in and out.
     #[test]
     fn view_copies_stay_inside_the_view() {
