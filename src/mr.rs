@@ -391,8 +391,11 @@ fn mapping_len(len: usize) -> Option<usize> {
 /// the ODP path), and no swap is reserved, so a sparse region may exceed the machine's memory.
 /// Reads as zeros until written.
 fn map_anonymous(len: usize) -> Result<NonNull<u8>> {
-    let map_len =
-        mapping_len(len).ok_or_else(|| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be mapped")))?;
+    // At most `isize::MAX` bytes, as `Layout` ensures for pinned regions: `as_slice` makes a
+    // slice of the whole region (the kernel refuses such a mapping too; this does not rely on it).
+    let map_len = mapping_len(len)
+        .filter(|&l| isize::try_from(l).is_ok())
+        .ok_or_else(|| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be mapped")))?;
     // SAFETY: a new anonymous private mapping at an address of the kernel's choosing: no
     // existing memory is affected.
     let p = unsafe {
@@ -854,6 +857,28 @@ impl<A: HasLocalWrite, K: MrKind> LocalSink for Chunk<A, K> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ODP mapping's lengths: whole pages, no overflow, and never more than `isize::MAX`
+    /// bytes (which `as_slice`'s `from_raw_parts` needs; `Layout` ensures it for pinned
+    /// regions, the kernel's `mmap` for mapped ones).
+    #[test]
+    fn odp_mappings_are_whole_pages_and_never_beyond_isize_max() {
+        let page = page_size();
+        assert_eq!(mapping_len(1), Some(page));
+        assert_eq!(mapping_len(page), Some(page));
+        assert_eq!(mapping_len(page + 1), Some(2 * page));
+        assert_eq!(mapping_len(usize::MAX), None, "rounding up overflows: refused");
+        assert!(map_anonymous(usize::MAX).is_err());
+        assert!(
+            matches!(map_anonymous(isize::MAX as usize + 1), Err(Error::InvalidArgument { .. })),
+            "a slice of it could not exist: refused before mmap"
+        );
+        // A length that is not a page multiple maps and unmaps whole pages.
+        let mem = map_anonymous(page + 100).expect("mmap of a page and a bit");
+        // SAFETY: `mem` was mapped just now for this length, is registered nowhere and is
+        // freed once.
+        unsafe { free_region_memory(mem, page + 100, true) };
+    }
 
     /// A view's volatile copies stay inside the view: at most its length, in and out.
     #[test]

@@ -399,7 +399,7 @@ fn advise(pd: &PdInner, advice: Prefetch, flags: u32, addr: u64, len: u32, lkey:
     let ret = unsafe { sys::ibv_advise_mr(pd.pd.as_ptr(), advice.raw(), flags, &mut sge, 1) };
     match ret {
         0 => Ok(()),
-        r if r.abs() == EOPNOTSUPP => Err(Error::Unsupported {
+        r if r == EOPNOTSUPP || r == -EOPNOTSUPP => Err(Error::Unsupported {
             verb: Verb::AdviseMr,
             what: format!("prefetching On-Demand Paging memory ({advice:?}): the provider has no advise_mr"),
             source: Some(std::io::Error::from_raw_os_error(EOPNOTSUPP)),

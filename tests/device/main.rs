@@ -16,6 +16,7 @@ mod lanes;
 mod leaks;
 mod load;
 mod odp;
+mod odp_hostile;
 mod opcodes;
 mod ownership;
 mod perf;

@@ -1,0 +1,18 @@
+// madvise(MADV_DONTNEED) under a posted request would hand the pages the device is reading back to the kernel: discard_pages takes &mut, and a posted view borrows the region until the scope ends.
+use std::time::Duration;
+use typed_verbs::access;
+use typed_verbs::mr::{Mr, Odp, RemoteSlice};
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RC, RTS};
+use typed_verbs::wr::Write;
+
+fn f(qp: &Qp<RC, RTS>, src: &mut Mr<access::LocalRw, Odp>, remote: RemoteSlice<access::RemoteRw>) {
+    let _ = scope(|s| {
+        let token = s.post_send(qp, Write::new(src.slice(..).unwrap(), remote)).unwrap();
+        let _ = src.discard_pages(..);
+        let _ = s.wait(token, Duration::from_secs(1));
+    });
+}
+
+fn main() {}
