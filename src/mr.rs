@@ -54,7 +54,7 @@ pub struct Mr<A: AccessSet, K: MrKind = Pinned> {
 pub trait MrKind: kind_sealed::Sealed + Send + Sync + 'static {
     /// Extra `IBV_ACCESS_*` bits of the registration.
     const EXTRA_ACCESS: u32;
-    /// On-Demand Paging: the memory is an anonymous `MAP_NORESERVE` mapping, not heap memory.
+    /// On-Demand Paging: the memory is a memfd's shared `MAP_NORESERVE` mapping, not heap memory.
     #[doc(hidden)]
     const ON_DEMAND: bool = false;
 }
@@ -90,6 +90,32 @@ impl MrKind for Odp {
 pub struct OdpTag(pub(crate) Option<(u32, u32)>);
 
 impl OdpTag {
+    /// Set in the operations of a tag whose device places ODP writes at page starts
+    /// (`OdpCaps::writes_land_at_page_starts`); no `IBV_ODP_SUPPORT_*` bit uses it.
+    const PAGE_STARTS: u32 = 1 << 31;
+
+    /// The tag of memory registered with a capability for `ops` on `qp_type`.
+    pub(crate) fn verified(qp_type: u32, ops: u32, page_starts: bool) -> Self {
+        OdpTag(Some((qp_type, ops | if page_starts { Self::PAGE_STARTS } else { 0 })))
+    }
+
+    /// Checks a buffer at `addr` that the device will write (a receive, an RDMA READ
+    /// destination, an atomic result): on a device whose ODP writes land at page starts, it
+    /// must start on a page boundary, so that the misplaced bytes stay inside it.
+    pub(crate) fn check_device_write(self, addr: u64, verb: &'static str) -> Result<()> {
+        match self.0 {
+            Some((_, ops)) if ops & Self::PAGE_STARTS != 0 && addr % page_size() as u64 != 0 => Err(Error::invalid(
+                verb,
+                format!(
+                    "this device's On-Demand Paging path writes each packet at its page's start \
+                         (OdpCaps::writes_land_at_page_starts): a buffer of ODP memory it writes must start \
+                         on a page boundary, not at {addr:#x}"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks that an operation `op` (`IBV_ODP_SUPPORT_*`) on a `qp_type` QP was verified.
     pub(crate) fn check(self, qp_type: u32, transport: &str, op: u32) -> Result<()> {
         match self.0 {
@@ -148,7 +174,7 @@ impl Pd {
         if len == 0 {
             return Err(Error::invalid("ibv_reg_mr", "a memory region needs at least one byte"));
         }
-        let mem = if K::ON_DEMAND { map_anonymous(len)? } else { alloc_zeroed(len)? };
+        let mem = if K::ON_DEMAND { map_odp_memory(len)? } else { alloc_zeroed(len)? };
         let bits = A::BITS | K::EXTRA_ACCESS;
         // SAFETY: the PD is alive; `mem..mem+len` is memory we own and keep at the same address
         // until after deregistration; the access bits obey ibv_reg_mr(3) (`A: LegalAccess`).
@@ -386,43 +412,77 @@ fn mapping_len(len: usize) -> Option<usize> {
     len.checked_add(page - 1).map(|l| l / page * page)
 }
 
-/// Anonymous private memory for an On-Demand Paging region, mapped with `MAP_NORESERVE`: no
-/// page exists until the program or the device touches it (the device faults pages in through
-/// the ODP path), and no swap is reserved, so a sparse region may exceed the machine's memory.
-/// Reads as zeros until written.
-fn map_anonymous(len: usize) -> Result<NonNull<u8>> {
+/// Memory for an On-Demand Paging region: a shared mapping of a new memfd (shmem), mapped with
+/// `MAP_NORESERVE` and `MADV_DONTFORK`. No page exists until the program or the device touches
+/// it and no swap is reserved, so a sparse region may exceed the machine's memory. Reads as
+/// zeros until written.
+///
+/// Why shmem and not anonymous private memory: a read fault on an untouched private anonymous
+/// page maps the kernel's one shared zero page, and a device whose ODP path writes through the
+/// page it found for a read (rxe on the 6.18 backport, DESIGN.md §9, "The test devices") then
+/// writes the zero page of the whole machine. A read fault on shmem allocates a page of the
+/// region's own. `MADV_DONTFORK`: a child process must not share the region (a shared mapping
+/// would let it write memory the types say only this process and the device reach).
+fn map_odp_memory(len: usize) -> Result<NonNull<u8>> {
     // At most `isize::MAX` bytes, as `Layout` ensures for pinned regions: `as_slice` makes a
     // slice of the whole region (the kernel refuses such a mapping too; this does not rely on it).
     let map_len = mapping_len(len)
         .filter(|&l| isize::try_from(l).is_ok())
         .ok_or_else(|| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be mapped")))?;
-    // SAFETY: a new anonymous private mapping at an address of the kernel's choosing: no
-    // existing memory is affected.
-    let p = unsafe {
-        sys::mmap(
-            std::ptr::null_mut(),
-            map_len,
-            (sys::PROT_READ | sys::PROT_WRITE) as i32,
-            (sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE) as i32,
-            -1,
-            0,
-        )
-    };
-    // MAP_FAILED is `(void *) -1`.
-    if p as usize == usize::MAX {
-        return Err(Error::last_os(Verb::RegMr, format!("mmap of {len} bytes for an On-Demand Paging region")));
+    let what = |call: &str| format!("{call} for an On-Demand Paging region of {len} bytes");
+    // SAFETY: a NUL-terminated name; the new descriptor is ours and closed below.
+    let fd = unsafe { sys::memfd_create(c"typed-verbs-odp".as_ptr(), sys::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::last_os(Verb::RegMr, what("memfd_create")));
     }
-    NonNull::new(p.cast()).ok_or_else(|| Error::invalid("ibv_reg_mr", "mmap returned a null mapping"))
+    // `map_len` fits `isize`, so `i64` (`off_t`).
+    // SAFETY: `fd` is our memfd; sizing it affects nothing else.
+    let sized = unsafe { sys::ftruncate(fd, map_len as i64) } == 0;
+    let p = if sized {
+        // SAFETY: a new shared mapping of our own memfd at an address of the kernel's choosing:
+        // no existing memory is affected.
+        unsafe {
+            sys::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                (sys::PROT_READ | sys::PROT_WRITE) as i32,
+                (sys::MAP_SHARED | sys::MAP_NORESERVE) as i32,
+                fd,
+                0,
+            )
+        }
+    } else {
+        std::ptr::null_mut()
+    };
+    let err = (!sized || p as usize == usize::MAX)
+        .then(|| Error::last_os(Verb::RegMr, what(if sized { "mmap" } else { "ftruncate" })));
+    // The mapping keeps the memory; the descriptor is not needed any more.
+    // SAFETY: `fd` is ours, closed once.
+    unsafe { sys::close(fd) };
+    if let Some(err) = err {
+        return Err(err);
+    }
+    // MAP_FAILED is `(void *) -1`, excluded above.
+    let mem =
+        NonNull::new(p.cast::<u8>()).ok_or_else(|| Error::invalid("ibv_reg_mr", "mmap returned a null mapping"))?;
+    // SAFETY: advice over our own new mapping, whole pages; it changes only what `fork` does.
+    if unsafe { sys::madvise(mem.as_ptr().cast(), map_len, sys::MADV_DONTFORK as i32) } != 0 {
+        let err = Error::last_os(Verb::Madvise, what("MADV_DONTFORK"));
+        // SAFETY: our mapping, never registered or lent.
+        unsafe { sys::munmap(mem.as_ptr().cast(), map_len) };
+        return Err(err);
+    }
+    Ok(mem)
 }
 
 /// Frees the memory of a region of `len` bytes allocated by `alloc_mr_kind`.
 ///
 /// # Safety
-/// `mem` was returned by [`map_anonymous`] (`mapped`) or [`alloc_zeroed`] for `len`, is no
+/// `mem` was returned by [`map_odp_memory`] (`mapped`) or [`alloc_zeroed`] for `len`, is no
 /// longer registered, and is freed once.
 unsafe fn free_region_memory(mem: NonNull<u8>, len: usize, mapped: bool) {
     if mapped {
-        // `map_anonymous` succeeded for this length, so the rounding cannot overflow.
+        // `map_odp_memory` succeeded for this length, so the rounding cannot overflow.
         let map_len = mapping_len(len).unwrap_or(len);
         // SAFETY: the caller's contract: our own mapping of this length, used by nobody now. A
         // failure (impossible for a whole mapping of ours) would leave it mapped: a leak.
@@ -868,13 +928,13 @@ mod tests {
         assert_eq!(mapping_len(page), Some(page));
         assert_eq!(mapping_len(page + 1), Some(2 * page));
         assert_eq!(mapping_len(usize::MAX), None, "rounding up overflows: refused");
-        assert!(map_anonymous(usize::MAX).is_err());
+        assert!(map_odp_memory(usize::MAX).is_err());
         assert!(
-            matches!(map_anonymous(isize::MAX as usize + 1), Err(Error::InvalidArgument { .. })),
+            matches!(map_odp_memory(isize::MAX as usize + 1), Err(Error::InvalidArgument { .. })),
             "a slice of it could not exist: refused before mmap"
         );
         // A length that is not a page multiple maps and unmaps whole pages.
-        let mem = map_anonymous(page + 100).expect("mmap of a page and a bit");
+        let mem = map_odp_memory(page + 100).expect("mmap of a page and a bit");
         // SAFETY: `mem` was mapped just now for this length, is registered nowhere and is
         // freed once.
         unsafe { free_region_memory(mem, page + 100, true) };

@@ -65,6 +65,21 @@ pub struct OdpCaps {
     uc: u32,
     ud: u32,
     xrc: u32,
+    /// The device's ODP data path is known to ignore in-page offsets (see
+    /// [`OdpCaps::writes_land_at_page_starts`]).
+    page_starts: bool,
+}
+
+/// The first Linux release whose rxe ODP path is known to place every packet at its page's
+/// start (seen on 6.18.15, DESIGN.md §9, "The test devices"); no fixed release is known, so
+/// every later one is treated the same. rxe has no ODP before it (6.12 reports none).
+const RXE_ODP_PAGE_START_FROM: (u32, u32) = (6, 18);
+
+/// The running kernel's (major, minor), from `/proc/sys/kernel/osrelease`.
+fn kernel_release() -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let mut it = s.trim().split(['.', '-', '+']).map(|p| p.parse::<u32>().ok());
+    Some((it.next()??, it.next()??))
 }
 
 /// Transports with ODP capability bits. Sealed by `Transport`.
@@ -98,6 +113,7 @@ impl OdpTransport for XRC_SEND {
 /// operations it names. Cannot be built otherwise.
 pub struct OdpCap<T> {
     ops: OdpOps,
+    page_starts: bool,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -105,6 +121,7 @@ pub struct OdpCap<T> {
 /// ODP on `T` queue pairs for the operations it names.
 pub struct ImplicitOdpCap<T> {
     ops: OdpOps,
+    page_starts: bool,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -149,7 +166,10 @@ impl Context {
             return Err(Error::from_ret(Verb::QueryDeviceEx, format!("device {}", self.device_name()), ret));
         }
         let c = attr.odp_caps;
+        let page_starts =
+            self.query_device()?.is_soft_roce() && kernel_release().is_none_or(|k| k >= RXE_ODP_PAGE_START_FROM);
         Ok(OdpCaps {
+            page_starts,
             general: c.general_caps,
             rc: c.per_transport_caps.rc_odp_caps,
             uc: c.per_transport_caps.uc_odp_caps,
@@ -163,6 +183,16 @@ impl OdpCaps {
     /// `IBV_ODP_SUPPORT`: the device supports ODP at all.
     pub fn supported(&self) -> bool {
         self.general & u64::from(sys::IBV_ODP_SUPPORT) != 0
+    }
+
+    /// The device's ODP data path is known to ignore the offset of an access within its page:
+    /// each packet it writes into ODP memory lands at its page's start (Soft-RoCE from Linux
+    /// 6.18 on; DESIGN.md §9, "The test devices"). On such a device a buffer of ODP memory that
+    /// the device writes (a receive, an RDMA READ destination, an atomic result) must start on
+    /// a page boundary, which keeps every misplaced byte inside the buffer; a request naming
+    /// another is refused before the provider sees it.
+    pub fn writes_land_at_page_starts(&self) -> bool {
+        self.page_starts
     }
 
     /// `IBV_ODP_SUPPORT_IMPLICIT`: the device supports the implicit ODP region.
@@ -193,7 +223,7 @@ impl OdpCaps {
                 source: None,
             });
         }
-        Ok(OdpCap { ops, _t: PhantomData })
+        Ok(OdpCap { ops, page_starts: self.page_starts, _t: PhantomData })
     }
 
     /// A capability for the implicit ODP region used on `T` queue pairs with `ops`.
@@ -209,7 +239,7 @@ impl OdpCaps {
                 source: None,
             });
         }
-        Ok(ImplicitOdpCap { ops: cap.ops, _t: PhantomData })
+        Ok(ImplicitOdpCap { ops: cap.ops, page_starts: cap.page_starts, _t: PhantomData })
     }
 }
 
@@ -227,6 +257,11 @@ impl Pd {
     /// `ibv_reg_mr` with `IBV_ACCESS_ON_DEMAND`: an explicit ODP region of `len` new bytes, for
     /// the transport and operations `cap` verified.
     ///
+    /// The memory is a shared mapping of a new memory file (memfd), `MAP_NORESERVE`: no page
+    /// exists until the program or the device touches it, so a region may be larger than the
+    /// machine's memory; it reads as zeros until written, and child processes do not inherit
+    /// it (`MADV_DONTFORK`).
+    ///
     /// # Errors
     /// As [`Pd::alloc_mr`]; [`Error::Verb`] with `ibv_reg_mr` if the device refuses anyway.
     ///
@@ -239,7 +274,7 @@ impl Pd {
         cap: &OdpCap<T>,
     ) -> Result<Mr<A, Odp>> {
         let _ = access;
-        self.alloc_mr_kind::<A, Odp>(len, OdpTag(Some((T::QP_TYPE, cap.ops.bits()))))
+        self.alloc_mr_kind::<A, Odp>(len, OdpTag::verified(T::QP_TYPE, cap.ops.bits(), cap.page_starts))
     }
 
     /// `ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | ...)`: the implicit ODP region,
@@ -266,7 +301,7 @@ impl Pd {
         Ok(ImplicitMr {
             mr,
             lkey,
-            odp: OdpTag(Some((T::QP_TYPE, cap.ops.bits()))),
+            odp: OdpTag::verified(T::QP_TYPE, cap.ops.bits(), cap.page_starts),
             pd: Arc::clone(&self.inner),
             _access: PhantomData,
         })
@@ -493,10 +528,11 @@ pub trait Discardable: MrKind {}
 impl Discardable for Odp {}
 
 impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
-    /// `madvise(MADV_DONTNEED)` over `range` of an On-Demand Paging region: hands its pages
-    /// back to the kernel, which invalidates the device's mapping of them (the ODP
-    /// invalidation path). The range then reads as zeros, to the program and to the device, and
-    /// pages come back when either touches them.
+    /// `madvise(MADV_REMOVE)` over `range` of an On-Demand Paging region: frees its pages
+    /// (the region is a shared memory file, see [`Pd::alloc_mr_odp`]; this punches a hole in
+    /// it), which invalidates the device's mapping of them (the ODP invalidation path). The
+    /// range then reads as zeros, to the program and to the device, and pages come back when
+    /// either touches them.
     ///
     /// `&mut self`: no view of the region is lent to a work request meanwhile. A peer with
     /// remote access may still write the range concurrently: its writes land before or after
@@ -526,13 +562,14 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
         }
         // The mapping covers the region rounded up to whole pages.
         let len = len.div_ceil(page) * page;
-        // SAFETY: `off..off+len` lies in the region's own anonymous mapping (`map_anonymous`
-        // rounds it up to whole pages; `K: Discardable` means ODP, so mapped memory). `&mut
+        // SAFETY: `off..off+len` lies in the region's own shared mapping of its own memfd
+        // (`map_odp_memory` rounds it up to whole pages; `K: Discardable` means ODP, so mapped
+        // memory; no other mapping of the file exists: `MADV_DONTFORK`). `&mut
         // self`: no local view or work request uses it and no reference into it exists; peers
         // only reach it through the device, which ODP keeps coherent with the page tables.
-        let ret = unsafe { sys::madvise(self.mem_ptr().as_ptr().add(off).cast(), len, sys::MADV_DONTNEED as i32) };
+        let ret = unsafe { sys::madvise(self.mem_ptr().as_ptr().add(off).cast(), len, sys::MADV_REMOVE as i32) };
         if ret != 0 {
-            return Err(Error::last_os(Verb::Madvise, format!("MADV_DONTNEED over {len} bytes at offset {off}")));
+            return Err(Error::last_os(Verb::Madvise, format!("MADV_REMOVE over {len} bytes at offset {off}")));
         }
         Ok(())
     }

@@ -835,6 +835,7 @@ impl QpShared {
     /// transport `T` (for an ODP region), and the buffer's region in the QP's PD.
     pub(crate) fn check_recv_buf<T: Transport>(&self, buf: &impl crate::mr::LocalSource) -> Result<()> {
         buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV)?;
+        buf.odp_tag().check_device_write(buf.sge().addr, "ibv_post_recv")?;
         self.check_pd("ibv_post_recv", "the receive buffer", buf.pd_id())
     }
 

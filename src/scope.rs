@@ -816,6 +816,10 @@ pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W)
         qp.check_pd("ibv_post_send", "the address handle", ah.pd_id())?;
     }
     raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
+    // An RDMA READ's destination and an atomic's result are written by the device.
+    if raw.odp_op & (sys::IBV_ODP_SUPPORT_READ | sys::IBV_ODP_SUPPORT_ATOMIC) != 0 {
+        raw.odp.check_device_write(raw.sge.addr, "ibv_post_send")?;
+    }
     Ok(raw)
 }
 

@@ -188,7 +188,11 @@ impl Srq {
             );
             return Err(PostError { error, wr: Some(wr) });
         }
-        if let Err(error) = self.shared.check_odp_recv(wr.buf.odp_tag()) {
+        let tag = wr.buf.odp_tag();
+        let checked = tag
+            .check_device_write(LocalSource::sge(&wr.buf).addr, "ibv_post_srq_recv")
+            .and_then(|()| self.shared.check_odp_recv(tag));
+        if let Err(error) = checked {
             return Err(PostError { error, wr: Some(wr) });
         }
         let mut sge = LocalSource::sge(&wr.buf);

@@ -208,8 +208,57 @@ fn odp_refusals_are_typed() {
     mr.deregister().map_err(|(e, _)| e).expect("ibv_dereg_mr");
 }
 
+/// Where the device's ODP writes land at page starts, the library keeps every buffer the device
+/// writes starting on a page boundary, so that no misplaced byte leaves it: a receive into a
+/// chunk that starts mid-page, an RDMA READ into a view 40 bytes into a page and an atomic
+/// result 8 bytes into one are refused before the provider sees them.
+#[test]
+fn odp_buffers_the_device_writes_start_on_page_boundaries_where_it_misplaces_writes() {
+    let ctx = open();
+    let ops = OdpOps::SEND | OdpOps::RECV | OdpOps::READ | OdpOps::ATOMIC | OdpOps::SRQ_RECV;
+    let Some(cap) = odp_cap::<RC>(&ctx, ops) else { return };
+    let caps = odp_caps(&ctx);
+    assert_eq!(caps.writes_land_at_page_starts(), odp_ignores_page_offsets(&ctx), "{caps:?}");
+    if !caps.writes_land_at_page_starts() {
+        return;
+    }
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(512).unwrap();
+    let acc = QpAccess::REMOTE_READ | QpAccess::REMOTE_ATOMIC;
+    let p = rc_pair(&pd, &cq, &cq, acc, QpCaps::default());
+    let refused = |e: &Error| matches!(e, Error::InvalidArgument { reason, .. } if reason.contains("page boundary"));
+    // Receives: the chunk at a page start is accepted, the one mid-page refused (QP and SRQ).
+    let mut chunks = pd.alloc_mr_odp(4096, access::LOCAL_RW, &cap).unwrap().into_chunks(2048).unwrap();
+    let (second, first) = (chunks.pop().unwrap(), chunks.pop().unwrap());
+    let e = p.b.post_recv_owned(Recv::new(second)).map(|_| ()).unwrap_err();
+    assert!(refused(&e.error), "{:?}", e.error);
+    let second = e.wr.expect("handed back").into_buffer();
+    let srq = pd.create_srq(4).unwrap();
+    let e = srq.post_recv_owned(Recv::new(second)).map(|_| ()).unwrap_err();
+    assert!(refused(&e.error), "{:?}", e.error);
+    let token = p.b.post_recv_owned(Recv::new(first)).unwrap();
+    // The READ destination and the atomic result: mid-page refused.
+    let target = pd.alloc_mr(4096, access::REMOTE_RW.remote_atomic()).unwrap();
+    let mut local = pd.alloc_mr_odp(8192, access::LOCAL_RW, &cap).unwrap();
+    scope(|s| {
+        let (page0, page1) = local.slice_mut(..).unwrap().split_at(4096).unwrap();
+        let (_, mid) = page0.split_at(40).unwrap();
+        let (read_dst, rest) = mid.split_at(1024).unwrap();
+        let (word, _) = rest.split_at(8).unwrap();
+        let e = s.post_send(&p.a, Read::new(read_dst, target.remote(..1024).unwrap())).map(|_| ()).unwrap_err();
+        assert!(refused(&e.error), "{:?}", e.error);
+        let e = s.post_send(&p.a, FetchAdd::new(word, target.remote(..8).unwrap(), 1)).map(|_| ()).unwrap_err();
+        assert!(refused(&e.error), "{:?}", e.error);
+        let (page1, _) = page1.split_at(1024).unwrap();
+        let t = s.post_send(&p.a, Read::new(page1, target.remote(..1024).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success(), "a page-aligned READ destination");
+    })
+    .unwrap();
+    drop(token);
+}
+
 /// Every RC operation rxe reports on ODP memory, through regions whose pages nobody touched
-/// before the device did (fresh `MAP_NORESERVE` mappings): the device path faults them in.
+/// before the device did (fresh ODP regions): the device path faults them in.
 #[test]
 fn rc_odp_memory_carries_send_recv_write_read_and_atomics() {
     let ctx = open();
@@ -458,10 +507,7 @@ fn discarded_odp_pages_fault_back_in_for_write_and_read() {
     let first = pattern(len, 1);
     assert_bytes(&write_then_read(&region, Some(&first)), &first, "WRITE then READ");
     assert_bytes(&read_back(&region, off, len), &first, "the program sees the WRITE");
-    // Everything discarded; then a WRITE (the device faults fresh pages in) and a READ. Nothing
-    // reads the discarded pages before the device writes them: on the 6.18 backport's rxe a
-    // device write into a page only read since the discard went to the kernel's shared zero
-    // page (DESIGN.md, "The test devices").
+    // Everything discarded; then a WRITE (the device faults fresh pages in) and a READ.
     region.discard_pages(..).unwrap();
     let second = pattern(len, 2);
     assert_bytes(&write_then_read(&region, Some(&second)), &second, "WRITE then READ after the discard");

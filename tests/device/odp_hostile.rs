@@ -1,23 +1,22 @@
-//! Hostile programs against the On-Demand Paging regions (anonymous `MAP_NORESERVE` memory),
-//! in safe code only. Each test asserts what the promise "if it compiles, it is sound" needs;
-//! on a device without ODP it asserts the typed refusal instead.
+//! Hostile programs against the On-Demand Paging regions, in safe code only. Each test asserts
+//! what the promise "if it compiles, it is sound" needs; on a device without ODP it asserts the
+//! typed refusal instead.
 //!
 //! - The kernel's shared zero page. An untouched page of an anonymous private mapping that is
-//!   *read* (by the program through `as_slice`, or by the device for a SEND or a peer's READ)
-//!   is mapped to the kernel's one shared zero page. DESIGN §9 records that the 6.18
-//!   backport's rxe then places a device *write* into that page in the zero page itself,
-//!   "so untouched pages of later mappings read the written bytes", and that the suite
-//!   avoids the pattern. These tests write the pattern in safe code: a buffer read, then
-//!   received into (or read by the device, then written). Afterwards the untouched pages of
-//!   every new anonymous mapping must still read as zeros: if they do not, a new ODP region's
-//!   `as_slice` is not the zeroed memory it promises, and any zeroed allocation served by a
-//!   new mapping (`vec![None::<&T>; n]` is `alloc_zeroed`, malloc's large callocs are fresh
-//!   mappings) holds garbage in safe code; the zero page is shared by every process.
+//!   *read* (by the program, or by the device for a SEND or a peer's READ) is mapped to the
+//!   kernel's one shared zero page, and the 6.18 backport's rxe then places a device *write*
+//!   into that page in the zero page itself, so untouched pages of every later mapping read the
+//!   written bytes: zeroed allocations (`vec![None::<&T>; n]` is `alloc_zeroed`) would hold
+//!   garbage in safe code, in every process. These tests write the pattern in safe code: a
+//!   buffer read, then received into (or read by the device, then written); afterwards a new
+//!   ODP region must read as zeros, and ODP memory must be a memfd's shared mapping, which has
+//!   no zero page behind it.
 //!
-//! Observed on the 6.18.15 backport's rxe: A (program read, then a RECV) is clean; B (the
-//! device reads an untouched page for a SEND, then a RECV writes it) and C (a peer's RDMA READ
-//! of an untouched page of a REMOTE_RW region, then its RDMA WRITE, with no action of the
-//! region's owner at all) both write the kernel's zero page.
+//! Observed on the 6.18.15 backport's rxe while ODP memory was anonymous and private: A
+//! (program read, then a RECV) was clean; B (the device reads an untouched page for a SEND,
+//! then a RECV writes it) and C (a peer's RDMA READ of an untouched page of a REMOTE_RW
+//! region, then its RDMA WRITE, with no action of the region's owner at all) both wrote the
+//! kernel's zero page. With the memfd, all three leave fresh memory zero.
 
 use typed_verbs::odp::{OdpCap, OdpOps, OdpTransport};
 use typed_verbs::prelude::*;
@@ -42,9 +41,9 @@ fn odp_cap<T: OdpTransport>(ctx: &Context, ops: OdpOps) -> Option<OdpCap<T>> {
 }
 
 /// Where a sentinel byte shows up in memory that must read as zeros: the untouched pages of a
-/// new ODP region (a new anonymous mapping, read through `as_slice`). (A fresh `vec![0u8; n]`
-/// is such a mapping only while `n` is above malloc's dynamic mmap threshold and below a
-/// transparent huge page, so it is not a reliable probe.)
+/// new ODP region (read through `as_slice`). The zero page itself has no reliable probe in safe
+/// code (a fresh `vec![0u8; n]` maps it only while `n` is above malloc's dynamic mmap threshold
+/// and below a transparent huge page); the test checks instead that ODP memory is a memfd's.
 fn zero_page_probe(pd: &Pd, cap: &OdpCap<RC>) -> Vec<(String, usize, u8)> {
     let mut seen = Vec::new();
     let fresh = pd.alloc_mr_odp(4 * PAGE, access::LOCAL_RW, cap).unwrap();
@@ -56,12 +55,10 @@ fn zero_page_probe(pd: &Pd, cap: &OdpCap<RC>) -> Vec<(String, usize, u8)> {
 
 /// Three ways, in safe code, to have the device write into an ODP page that was only read
 /// since it was mapped; after each, freshly zeroed memory of the process must read as zeros.
-///
-/// Ignored: it demonstrates an open hole on the 6.18 backport's rxe (B and C), and a run that
-/// shows it leaves the guest's zero page corrupt for every later test of that VM. Run it
-/// alone: `scripts/softroce-run --kernel odp -- <device binary> --ignored odp_hostile`.
+/// ODP memory is a shared memory file's (`Pd::alloc_mr_odp`), whose read faults allocate
+/// pages of its own: on the 6.18 backport's rxe, B and C wrote the kernel's zero page while
+/// the memory was anonymous and private.
 #[test]
-#[ignore = "open hole on the 6.18 backport (device writes reach the zero page); corrupts the VM for later tests"]
 fn device_writes_into_read_only_odp_pages_never_reach_the_zero_page() {
     let ctx = open();
     let ops = OdpOps::SEND | OdpOps::RECV | OdpOps::WRITE | OdpOps::READ;
@@ -72,6 +69,20 @@ fn device_writes_into_read_only_odp_pages_never_reach_the_zero_page() {
     let mut src = pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
     let mut sink = pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
     assert!(zero_page_probe(&pd, &cap).is_empty(), "fresh memory reads as zeros before any attack");
+    // ODP memory is a shared memory file's (no zero page behind it): its mapping is the memfd's.
+    let probe = pd.alloc_mr_odp(PAGE, access::LOCAL_RW, &cap).unwrap();
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
+    let line = maps
+        .lines()
+        .find(|l| {
+            let range = l.split_whitespace().next().unwrap_or("");
+            let (lo, hi) = range.split_once('-').unwrap_or(("0", "0"));
+            let (lo, hi) = (u64::from_str_radix(lo, 16).unwrap_or(0), u64::from_str_radix(hi, 16).unwrap_or(0));
+            (lo..hi).contains(&probe.addr())
+        })
+        .unwrap_or_else(|| panic!("no mapping holds {:#x}", probe.addr()));
+    assert!(line.contains("memfd:typed-verbs-odp") && line.contains(" rw-s "), "{line}");
+    drop(probe);
     let mut leaks = Vec::new();
 
     // A: the program reads a page of a LOCAL_RW ODP region (`as_slice`, safe: no peer can
