@@ -3,7 +3,8 @@
 //! ```text
 //! perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
 //!      [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH]
-//!      [-o OUT_READS] [-l POST_LIST] [--tokens] [--spin] [--timeout SECS] [--json] [--quiet] [-H]
+//!      [-o OUT_READS] [-l POST_LIST] [--tokens] [--spin] [--odp] [--timeout SECS] [--json] [--quiet]
+//!      [-H]
 //! ```
 //!
 //! Each test connects pairs of RC queue pairs on the same device to each other (QP a_i <-> b_i)
@@ -67,7 +68,17 @@
 //! list's last request is awaited. read_bw keeps its TX_DEPTH destination slots per QP in
 //! TX_DEPTH / POST_LIST lists posted in turn (TX_DEPTH must be a multiple of POST_LIST).
 //!
-//! `scripts/bench` runs it next to perftest on Soft-RoCE; see `BENCHMARKS.md`.
+//! `--odp` (bandwidth tests, perftest's `--odp`): every buffer of the test is an explicit
+//! On-Demand Paging region (`Pd::alloc_mr_odp`), registered with the capability the device's
+//! query gives for the test's operations on RC (`OdpCaps::check`: WRITE for write_bw, SEND and
+//! RECV for send_bw, READ for read_bw). The program writes only the sources (never reads a
+//! page before the device writes it); targets and receive buffers are first touched by the
+//! device. On a device without that ODP the run stops before any QP exists, with the typed
+//! refusal (`Error::Unsupported`, `ibv_query_device_ex: On-Demand Paging on RC for ... not
+//! supported by this device`) and status 1.
+//!
+//! `scripts/bench` runs it next to perftest on Soft-RoCE (`scripts/bench --odp`: next to
+//! perftest `--odp`); see `BENCHMARKS.md`.
 
 /// The TCP exchange of the pingpong examples, for the latency tests' `--listen` / `--connect`.
 #[path = "common/pingpong.rs"]
@@ -80,7 +91,10 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use typed_verbs::access::LegalAccess;
 use typed_verbs::lane::RecvWaitError;
+use typed_verbs::mr::{MrKind, Odp, Pinned};
+use typed_verbs::odp::{OdpCap, OdpOps};
 use typed_verbs::prelude::*;
 use typed_verbs::scope::{Completes, WaitError};
 use typed_verbs::Error;
@@ -156,6 +170,8 @@ struct Params {
     spin: bool,
     /// Post with scope tokens (`Scope::post_send`, a token per request) instead of send lanes.
     tokens: bool,
+    /// Bandwidth tests: register every buffer as an explicit ODP region (perftest's `--odp`).
+    odp: bool,
     json: bool,
     quiet: bool,
     /// Latency tests: print every interval kept, sorted, before the table (perftest's `-H`).
@@ -183,7 +199,7 @@ impl Params {
 
 const USAGE: &str = "usage: perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
             [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH] [-o OUT_READS]
-            [-l POST_LIST] [--tokens] [--spin] [--timeout SECS] [--json] [--quiet] [-H]
+            [-l POST_LIST] [--tokens] [--spin] [--odp] [--timeout SECS] [--json] [--quiet] [-H]
             [--listen | --connect HOST] [-p PORT]
 Loopback on one device: RC queue pairs connected to each other (see the source's header).
 write_lat|send_lat --listen / --connect HOST: one side per process (server, client), as
@@ -194,7 +210,9 @@ Posts with send lanes (a request prepared once, re-posted); --tokens posts with 
 -H (--report-histogram, latency tests): every latency measured, sorted, as perftest's -H.
 -l (--post_list, bandwidth tests with send lanes): requests per ibv_post_send, chained;
 CQ_MOD defaults to it and must divide it, and ITERS must be a multiple of it, as in perftest
-(read_bw: TX_DEPTH too, its READ destinations being TX_DEPTH slots in lists).";
+(read_bw: TX_DEPTH too, its READ destinations being TX_DEPTH slots in lists).
+--odp (bandwidth tests): every buffer an explicit On-Demand Paging region, as perftest's
+--odp; refused (status 1) on a device whose ODP lacks the test's operations on RC.";
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidArgument { verb: "perf", reason: reason.into() }
@@ -212,7 +230,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
     let (mut device, mut gid, mut size, mut iters, mut dur) = (None, None, None, None, None);
     let (mut qps, mut cq_mod, mut tx, mut rx, mut out_reads) = (1usize, None, None, 512usize, None);
     let (mut timeout, mut json, mut quiet, mut spin, mut tokens) = (30.0f64, false, false, false, false);
-    let (mut peer, mut port, mut histogram, mut post_list) = (None, 18515u16, false, 1usize);
+    let (mut peer, mut port, mut histogram, mut post_list, mut odp) = (None, 18515u16, false, 1usize, false);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().cloned().ok_or_else(|| bad(format!("{name} needs a value")));
         fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T> {
@@ -233,6 +251,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
             "--json" => json = true,
             "--spin" => spin = true,
             "--tokens" => tokens = true,
+            "--odp" => odp = true,
             "--quiet" => quiet = true,
             "-H" | "--report-histogram" => histogram = true,
             "-l" | "--post_list" => post_list = num(a, val(a)?)?,
@@ -290,6 +309,9 @@ fn parse_args(args: &[String]) -> Result<Params> {
     if histogram && bw {
         return Err(bad("-H is for the latency tests"));
     }
+    if odp && !bw {
+        return Err(bad("--odp is for the bandwidth tests"));
+    }
     if post_list == 0 {
         return Err(bad("-l must be at least 1"));
     }
@@ -339,6 +361,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
         timeout: Duration::from_secs_f64(timeout),
         spin,
         tokens,
+        odp,
         json,
         peer,
         port,
@@ -983,8 +1006,50 @@ fn send_bw_receive_loop(p: &Params, rxs: &mut [impl LatReceiver], sh: &SendShare
     }
 }
 
+/// How the bandwidth tests register their buffers: plain (pinned) regions, or with `--odp`
+/// explicit On-Demand Paging regions.
+trait Memory {
+    /// The regions' kind.
+    type K: MrKind;
+    /// A new region of `len` bytes with `access`.
+    fn alloc<A: LegalAccess>(&self, pd: &Pd, len: usize, access: A) -> Result<Mr<A, Self::K>>;
+}
+
+/// Plain registrations (`Pd::alloc_mr`): the memory is pinned.
+struct PinnedMemory;
+
+impl Memory for PinnedMemory {
+    type K = Pinned;
+    fn alloc<A: LegalAccess>(&self, pd: &Pd, len: usize, access: A) -> Result<Mr<A>> {
+        pd.alloc_mr(len, access)
+    }
+}
+
+/// `--odp`: explicit ODP regions (`Pd::alloc_mr_odp`), for the RC operations the device's query
+/// verified.
+struct OdpMemory(OdpCap<RC>);
+
+impl Memory for OdpMemory {
+    type K = Odp;
+    fn alloc<A: LegalAccess>(&self, pd: &Pd, len: usize, access: A) -> Result<Mr<A, Odp>> {
+        pd.alloc_mr_odp(len, access, &self.0)
+    }
+}
+
+/// The RC operations a bandwidth test's ODP regions take part in (on both sides).
+fn odp_ops(test: Test) -> OdpOps {
+    match test {
+        Test::WriteBw => OdpOps::WRITE,
+        Test::SendBw => OdpOps::SEND | OdpOps::RECV,
+        Test::ReadBw => OdpOps::READ,
+        Test::WriteLat | Test::SendLat => OdpOps::empty(),
+    }
+}
+
 fn run_bw(p: &Params) -> Result<report::BwRun> {
     let ctx = Context::open(&p.device)?;
+    // --odp: the capability first, so that a device without it refuses before anything else.
+    let odp = if p.odp { Some(ctx.query_odp()?.check::<RC>(odp_ops(p.test))?) } else { None };
     let dev = ctx.query_device()?;
     let pd = ctx.alloc_pd()?;
     let nq = p.qps;
@@ -1007,14 +1072,29 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
         a.push(x);
         b.push(y);
     }
-    let size = p.size;
     print_header(p, &ctx, &a, rd_atomic);
+    match odp {
+        Some(cap) => bw_with(p, &pd, a, b, rx, &OdpMemory(cap)),
+        None => bw_with(p, &pd, a, b, rx, &PinnedMemory),
+    }
+}
 
+/// The bandwidth test proper, on connected QPs (`a` sends, `b` is the peer; `rx` receives per
+/// QP for send_bw), its buffers registered by `mem`.
+fn bw_with<M: Memory>(
+    p: &Params,
+    pd: &Pd,
+    mut a: Vec<Qp<RC, RTS>>,
+    mut b: Vec<Qp<RC, RTS>>,
+    rx: usize,
+    mem: &M,
+) -> Result<report::BwRun> {
+    let (nq, size) = (p.qps, p.size);
     match p.test {
         Test::WriteBw => {
-            let mut src = pd.alloc_mr(size * nq, access::LOCAL_READ)?;
+            let mut src = mem.alloc(pd, size * nq, access::LOCAL_READ)?;
             src.as_mut_slice().fill(0x5a);
-            let dst = pd.alloc_mr(size * nq, access::REMOTE_RW)?;
+            let dst = mem.alloc(pd, size * nq, access::REMOTE_RW)?;
             let srcs = (0..nq).map(|q| src.slice(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
             let dsts = (0..nq).map(|q| dst.remote(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
             let out = scope_with_timeout(p.timeout, |s| {
@@ -1031,9 +1111,9 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
             Ok(out.run)
         }
         Test::ReadBw => {
-            let mut remote = pd.alloc_mr(size * nq, access::REMOTE_RW)?;
+            let mut remote = mem.alloc(pd, size * nq, access::REMOTE_RW)?;
             remote.write_volatile_from(0, &vec![0x5a; size * nq])?;
-            let mut local = pd.alloc_mr(size * nq * p.tx_depth, access::LOCAL_RW)?;
+            let mut local = mem.alloc(pd, size * nq * p.tx_depth, access::LOCAL_RW)?;
             let all = split(local.slice_mut(..)?, nq, size * p.tx_depth)?;
             let mut free = all.into_iter().map(|v| split(v, p.tx_depth, size)).collect::<Result<Vec<_>>>()?;
             let remotes = (0..nq).map(|q| remote.remote(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
@@ -1059,9 +1139,9 @@ fn run_bw(p: &Params) -> Result<report::BwRun> {
             Ok(out.run)
         }
         Test::SendBw => {
-            let mut src = pd.alloc_mr(size * nq, access::LOCAL_READ)?;
+            let mut src = mem.alloc(pd, size * nq, access::LOCAL_READ)?;
             src.as_mut_slice().fill(0x5a);
-            let mut recv = pd.alloc_mr(size * nq * rx, access::LOCAL_RW)?;
+            let mut recv = mem.alloc(pd, size * nq * rx, access::LOCAL_RW)?;
             let all = split(recv.slice_mut(..)?, nq, size * rx)?;
             let bufs = all.into_iter().map(|v| split(v, rx, size)).collect::<Result<Vec<_>>>()?;
             let srcs = (0..nq).map(|q| src.slice(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
@@ -1840,6 +1920,13 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
         };
         let _ = writeln!(out, " Receives        : {recv}");
     }
+    if p.odp {
+        let _ = writeln!(
+            out,
+            " Memory          : On-Demand Paging regions (Pd::alloc_mr_odp), RC {:?} verified",
+            odp_ops(p.test)
+        );
+    }
     let _ = writeln!(out, " TX depth        : {}", p.tx_depth);
     if let Some(c) = caps {
         let _ = writeln!(out, " QP caps granted : send {} recv {}", c.max_send_wr, c.max_recv_wr);
@@ -1893,7 +1980,8 @@ fn run(args: &[String]) -> Result<()> {
         .int("cq_mod", p.cq_mod)
         .int("post_list", p.post_list as u64)
         .str("api", p.api())
-        .bool("spin", p.spin);
+        .bool("spin", p.spin)
+        .bool("odp", p.odp);
     match p.duration {
         Some(d) => j.num("duration_s", d.as_secs_f64()),
         None => j.null("duration_s"),

@@ -42,7 +42,7 @@ fn rxe_expected() -> (bool, bool, OdpOps, OdpOps, OdpOps, OdpOps) {
 }
 
 /// The device's capabilities; on rxe, asserted equal to what its kernel is known to report.
-fn odp_caps(ctx: &Context) -> OdpCaps {
+pub(crate) fn odp_caps(ctx: &Context) -> OdpCaps {
     let caps = ctx.query_odp().expect("ibv_query_device_ex");
     if is_soft_roce(ctx) {
         let (general, implicit, rc, uc, ud, xrc) = rxe_expected();

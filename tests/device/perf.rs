@@ -1,11 +1,16 @@
 //! `examples/perf` on the device: its latency tests complete and report what they measured,
 //! with both posting APIs (lanes, scope tokens) and both arrangements (two threads in one
-//! process, or `--listen` / `--connect` in two processes as perftest runs). The figures
-//! themselves are benchmarks (`scripts/bench`), never asserted here.
+//! process, or `--listen` / `--connect` in two processes as perftest runs); its bandwidth tests
+//! with post lists, and with `--odp` (ODP regions where the device has ODP, the typed refusal
+//! where it has not). The figures themselves are benchmarks (`scripts/bench`), never asserted
+//! here.
 //!
 //! The examples must be built first (`cargo build --examples`), as for the interop tests.
 
 use std::time::Duration;
+
+use typed_verbs::odp::OdpOps;
+use typed_verbs::prelude::RC;
 
 use crate::common::{device_name, example, gid_index, Proc, TcpPort};
 
@@ -198,4 +203,56 @@ fn bandwidth_tests_post_lists_by_count_and_by_duration() {
         }
         assert!(p.output().contains(says), "{extra:?}:\n{}", p.output());
     }
+}
+
+#[test]
+fn bandwidth_tests_with_odp_run_where_the_device_has_it_and_are_refused_where_not() {
+    // `--odp`: every buffer an explicit ODP region, with the capability of the device's query
+    // for the test's operations on RC. What the device reports decides the outcome; on rxe the
+    // kernel fixes what it must report (`odp::odp_caps`: none on 6.12, RC WRITE, SEND/RECV and
+    // READ on 6.18), so an ODP kernel that stopped reporting it fails here instead of passing on the
+    // refusal. The figures are not checked (nor the data: 6.18's rxe places ODP packets at
+    // their page's start, DESIGN §9), only that the run completes and reports.
+    let caps = crate::odp::odp_caps(&crate::common::open());
+    let runs: [(&str, OdpOps, &[&str], &str); 4] = [
+        ("write_bw", OdpOps::WRITE, &["-s", "65536", "-n", "200"], "65536"),
+        ("write_bw", OdpOps::WRITE, &["-s", "64", "-n", "2000", "-Q", "100"], "64"),
+        ("send_bw", OdpOps::SEND | OdpOps::RECV, &["-s", "4096", "-n", "200", "-r", "64"], "4096"),
+        ("read_bw", OdpOps::READ, &["-s", "4096", "-n", "200", "-t", "16"], "4096"),
+    ];
+    for (test, ops, extra, size) in runs {
+        let mut a = vec![test.to_string(), "-d".into(), device_name(), "-x".into(), gid_index().to_string()];
+        a.extend(["--odp", "--timeout", "30", "--json"].map(String::from));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        let mut p = Proc::spawn(&format!("perf {test} --odp"), &example("perf"), &a);
+        if caps.check::<RC>(ops).is_ok() {
+            let out = finished(&mut p);
+            let memory = format!("On-Demand Paging regions (Pd::alloc_mr_odp), RC {ops:?} verified");
+            assert!(out.lines().any(|l| l.starts_with(" Memory") && l.contains(&memory)), "{extra:?}:\n{out}");
+            let iters = extra[3];
+            let line = out.lines().find(|l| l.split_whitespace().take(2).eq([size, iters]));
+            assert!(line.is_some(), "no result line for {size} bytes x {iters}:\n{out}");
+            assert!(out.contains("\"odp\":true"), "{extra:?}:\n{out}");
+            assert_eq!(json_num(&out, "iterations"), iters.parse::<f64>().unwrap(), "{extra:?}:\n{out}");
+            assert!(json_num(&out, "bw_avg_mb_s") > 0.0, "{extra:?}:\n{out}");
+        } else {
+            let Some((status, _)) = p.wait_exit(LIMIT) else {
+                p.stop();
+                panic!("{} did not exit within {LIMIT:?}:\n{}", p.label, p.output());
+            };
+            let out = p.output();
+            assert_eq!(status.code(), Some(1), "{} without ODP on the device:\n{out}", p.label);
+            let refusal = format!("perf: ibv_query_device_ex: On-Demand Paging on RC for {ops:?}");
+            assert!(out.contains(&refusal) && out.contains("not supported by this device"), "{out}");
+            assert!(!out.contains("Memory") && !out.contains("panicked"), "refused before any QP:\n{out}");
+        }
+    }
+    // Only the bandwidth tests have buffers to register on demand.
+    let mut p = Proc::spawn("perf write_lat --odp", &example("perf"), &args("write_lat", &["--odp"]));
+    let Some((status, _)) = p.wait_exit(LIMIT) else {
+        p.stop();
+        panic!("{} did not exit within {LIMIT:?}:\n{}", p.label, p.output());
+    };
+    assert!(!status.success(), "{} was accepted:\n{}", p.label, p.output());
+    assert!(p.output().contains("--odp is for the bandwidth tests"), "{}", p.output());
 }
