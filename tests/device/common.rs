@@ -142,6 +142,18 @@ pub fn connect_rc_with(
     qp.to_rts(&rts_attr).expect("RTR->RTS")
 }
 
+/// The C tool `name` (ibverbs-utils), from `$PATH` or `/usr/bin`.
+pub fn c_tool(name: &str) -> std::path::PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([std::path::PathBuf::from("/usr/bin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("`{name}` not found in $PATH or /usr/bin: install ibverbs-utils (scripts/install-deps)")
+        })
+}
+
 /// Our example binary `name`, next to this test binary: `target/<profile>/deps/device-…` →
 /// `target/<profile>/examples/<name>`.
 pub fn example(name: &str) -> std::path::PathBuf {

@@ -7,28 +7,15 @@
 //! (`target/<profile>/examples/`).
 
 use std::io::Read;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::common::{device_name, example, gid_index, Proc, TcpPort};
+use crate::common::{c_tool, device_name, example, gid_index, Proc, TcpPort};
 
 /// Bound on one whole ping-pong (both processes), generous for software emulation.
 const DEADLINE: Duration = Duration::from_secs(120);
 /// Small, to keep the run short under emulation.
 const ITERS: u32 = 100;
 const SIZE: u32 = 4096;
-
-/// The C tool `name` (ibverbs-utils), from `$PATH` or `/usr/bin`.
-fn c_tool(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/bin")])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!("`{name}` not found in $PATH or /usr/bin: install ibverbs-utils (scripts/install-deps)")
-        })
-}
 
 /// The processes of one test: all killed when the test ends, also when it fails.
 struct Procs(Vec<Proc>);

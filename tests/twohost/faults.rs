@@ -150,16 +150,20 @@ fn host_b_powered_off_mid_stream_gives_retry_exc_err_in_time_every_buffer_back_t
     }
     let mut addrs: Vec<u64> = chunks.iter().map(|c| c.addr()).collect();
     addrs.sort_unstable();
-
-    // The stream: WRITEs succeed across the wire, each chunk back after its completion.
-    for round in 0..3 {
-        let tokens: Vec<_> = chunks
+    // Every chunk WRITTEN to its slot of the target, owned tokens back.
+    let post_all = |chunks: &mut Vec<_>| -> Vec<_> {
+        chunks
             .drain(..)
             .enumerate()
             .map(|(i, c)| {
                 qp.post_send_owned(Write::new(c, target.slice((i * CHUNK) as u64, CHUNK as u64).unwrap())).unwrap()
             })
-            .collect();
+            .collect()
+    };
+
+    // The stream: WRITEs succeed across the wire, each chunk back after its completion.
+    for round in 0..3 {
+        let tokens = post_all(&mut chunks);
         for t in tokens {
             let (c, chunk) = t.wait(WAIT).expect("a completion");
             assert_eq!(c.status(), WcStatus::Success, "round {round}: {c:?}");
@@ -170,13 +174,7 @@ fn host_b_powered_off_mid_stream_gives_retry_exc_err_in_time_every_buffer_back_t
     // Pull host B's plug, then keep streaming.
     peer.power_off();
     let posted = Instant::now();
-    let tokens: Vec<_> = chunks
-        .drain(..)
-        .enumerate()
-        .map(|(i, c)| {
-            qp.post_send_owned(Write::new(c, target.slice((i * CHUNK) as u64, CHUNK as u64).unwrap())).unwrap()
-        })
-        .collect();
+    let tokens = post_all(&mut chunks);
     let bound = configured_retry_time() + MARGIN;
     let mut statuses = Vec::new();
     let mut first_error = None;

@@ -2,10 +2,9 @@
 //! on host A with the C tool on host B, and the C tool on host A with our example on host B.
 //! The server starts first on its host; the client is given the server's address.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::common::{device_name, example, gid_index, Proc, TcpPort};
+use crate::common::{c_tool, device_name, example, gid_index, Proc, TcpPort};
 use crate::peer::{local_addr, Peer, RemoteProc};
 
 /// Bound on one whole ping-pong (both processes).
@@ -18,16 +17,6 @@ const SIZE: u32 = 4096;
 const UD_SIZE: u32 = 1024;
 /// QPs per side in the SRQ runs.
 const SRQ_QPS: &str = "4";
-
-/// The C tool `name` (ibverbs-utils), from `$PATH` or `/usr/bin`.
-fn c_tool(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/bin")])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("`{name}` not found in $PATH or /usr/bin: install ibverbs-utils"))
-}
 
 fn args(port: TcpPort, size: u32, extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = [
