@@ -43,6 +43,10 @@ pub enum Verb {
     AdviseMr,
     /// `madvise` (the pages of an On-Demand Paging region).
     Madvise,
+    /// `ibv_reg_dmabuf_mr`.
+    RegDmabufMr,
+    /// Making a dma-buf over host memory (`memfd_create`, `/dev/udmabuf`, `UDMABUF_CREATE`).
+    UdmabufCreate,
 }
 
 impl Verb {
@@ -73,6 +77,8 @@ impl Verb {
             Verb::PostSrqRecv => "ibv_post_srq_recv",
             Verb::AdviseMr => "ibv_advise_mr",
             Verb::Madvise => "madvise",
+            Verb::RegDmabufMr => "ibv_reg_dmabuf_mr",
+            Verb::UdmabufCreate => "ioctl(UDMABUF_CREATE)",
             Verb::CreateCompChannel => "ibv_create_comp_channel",
             Verb::ReqNotifyCq => "ibv_req_notify_cq",
             Verb::GetCqEvent => "ibv_get_cq_event",

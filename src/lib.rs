@@ -39,6 +39,7 @@ pub mod ah;
 pub mod channel;
 pub mod cq;
 pub mod device;
+pub mod dmabuf;
 pub mod error;
 pub mod event;
 pub mod lane;

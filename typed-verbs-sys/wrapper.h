@@ -11,3 +11,6 @@
  * of On-Demand Paging regions. */
 #include <sys/mman.h>
 #include <unistd.h>
+/* ioctl(2) and <linux/udmabuf.h>: a dma-buf over a sealed memfd (UDMABUF_CREATE). */
+#include <sys/ioctl.h>
+#include <linux/udmabuf.h>

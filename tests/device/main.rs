@@ -9,6 +9,7 @@ mod common;
 mod attacks;
 mod basics;
 mod channels;
+mod dmabuf;
 mod events;
 mod hostile;
 mod interop;

@@ -18,10 +18,20 @@
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+/// `UDMABUF_CREATE` of `<linux/udmabuf.h>`: `_IOW('u', 0x42, struct udmabuf_create)` (a
+/// function-like macro bindgen cannot evaluate): direction write (1 << 30), the struct's size
+/// (24, pinned below) << 16, type `'u'` << 8, number 0x42.
+pub const UDMABUF_CREATE: u64 =
+    (1 << 30) | ((core::mem::size_of::<udmabuf_create>() as u64) << 16) | ((b'u' as u64) << 8) | 0x42;
+
 mod layout {
     use super::*;
     use core::mem::{align_of, offset_of, size_of};
     use static_assertions::const_assert_eq;
+
+    // struct udmabuf_create { __u32 memfd; __u32 flags; __u64 offset; __u64 size; }
+    const_assert_eq!(size_of::<udmabuf_create>(), 24);
+    const_assert_eq!(UDMABUF_CREATE, 0x4018_7542);
 
     // struct ibv_sge { uint64_t addr; uint32_t length; uint32_t lkey; }
     const_assert_eq!(size_of::<ibv_sge>(), 16);
