@@ -274,7 +274,11 @@ impl Pd {
         cap: &OdpCap<T>,
     ) -> Result<Mr<A, Odp>> {
         let _ = access;
-        self.alloc_mr_kind::<A, Odp>(len, OdpTag::verified(T::QP_TYPE, cap.ops.bits(), cap.page_starts))
+        self.alloc_mr_kind::<A, Odp>(
+            len,
+            OdpTag::verified(T::QP_TYPE, cap.ops.bits(), cap.page_starts),
+            crate::mr::Backing::OdpMemfd,
+        )
     }
 
     /// `ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | ...)`: the implicit ODP region,
@@ -550,6 +554,10 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
         K: Discardable,
     {
         let (off, len) = range_of(range, self.len(), "madvise")?;
+        // `K: Discardable` means ODP, whose only constructor maps a memfd; checked all the same.
+        if self.backing() != crate::mr::Backing::OdpMemfd {
+            return Err(Error::invalid("madvise", "not the memory of an On-Demand Paging region"));
+        }
         let page = crate::mr::page_size();
         if off % page != 0 || (len % page != 0 && off + len != self.len()) {
             return Err(Error::invalid(

@@ -45,6 +45,7 @@ fn main() {
         .allowlist_function("close")
         .allowlist_var("MFD_CLOEXEC")
         .allowlist_var("MAP_SHARED")
+        .allowlist_var("MAP_HUGETLB")
         .allowlist_var("MADV_REMOVE")
         .allowlist_var("MADV_DONTFORK")
         .allowlist_function("ioctl")
