@@ -2,10 +2,11 @@
 //! accelerator's) registered by its dma-buf file descriptor.
 //!
 //! A [`DmabufMr<A>`] is typed like every region ([`access`](crate::access): the LOCAL_WRITE
-//! rules are compile-time), and lends the same views: [`LocalBuf`] / [`LocalBufMut`] for work
-//! requests and [`RemoteSlice<A>`] for peers. Its memory is not the process's: the library never
-//! reads or writes it from the CPU and offers no slice of it; the device addresses it by the
-//! region's I/O virtual address (`iova`), which the views carry. The exporter's memory stays
+//! rules are compile-time) and lends [`RemoteSlice<A>`]s for peers, by the region's I/O
+//! virtual address (`iova`). Its memory is not the process's, so it lends no local view:
+//! [`LocalBuf`](crate::mr::LocalBuf) and [`LocalBufMut`](crate::mr::LocalBufMut) are host memory
+//! the program may also copy in and out of with volatile accesses, and an iova is not a host
+//! address (a view of one would let safe code read and write wherever the iova points). The exporter's memory stays
 //! alive while the registration holds the dma-buf (the kernel takes its own reference), so the
 //! descriptor may be closed after registering.
 //!
@@ -22,9 +23,9 @@ use std::sync::Arc;
 
 use typed_verbs_sys as sys;
 
-use crate::access::{AccessSet, HasLocalWrite, LegalAccess};
+use crate::access::{AccessSet, LegalAccess};
 use crate::error::{Error, Result, Verb};
-use crate::mr::{range_of, LocalBuf, LocalBufMut, OdpTag, RemoteSlice};
+use crate::mr::{range_of, RemoteSlice};
 use crate::pd::{Pd, PdInner};
 
 /// `EOPNOTSUPP` and `EPROTONOSUPPORT`: the provider (or kernel driver) cannot register dma-bufs.
@@ -38,12 +39,13 @@ pub struct DmabufMr<A: AccessSet> {
     len: usize,
     lkey: u32,
     rkey: u32,
-    pd: Arc<PdInner>,
+    /// Keeps the PD allocated until the region is deregistered.
+    _pd: Arc<PdInner>,
     _access: PhantomData<A>,
 }
 
 // SAFETY: the handle may be used from any thread (libibverbs is thread-safe); the region owns no
-// memory of the process, and `&DmabufMr` gives only keys and views.
+// memory of the process, and `&DmabufMr` gives only keys and remote views.
 unsafe impl<A: AccessSet> Send for DmabufMr<A> {}
 // SAFETY: as above.
 unsafe impl<A: AccessSet> Sync for DmabufMr<A> {}
@@ -115,7 +117,7 @@ impl Pd {
         };
         // SAFETY: `mr` is a valid registration returned just now.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
-        Ok(DmabufMr { mr, iova, len, lkey, rkey, pd: Arc::clone(&self.inner), _access: PhantomData })
+        Ok(DmabufMr { mr, iova, len, lkey, rkey, _pd: Arc::clone(&self.inner), _access: PhantomData })
     }
 }
 
@@ -143,34 +145,6 @@ impl<A: AccessSet> DmabufMr<A> {
     /// The `struct ibv_mr`, under the contract of [`crate::raw`].
     pub fn as_raw(&self) -> *mut sys::ibv_mr {
         self.mr.as_ptr()
-    }
-
-    fn view(&self, range: impl RangeBounds<usize>, what: &'static str) -> Result<(u64, u32)> {
-        let (off, len) = range_of(range, self.len, what)?;
-        let len = u32::try_from(len).map_err(|_| Error::invalid(what, "more than u32::MAX bytes"))?;
-        Ok((self.iova + off as u64, len))
-    }
-
-    /// A view of `range` that the local device may read (a send or RDMA WRITE source).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] outside the region or above `u32::MAX` bytes.
-    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<LocalBuf<'_>> {
-        let (addr, len) = self.view(range, "DmabufMr::slice")?;
-        Ok(LocalBuf::from_parts(addr, len, self.lkey, OdpTag::default(), self.pd.id()))
-    }
-
-    /// A view of `range` that the local device may write (a receive, an RDMA READ destination,
-    /// an atomic result). Needs LOCAL_WRITE; `&mut self`: one writer at a time.
-    ///
-    /// # Errors
-    /// As [`DmabufMr::slice`].
-    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<LocalBufMut<'_>>
-    where
-        A: HasLocalWrite,
-    {
-        let (addr, len) = self.view(range, "DmabufMr::slice_mut")?;
-        Ok(LocalBufMut::from_parts(addr, len, self.lkey, OdpTag::default(), self.pd.id()))
     }
 
     /// The remote view of `range` (iova, length, rkey) for a peer, typed by the region's rights.

@@ -58,8 +58,9 @@ pub(crate) enum Backing {
     Heap,
     /// A memfd's shared mapping (`map_odp_memory`): On-Demand Paging regions.
     OdpMemfd,
-    /// A private mapping of huge pages (`map_huge`, `MAP_HUGETLB`).
-    Huge,
+    /// A private mapping of whole huge pages (`map_huge`, `MAP_HUGETLB`) of 2^shift bytes each
+    /// (kept, not looked up again, so that the unmap uses the mapped length).
+    Huge(u8),
 }
 
 /// How a region's pages are held: [`Pinned`] (the default: registered memory is pinned) or
@@ -192,7 +193,7 @@ impl Pd {
     #[doc(alias = "ibv_reg_mr")]
     pub fn alloc_mr_huge<A: LegalAccess>(&self, len: usize, access: A) -> Result<Mr<A>> {
         let _ = access;
-        self.alloc_mr_kind::<A, Pinned>(len, OdpTag(None), Backing::Huge)
+        self.alloc_mr_kind::<A, Pinned>(len, OdpTag(None), Backing::Huge(0))
     }
 
     /// `ibv_reg_mr` of new memory with the access bits of `A` and of the kind `K`.
@@ -200,7 +201,7 @@ impl Pd {
         &self,
         len: usize,
         odp: OdpTag,
-        backing: Backing,
+        mut backing: Backing,
     ) -> Result<Mr<A, K>> {
         if len == 0 {
             return Err(Error::invalid("ibv_reg_mr", "a memory region needs at least one byte"));
@@ -208,7 +209,11 @@ impl Pd {
         let mem = match backing {
             Backing::Heap => alloc_zeroed(len)?,
             Backing::OdpMemfd => map_odp_memory(len)?,
-            Backing::Huge => map_huge(len)?,
+            Backing::Huge(_) => {
+                let (mem, shift) = map_huge(len)?;
+                backing = Backing::Huge(shift);
+                mem
+            }
         };
         let bits = A::BITS | K::EXTRA_ACCESS;
         // SAFETY: the PD is alive; `mem..mem+len` is memory we own and keep at the same address
@@ -522,16 +527,19 @@ fn huge_page_size() -> Option<usize> {
     kb.checked_mul(1024).filter(|&n| n.is_power_of_two())
 }
 
-/// `len` rounded up to whole huge pages, at most `isize::MAX`, or `None`.
-fn huge_mapping_len(len: usize) -> Option<usize> {
-    huge_page_size()?.checked_mul(len.div_ceil(huge_page_size()?)).filter(|&l| isize::try_from(l).is_ok())
+/// `len` rounded up to whole huge pages of 2^`shift` bytes, at most `isize::MAX`, or `None`.
+fn huge_mapping_len(len: usize, shift: u8) -> Option<usize> {
+    let page = 1usize.checked_shl(u32::from(shift))?;
+    len.div_ceil(page).checked_mul(page).filter(|&l| isize::try_from(l).is_ok())
 }
 
 /// Zeroed memory in huge pages: a private anonymous `MAP_HUGETLB` mapping of whole default-size
 /// huge pages. A read fault on hugetlb memory gets a huge page of its own (there is no shared
 /// zero page for it), and a pinned registration faults every page in for writing anyway.
-fn map_huge(len: usize) -> Result<NonNull<u8>> {
-    let map_len = huge_mapping_len(len).ok_or_else(|| {
+fn map_huge(len: usize) -> Result<(NonNull<u8>, u8)> {
+    let page = huge_page_size();
+    let shift = page.map_or(0, |p| p.trailing_zeros() as u8);
+    let map_len = page.and_then(|_| huge_mapping_len(len, shift)).ok_or_else(|| {
         Error::invalid(
             "ibv_reg_mr",
             format!("{len} bytes cannot be mapped in huge pages (Hugepagesize in /proc/meminfo)"),
@@ -544,7 +552,10 @@ fn map_huge(len: usize) -> Result<NonNull<u8>> {
             std::ptr::null_mut(),
             map_len,
             (sys::PROT_READ | sys::PROT_WRITE) as i32,
-            (sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_HUGETLB) as i32,
+            // The page size named explicitly (`MAP_HUGE_SHIFT` = 26): the kernel maps exactly
+            // pages of 2^shift bytes or refuses, so the unmap length computed from `shift`
+            // matches whatever `/proc/meminfo` said.
+            (sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_HUGETLB) as i32 | (i32::from(shift) << 26),
             -1,
             0,
         )
@@ -556,14 +567,16 @@ fn map_huge(len: usize) -> Result<NonNull<u8>> {
             format!("mmap(MAP_HUGETLB) of {map_len} bytes (huge pages reserved: /proc/sys/vm/nr_hugepages)"),
         ));
     }
-    NonNull::new(p.cast()).ok_or_else(|| Error::invalid("ibv_reg_mr", "mmap returned a null mapping"))
+    let mem = NonNull::new(p.cast()).ok_or_else(|| Error::invalid("ibv_reg_mr", "mmap returned a null mapping"))?;
+    Ok((mem, shift))
 }
 
 /// Frees the memory of a region of `len` bytes allocated by `alloc_mr_kind`.
 ///
 /// # Safety
 /// `mem` was returned for `len` by the allocator `backing` names ([`alloc_zeroed`],
-/// [`map_odp_memory`], [`map_huge`]), is no longer registered, and is freed once.
+/// [`map_odp_memory`], or [`map_huge`] with the page shift it returned), is no longer
+/// registered, and is freed once.
 unsafe fn free_region_memory(mem: NonNull<u8>, len: usize, backing: Backing) {
     // The mapping functions succeeded for this length, so the roundings cannot fail now.
     let unmap = |map_len: Option<usize>| {
@@ -573,7 +586,7 @@ unsafe fn free_region_memory(mem: NonNull<u8>, len: usize, backing: Backing) {
     };
     match backing {
         Backing::OdpMemfd => unmap(mapping_len(len)),
-        Backing::Huge => unmap(huge_mapping_len(len)),
+        Backing::Huge(shift) => unmap(huge_mapping_len(len, shift)),
         Backing::Heap => {
             // SAFETY: the layout was valid at allocation (same size and alignment).
             let layout = unsafe { Layout::from_size_align_unchecked(len, MR_ALIGN) };

@@ -36,7 +36,6 @@ fn a_udmabuf_is_a_dma_buf_and_its_registration_is_what_the_device_allows() {
             assert_eq!((mr.len(), mr.iova()), (LEN, 0x1000_0000));
             let remote = mr.remote(4096..8192).unwrap();
             assert_eq!((remote.addr(), remote.len()), (0x1000_0000 + 4096, 4096));
-            assert_eq!(mr.slice(..).unwrap().addr(), 0x1000_0000);
         }
         Err(e) => panic!("expected a registration or Error::Unsupported, got {e:?}"),
     }
