@@ -28,9 +28,6 @@ use crate::error::{Error, Result, Verb};
 use crate::mr::{range_of, RemoteSlice};
 use crate::pd::{Pd, PdInner};
 
-/// `EOPNOTSUPP` and `EPROTONOSUPPORT`: the provider (or kernel driver) cannot register dma-bufs.
-const UNSUPPORTED: [i32; 2] = [95, 93];
-
 /// A memory region over a dma-buf: `struct ibv_mr` from `ibv_reg_dmabuf_mr`. Deregistered on
 /// drop.
 pub struct DmabufMr<A: AccessSet> {
@@ -106,7 +103,7 @@ impl Pd {
         let Some(mr) = NonNull::new(mr) else {
             let e = std::io::Error::last_os_error();
             let context = format!("{len} bytes at offset {offset} of dma-buf fd {}", fd.as_raw_fd());
-            if e.raw_os_error().is_some_and(|n| UNSUPPORTED.contains(&n)) {
+            if crate::error::errno::means_unsupported(&e) {
                 return Err(Error::Unsupported {
                     verb: Verb::RegDmabufMr,
                     what: format!("dma-buf memory regions ({context})"),

@@ -93,6 +93,18 @@ impl fmt::Display for Verb {
     }
 }
 
+/// Errno values the library classifies (the same on the Linux architectures it supports).
+pub(crate) mod errno {
+    pub const EINVAL: i32 = 22;
+    pub const EPROTONOSUPPORT: i32 = 93;
+    pub const EOPNOTSUPP: i32 = 95;
+
+    /// The provider or the kernel driver lacks the feature: `EOPNOTSUPP` or `EPROTONOSUPPORT`.
+    pub fn means_unsupported(e: &std::io::Error) -> bool {
+        matches!(e.raw_os_error(), Some(EOPNOTSUPP) | Some(EPROTONOSUPPORT))
+    }
+}
+
 /// Everything that can go wrong in this crate.
 #[non_exhaustive]
 #[derive(Debug)]

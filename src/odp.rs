@@ -28,6 +28,7 @@ use typed_verbs_sys as sys;
 
 use crate::access::{Access, HasLocalWrite, LegalAccess, LocalWrite};
 use crate::device::Context;
+use crate::error::errno::EOPNOTSUPP;
 use crate::error::{Error, Result, Verb};
 use crate::mr::{range_of, LocalBuf, LocalBufMut, Mr, MrKind, Odp, OdpTag};
 use crate::pd::{Pd, PdInner};
@@ -428,9 +429,6 @@ impl Prefetch {
     }
 }
 
-/// `EOPNOTSUPP`: the provider has no `advise_mr` (rxe in rdma-core 44 and 56).
-const EOPNOTSUPP: i32 = 95;
-
 fn advise(pd: &PdInner, advice: Prefetch, flags: u32, addr: u64, len: u32, lkey: u32) -> Result<()> {
     let mut sge = sys::ibv_sge { addr, length: len, lkey };
     // SAFETY: the PD is alive; `sge` names memory of a live ODP registration (the caller's
@@ -438,6 +436,7 @@ fn advise(pd: &PdInner, advice: Prefetch, flags: u32, addr: u64, len: u32, lkey:
     let ret = unsafe { sys::ibv_advise_mr(pd.pd.as_ptr(), advice.raw(), flags, &mut sge, 1) };
     match ret {
         0 => Ok(()),
+        // The provider has no `advise_mr` (rxe in rdma-core 44 and 56).
         r if r == EOPNOTSUPP || r == -EOPNOTSUPP => Err(Error::Unsupported {
             verb: Verb::AdviseMr,
             what: format!("prefetching On-Demand Paging memory ({advice:?}): the provider has no advise_mr"),

@@ -251,12 +251,11 @@ impl Pd {
         let qp = unsafe { sys::ibv_create_qp(self.as_ptr(), &mut init) };
         let Some(qp) = NonNull::new(qp) else {
             let e = std::io::Error::last_os_error();
-            let unsupported =
-                matches!(e.raw_os_error(), Some(libc_errno::EOPNOTSUPP) | Some(libc_errno::EPROTONOSUPPORT))
-                    || (T::QP_TYPE != sys::IBV_QPT_RC
-                        && T::QP_TYPE != sys::IBV_QPT_UC
-                        && T::QP_TYPE != sys::IBV_QPT_UD
-                        && e.raw_os_error() == Some(libc_errno::EINVAL));
+            let unsupported = crate::error::errno::means_unsupported(&e)
+                || (T::QP_TYPE != sys::IBV_QPT_RC
+                    && T::QP_TYPE != sys::IBV_QPT_UC
+                    && T::QP_TYPE != sys::IBV_QPT_UD
+                    && e.raw_os_error() == Some(crate::error::errno::EINVAL));
             if unsupported {
                 return Err(Error::Unsupported {
                     verb: Verb::CreateQp,
@@ -311,13 +310,6 @@ impl Pd {
         shared.reserved[1].store(recv_need, Ordering::Relaxed);
         Ok(Qp { shared, _type: PhantomData })
     }
-}
-
-/// Errno values used for classification (stable across Linux architectures we support).
-mod libc_errno {
-    pub const EINVAL: i32 = 22;
-    pub const EOPNOTSUPP: i32 = 95;
-    pub const EPROTONOSUPPORT: i32 = 93;
 }
 
 /// A failed state transition: the error, and the QP back in the state it was in.
