@@ -170,25 +170,16 @@ pub fn udmabuf(len: usize) -> Result<OwnedFd> {
         .checked_next_multiple_of(page)
         .filter(|&s| s > 0 && i64::try_from(s).is_ok())
         .ok_or_else(|| Error::invalid("UDMABUF_CREATE", format!("{len} bytes: need 1..=i64::MAX")))?;
-    let failed = |step: &str| Error::last_os(Verb::UdmabufCreate, format!("{step} for a dma-buf of {size} bytes"));
-    // SAFETY: a NUL-terminated name; the new descriptor is owned by `memfd` below.
-    let raw = unsafe { sys::memfd_create(c"typed-verbs-udmabuf".as_ptr(), sys::MFD_ALLOW_SEALING | sys::MFD_CLOEXEC) };
-    if raw < 0 {
-        return Err(failed("memfd_create"));
-    }
-    // SAFETY: `raw` is a new descriptor nobody else owns.
-    let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: our memfd; sizing and sealing it affect nothing else.
-    if unsafe { sys::ftruncate(memfd.as_raw_fd(), size as i64) } != 0 {
-        return Err(failed("ftruncate"));
-    }
-    // SAFETY: as above; F_ADD_SEALS takes an int argument.
+    let context = |step: &str| format!("{step} for a dma-buf of {size} bytes");
+    let failed = |step: &str| Error::last_os(Verb::UdmabufCreate, context(step));
+    let memfd = crate::mr::sized_memfd(c"typed-verbs-udmabuf", sys::MFD_ALLOW_SEALING | sys::MFD_CLOEXEC, size)
+        .map_err(|(step, e)| Error::verb(Verb::UdmabufCreate, context(step), e))?;
+    // SAFETY: our memfd; sealing it affects nothing else. F_ADD_SEALS takes an int argument.
     if unsafe { sys::fcntl(memfd.as_raw_fd(), sys::F_ADD_SEALS as i32, sys::F_SEAL_SHRINK as i32) } != 0 {
         return Err(failed("fcntl(F_ADD_SEALS, F_SEAL_SHRINK)"));
     }
-    let dev = std::fs::File::open("/dev/udmabuf").map_err(|e| {
-        Error::verb(Verb::UdmabufCreate, format!("opening /dev/udmabuf for a dma-buf of {size} bytes"), e)
-    })?;
+    let dev = std::fs::File::open("/dev/udmabuf")
+        .map_err(|e| Error::verb(Verb::UdmabufCreate, context("opening /dev/udmabuf"), e))?;
     let mut create = sys::udmabuf_create {
         memfd: memfd.as_raw_fd() as u32,
         flags: sys::UDMABUF_FLAGS_CLOEXEC,

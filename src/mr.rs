@@ -19,6 +19,7 @@ use std::alloc::{self, Layout};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -474,39 +475,24 @@ fn map_odp_memory(len: usize) -> Result<NonNull<u8>> {
         .filter(|&l| isize::try_from(l).is_ok())
         .ok_or_else(|| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be mapped")))?;
     let what = |call: &str| format!("{call} for an On-Demand Paging region of {len} bytes");
-    // SAFETY: a NUL-terminated name; the new descriptor is ours and closed below.
-    let fd = unsafe { sys::memfd_create(c"typed-verbs-odp".as_ptr(), sys::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::last_os(Verb::RegMr, what("memfd_create")));
-    }
-    // `map_len` fits `isize`, so `i64` (`off_t`).
-    // SAFETY: `fd` is our memfd; sizing it affects nothing else.
-    let sized = unsafe { sys::ftruncate(fd, map_len as i64) } == 0;
-    let p = if sized {
-        // SAFETY: a new shared mapping of our own memfd at an address of the kernel's choosing:
-        // no existing memory is affected.
-        unsafe {
-            sys::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                (sys::PROT_READ | sys::PROT_WRITE) as i32,
-                (sys::MAP_SHARED | sys::MAP_NORESERVE) as i32,
-                fd,
-                0,
-            )
-        }
-    } else {
-        std::ptr::null_mut()
+    let fd = sized_memfd(c"typed-verbs-odp", sys::MFD_CLOEXEC, map_len)
+        .map_err(|(step, e)| Error::verb(Verb::RegMr, what(step), e))?;
+    // SAFETY: a new shared mapping of our own memfd at an address of the kernel's choosing:
+    // no existing memory is affected. The mapping keeps the memory when `fd` closes (on return).
+    let p = unsafe {
+        sys::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            (sys::PROT_READ | sys::PROT_WRITE) as i32,
+            (sys::MAP_SHARED | sys::MAP_NORESERVE) as i32,
+            fd.as_raw_fd(),
+            0,
+        )
     };
-    let err = (!sized || p as usize == usize::MAX)
-        .then(|| Error::last_os(Verb::RegMr, what(if sized { "mmap" } else { "ftruncate" })));
-    // The mapping keeps the memory; the descriptor is not needed any more.
-    // SAFETY: `fd` is ours, closed once.
-    unsafe { sys::close(fd) };
-    if let Some(err) = err {
-        return Err(err);
+    // MAP_FAILED is `(void *) -1`.
+    if p as usize == usize::MAX {
+        return Err(Error::last_os(Verb::RegMr, what("mmap")));
     }
-    // MAP_FAILED is `(void *) -1`, excluded above.
     let mem =
         NonNull::new(p.cast::<u8>()).ok_or_else(|| Error::invalid("ibv_reg_mr", "mmap returned a null mapping"))?;
     // SAFETY: advice over our own new mapping, whole pages; it changes only what `fork` does.
@@ -517,6 +503,29 @@ fn map_odp_memory(len: usize) -> Result<NonNull<u8>> {
         return Err(err);
     }
     Ok(mem)
+}
+
+/// A new memory file (`memfd_create` with `flags`) of `size` bytes, its descriptor owned; or the
+/// step that failed and its error.
+pub(crate) fn sized_memfd(
+    name: &std::ffi::CStr,
+    flags: u32,
+    size: usize,
+) -> std::result::Result<OwnedFd, (&'static str, std::io::Error)> {
+    let size =
+        i64::try_from(size).map_err(|_| ("ftruncate", std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    // SAFETY: a NUL-terminated name; the new descriptor is owned right below.
+    let raw = unsafe { sys::memfd_create(name.as_ptr(), flags) };
+    if raw < 0 {
+        return Err(("memfd_create", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `raw` is a new descriptor nobody else owns; `OwnedFd` closes it once.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: our memfd; sizing it affects nothing else.
+    if unsafe { sys::ftruncate(fd.as_raw_fd(), size) } != 0 {
+        return Err(("ftruncate", std::io::Error::last_os_error()));
+    }
+    Ok(fd)
 }
 
 /// The system's default huge page size (`Hugepagesize` of `/proc/meminfo`), if it has one.
