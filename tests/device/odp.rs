@@ -61,7 +61,7 @@ pub(crate) fn odp_caps(ctx: &Context) -> OdpCaps {
 
 /// ODP on `T` for `ops`: `Some` on a device that reports it; on one that does not, the typed
 /// refusal is asserted and `None` returned (the test then ends: it has checked the refusal).
-fn odp_cap<T: OdpTransport>(ctx: &Context, ops: OdpOps) -> Option<OdpCap<T>> {
+pub(crate) fn odp_cap<T: OdpTransport>(ctx: &Context, ops: OdpOps) -> Option<OdpCap<T>> {
     let caps = odp_caps(ctx);
     let reported = caps.supported() && caps.ops::<T>().contains(ops);
     match caps.check::<T>(ops) {

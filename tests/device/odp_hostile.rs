@@ -18,26 +18,24 @@
 //! region, then its RDMA WRITE, with no action of the region's owner at all) both wrote the
 //! kernel's zero page. With the memfd, all three leave fresh memory zero.
 
-use typed_verbs::odp::{OdpCap, OdpOps, OdpTransport};
+use typed_verbs::odp::{OdpCap, OdpOps};
 use typed_verbs::prelude::*;
 
 use crate::common::*;
+use crate::odp::odp_cap;
 
 const PAGE: usize = 4096;
 const LEN: usize = 64;
 
-/// ODP on `T` for `ops`, or (on a device that does not report it) `None` after asserting the
-/// typed refusal.
-fn odp_cap<T: OdpTransport>(ctx: &Context, ops: OdpOps) -> Option<OdpCap<T>> {
-    let caps = ctx.query_odp().expect("ibv_query_device_ex");
-    match caps.check::<T>(ops) {
-        Ok(cap) => Some(cap),
-        Err(Error::Unsupported { what, .. }) => {
-            assert!(!(caps.supported() && caps.ops::<T>().contains(ops)), "refused although reported: {what}");
-            None
-        }
-        Err(e) => panic!("expected a capability or Error::Unsupported, got {e:?}"),
-    }
+/// A SEND on `p.a` from `from`, received on `p.b` into `into`; both complete successfully.
+fn send_recv(p: &RcPair, from: LocalBuf<'_>, into: LocalBufMut<'_>) {
+    scope(|s| {
+        let r = s.post_recv(&p.b, Recv::new(into)).unwrap();
+        let t = s.post_send(&p.a, Send::new(from)).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        assert!(s.wait(r, WAIT).unwrap().0.is_success());
+    })
+    .unwrap();
 }
 
 /// Where a sentinel byte shows up in memory that must read as zeros: the untouched pages of a
@@ -90,13 +88,7 @@ fn device_writes_into_read_only_odp_pages_never_reach_the_zero_page() {
     let mut victim = pd.alloc_mr_odp(PAGE, access::LOCAL_RW, &cap).unwrap();
     assert_eq!(victim.as_slice()[0], 0, "an untouched ODP page reads as zero");
     src.as_mut_slice().fill(0xa1);
-    scope(|s| {
-        let r = s.post_recv(&p.b, Recv::new(victim.slice_mut(..LEN).unwrap())).unwrap();
-        let t = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
-        assert!(s.wait(t, WAIT).unwrap().0.is_success());
-        assert!(s.wait(r, WAIT).unwrap().0.is_success());
-    })
-    .unwrap();
+    send_recv(&p, src.slice(..).unwrap(), victim.slice_mut(..LEN).unwrap());
     leaks.extend(zero_page_probe(&pd, &cap).into_iter().map(|l| ("A: program read, then RECV", l)));
     drop(victim);
 
@@ -104,20 +96,8 @@ fn device_writes_into_read_only_odp_pages_never_reach_the_zero_page() {
     // writes it (a RECV into it).
     let mut victim = pd.alloc_mr_odp(PAGE, access::LOCAL_RW, &cap).unwrap();
     src.as_mut_slice().fill(0xb2);
-    scope(|s| {
-        let r = s.post_recv(&p.b, Recv::new(sink.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(&p.a, Send::new(victim.slice(..LEN).unwrap())).unwrap();
-        assert!(s.wait(t, WAIT).unwrap().0.is_success());
-        assert!(s.wait(r, WAIT).unwrap().0.is_success());
-    })
-    .unwrap();
-    scope(|s| {
-        let r = s.post_recv(&p.b, Recv::new(victim.slice_mut(..LEN).unwrap())).unwrap();
-        let t = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
-        assert!(s.wait(t, WAIT).unwrap().0.is_success());
-        assert!(s.wait(r, WAIT).unwrap().0.is_success());
-    })
-    .unwrap();
+    send_recv(&p, victim.slice(..LEN).unwrap(), sink.slice_mut(..).unwrap());
+    send_recv(&p, src.slice(..).unwrap(), victim.slice_mut(..LEN).unwrap());
     leaks.extend(
         zero_page_probe(&pd, &cap)
             .into_iter()
