@@ -162,12 +162,7 @@ fn hugepage_backed_regions_carry_traffic() {
             page_kb = line.split_whitespace().nth(1).and_then(|v| v.parse::<usize>().ok());
         }
     }
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let huge_kb: usize = meminfo
-        .lines()
-        .find(|l| l.starts_with("Hugepagesize:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .expect("Hugepagesize");
+    let huge_kb = proc_bytes("/proc/meminfo", "Hugepagesize:") / 1024;
     assert_eq!(page_kb, Some(huge_kb), "the region's mapping is in huge pages");
     fill(&mut src, 77);
     let whole = |from: usize| from..from + LEN / 2;

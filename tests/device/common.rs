@@ -142,6 +142,15 @@ pub fn connect_rc_with(
     qp.to_rts(&rts_attr).expect("RTR->RTS")
 }
 
+/// The `kB` value of the line `field` (e.g. `"MemTotal:"`) of a `/proc` file such as
+/// `/proc/meminfo` or `/proc/self/status`, in bytes.
+pub fn proc_bytes(file: &str, field: &str) -> usize {
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("read {file}: {e}"));
+    let line = text.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field} in {file}"));
+    let kb: usize = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number of kB");
+    kb * 1024
+}
+
 /// The C tool `name` (ibverbs-utils), from `$PATH` or `/usr/bin`.
 pub fn c_tool(name: &str) -> std::path::PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();

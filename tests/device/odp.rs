@@ -83,17 +83,12 @@ pub(crate) fn odp_cap<T: OdpTransport>(ctx: &Context, ops: OdpOps) -> Option<Odp
 
 /// A `VmPin` or other `kB` line of `/proc/self/status`, in bytes.
 fn status_bytes(field: &str) -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field} in {status}"));
-    let kb: usize = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number of kB");
-    kb * 1024
+    proc_bytes("/proc/self/status", field)
 }
 
 /// `MemTotal` of `/proc/meminfo`, in bytes.
 fn mem_total() -> usize {
-    let info = std::fs::read_to_string("/proc/meminfo").expect("read /proc/meminfo");
-    let line = info.lines().find(|l| l.starts_with("MemTotal:")).expect("MemTotal");
-    line.split_whitespace().nth(1).and_then(|v| v.parse::<usize>().ok()).expect("a number of kB") * 1024
+    proc_bytes("/proc/meminfo", "MemTotal:")
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
