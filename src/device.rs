@@ -348,6 +348,8 @@ impl DeviceAttr {
         max_srq: max_srq as u32;
         /// Maximum receives per shared receive queue.
         max_srq_wr: max_srq_wr as u32;
+        /// Maximum scatter/gather entries per receive of a shared receive queue.
+        max_srq_sge: max_srq_sge as u32;
         /// Maximum address handles.
         max_ah: max_ah as u32;
         /// Number of physical ports.

@@ -150,6 +150,18 @@ pub enum Error {
         /// The QP's `max_inline_data`, as granted at creation.
         max: u32,
     },
+    /// A work request's scatter/gather list has more entries than its queue was created with
+    /// (`max_send_sge`, `max_recv_sge`, an SRQ's `max_sge`).
+    TooManySges {
+        /// `"send"`, `"receive"` or `"shared receive"`.
+        queue: &'static str,
+        /// The QP number (0 for a shared receive queue).
+        qp_num: u32,
+        /// The entries of the request (those of zero bytes left out).
+        n: u32,
+        /// The queue's maximum, as granted at creation.
+        max: u32,
+    },
     /// A work queue has no room for another work request until completions are consumed.
     QueueFull {
         /// `"send"` or `"receive"`.
@@ -228,6 +240,17 @@ impl fmt::Display for Error {
             Error::InlineTooLarge { qp_num, len, max } => {
                 write!(f, "ibv_post_send: inline data of {len} bytes exceeds max_inline_data {max} of QP {qp_num:#x}")
             }
+            Error::TooManySges { queue, qp_num, n, max } => write!(
+                f,
+                "{}: {n} scatter/gather entries exceed the {queue} queue's maximum of {max} (QP {qp_num:#x})",
+                if *queue == "send" {
+                    "ibv_post_send"
+                } else if *queue == "receive" {
+                    "ibv_post_recv"
+                } else {
+                    "ibv_post_srq_recv"
+                }
+            ),
             Error::QueueFull { queue, qp_num, depth } => write!(
                 f,
                 "the {queue} queue of QP {qp_num:#x} is full ({depth} work requests outstanding); \

@@ -36,10 +36,11 @@ use std::time::Duration;
 use typed_verbs_sys as sys;
 
 use crate::error::{Error, Result};
-use crate::mr::{LocalBuf, LocalBufMut, LocalSink};
+use crate::mr::{LocalBuf, LocalBufMut};
 use crate::qp::{Qp, QpShared, QueueRef};
 use crate::queue::{Kept, LaneResult, RECV_BIT};
 use crate::scope::{Idle, PostError, Scope, Waiting};
+use crate::sgl::{Scatter, SgeStore};
 use crate::transport::{CanPostRecv, CanPostSend, Transport};
 use crate::wc::{Completion, CompletionSource};
 use crate::wr::{AddressedFor, RawSendWr, Recv, SendWr};
@@ -79,7 +80,7 @@ unsafe impl<T: Transport, S: CanPostSend> Sync for SendLane<'_, T, S> {}
 /// A work request built and checked once by [`SendLane::prepare`], to be posted any number of
 /// times on that lane. Holds the request (and with it the borrow of its memory).
 pub struct Prepared<'scope, W> {
-    raw: Box<RawSendWr>,
+    raw: Box<LaneWr>,
     /// The queue pair it was checked for.
     qp: &'scope QpShared,
     /// `send_flags` for a signaled and for an unsignaled post.
@@ -169,11 +170,30 @@ unsafe impl<T: Transport> Send for RecvLane<'_, T> {}
 // SAFETY: no method takes `&self` to post; the `&self` methods only read atomics.
 unsafe impl<T: Transport> Sync for RecvLane<'_, T> {}
 
-/// The `struct ibv_recv_wr` of a prepared receive with its scatter/gather entry, boxed so that
-/// `sg_list` stays valid when the [`PreparedRecv`] moves.
+/// The `struct ibv_send_wr` of a prepared request and its scatter/gather entries, boxed so that
+/// `next` (in a list) stays valid when the [`Prepared`] moves; the entries are on the heap, so
+/// `sg_list` stays valid too. Never touched again but through `wr`.
+struct LaneWr {
+    wr: sys::ibv_send_wr,
+    _sges: Vec<sys::ibv_sge>,
+}
+
+impl LaneWr {
+    /// The request `raw` with its entries moved to the heap, `sg_list` pointing at them.
+    fn new<S: SgeStore>(raw: &RawSendWr<S>) -> Box<Self> {
+        let mut sges = raw.used_sges().to_vec();
+        let mut wr = raw.wr;
+        wr.sg_list = sges.as_mut_ptr();
+        wr.num_sge = raw.num_sge;
+        Box::new(LaneWr { wr, _sges: sges })
+    }
+}
+
+/// The `struct ibv_recv_wr` of a prepared receive and its scatter/gather entries, as
+/// [`LaneWr`].
 struct RawRecvWr {
     wr: sys::ibv_recv_wr,
-    sge: sys::ibv_sge,
+    _sges: Vec<sys::ibv_sge>,
 }
 
 /// A receive built and checked once by [`RecvLane::prepare`], to be posted any number of times
@@ -240,6 +260,19 @@ impl sealed::Sealed for LocalBufMut<'_> {}
 impl Reusable for LocalBufMut<'_> {}
 impl sealed::Sealed for () {}
 impl Reusable for () {}
+impl<L: Reusable, const N: usize> sealed::Sealed for [L; N] {}
+/// A list of borrowed views.
+impl<L: Reusable, const N: usize> Reusable for [L; N] {}
+macro_rules! reusable_tuple {
+    ($($t:ident),*) => {
+        impl<$($t: Reusable),*> sealed::Sealed for ($($t,)*) {}
+        /// A list of borrowed views.
+        impl<$($t: Reusable),*> Reusable for ($($t,)*) {}
+    };
+}
+reusable_tuple!(A, B);
+reusable_tuple!(A, B, C);
+reusable_tuple!(A, B, C, D);
 
 impl<'scope, 'env> Scope<'scope, 'env> {
     /// Opens a [`SendLane`] on `qp`'s send queue, exclusive for the rest of the scope. The scope
@@ -382,14 +415,13 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         W: SendWr<T> + AddressedFor<T> + 'scope,
         W::Buffers: Reusable,
     {
-        let mut raw = match crate::scope::build_checked::<T, W>(self.qp, &wr) {
-            Ok(raw) => Box::new(raw),
+        let built = match crate::scope::build_checked::<T, W>(self.qp, &wr) {
+            Ok(raw) => raw,
             Err(error) => return Err(PostError { error, wr: Some(wr) }),
         };
-        raw.wr.sg_list = &mut raw.sge;
-        raw.wr.num_sge = raw.num_sge;
+        let (opcode, byte_len) = success_report(&built);
+        let mut raw = LaneWr::new(&built);
         raw.wr.next = std::ptr::null_mut();
-        let (opcode, byte_len) = success_report(&raw);
         let flags_signaled = raw.wr.send_flags | sys::IBV_SEND_SIGNALED;
         let flags_unsignaled = raw.wr.send_flags & !sys::IBV_SEND_SIGNALED;
         // Between posts the request holds the unsignaled flags: an unsignaled post sets nothing.
@@ -641,7 +673,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
 
     /// Posts `wr` (flags set by the caller) as request `seq`, the book's next number.
     #[inline(always)]
-    fn post_now(&mut self, raw: &mut Box<RawSendWr>, seq: u64) -> Result<()> {
+    fn post_now(&mut self, raw: &mut LaneWr, seq: u64) -> Result<()> {
         // Recorded before the post: a poller on another thread may see the completion at once.
         self.qp.sq.lane.posting(seq);
         let wr = &mut raw.wr;
@@ -784,15 +816,15 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
     /// Returns the request with a [`PostError`] if a check fails.
     pub fn prepare<L>(&self, wr: Recv<L>) -> std::result::Result<PreparedRecv<'scope, L>, PostError<Recv<L>>>
     where
-        L: LocalSink + Reusable + 'scope,
+        L: Scatter + Reusable + 'scope,
     {
-        if let Err(error) = self.qp.check_recv_buf::<T>(&wr.buf) {
-            return Err(PostError { error, wr: Some(wr) });
-        }
-        let sge = wr.buf.sge();
-        let num_sge = crate::mr::sge_count(&sge);
-        let mut raw = Box::new(RawRecvWr { wr: sys::ibv_recv_wr { num_sge, ..Default::default() }, sge });
-        raw.wr.sg_list = &mut raw.sge;
+        let sges = match self.qp.recv_sges::<T, L>(&wr.buf) {
+            Ok(sges) => sges,
+            Err(error) => return Err(PostError { error, wr: Some(wr) }),
+        };
+        let mut entries = sges.used().to_vec();
+        let raw_wr = sys::ibv_recv_wr { sg_list: entries.as_mut_ptr(), num_sge: sges.num_sge, ..Default::default() };
+        let raw = Box::new(RawRecvWr { wr: raw_wr, _sges: entries });
         Ok(PreparedRecv { raw, qp: self.qp, last: None, buf: wr.buf, _scope: PhantomData })
     }
 
@@ -1121,8 +1153,8 @@ fn foreign(lane: &'static str, qp: &QpShared) -> Error {
 
 /// What a successful completion of `raw` reports: its opcode, and the byte length for the
 /// operations whose send-queue completion carries one (RDMA READ: the bytes read; atomics: 8).
-fn success_report(raw: &RawSendWr) -> (u32, u32) {
-    let len = if raw.num_sge > 0 { raw.sge.length } else { 0 };
+fn success_report<S: SgeStore>(raw: &RawSendWr<S>) -> (u32, u32) {
+    let len = raw.used_sges().iter().fold(0u32, |n, s| n.wrapping_add(s.length));
     match raw.wr.opcode {
         sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (sys::IBV_WC_RDMA_WRITE, 0),
         sys::IBV_WR_RDMA_READ => (sys::IBV_WC_RDMA_READ, len),

@@ -52,6 +52,7 @@ pub mod qp;
 mod queue;
 pub mod raw;
 pub mod scope;
+pub mod sgl;
 pub mod srq;
 mod sync;
 pub mod transport;

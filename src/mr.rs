@@ -127,6 +127,18 @@ impl OdpTag {
         }
     }
 
+    /// The verification that holds for memory of both tags (the entries of one scatter/gather
+    /// list): pinned memory adds nothing; two ODP tags keep the operations both verified, or
+    /// none if they were verified for different transports.
+    pub(crate) fn meet(self, other: Self) -> Self {
+        match (self.0, other.0) {
+            (None, _) => other,
+            (_, None) => self,
+            (Some((t, a)), Some((u, b))) if t == u => OdpTag(Some((t, (a & b) | ((a | b) & Self::PAGE_STARTS)))),
+            (Some((t, a)), Some(_)) => OdpTag(Some((t, a & Self::PAGE_STARTS))),
+        }
+    }
+
     /// Checks that an operation `op` (`IBV_ODP_SUPPORT_*`) on a `qp_type` QP was verified.
     pub(crate) fn check(self, qp_type: u32, transport: &str, op: u32) -> Result<()> {
         match self.0 {
@@ -952,12 +964,6 @@ mod local_sealed {
     pub trait Sealed {}
 }
 
-/// The number of scatter/gather entries for `sge`: none for zero bytes. Some devices read a
-/// zero byte count in a data segment as 2 GiB, so an empty view must not become an entry.
-pub(crate) fn sge_count(sge: &sys::ibv_sge) -> i32 {
-    i32::from(sge.length != 0)
-}
-
 /// Memory the local device may read for a work request (a send or RDMA WRITE source):
 /// [`LocalBuf`], [`LocalBufMut`], [`Chunk`]. Sealed.
 pub trait LocalSource: local_sealed::Sealed + crate::scope::Completes {
@@ -980,7 +986,8 @@ pub trait LocalSource: local_sealed::Sealed + crate::scope::Completes {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not memory the device may write",
     label = "needs a `LocalBufMut` (from `Mr::slice_mut`) or a `Chunk` of a region with LOCAL_WRITE",
-    note = "a receive buffer, an RDMA READ destination and an atomic result are written by the local device (ibv_reg_mr(3): IBV_ACCESS_LOCAL_WRITE)"
+    note = "a receive buffer, an RDMA READ destination and an atomic result are written by the local device (ibv_reg_mr(3): IBV_ACCESS_LOCAL_WRITE)",
+    note = "an atomic's result is exactly one 8-byte entry (ibv_post_send(3)): one view or chunk, never a scatter list"
 )]
 pub trait LocalSink: LocalSource {}
 

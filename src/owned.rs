@@ -21,14 +21,12 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use typed_verbs_sys as sys;
-
 use crate::ah::Ah;
 use crate::error::Error;
-use crate::mr::{LocalSink, LocalSource};
 use crate::qp::{Qp, QueueArc, Refused};
 use crate::queue::Take;
 use crate::scope::{post_raw, Completes, Idle, PostError};
+use crate::sgl::Scatter;
 use crate::transport::{CanPostRecv, CanPostSend, QpState, Transport};
 use crate::wc::Completion;
 use crate::wr::{AddressedFor, Recv, SendWr};
@@ -191,14 +189,13 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     pub fn post_recv_owned<L>(&self, wr: Recv<L>) -> std::result::Result<OwnedToken<L>, PostError<Recv<L>>>
     where
         S: CanPostRecv,
-        L: LocalSink + Send + 'static,
+        L: Scatter + Send + 'static,
     {
-        if let Err(error) = self.shared.check_recv_buf::<T>(&wr.buf) {
-            return Err(PostError { error, wr: Some(wr) });
-        }
-        let mut sge = LocalSource::sge(&wr.buf);
-        let num_sge = crate::mr::sge_count(&sge);
-        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge, ..Default::default() };
+        let mut sges = match self.shared.recv_sges::<T, L>(&wr.buf) {
+            Ok(sges) => sges,
+            Err(error) => return Err(PostError { error, wr: Some(wr) }),
+        };
+        let mut raw = sges.recv_wr();
         // SAFETY: as in `post_send_owned`: the buffer is owned and moves into the token.
         let seq = match unsafe { self.shared.post_recv(&mut raw, 0) } {
             Ok(seq) => seq,

@@ -46,6 +46,11 @@ impl PdId {
     pub(crate) fn dummy() -> Self {
         PdId(usize::MAX)
     }
+
+    /// A second identity no live PD has, different from [`PdId::dummy`].
+    pub(crate) fn other_dummy() -> Self {
+        PdId(usize::MAX - 1)
+    }
 }
 
 // SAFETY: verbs objects may be used from any thread (libibverbs is thread-safe); the pointer is

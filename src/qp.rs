@@ -823,12 +823,20 @@ impl QpShared {
         self.pd.id()
     }
 
-    /// The checks of a receive buffer that need no device: ODP support of receives on
-    /// transport `T` (for an ODP region), and the buffer's region in the QP's PD.
-    pub(crate) fn check_recv_buf<T: Transport>(&self, buf: &impl crate::mr::LocalSource) -> Result<()> {
-        buf.odp_tag().check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV)?;
-        buf.odp_tag().check_device_write(buf.sge().addr, "ibv_post_recv")?;
-        self.check_pd("ibv_post_recv", "the receive buffer", buf.pd_id())
+    /// The entries of a receive into `buf`, with the checks that need no device: every entry's
+    /// region in the QP's PD, ODP support of receives on transport `T` (for ODP regions) and
+    /// the entries' placement on the device's ODP write path, at most `max_recv_sge` entries.
+    pub(crate) fn recv_sges<T: Transport, L: crate::sgl::Scatter>(
+        &self,
+        buf: &L,
+    ) -> Result<crate::sgl::Collected<L::Sges>> {
+        let c = crate::sgl::Collected::of(buf, "ibv_post_recv", true)?;
+        c.odp.check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV)?;
+        if let Some(pd) = c.pd {
+            self.check_pd("ibv_post_recv", "the receive buffer", pd)?;
+        }
+        crate::sgl::check_count("receive", self.qp_num(), c.num_sge, self.caps.max_recv_sge)?;
+        Ok(c)
     }
 
     /// Refuses an object of another protection domain (and so of another device context)

@@ -28,12 +28,13 @@ use typed_verbs_sys as sys;
 use crate::access::{AccessSet, VirtuallyAddressed, WindowOn, WindowRights};
 use crate::ah::Ah;
 use crate::error::{Error, Result};
-use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSink, LocalSource, Mr};
+use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSource, Mr};
 use crate::mw::{
     BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow, UnboundByVerb,
 };
 use crate::qp::{Qp, QpShared, QueueRef, Refused};
 use crate::queue::{Take, TrackedQueue};
+use crate::sgl::Scatter;
 use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
 use crate::wc::Completion;
 use crate::wr::{check_window_range, AddressedFor, InlineSend, InlineWr, RawSendWr, Recv, SendRequest, SendWr};
@@ -363,13 +364,14 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 Err(error) => return Err(PostListError { error, posted: Vec::new(), rejected: wrs }),
             }
         }
-        let mut sges: Vec<sys::ibv_sge> = built.iter().map(|r| r.sge).collect();
+        let mut sges: Vec<W::Sges> = built.iter().map(|r| r.sges).collect();
         let mut raws: Vec<sys::ibv_send_wr> = built.iter().map(|r| r.wr).collect();
         // One pointer for the whole buffer, offset per request: re-borrowing `&mut sges[i]` for
-        // each request would invalidate the pointers taken before it (Stacked Borrows).
+        // each request would invalidate the pointers taken before it (Stacked Borrows). Each
+        // element is an array of entries, so a pointer to it is a pointer to its first entry.
         let sge_base = sges.as_mut_ptr();
         for (i, raw) in raws.iter_mut().enumerate() {
-            raw.sg_list = sge_base.wrapping_add(i);
+            raw.sg_list = sge_base.wrapping_add(i).cast::<sys::ibv_sge>();
             raw.num_sge = built[i].num_sge;
         }
         // SAFETY: as in `post_send`, for every request: the memory is borrowed for 'scope and
@@ -420,7 +422,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     where
         T: Transport,
         S: CanPostRecv,
-        L: LocalSink + 'scope,
+        L: Scatter + 'scope,
     {
         self.post_recv_on::<T, L>(&qp.shared, wr)
     }
@@ -443,22 +445,21 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     where
         T: Transport,
         S: CanPostSend + CanPostRecv,
-        L: LocalSink + 'scope,
+        L: Scatter + 'scope,
     {
         self.post_recv_on::<T, L>(lane.shared(), wr)
     }
 
-    fn post_recv_on<T: Transport, L: LocalSink + 'scope>(
+    fn post_recv_on<T: Transport, L: Scatter + 'scope>(
         &'scope self,
         qp: &'scope QpShared,
         wr: Recv<L>,
     ) -> PostResult<'scope, L, Recv<L>> {
-        if let Err(error) = qp.check_recv_buf::<T>(&wr.buf) {
-            return Err(PostError { error, wr: Some(wr) });
-        }
-        let mut sge = LocalSource::sge(&wr.buf);
-        let num_sge = crate::mr::sge_count(&sge);
-        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge, ..Default::default() };
+        let mut sges = match qp.recv_sges::<T, L>(&wr.buf) {
+            Ok(sges) => sges,
+            Err(error) => return Err(PostError { error, wr: Some(wr) }),
+        };
+        let mut raw = sges.recv_wr();
         // SAFETY: as in `post_send`: the receive buffer is borrowed (or owned) for at least
         // 'scope and moves into the token; `scope` drains before returning.
         let seq = match unsafe { qp.post_recv(&mut raw, self.id) } {
@@ -792,15 +793,16 @@ pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
     owner: u64,
 ) -> std::result::Result<u64, Refused> {
     let mut raw = build_checked::<T, W>(&qp.shared, wr)?;
-    raw.wr.sg_list = &mut raw.sge;
-    raw.wr.num_sge = raw.num_sge;
-    // SAFETY: the caller guarantees the memory; `raw` (with its sge) outlives the call; the
+    raw.link_sges();
+    // SAFETY: the caller guarantees the memory; `raw` (with its entries) outlives the call; the
     // address handle in `raw` is alive (borrowed by `wr`).
     unsafe { qp.shared.post_send(&mut raw.wr, owner) }
 }
 
-/// Builds `wr` for `qp`, with every check that needs no device (inline length included).
-pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W) -> Result<RawSendWr> {
+/// Builds `wr` for `qp`, with every check that needs no device (inline length and the number
+/// of scatter/gather entries included).
+#[inline(always)]
+pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W) -> Result<RawSendWr<W::Sges>> {
     if let Some(len) = wr.inline_len() {
         let max = qp.caps().max_inline_data;
         if len > max as usize {
@@ -809,6 +811,7 @@ pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W)
     }
     let mut raw = RawSendWr::new();
     wr.build(&mut raw)?;
+    crate::sgl::check_count("send", qp.qp_num(), raw.num_sge, qp.caps().max_send_sge)?;
     if let Some(pd) = raw.pd {
         qp.check_pd("ibv_post_send", "the request's memory (or window)", pd)?;
     }
@@ -816,10 +819,6 @@ pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W)
         qp.check_pd("ibv_post_send", "the address handle", ah.pd_id())?;
     }
     raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
-    // An RDMA READ's destination and an atomic's result are written by the device.
-    if raw.odp_op & (sys::IBV_ODP_SUPPORT_READ | sys::IBV_ODP_SUPPORT_ATOMIC) != 0 {
-        raw.odp.check_device_write(raw.sge.addr, "ibv_post_send")?;
-    }
     Ok(raw)
 }
 
@@ -1010,6 +1009,46 @@ impl<A: AccessSet, K: crate::mr::MrKind> Completes for Chunk<A, K> {
         Some(Box::new(self))
     }
 }
+
+/// The parts of a scatter/gather list that must outlive its request, as one value (`None` when
+/// no part owns anything: borrowed views).
+fn park_all(
+    parts: impl IntoIterator<Item = Option<Box<dyn std::any::Any + Send>>>,
+) -> Option<Box<dyn std::any::Any + Send>> {
+    let parked: Vec<_> = parts.into_iter().flatten().collect();
+    (!parked.is_empty()).then(|| Box::new(parked) as Box<dyn std::any::Any + Send>)
+}
+
+impl<L: LocalSource, const N: usize> sealed::Sealed for [L; N] {}
+/// A scatter/gather list hands back its entries, each as itself.
+impl<L: LocalSource, const N: usize> Completes for [L; N] {
+    type Output = [L::Output; N];
+    fn complete(self, c: &Completion) -> Self::Output {
+        self.map(|l| l.complete(c))
+    }
+    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+        park_all(self.map(Completes::into_parked))
+    }
+}
+
+macro_rules! completes_tuple {
+    ($($t:ident . $i:tt),*) => {
+        impl<$($t: LocalSource),*> sealed::Sealed for ($($t,)*) {}
+        /// A scatter/gather list hands back its entries, each as itself.
+        impl<$($t: LocalSource),*> Completes for ($($t,)*) {
+            type Output = ($($t::Output,)*);
+            fn complete(self, c: &Completion) -> Self::Output {
+                ($(self.$i.complete(c),)*)
+            }
+            fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+                park_all([$(self.$i.into_parked()),*])
+            }
+        }
+    };
+}
+completes_tuple!(A.0, B.1);
+completes_tuple!(A.0, B.1, C.2);
+completes_tuple!(A.0, B.1, C.2, D.3);
 
 impl<K: MwType, R> sealed::Sealed for PendingBind<'_, K, R> {}
 impl<'m, K: MwType, R: WindowRights> Completes for PendingBind<'m, K, R> {

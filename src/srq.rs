@@ -19,12 +19,12 @@ use typed_verbs_sys as sys;
 
 use crate::cq::CqShared;
 use crate::error::{Error, Result, Verb};
-use crate::mr::{LocalSink, LocalSource};
 use crate::owned::OwnedToken;
 use crate::pd::{Pd, PdInner};
 use crate::qp::QueueArc;
 use crate::queue::{TrackedQueue, RECV_BIT};
 use crate::scope::PostError;
+use crate::sgl::Scatter;
 use crate::wr::Recv;
 
 /// A shared receive queue: `struct ibv_srq`. Cheap to clone (shared); destroyed when the last
@@ -37,6 +37,8 @@ pub struct Srq {
 pub(crate) struct SrqShared {
     srq: NonNull<sys::ibv_srq>,
     max_wr: u32,
+    /// Scatter/gather entries per receive, as granted.
+    max_sge: u32,
     pub(crate) rq: TrackedQueue,
     /// The receive CQs of the QPs attached to this SRQ: where its completions arrive.
     cqs: Mutex<Vec<Weak<CqShared>>>,
@@ -106,15 +108,34 @@ impl Pd {
     /// See ibv_create_srq(3).
     #[doc(alias = "ibv_create_srq")]
     pub fn create_srq(&self, max_wr: u32) -> Result<Srq> {
+        self.create_srq_sge(max_wr, 1)
+    }
+
+    /// `ibv_create_srq`: a shared receive queue of `max_wr` receives of up to `max_sge`
+    /// scatter/gather entries each.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for `max_wr == 0` or above the device's `max_srq_wr`, or
+    ///   `max_sge == 0` or above its `max_srq_sge`;
+    /// - [`Error::Verb`] with `ibv_create_srq` and its errno.
+    ///
+    /// See ibv_create_srq(3).
+    #[doc(alias = "ibv_create_srq")]
+    pub fn create_srq_sge(&self, max_wr: u32, max_sge: u32) -> Result<Srq> {
         let dev = self.context().query_device()?;
         let max = dev.max_srq_wr();
         if max_wr == 0 || max_wr > max {
             return Err(Error::invalid("ibv_create_srq", format!("max_wr = {max_wr}; the device allows 1..={max}")));
         }
-        let mut attr = sys::ibv_srq_init_attr {
-            attr: sys::ibv_srq_attr { max_wr, max_sge: 1, srq_limit: 0 },
-            ..Default::default()
-        };
+        let max_sges = dev.max_srq_sge();
+        if max_sge == 0 || max_sge > max_sges {
+            return Err(Error::invalid(
+                "ibv_create_srq",
+                format!("max_sge = {max_sge}; the device allows 1..={max_sges}"),
+            ));
+        }
+        let mut attr =
+            sys::ibv_srq_init_attr { attr: sys::ibv_srq_attr { max_wr, max_sge, srq_limit: 0 }, ..Default::default() };
         // SAFETY: the PD is alive; `attr` is a valid, initialised attribute struct.
         let srq = unsafe { sys::ibv_create_srq(self.as_ptr(), &mut attr) };
         let srq = NonNull::new(srq).ok_or_else(|| Error::last_os(Verb::CreateSrq, format!("max_wr {max_wr}")))?;
@@ -122,6 +143,8 @@ impl Pd {
             shared: Arc::new(SrqShared {
                 srq,
                 max_wr,
+                // ibv_create_srq(3) writes the granted values back into `attr`.
+                max_sge: attr.attr.max_sge.max(max_sge),
                 rq: TrackedQueue::new(max_wr, false),
                 cqs: Mutex::new(Vec::new()),
                 transports: Mutex::new(SrqTransports::default()),
@@ -179,25 +202,13 @@ impl Srq {
     #[doc(alias = "ibv_post_srq_recv")]
     pub fn post_recv_owned<L>(&self, wr: Recv<L>) -> std::result::Result<OwnedToken<L>, PostError<Recv<L>>>
     where
-        L: LocalSink + Send + 'static,
+        L: Scatter + Send + 'static,
     {
-        if wr.buf.pd_id() != self.shared.pd.id() {
-            let error = Error::invalid(
-                "ibv_post_srq_recv",
-                "the receive buffer belongs to another protection domain than the shared receive queue",
-            );
-            return Err(PostError { error, wr: Some(wr) });
-        }
-        let tag = wr.buf.odp_tag();
-        let checked = tag
-            .check_device_write(LocalSource::sge(&wr.buf).addr, "ibv_post_srq_recv")
-            .and_then(|()| self.shared.check_odp_recv(tag));
-        if let Err(error) = checked {
-            return Err(PostError { error, wr: Some(wr) });
-        }
-        let mut sge = LocalSource::sge(&wr.buf);
-        let num_sge = crate::mr::sge_count(&sge);
-        let mut raw = sys::ibv_recv_wr { sg_list: &mut sge, num_sge, ..Default::default() };
+        let mut sges = match self.shared.recv_sges(&wr.buf) {
+            Ok(sges) => sges,
+            Err(error) => return Err(PostError { error, wr: Some(wr) }),
+        };
+        let mut raw = sges.recv_wr();
         let seq = {
             let mut rq = self.shared.rq.lock();
             let Some(seq) = rq.next_seq() else {
@@ -233,6 +244,22 @@ impl SrqShared {
     /// Refuses a receive into On-Demand Paging memory whose capability did not verify SRQ
     /// receives (`IBV_ODP_SUPPORT_SRQ_RECV`) on the transport of every QP attached to this
     /// SRQ; records the transport for later attachments ([`SrqShared::attach_transport`]).
+    /// The entries of a receive into `buf`, with the checks that need no device: every entry's
+    /// region in the SRQ's PD, the ODP rules of SRQ receives ([`SrqShared::check_odp_recv`])
+    /// and the entries' placement on the device's ODP write path, at most `max_sge` entries.
+    fn recv_sges<L: Scatter>(&self, buf: &L) -> Result<crate::sgl::Collected<L::Sges>> {
+        let c = crate::sgl::Collected::of(buf, "ibv_post_srq_recv", true)?;
+        if c.pd.is_some_and(|pd| pd != self.pd.id()) {
+            return Err(Error::invalid(
+                "ibv_post_srq_recv",
+                "the receive buffer belongs to another protection domain than the shared receive queue",
+            ));
+        }
+        crate::sgl::check_count("shared receive", 0, c.num_sge, self.max_sge)?;
+        self.check_odp_recv(c.odp)?;
+        Ok(c)
+    }
+
     fn check_odp_recv(&self, tag: crate::mr::OdpTag) -> Result<()> {
         let Some((qp_type, ops)) = tag.0 else { return Ok(()) };
         let mut t = lock(&self.transports);

@@ -28,8 +28,9 @@ use crate::access::{AccessSet, HasRemoteAtomic, HasRemoteRead, HasRemoteWrite, W
 use crate::ah::Ah;
 use crate::device::{IpCsum, TsoCap, TsoTransport};
 use crate::error::{Error, Result};
-use crate::mr::{LocalSink, LocalSource, Mr, OdpTag, RemoteSlice};
+use crate::mr::{LocalSink, Mr, OdpTag, RemoteSlice};
 use crate::mw::{inc_rkey, BoundByWr, BoundMw, Invalidatable, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow};
+use crate::sgl::{Collected, Gather, Scatter, SgeStore};
 use crate::transport::{
     SupportsAtomics, SupportsBindMw, SupportsFence, SupportsLocalInv, SupportsRdmaRead, SupportsRdmaWrite,
     SupportsSend, SupportsSendImm, SupportsSendInv, Transport, Unaddressed, UD,
@@ -39,11 +40,12 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// The raw work request being built; only the library can look inside.
+/// The raw work request being built, with room for its scatter/gather entries (`S`, sized by
+/// the request's type); only the library can look inside.
 #[derive(Clone, Copy)]
-pub struct RawSendWr {
+pub struct RawSendWr<S = [sys::ibv_sge; 1]> {
     pub(crate) wr: sys::ibv_send_wr,
-    pub(crate) sge: sys::ibv_sge,
+    pub(crate) sges: S,
     pub(crate) num_sge: i32,
     /// The ODP verification of the local memory, and the operation (`IBV_ODP_SUPPORT_*`).
     pub(crate) odp: OdpTag,
@@ -53,11 +55,11 @@ pub struct RawSendWr {
     pub(crate) pd: Option<crate::pd::PdId>,
 }
 
-impl RawSendWr {
+impl<S: SgeStore> RawSendWr<S> {
     pub(crate) fn new() -> Self {
         RawSendWr {
             wr: sys::ibv_send_wr::default(),
-            sge: sys::ibv_sge::default(),
+            sges: S::empty(),
             num_sge: 0,
             odp: OdpTag::default(),
             odp_op: 0,
@@ -66,17 +68,32 @@ impl RawSendWr {
     }
 
     /// Names `local` as the request's memory, for an operation `op` (`IBV_ODP_SUPPORT_*`).
-    fn local<L: LocalSource>(&mut self, local: &L, op: u32) {
-        self.sge = local.sge();
-        self.num_sge = crate::mr::sge_count(&self.sge);
-        self.odp = local.odp_tag();
+    ///
+    /// # Errors
+    /// As [`Collected::of`]: entries of different PDs, a misplaced ODP entry the device writes.
+    #[inline(always)]
+    fn local<G: Gather<Sges = S>>(&mut self, local: &G, op: u32) -> Result<()> {
+        // An RDMA READ's destination and an atomic's result are written by the device.
+        let device_writes = op & (sys::IBV_ODP_SUPPORT_READ | sys::IBV_ODP_SUPPORT_ATOMIC) != 0;
+        let c = Collected::of(local, "ibv_post_send", device_writes)?;
+        self.sges = c.sges;
+        self.num_sge = c.num_sge;
+        self.odp = c.odp;
         self.odp_op = op;
-        self.pd = Some(local.pd_id());
+        self.pd = c.pd;
+        Ok(())
     }
 
-    fn inline(&mut self, sge: sys::ibv_sge) {
-        self.sge = sge;
-        self.num_sge = 1;
+    /// The entries in use.
+    pub(crate) fn used_sges(&self) -> &[sys::ibv_sge] {
+        &self.sges.entries()[..self.num_sge as usize]
+    }
+
+    /// Points the request at its own entries (after the last move of `self`).
+    #[inline(always)]
+    pub(crate) fn link_sges(&mut self) {
+        self.wr.sg_list = self.sges.entries_mut().as_mut_ptr();
+        self.wr.num_sge = self.num_sge;
     }
 }
 
@@ -85,9 +102,12 @@ pub trait SendRequest: sealed::Sealed + Sized {
     /// The memory views handed back with the completion.
     #[doc(hidden)]
     type Buffers: crate::scope::Completes;
+    /// The storage of its scatter/gather entries.
+    #[doc(hidden)]
+    type Sges: SgeStore;
     /// Fills the raw work request, validating what can only be checked at run time.
     #[doc(hidden)]
-    fn build(&self, raw: &mut RawSendWr) -> Result<()>;
+    fn build(&self, raw: &mut RawSendWr<Self::Sges>) -> Result<()>;
     /// Gives up the memory views.
     #[doc(hidden)]
     fn into_buffers(self) -> Self::Buffers;
@@ -175,8 +195,8 @@ not_on_ud! {
     [L, A] Read<L, A>;
     [L, A] CompareSwap<L, A>;
     [L, A] FetchAdd<L, A>;
-    ['d, A] InlineWrite<'d, A>;
-    ['d, A] InlineWriteImm<'d, A>;
+    ['d, A, const N: usize] InlineWrite<'d, A, N>;
+    ['d, A, const N: usize] InlineWriteImm<'d, A, N>;
     [L] SendInv<L>;
     ['m, K: MwType, MA: AccessSet, R] BindMw<'m, K, MA, R>;
     ['m, K: MwType, R] LocalInv<'m, K, R>;
@@ -207,7 +227,7 @@ pub struct Send<L> {
     local: L,
 }
 
-impl<L: LocalSource> Send<L> {
+impl<L: Gather> Send<L> {
     /// Sends the bytes of `local`.
     pub fn new(local: L) -> Self {
         Send { local }
@@ -221,7 +241,7 @@ pub struct SendImm<L> {
     imm: u32,
 }
 
-impl<L: LocalSource> SendImm<L> {
+impl<L: Gather> SendImm<L> {
     /// Sends `local` with immediate data `imm` (host byte order; sent in network order).
     pub fn new(local: L, imm: u32) -> Self {
         SendImm { local, imm }
@@ -235,7 +255,7 @@ pub struct Write<L, A> {
     remote: RemoteSlice<A>,
 }
 
-impl<L: LocalSource, A: HasRemoteWrite> Write<L, A> {
+impl<L: Gather, A: HasRemoteWrite> Write<L, A> {
     /// Writes the bytes of `local` to the start of `remote`, which must allow remote writes.
     pub fn new(local: L, remote: RemoteSlice<A>) -> Self {
         Write { local, remote }
@@ -251,7 +271,7 @@ pub struct WriteImm<L, A> {
     imm: u32,
 }
 
-impl<L: LocalSource, A: HasRemoteWrite> WriteImm<L, A> {
+impl<L: Gather, A: HasRemoteWrite> WriteImm<L, A> {
     /// Writes `local` to `remote` with immediate data `imm` (host byte order).
     pub fn new(local: L, remote: RemoteSlice<A>, imm: u32) -> Self {
         WriteImm { local, remote, imm }
@@ -259,14 +279,14 @@ impl<L: LocalSource, A: HasRemoteWrite> WriteImm<L, A> {
 }
 
 /// `IBV_WR_RDMA_READ`: reads the peer's memory at `remote` into `local`, which the device
-/// writes (LOCAL_WRITE, checked by [`LocalSink`]).
+/// writes (LOCAL_WRITE for every entry, checked by [`Scatter`]).
 #[derive(Debug)]
 pub struct Read<L, A> {
     local: L,
     remote: RemoteSlice<A>,
 }
 
-impl<L: LocalSink, A: HasRemoteRead> Read<L, A> {
+impl<L: Scatter, A: HasRemoteRead> Read<L, A> {
     /// Reads `local.len()` bytes from `remote`, which must allow remote reads, into `local`.
     pub fn new(local: L, remote: RemoteSlice<A>) -> Self {
         Read { local, remote }
@@ -324,51 +344,77 @@ impl<L, A> FetchAdd<L, A> {
 }
 
 /// `IBV_WR_SEND` with `IBV_SEND_INLINE`: the bytes are copied into the work request, so they
-/// are borrowed only for the call and need no registration.
+/// are borrowed only for the call and need no registration. `N` pieces are gathered in order
+/// ([`InlineSend::gather`]); their total must fit the QP's `max_inline_data`.
 #[derive(Debug)]
-pub struct InlineSend<'d> {
-    data: &'d [u8],
+pub struct InlineSend<'d, const N: usize = 1> {
+    data: [&'d [u8]; N],
 }
 
 impl<'d> InlineSend<'d> {
     /// Sends `data` inline (at most the QP's `max_inline_data` bytes, checked when posting).
     pub fn new(data: &'d [u8]) -> Self {
-        InlineSend { data }
+        InlineSend { data: [data] }
+    }
+}
+
+impl<'d, const N: usize> InlineSend<'d, N> {
+    /// Sends the `parts` one after the other, inline: one scatter/gather entry each (at most
+    /// the QP's `max_send_sge` entries and `max_inline_data` bytes in all, checked when
+    /// posting).
+    pub fn gather(parts: [&'d [u8]; N]) -> Self {
+        InlineSend { data: parts }
     }
 }
 
 /// `IBV_WR_SEND_WITH_IMM` with `IBV_SEND_INLINE`.
 #[derive(Debug)]
-pub struct InlineSendImm<'d> {
-    data: &'d [u8],
+pub struct InlineSendImm<'d, const N: usize = 1> {
+    data: [&'d [u8]; N],
     imm: u32,
 }
 
 impl<'d> InlineSendImm<'d> {
     /// Sends `data` inline with immediate data `imm` (host byte order).
     pub fn new(data: &'d [u8], imm: u32) -> Self {
-        InlineSendImm { data, imm }
+        InlineSendImm { data: [data], imm }
+    }
+}
+
+impl<'d, const N: usize> InlineSendImm<'d, N> {
+    /// Sends the `parts` inline, gathered in order, with immediate data `imm` (see
+    /// [`InlineSend::gather`]).
+    pub fn gather(parts: [&'d [u8]; N], imm: u32) -> Self {
+        InlineSendImm { data: parts, imm }
     }
 }
 
 /// `IBV_WR_RDMA_WRITE` with `IBV_SEND_INLINE`.
 #[derive(Debug)]
-pub struct InlineWrite<'d, A> {
-    data: &'d [u8],
+pub struct InlineWrite<'d, A, const N: usize = 1> {
+    data: [&'d [u8]; N],
     remote: RemoteSlice<A>,
 }
 
 impl<'d, A: HasRemoteWrite> InlineWrite<'d, A> {
     /// Writes `data` inline to the start of `remote`.
     pub fn new(data: &'d [u8], remote: RemoteSlice<A>) -> Self {
-        InlineWrite { data, remote }
+        InlineWrite { data: [data], remote }
+    }
+}
+
+impl<'d, A: HasRemoteWrite, const N: usize> InlineWrite<'d, A, N> {
+    /// Writes the `parts` inline, gathered in order, to the start of `remote` (see
+    /// [`InlineSend::gather`]).
+    pub fn gather(parts: [&'d [u8]; N], remote: RemoteSlice<A>) -> Self {
+        InlineWrite { data: parts, remote }
     }
 }
 
 /// `IBV_WR_RDMA_WRITE_WITH_IMM` with `IBV_SEND_INLINE`.
 #[derive(Debug)]
-pub struct InlineWriteImm<'d, A> {
-    data: &'d [u8],
+pub struct InlineWriteImm<'d, A, const N: usize = 1> {
+    data: [&'d [u8]; N],
     remote: RemoteSlice<A>,
     imm: u32,
 }
@@ -376,8 +422,21 @@ pub struct InlineWriteImm<'d, A> {
 impl<'d, A: HasRemoteWrite> InlineWriteImm<'d, A> {
     /// Writes `data` inline to `remote` with immediate data `imm` (host byte order).
     pub fn new(data: &'d [u8], remote: RemoteSlice<A>, imm: u32) -> Self {
-        InlineWriteImm { data, remote, imm }
+        InlineWriteImm { data: [data], remote, imm }
     }
+}
+
+impl<'d, A: HasRemoteWrite, const N: usize> InlineWriteImm<'d, A, N> {
+    /// Writes the `parts` inline, gathered in order, to `remote` with immediate data `imm`
+    /// (see [`InlineSend::gather`]).
+    pub fn gather(parts: [&'d [u8]; N], remote: RemoteSlice<A>, imm: u32) -> Self {
+        InlineWriteImm { data: parts, remote, imm }
+    }
+}
+
+/// The total length of inline pieces.
+fn inline_total(data: &[&[u8]]) -> usize {
+    data.iter().map(|d| d.len()).sum()
 }
 
 fn check_fits<A>(what: &'static str, len: u64, remote: &RemoteSlice<A>) -> Result<()> {
@@ -387,7 +446,7 @@ fn check_fits<A>(what: &'static str, len: u64, remote: &RemoteSlice<A>) -> Resul
     Ok(())
 }
 
-fn check_atomic<L: LocalSource, A>(result: &L, remote: &RemoteSlice<A>) -> Result<()> {
+fn check_atomic<L: LocalSink, A>(result: &L, remote: &RemoteSlice<A>) -> Result<()> {
     let result = result.sge();
     if result.length != 8 || result.addr % 8 != 0 {
         return Err(Error::invalid(
@@ -410,26 +469,36 @@ fn check_atomic<L: LocalSource, A>(result: &L, remote: &RemoteSlice<A>) -> Resul
     Ok(())
 }
 
-fn rdma<A>(raw: &mut RawSendWr, remote: &RemoteSlice<A>) {
+fn rdma<A, S>(raw: &mut RawSendWr<S>, remote: &RemoteSlice<A>) {
     raw.wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: remote.addr, rkey: remote.rkey };
 }
 
-fn imm(raw: &mut RawSendWr, imm: u32) {
+fn imm<S>(raw: &mut RawSendWr<S>, imm: u32) {
     raw.wr.__bindgen_anon_1.imm_data = imm.to_be();
 }
 
-fn inline_sge(raw: &mut RawSendWr, data: &[u8]) {
+fn inline_sge<const N: usize>(raw: &mut RawSendWr<[sys::ibv_sge; N]>, data: &[&[u8]; N]) -> Result<()> {
     raw.wr.send_flags |= sys::IBV_SEND_INLINE;
     // The provider copies the bytes during ibv_post_send; "The L_Key will not be checked".
-    raw.inline(sys::ibv_sge { addr: data.as_ptr() as u64, length: data.len() as u32, lkey: 0 });
+    let mut n = 0;
+    for d in data.iter().filter(|d| !d.is_empty()) {
+        let length = u32::try_from(d.len())
+            .map_err(|_| Error::invalid("ibv_post_send (inline)", "an inline piece is longer than u32::MAX bytes"))?;
+        raw.sges[n] = sys::ibv_sge { addr: d.as_ptr() as u64, length, lkey: 0 };
+        n += 1;
+    }
+    raw.num_sge = n as i32;
+    Ok(())
 }
 
 macro_rules! request {
-    ([$($gen:tt)*] $ty:ty, $bufs:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)?) => {
+    ([$($gen:tt)*] $ty:ty, $bufs:ty, $sges:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)?) => {
         impl<$($gen)*> sealed::Sealed for $ty {}
         impl<$($gen)*> SendRequest for $ty {
             type Buffers = $bufs;
-            fn build(&self, $raw: &mut RawSendWr) -> Result<()> {
+            type Sges = $sges;
+            #[inline(always)]
+            fn build(&self, $raw: &mut RawSendWr<$sges>) -> Result<()> {
                 let $s = self;
                 $raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
                 $build
@@ -454,71 +523,77 @@ macro_rules! valid_on {
 }
 
 request!(
-    [L: LocalSource] Send<L>,
+    [L: Gather] Send<L>,
     L,
+    L::Sges,
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND;
-        raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND);
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND)?;
     },
     |s| s.local
 );
-valid_on!(SupportsSend: [L: LocalSource] Send<L>);
+valid_on!(SupportsSend: [L: Gather] Send<L>);
 
 request!(
-    [L: LocalSource] SendImm<L>,
+    [L: Gather] SendImm<L>,
     L,
+    L::Sges,
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
         imm(raw, s.imm);
-        raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND);
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND)?;
     },
     |s| s.local
 );
-valid_on!(SupportsSendImm: [L: LocalSource] SendImm<L>);
+valid_on!(SupportsSendImm: [L: Gather] SendImm<L>);
 
 request!(
-    [L: LocalSource, A] Write<L, A>,
+    [L: Gather, A] Write<L, A>,
     L,
+    L::Sges,
     |s, raw| {
-        check_fits("ibv_post_send (RDMA WRITE)", s.local.sge().length.into(), &s.remote)?;
+        check_fits("ibv_post_send (RDMA WRITE)", s.local.total_len(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_WRITE;
         rdma(raw, &s.remote);
-        raw.local(&s.local, sys::IBV_ODP_SUPPORT_WRITE);
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_WRITE)?;
     },
     |s| s.local
 );
-valid_on!(SupportsRdmaWrite: [L: LocalSource, A] Write<L, A>);
+valid_on!(SupportsRdmaWrite: [L: Gather, A] Write<L, A>);
 
 request!(
-    [L: LocalSource, A] WriteImm<L, A>,
+    [L: Gather, A] WriteImm<L, A>,
     L,
+    L::Sges,
     |s, raw| {
-        check_fits("ibv_post_send (RDMA WRITE with immediate)", s.local.sge().length.into(), &s.remote)?;
+        check_fits("ibv_post_send (RDMA WRITE with immediate)", s.local.total_len(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
         imm(raw, s.imm);
         rdma(raw, &s.remote);
-        raw.local(&s.local, sys::IBV_ODP_SUPPORT_WRITE);
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_WRITE)?;
     },
     |s| s.local
 );
-valid_on!(SupportsRdmaWrite: [L: LocalSource, A] WriteImm<L, A>);
+valid_on!(SupportsRdmaWrite: [L: Gather, A] WriteImm<L, A>);
 
 request!(
-    [L: LocalSink, A] Read<L, A>,
+    [L: Scatter, A] Read<L, A>,
     L,
+    L::Sges,
     |s, raw| {
-        check_fits("ibv_post_send (RDMA READ)", s.local.sge().length.into(), &s.remote)?;
+        check_fits("ibv_post_send (RDMA READ)", s.local.total_len(), &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_RDMA_READ;
         rdma(raw, &s.remote);
-        raw.local(&s.local, sys::IBV_ODP_SUPPORT_READ);
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_READ)?;
     },
     |s| s.local
 );
-valid_on!(SupportsRdmaRead: [L: LocalSink, A] Read<L, A>);
+valid_on!(SupportsRdmaRead: [L: Scatter, A] Read<L, A>);
 
 request!(
     [L: LocalSink, A] CompareSwap<L, A>,
     L,
+    [sys::ibv_sge; 1],
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_ATOMIC_CMP_AND_SWP;
@@ -528,7 +603,7 @@ request!(
             swap: s.swap,
             rkey: s.remote.rkey,
         };
-        raw.local(&s.result, sys::IBV_ODP_SUPPORT_ATOMIC);
+        raw.local(&s.result, sys::IBV_ODP_SUPPORT_ATOMIC)?;
     },
     |s| s.result
 );
@@ -537,6 +612,7 @@ valid_on!(SupportsAtomics: [L: LocalSink, A] CompareSwap<L, A>);
 request!(
     [L: LocalSink, A] FetchAdd<L, A>,
     L,
+    [sys::ibv_sge; 1],
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_ATOMIC_FETCH_AND_ADD;
@@ -546,53 +622,53 @@ request!(
             swap: 0,
             rkey: s.remote.rkey,
         };
-        raw.local(&s.result, sys::IBV_ODP_SUPPORT_ATOMIC);
+        raw.local(&s.result, sys::IBV_ODP_SUPPORT_ATOMIC)?;
     },
     |s| s.result
 );
 valid_on!(SupportsAtomics: [L: LocalSink, A] FetchAdd<L, A>);
 
-request!(['d] InlineSend<'d>, (), |s, raw| {
+request!(['d, const N: usize] InlineSend<'d, N>, (), [sys::ibv_sge; N], |s, raw| {
     raw.wr.opcode = sys::IBV_WR_SEND;
-    inline_sge(raw, s.data);
-}, |_s| (), inline: |s| s.data.len());
-valid_on!(SupportsSend: ['d] InlineSend<'d>);
+    inline_sge(raw, &s.data)?;
+}, |_s| (), inline: |s| inline_total(&s.data));
+valid_on!(SupportsSend: ['d, const N: usize] InlineSend<'d, N>);
 
-request!(['d] InlineSendImm<'d>, (), |s, raw| {
+request!(['d, const N: usize] InlineSendImm<'d, N>, (), [sys::ibv_sge; N], |s, raw| {
     raw.wr.opcode = sys::IBV_WR_SEND_WITH_IMM;
     imm(raw, s.imm);
-    inline_sge(raw, s.data);
-}, |_s| (), inline: |s| s.data.len());
-valid_on!(SupportsSendImm: ['d] InlineSendImm<'d>);
+    inline_sge(raw, &s.data)?;
+}, |_s| (), inline: |s| inline_total(&s.data));
+valid_on!(SupportsSendImm: ['d, const N: usize] InlineSendImm<'d, N>);
 
-request!(['d, A] InlineWrite<'d, A>, (), |s, raw| {
-    check_fits("ibv_post_send (inline RDMA WRITE)", s.data.len() as u64, &s.remote)?;
+request!(['d, A, const N: usize] InlineWrite<'d, A, N>, (), [sys::ibv_sge; N], |s, raw| {
+    check_fits("ibv_post_send (inline RDMA WRITE)", inline_total(&s.data) as u64, &s.remote)?;
     raw.wr.opcode = sys::IBV_WR_RDMA_WRITE;
     rdma(raw, &s.remote);
-    inline_sge(raw, s.data);
-}, |_s| (), inline: |s| s.data.len());
-valid_on!(SupportsRdmaWrite: ['d, A] InlineWrite<'d, A>);
+    inline_sge(raw, &s.data)?;
+}, |_s| (), inline: |s| inline_total(&s.data));
+valid_on!(SupportsRdmaWrite: ['d, A, const N: usize] InlineWrite<'d, A, N>);
 
-request!(['d, A] InlineWriteImm<'d, A>, (), |s, raw| {
-    check_fits("ibv_post_send (inline RDMA WRITE with immediate)", s.data.len() as u64, &s.remote)?;
+request!(['d, A, const N: usize] InlineWriteImm<'d, A, N>, (), [sys::ibv_sge; N], |s, raw| {
+    check_fits("ibv_post_send (inline RDMA WRITE with immediate)", inline_total(&s.data) as u64, &s.remote)?;
     raw.wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
     imm(raw, s.imm);
     rdma(raw, &s.remote);
-    inline_sge(raw, s.data);
-}, |_s| (), inline: |s| s.data.len());
-valid_on!(SupportsRdmaWrite: ['d, A] InlineWriteImm<'d, A>);
+    inline_sge(raw, &s.data)?;
+}, |_s| (), inline: |s| inline_total(&s.data));
+valid_on!(SupportsRdmaWrite: ['d, A, const N: usize] InlineWriteImm<'d, A, N>);
 
-impl InlineWr for InlineSend<'_> {}
-impl InlineWr for InlineSendImm<'_> {}
-impl<A> InlineWr for InlineWrite<'_, A> {}
-impl<A> InlineWr for InlineWriteImm<'_, A> {}
+impl<const N: usize> InlineWr for InlineSend<'_, N> {}
+impl<const N: usize> InlineWr for InlineSendImm<'_, N> {}
+impl<A, const N: usize> InlineWr for InlineWrite<'_, A, N> {}
+impl<A, const N: usize> InlineWr for InlineWriteImm<'_, A, N> {}
 
-impl<L: LocalSource> AllowsSolicited for Send<L> {}
-impl<L: LocalSource> AllowsSolicited for SendImm<L> {}
-impl<L: LocalSource, A> AllowsSolicited for WriteImm<L, A> {}
-impl AllowsSolicited for InlineSend<'_> {}
-impl AllowsSolicited for InlineSendImm<'_> {}
-impl<A> AllowsSolicited for InlineWriteImm<'_, A> {}
+impl<L: Gather> AllowsSolicited for Send<L> {}
+impl<L: Gather> AllowsSolicited for SendImm<L> {}
+impl<L: Gather, A> AllowsSolicited for WriteImm<L, A> {}
+impl<const N: usize> AllowsSolicited for InlineSend<'_, N> {}
+impl<const N: usize> AllowsSolicited for InlineSendImm<'_, N> {}
+impl<A, const N: usize> AllowsSolicited for InlineWriteImm<'_, A, N> {}
 
 /// `IBV_WR_SEND_WITH_INV`: a send that also invalidates the peer's type 2 window with rkey
 /// `invalidate_rkey`; the peer's receive completion carries `IBV_WC_WITH_INV` and the rkey.
@@ -602,7 +678,7 @@ pub struct SendInv<L> {
     invalidate_rkey: u32,
 }
 
-impl<L: LocalSource> SendInv<L> {
+impl<L: Gather> SendInv<L> {
     /// Sends `local` and invalidates the peer's window `invalidate_rkey`.
     pub fn new(local: L, invalidate_rkey: u32) -> Self {
         SendInv { local, invalidate_rkey }
@@ -610,17 +686,18 @@ impl<L: LocalSource> SendInv<L> {
 }
 
 request!(
-    [L: LocalSource] SendInv<L>,
+    [L: Gather] SendInv<L>,
     L,
+    L::Sges,
     |s, raw| {
         raw.wr.opcode = sys::IBV_WR_SEND_WITH_INV;
         raw.wr.__bindgen_anon_1.invalidate_rkey = s.invalidate_rkey;
-        raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND);
+        raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND)?;
     },
     |s| s.local
 );
-valid_on!(SupportsSendInv: [L: LocalSource] SendInv<L>);
-impl<L: LocalSource> AllowsSolicited for SendInv<L> {}
+valid_on!(SupportsSendInv: [L: Gather] SendInv<L>);
+impl<L: Gather> AllowsSolicited for SendInv<L> {}
 
 /// `IBV_WR_BIND_MW`: binds a type 2 window to `len` bytes of `mr` at `offset`, granting `R`.
 /// The region stays borrowed for `'m`, as long as the window is bound.
@@ -662,7 +739,8 @@ impl<K: MwType, MA: AccessSet, R> sealed::Sealed for BindMw<'_, K, MA, R> {}
 // `BindMw` is only built by `new`, which requires `BoundByWr`.
 impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K, MA, R> {
     type Buffers = PendingBind<'m, K, R>;
-    fn build(&self, raw: &mut RawSendWr) -> Result<()> {
+    type Sges = [sys::ibv_sge; 0];
+    fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
         check_window_range("ibv_post_send (BIND_MW)", self.offset, self.len, self.mr.len() as u64)?;
         if !self.mw.same_pd(self.mr.pd()) {
             return Err(Error::invalid(
@@ -729,7 +807,8 @@ impl<'m, K: Invalidatable, R: WindowRights> LocalInv<'m, K, R> {
 impl<K: MwType, R> sealed::Sealed for LocalInv<'_, K, R> {}
 impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     type Buffers = PendingUnbind<'m, K, R>;
-    fn build(&self, raw: &mut RawSendWr) -> Result<()> {
+    type Sges = [sys::ibv_sge; 0];
+    fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
         raw.pd = Some(self.bound.mw().pd_id());
         raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
         raw.wr.opcode = sys::IBV_WR_LOCAL_INV;
@@ -753,7 +832,7 @@ pub struct Tso<'h, L, T: Transport> {
     cap: TsoCap<T>,
 }
 
-impl<'h, L: LocalSource, T: TsoTransport> Tso<'h, L, T> {
+impl<'h, L: Gather, T: TsoTransport> Tso<'h, L, T> {
     /// Segments `payload` (at most `cap.max_tso()` bytes, checked when posting) into `mss`-byte
     /// segments, each sent behind a copy of `header` (at most 65535 bytes).
     pub fn new(payload: L, header: &'h [u8], mss: u16, cap: TsoCap<T>) -> Self {
@@ -762,13 +841,14 @@ impl<'h, L: LocalSource, T: TsoTransport> Tso<'h, L, T> {
 }
 
 impl<L, T: Transport> sealed::Sealed for Tso<'_, L, T> {}
-impl<L: LocalSource, T: TsoTransport> SendRequest for Tso<'_, L, T> {
+impl<L: Gather, T: TsoTransport> SendRequest for Tso<'_, L, T> {
     type Buffers = L;
-    fn build(&self, raw: &mut RawSendWr) -> Result<()> {
+    type Sges = L::Sges;
+    fn build(&self, raw: &mut RawSendWr<L::Sges>) -> Result<()> {
         let hdr_sz = u16::try_from(self.header.len())
             .map_err(|_| Error::invalid("ibv_post_send (TSO)", "the header is longer than 65535 bytes"))?;
-        let len = self.payload.sge().length;
-        if len > self.cap.max_tso() || self.mss == 0 {
+        let len = self.payload.total_len();
+        if len > u64::from(self.cap.max_tso()) || self.mss == 0 {
             return Err(Error::invalid(
                 "ibv_post_send (TSO)",
                 format!("payload {len} bytes (max_tso {}), mss {}", self.cap.max_tso(), self.mss),
@@ -781,7 +861,7 @@ impl<L: LocalSource, T: TsoTransport> SendRequest for Tso<'_, L, T> {
             hdr_sz,
             mss: self.mss,
         };
-        raw.local(&self.payload, sys::IBV_ODP_SUPPORT_SEND);
+        raw.local(&self.payload, sys::IBV_ODP_SUPPORT_SEND)?;
         Ok(())
     }
     fn into_buffers(self) -> L {
@@ -789,7 +869,7 @@ impl<L: LocalSource, T: TsoTransport> SendRequest for Tso<'_, L, T> {
     }
 }
 // The capability is for one transport: the request is valid on that one only.
-impl<L: LocalSource, T: TsoTransport> SendWr<T> for Tso<'_, L, T> {}
+impl<L: Gather, T: TsoTransport> SendWr<T> for Tso<'_, L, T> {}
 
 /// A send work request without `IBV_SEND_SIGNALED`.
 #[derive(Debug)]
@@ -818,7 +898,9 @@ macro_rules! wrapper {
         impl<$($lt,)? W: SendRequest $(, $t: $tb)?> sealed::Sealed for $ty<$($lt,)? W $(, $t)?> {}
         impl<$($lt,)? W: SendRequest $(, $t: $tb)?> SendRequest for $ty<$($lt,)? W $(, $t)?> {
             type Buffers = W::Buffers;
-            fn build(&self, $raw: &mut RawSendWr) -> Result<()> {
+            type Sges = W::Sges;
+            #[inline(always)]
+            fn build(&self, $raw: &mut RawSendWr<W::Sges>) -> Result<()> {
                 let $s = self;
                 $s.$inner.build($raw)?;
                 $extra
@@ -894,9 +976,10 @@ pub struct Recv<L> {
     pub(crate) buf: L,
 }
 
-impl<L: LocalSink> Recv<L> {
-    /// Receives into `buf`: a [`LocalBufMut`](crate::mr::LocalBufMut) or an owned
-    /// [`Chunk`](crate::mr::Chunk) of a region with LOCAL_WRITE.
+impl<L: Scatter> Recv<L> {
+    /// Receives into `buf`: a [`LocalBufMut`](crate::mr::LocalBufMut), an owned
+    /// [`Chunk`](crate::mr::Chunk) of a region with LOCAL_WRITE, or a [scatter
+    /// list](crate::sgl) of them (the message fills the entries in order).
     pub fn new(buf: L) -> Self {
         Recv { buf }
     }
@@ -979,9 +1062,48 @@ mod tests {
             if refused.is_none() {
                 // An accepted FETCH_AND_ADD carries its arguments unchanged.
                 assert_eq!(raw.wr.opcode, sys::IBV_WR_ATOMIC_FETCH_AND_ADD, "{case}");
-                assert_eq!((raw.sge.addr, raw.sge.length, raw.sge.lkey, raw.num_sge), (addr, 8, 1, 1), "{case}");
+                assert_eq!(
+                    (raw.sges[0].addr, raw.sges[0].length, raw.sges[0].lkey, raw.num_sge),
+                    (addr, 8, 1, 1),
+                    "{case}"
+                );
             }
         }
+    }
+
+    /// Requests with several entries carry them in order in their own storage, leave empty
+    /// ones out, and check the total length against the remote range; inline pieces too.
+    #[test]
+    fn lists_reach_the_request_in_order() {
+        let pd = crate::pd::PdId::dummy();
+        let view = |addr, len| LocalBuf::from_parts(addr, len, 3, OdpTag::default(), pd);
+        let sink = |addr, len| LocalBufMut::from_parts(addr, len, 4, OdpTag::default(), pd);
+        let remote = |len| RemoteSlice::<crate::access::RemoteAll>::new(0x9000, len, 2);
+        let entries =
+            |raw: &RawSendWr<_>| raw.used_sges().iter().map(|s| (s.addr, s.length, s.lkey)).collect::<Vec<_>>();
+
+        let mut raw = RawSendWr::new();
+        Send::new((view(0x1000, 16), view(0x2000, 0), sink(0x3000, 8))).build(&mut raw).expect("valid");
+        assert_eq!(entries(&raw), [(0x1000, 16, 3), (0x3000, 8, 4)]);
+        assert_eq!(raw.pd, Some(pd));
+
+        let mut raw = RawSendWr::new();
+        Read::new([sink(0x1000, 8), sink(0x2000, 8)], remote(16)).build(&mut raw).expect("16 bytes fit 16");
+        assert_eq!((raw.num_sge, raw.wr.opcode), (2, sys::IBV_WR_RDMA_READ));
+        let r = Read::new([sink(0x1000, 8), sink(0x2000, 9)], remote(16)).build(&mut RawSendWr::new());
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "17 bytes do not fit 16: {r:?}");
+        let r = Write::new((view(0x1000, 8), view(0x2000, 8)), remote(15)).build(&mut RawSendWr::new());
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "16 bytes do not fit 15: {r:?}");
+
+        let (a, b) = ([1u8; 5], [2u8; 7]);
+        let w = InlineSend::gather([&a[..], &[], &b[..]]);
+        assert_eq!(w.inline_len(), Some(12));
+        let mut raw = RawSendWr::new();
+        w.build(&mut raw).expect("valid");
+        assert_eq!(entries(&raw), [(a.as_ptr() as u64, 5, 0), (b.as_ptr() as u64, 7, 0)]);
+        assert_ne!(raw.wr.send_flags & sys::IBV_SEND_INLINE, 0);
+        let r = InlineWrite::gather([&a[..], &b[..]], remote(11)).build(&mut RawSendWr::new());
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "12 inline bytes do not fit 11: {r:?}");
     }
 
     /// A window range is accepted exactly when it has at least one byte and ends inside the

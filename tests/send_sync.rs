@@ -97,6 +97,8 @@ assert_impl_all!(Read<LocalBufMut<'static>, Rw>: Send, Sync, Unpin);
 assert_impl_all!(CompareSwap<LocalBufMut<'static>, access::RemoteAll>: Send, Sync, Unpin);
 assert_impl_all!(FetchAdd<Chunk<access::LocalRw>, access::RemoteAll>: Send, Sync, Unpin);
 assert_impl_all!(InlineSend<'static>: Send, Sync, Unpin);
+assert_impl_all!(InlineSend<'static, 3>: Send, Sync, Unpin);
+assert_impl_all!(InlineWrite<'static, Rw, 2>: Send, Sync, Unpin);
 assert_impl_all!(InlineSendImm<'static>: Send, Sync, Unpin);
 assert_impl_all!(InlineWrite<'static, Rw>: Send, Sync, Unpin);
 assert_impl_all!(InlineWriteImm<'static, Rw>: Send, Sync, Unpin);

@@ -25,4 +25,5 @@ mod rc;
 mod recv_lanes;
 mod reliability;
 mod scope_safety;
+mod sgl;
 mod windows;

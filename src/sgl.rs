@@ -1,0 +1,281 @@
+//! Scatter/gather lists: the `sg_list` / `num_sge` of ibv_post_send(3) and ibv_post_recv(3).
+//!
+//! A work request that names local memory takes one view or several:
+//!
+//! - [`Gather`]: memory the device reads (a send or RDMA WRITE source): one
+//!   [`LocalSource`] ([`LocalBuf`](crate::mr::LocalBuf), [`LocalBufMut`](crate::mr::LocalBufMut),
+//!   [`Chunk`](crate::mr::Chunk)), an array `[L; N]` of them, or a tuple of up to four of
+//!   different kinds (views of several regions, borrowed and owned mixed);
+//! - [`Scatter`]: memory the device writes (a receive buffer, an RDMA READ destination): the
+//!   same shapes, where **every** entry is a [`LocalSink`] (LOCAL_WRITE), checked at compile
+//!   time.
+//!
+//! The list's length is part of its type, so a request's entries live in the request itself:
+//! posting a list allocates nothing. Its entries are checked when posting, before the provider
+//! sees them: every entry's region in the QP's protection domain, at most the QP's
+//! `max_send_sge` / `max_recv_sge` entries ([`Error::TooManySges`]),
+//! and for ODP memory the operation verified for the transport. Entries of zero bytes are left
+//! out of the list (some devices read a zero length as 2 GiB). Atomics take exactly one
+//! 8-byte entry: their result buffer is a single [`LocalSink`], never a list.
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use typed_verbs::prelude::*;
+//! # fn f(qp: &Qp<RC, RTS>, head: &Mr<access::LocalRw>, body: &Mr<access::LocalRw>) -> typed_verbs::Result<()> {
+//! scope(|s| -> typed_verbs::Result<()> {
+//!     // One SEND gathered from two regions.
+//!     let t = s.post_send(qp, Send::new((head.slice(..64)?, body.slice(..)?)))?;
+//!     let (c, (_head, _body)) = s.wait(t, Duration::from_secs(5))?;
+//!     c.ok()?;
+//!     Ok(())
+//! })??;
+//! # Ok(()) }
+//! ```
+//!
+//! See ibv_post_send(3), ibv_post_recv(3).
+
+use typed_verbs_sys as sys;
+
+use crate::error::{Error, Result};
+use crate::mr::{LocalSink, LocalSource, OdpTag};
+use crate::pd::PdId;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The storage of a request's scatter/gather entries: `[ibv_sge; N]`, sized by the request's
+/// type. Sealed; only the library uses it.
+#[doc(hidden)]
+pub trait SgeStore: sealed::Sealed + Copy + Send + Sync + 'static {
+    /// The number of entries it holds.
+    const CAPACITY: usize;
+    /// All entries zero.
+    fn empty() -> Self;
+    /// The entries.
+    fn entries(&self) -> &[sys::ibv_sge];
+    /// The entries, mutably.
+    fn entries_mut(&mut self) -> &mut [sys::ibv_sge];
+}
+
+impl<const N: usize> sealed::Sealed for [sys::ibv_sge; N] {}
+impl<const N: usize> SgeStore for [sys::ibv_sge; N] {
+    const CAPACITY: usize = N;
+    #[inline(always)]
+    fn empty() -> Self {
+        [sys::ibv_sge { addr: 0, length: 0, lkey: 0 }; N]
+    }
+    #[inline(always)]
+    fn entries(&self) -> &[sys::ibv_sge] {
+        self
+    }
+    #[inline(always)]
+    fn entries_mut(&mut self) -> &mut [sys::ibv_sge] {
+        self
+    }
+}
+
+/// Memory the local device reads for one work request, as one scatter/gather entry or
+/// several: a [`LocalSource`], an array `[L; N]` of them, or a tuple of two to four (each its
+/// own kind). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not registered memory the device can read",
+    label = "needs a view of registered memory: `LocalBuf`, `LocalBufMut`, a `Chunk`, or an array or tuple of them",
+    note = "ibv_post_send(3): the gather list (sg_list, num_sge) names registered memory; a tuple takes two to four entries"
+)]
+pub trait Gather: sealed::Sealed + crate::scope::Completes {
+    /// The storage of its entries.
+    #[doc(hidden)]
+    type Sges: SgeStore;
+    /// Calls `f` with each entry, its region's ODP verification and its PD, in order.
+    #[doc(hidden)]
+    fn each(&self, f: &mut impl FnMut(sys::ibv_sge, OdpTag, PdId));
+    /// The total length in bytes.
+    fn total_len(&self) -> u64 {
+        let mut n = 0u64;
+        self.each(&mut |sge, _, _| n += u64::from(sge.length));
+        n
+    }
+}
+
+/// Memory the local device writes for one work request (a receive buffer, an RDMA READ
+/// destination): a [`Gather`] list whose every entry is a [`LocalSink`]. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not memory the device may write: every entry of a scatter list needs LOCAL_WRITE",
+    label = "every entry must be a `LocalBufMut` (from `Mr::slice_mut`) or a `Chunk` of a region with LOCAL_WRITE",
+    note = "a receive buffer and an RDMA READ destination are written by the local device, entry by entry (ibv_reg_mr(3): IBV_ACCESS_LOCAL_WRITE; ibv_post_recv(3): sg_list)"
+)]
+pub trait Scatter: Gather {}
+
+impl<L: LocalSource> sealed::Sealed for L {}
+impl<L: LocalSource> Gather for L {
+    type Sges = [sys::ibv_sge; 1];
+    #[inline(always)]
+    fn each(&self, f: &mut impl FnMut(sys::ibv_sge, OdpTag, PdId)) {
+        f(self.sge(), self.odp_tag(), self.pd_id());
+    }
+    #[inline(always)]
+    fn total_len(&self) -> u64 {
+        u64::from(self.sge().length)
+    }
+}
+impl<L: LocalSink> Scatter for L {}
+
+impl<L: LocalSource, const N: usize> sealed::Sealed for [L; N] {}
+impl<L: LocalSource, const N: usize> Gather for [L; N] {
+    type Sges = [sys::ibv_sge; N];
+    #[inline(always)]
+    fn each(&self, f: &mut impl FnMut(sys::ibv_sge, OdpTag, PdId)) {
+        for l in self {
+            f(l.sge(), l.odp_tag(), l.pd_id());
+        }
+    }
+}
+impl<L: LocalSink, const N: usize> Scatter for [L; N] {}
+
+macro_rules! tuple_list {
+    ($n:literal: $($t:ident . $i:tt),*) => {
+        impl<$($t: LocalSource),*> sealed::Sealed for ($($t,)*) {}
+        impl<$($t: LocalSource),*> Gather for ($($t,)*) {
+            type Sges = [sys::ibv_sge; $n];
+            #[inline(always)]
+            fn each(&self, f: &mut impl FnMut(sys::ibv_sge, OdpTag, PdId)) {
+                $(f(self.$i.sge(), self.$i.odp_tag(), self.$i.pd_id());)*
+            }
+        }
+        impl<$($t: LocalSink),*> Scatter for ($($t,)*) {}
+    };
+}
+tuple_list!(2: A.0, B.1);
+tuple_list!(3: A.0, B.1, C.2);
+tuple_list!(4: A.0, B.1, C.2, D.3);
+
+/// The entries of a list, checked: what a work request carries.
+#[derive(Clone, Copy)]
+pub(crate) struct Collected<S> {
+    pub(crate) sges: S,
+    /// The entries in use (those of zero bytes are left out).
+    pub(crate) num_sge: i32,
+    /// The ODP verification that holds for every entry (see [`OdpTag::meet`]).
+    pub(crate) odp: OdpTag,
+    /// The PD of the entries (all the same), if there is any.
+    pub(crate) pd: Option<PdId>,
+}
+
+impl<S: SgeStore> Collected<S> {
+    /// No entry.
+    pub(crate) fn none() -> Self {
+        Collected { sges: S::empty(), num_sge: 0, odp: OdpTag::default(), pd: None }
+    }
+
+    /// The entries of `list`, for `verb`; `device_writes`: the device writes them (a receive,
+    /// an RDMA READ destination, an atomic result), so each ODP entry must suit the device's
+    /// ODP write path ([`OdpTag::check_device_write`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if two entries belong to different protection domains, or an
+    /// ODP entry the device writes is misplaced.
+    #[inline(always)]
+    pub(crate) fn of<G: Gather<Sges = S>>(list: &G, verb: &'static str, device_writes: bool) -> Result<Self> {
+        let mut out = Self::none();
+        let mut result = Ok(());
+        let mut n = 0usize;
+        list.each(&mut |sge, odp, pd| {
+            if result.is_err() {
+                return;
+            }
+            match out.pd {
+                Some(first) if first != pd => {
+                    result = Err(Error::invalid(
+                        verb,
+                        "the scatter/gather entries belong to different protection domains (every lkey must be of the QP's PD)",
+                    ));
+                    return;
+                }
+                _ => out.pd = Some(pd),
+            }
+            if device_writes {
+                if let Err(e) = odp.check_device_write(sge.addr, verb) {
+                    result = Err(e);
+                    return;
+                }
+            }
+            out.odp = if n == 0 { odp } else { out.odp.meet(odp) };
+            // Some devices read a zero byte count as 2 GiB: an empty view is no entry.
+            if sge.length != 0 {
+                out.sges.entries_mut()[n] = sge;
+                n += 1;
+            }
+        });
+        result?;
+        out.num_sge = n as i32;
+        Ok(out)
+    }
+
+    /// A receive request over the entries in use: `sg_list` points into `self`, which must not
+    /// move before the request is posted.
+    pub(crate) fn recv_wr(&mut self) -> sys::ibv_recv_wr {
+        sys::ibv_recv_wr { sg_list: self.sges.entries_mut().as_mut_ptr(), num_sge: self.num_sge, ..Default::default() }
+    }
+
+    /// The entries in use.
+    pub(crate) fn used(&self) -> &[sys::ibv_sge] {
+        &self.sges.entries()[..self.num_sge as usize]
+    }
+
+    /// The total length of the entries in use.
+    #[cfg(test)]
+    pub(crate) fn total_len(&self) -> u64 {
+        self.used().iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// Refuses a list of `n` entries above a queue's `max` (`max_send_sge`, `max_recv_sge`, an
+/// SRQ's `max_sge`) before the provider sees it.
+pub(crate) fn check_count(queue: &'static str, qp_num: u32, n: i32, max: u32) -> Result<()> {
+    if n as u32 > max {
+        return Err(Error::TooManySges { queue, qp_num, n: n as u32, max });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mr::{LocalBuf, LocalBufMut};
+
+    fn buf(addr: u64, len: u32, pd: PdId) -> LocalBuf<'static> {
+        LocalBuf::from_parts(addr, len, 7, OdpTag::default(), pd)
+    }
+
+    /// A list keeps its entries in order, leaves out the empty ones, and sums the rest.
+    #[test]
+    fn lists_keep_order_and_leave_out_empty_entries() {
+        let pd = PdId::dummy();
+        let list =
+            (buf(0x1000, 10, pd), buf(0x2000, 0, pd), LocalBufMut::from_parts(0x3000, 5, 9, OdpTag::default(), pd));
+        let c = Collected::of(&list, "t", true).expect("one PD");
+        assert_eq!(c.num_sge, 2);
+        let got: Vec<_> = c.used().iter().map(|s| (s.addr, s.length, s.lkey)).collect();
+        assert_eq!(got, [(0x1000, 10, 7), (0x3000, 5, 9)]);
+        assert_eq!(c.total_len(), 15);
+        assert_eq!(list.total_len(), 15);
+        assert_eq!(c.pd, Some(pd));
+        let arr = [buf(0x10, 1, pd), buf(0x20, 2, pd), buf(0x30, 3, pd)];
+        let c = Collected::of(&arr, "t", false).expect("one PD");
+        assert_eq!(c.used().iter().map(|s| s.addr).collect::<Vec<_>>(), [0x10, 0x20, 0x30]);
+        let empty: Collected<[sys::ibv_sge; 2]> = Collected::of(&[buf(1, 0, pd), buf(2, 0, pd)], "t", false).unwrap();
+        assert_eq!((empty.num_sge, empty.total_len()), (0, 0));
+    }
+
+    /// Entries of two protection domains are refused; so is a count above the queue's maximum.
+    #[test]
+    fn foreign_entries_and_long_lists_are_refused() {
+        let (a, b) = (PdId::dummy(), PdId::other_dummy());
+        let r = Collected::of(&[buf(0x1000, 8, a), buf(0x2000, 8, b)], "ibv_post_send", false);
+        assert!(matches!(r, Err(Error::InvalidArgument { verb: "ibv_post_send", .. })), "{:?}", r.err());
+        assert!(check_count("send", 1, 2, 2).is_ok());
+        assert!(matches!(check_count("send", 1, 3, 2), Err(Error::TooManySges { n: 3, max: 2, .. })));
+        assert!(check_count("receive", 1, 0, 0).is_ok());
+    }
+}
