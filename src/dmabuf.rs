@@ -3,10 +3,13 @@
 //!
 //! A [`DmabufMr<A>`] is typed like every region ([`access`](crate::access): the LOCAL_WRITE
 //! rules are compile-time) and lends [`RemoteSlice<A>`]s for peers, by the region's I/O
-//! virtual address (`iova`). Its memory is not the process's, so it lends no local view:
-//! [`LocalBuf`](crate::mr::LocalBuf) and [`LocalBufMut`](crate::mr::LocalBufMut) are host memory
-//! the program may also copy in and out of with volatile accesses, and an iova is not a host
-//! address (a view of one would let safe code read and write wherever the iova points). The exporter's memory stays
+//! virtual address (`iova`). Its memory is not the process's, so its local views are device
+//! views: [`DeviceBuf`] (the device reads: a send or RDMA WRITE source) and [`DeviceBufMut`]
+//! (the device writes: a receive, an RDMA READ destination, an atomic result) name the memory
+//! by iova in work requests and scatter/gather lists, and offer no bytes to the program.
+//! [`LocalBuf`](crate::mr::LocalBuf) and [`LocalBufMut`](crate::mr::LocalBufMut) are host
+//! memory the program may also copy in and out of, and an iova is not a host address (such a
+//! view of one would let safe code read and write wherever the iova points). The exporter's memory stays
 //! alive while the registration holds the dma-buf (the kernel takes its own reference), so the
 //! descriptor may be closed after registering.
 //!
@@ -23,10 +26,10 @@ use std::sync::Arc;
 
 use typed_verbs_sys as sys;
 
-use crate::access::{AccessSet, LegalAccess};
+use crate::access::{AccessSet, HasLocalWrite, LegalAccess};
 use crate::error::{Error, Result, Verb};
-use crate::mr::{range_of, RemoteSlice};
-use crate::pd::{Pd, PdInner};
+use crate::mr::{local_sealed, range_of, LocalSink, LocalSource, OdpTag, RemoteSlice};
+use crate::pd::{Pd, PdId, PdInner};
 
 /// A memory region over a dma-buf: `struct ibv_mr` from `ibv_reg_dmabuf_mr`. Deregistered on
 /// drop.
@@ -144,6 +147,39 @@ impl<A: AccessSet> DmabufMr<A> {
         self.mr.as_ptr()
     }
 
+    /// A device view of `range` that the local device may read (a send or RDMA WRITE source,
+    /// an entry of a gather list), named by iova. A shared borrow of the region.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] outside the region, or longer than `u32::MAX` bytes (one
+    /// scatter/gather entry).
+    pub fn local(&self, range: impl RangeBounds<usize>) -> Result<DeviceBuf<'_>> {
+        let (addr, len) = self.entry(range, "DmabufMr::local")?;
+        Ok(DeviceBuf { addr, len, lkey: self.lkey, pd: self._pd.id(), _borrow: PhantomData })
+    }
+
+    /// A device view of `range` that the local device may write (a receive, an RDMA READ
+    /// destination, an atomic result, an entry of a scatter list), named by iova. Needs
+    /// LOCAL_WRITE; an exclusive borrow of the region.
+    ///
+    /// # Errors
+    /// As for [`DmabufMr::local`].
+    pub fn local_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceBufMut<'_>>
+    where
+        A: HasLocalWrite,
+    {
+        let (addr, len) = self.entry(range, "DmabufMr::local_mut")?;
+        Ok(DeviceBufMut { addr, len, lkey: self.lkey, pd: self._pd.id(), _borrow: PhantomData })
+    }
+
+    /// The iova and length of `range` as one scatter/gather entry.
+    fn entry(&self, range: impl RangeBounds<usize>, what: &'static str) -> Result<(u64, u32)> {
+        let (off, len) = range_of(range, self.len, what)?;
+        let len = u32::try_from(len)
+            .map_err(|_| Error::invalid(what, format!("{len} bytes do not fit one scatter/gather entry")))?;
+        Ok((self.iova + off as u64, len))
+    }
+
     /// The remote view of `range` (iova, length, rkey) for a peer, typed by the region's rights.
     ///
     /// # Errors
@@ -151,6 +187,80 @@ impl<A: AccessSet> DmabufMr<A> {
     pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteSlice<A>> {
         let (off, len) = range_of(range, self.len, "DmabufMr::remote")?;
         Ok(RemoteSlice::new(self.iova + off as u64, len as u64, self.rkey))
+    }
+}
+
+/// Memory of a dma-buf region that the local device may read, named by iova: a send or RDMA
+/// WRITE source. A shared borrow of the region for `'a`. Offers no bytes to the program (the
+/// memory is not the process's).
+#[derive(Clone, Copy)]
+pub struct DeviceBuf<'a> {
+    addr: u64,
+    len: u32,
+    lkey: u32,
+    pd: PdId,
+    _borrow: PhantomData<&'a DmabufMr<crate::access::LocalRw>>,
+}
+
+/// Memory of a dma-buf region that the local device may write, named by iova: a receive, an
+/// RDMA READ destination, an atomic result. An exclusive borrow of a LOCAL_WRITE region for
+/// `'a`. Offers no bytes to the program.
+pub struct DeviceBufMut<'a> {
+    addr: u64,
+    len: u32,
+    lkey: u32,
+    pd: PdId,
+    _borrow: PhantomData<&'a mut DmabufMr<crate::access::LocalRw>>,
+}
+
+macro_rules! device_view {
+    ($t:ident) => {
+        impl $t<'_> {
+            /// The length in bytes.
+            pub fn len(&self) -> usize {
+                self.len as usize
+            }
+            /// True if the view has no bytes.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+            /// The iova of the first byte.
+            pub fn iova(&self) -> u64 {
+                self.addr
+            }
+        }
+        impl fmt::Debug for $t<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($t))
+                    .field("iova", &format_args!("{:#x}", self.addr))
+                    .field("len", &self.len)
+                    .field("lkey", &format_args!("{:#x}", self.lkey))
+                    .finish()
+            }
+        }
+        impl local_sealed::Sealed for $t<'_> {}
+        impl LocalSource for $t<'_> {
+            fn sge(&self) -> sys::ibv_sge {
+                sys::ibv_sge { addr: self.addr, length: self.len, lkey: self.lkey }
+            }
+            fn odp_tag(&self) -> OdpTag {
+                OdpTag(None)
+            }
+            fn pd_id(&self) -> PdId {
+                self.pd
+            }
+        }
+    };
+}
+device_view!(DeviceBuf);
+device_view!(DeviceBufMut);
+impl LocalSink for DeviceBufMut<'_> {}
+
+impl<'a> DeviceBufMut<'a> {
+    /// The view as read-only device memory for the rest of its borrow (e.g. to send what was
+    /// received into it).
+    pub fn into_local(self) -> DeviceBuf<'a> {
+        DeviceBuf { addr: self.addr, len: self.len, lkey: self.lkey, pd: self.pd, _borrow: PhantomData }
     }
 }
 
@@ -195,4 +305,28 @@ pub fn udmabuf(len: usize) -> Result<OwnedFd> {
     // SAFETY: `raw` is the new dma-buf descriptor, ours alone. The memfd may close: the dma-buf
     // holds its pages.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wr::{Read, Send, SendRequest};
+
+    /// Device views name their memory by iova and lkey in a request, beside host views in the
+    /// same list, and an RDMA READ may land in one.
+    #[test]
+    fn device_views_are_entries_by_iova() {
+        let pd = PdId::dummy();
+        let dev = DeviceBuf { addr: 0x10_0000_0000, len: 64, lkey: 0x77, pd, _borrow: PhantomData };
+        let host = crate::mr::LocalBuf::from_parts(0x1000, 16, 0x11, OdpTag::default(), pd);
+        let mut raw = crate::wr::RawSendWr::new();
+        Send::new((host, dev)).build(&mut raw).expect("one PD");
+        let entries: Vec<_> = raw.used_sges().iter().map(|s| (s.addr, s.length, s.lkey)).collect();
+        assert_eq!(entries, [(0x1000, 16, 0x11), (0x10_0000_0000, 64, 0x77)]);
+        let sink = DeviceBufMut { addr: 0x20_0000_0000, len: 8, lkey: 0x78, pd, _borrow: PhantomData };
+        let remote = RemoteSlice::<crate::access::RemoteAll>::new(0x9000, 8, 2);
+        let mut raw = crate::wr::RawSendWr::new();
+        Read::new(sink, remote).build(&mut raw).expect("8 bytes fit 8");
+        assert_eq!((raw.sges[0].addr, raw.sges[0].lkey, raw.num_sge), (0x20_0000_0000, 0x78, 1));
+    }
 }

@@ -260,6 +260,10 @@ impl sealed::Sealed for LocalBufMut<'_> {}
 impl Reusable for LocalBufMut<'_> {}
 impl sealed::Sealed for () {}
 impl Reusable for () {}
+impl sealed::Sealed for crate::dmabuf::DeviceBuf<'_> {}
+impl Reusable for crate::dmabuf::DeviceBuf<'_> {}
+impl sealed::Sealed for crate::dmabuf::DeviceBufMut<'_> {}
+impl Reusable for crate::dmabuf::DeviceBufMut<'_> {}
 impl<L: Reusable, const N: usize> sealed::Sealed for [L; N] {}
 /// A list of borrowed views.
 impl<L: Reusable, const N: usize> Reusable for [L; N] {}

@@ -960,12 +960,14 @@ impl<A: AccessSet, K: MrKind> Chunk<A, K> {
     }
 }
 
-mod local_sealed {
+pub(crate) mod local_sealed {
     pub trait Sealed {}
 }
 
 /// Memory the local device may read for a work request (a send or RDMA WRITE source):
-/// [`LocalBuf`], [`LocalBufMut`], [`Chunk`]. Sealed.
+/// [`LocalBuf`], [`LocalBufMut`], [`Chunk`], and the device views of dma-buf regions
+/// ([`DeviceBuf`](crate::dmabuf::DeviceBuf), [`DeviceBufMut`](crate::dmabuf::DeviceBufMut)).
+/// One entry of a [scatter/gather list](crate::sgl). Sealed.
 pub trait LocalSource: local_sealed::Sealed + crate::scope::Completes {
     /// The scatter/gather entry naming the memory.
     #[doc(hidden)]
@@ -981,8 +983,8 @@ pub trait LocalSource: local_sealed::Sealed + crate::scope::Completes {
 }
 
 /// Memory the local device may write for a work request (a receive buffer, an RDMA READ
-/// destination, an atomic result): [`LocalBufMut`], or a [`Chunk`] of a region with
-/// LOCAL_WRITE. Sealed.
+/// destination, an atomic result): [`LocalBufMut`], a [`Chunk`] of a region with
+/// LOCAL_WRITE, or a [`DeviceBufMut`](crate::dmabuf::DeviceBufMut). Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not memory the device may write",
     label = "needs a `LocalBufMut` (from `Mr::slice_mut`) or a `Chunk` of a region with LOCAL_WRITE",

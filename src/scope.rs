@@ -997,7 +997,7 @@ macro_rules! completes_as_itself {
         }
     )*};
 }
-completes_as_itself!((), LocalBuf<'_>, LocalBufMut<'_>);
+completes_as_itself!((), LocalBuf<'_>, LocalBufMut<'_>, crate::dmabuf::DeviceBuf<'_>, crate::dmabuf::DeviceBufMut<'_>);
 
 impl<A: AccessSet, K: crate::mr::MrKind> sealed::Sealed for Chunk<A, K> {}
 impl<A: AccessSet, K: crate::mr::MrKind> Completes for Chunk<A, K> {

@@ -1,5 +1,5 @@
 // A dma-buf region's iova is not a host address: a LocalBufMut of it would let safe code copy
-// in and out of wherever the iova points (`write_volatile_from`). It lends remote views only.
+// in and out of wherever the iova points (`write_volatile_from`). Its views are device views.
 use typed_verbs::access;
 use typed_verbs::dmabuf::DmabufMr;
 
