@@ -268,6 +268,27 @@ mod tests {
         assert_eq!((empty.num_sge, empty.total_len()), (0, 0));
     }
 
+    /// A list whose entries total more than `u32::MAX` bytes is refused: the provider sums the
+    /// entries into a 32-bit length (and `ibv_wc.byte_len` is one), so it would move the sum
+    /// modulo 2^32. `u32::MAX` bytes in all are still one list.
+    #[test]
+    fn lists_beyond_u32_max_bytes_in_all_are_refused() {
+        let pd = PdId::dummy();
+        let sink = |addr, len| LocalBufMut::from_parts(addr, len, 9, OdpTag::default(), pd);
+        let r = Collected::of(&[sink(0x1000, u32::MAX), sink(0x2_0000_0000, 2)], "ibv_post_send", true);
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { verb: "ibv_post_send", .. })),
+            "accepted: {:?}",
+            r.map(|c| (c.num_sge, c.total_len()))
+        );
+        // 32 copies of one shared 128 MiB + 1 view: 2^32 + 32 bytes, which wraps to 32.
+        let v = buf(0x1000, (1 << 27) + 1, pd);
+        let r = Collected::of(&[v; 32], "ibv_post_send", false);
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "accepted: {:?}", r.map(|c| c.total_len()));
+        let c = Collected::of(&[sink(0x1000, u32::MAX - 1), sink(0x2_0000_0000, 1)], "t", true).expect("u32::MAX");
+        assert_eq!((c.num_sge, c.total_len()), (2, u64::from(u32::MAX)));
+    }
+
     /// Entries of two protection domains are refused; so is a count above the queue's maximum.
     #[test]
     fn foreign_entries_and_long_lists_are_refused() {
