@@ -173,13 +173,15 @@ impl<S: SgeStore> Collected<S> {
     /// ODP write path ([`OdpTag::check_device_write`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if two entries belong to different protection domains, or an
-    /// ODP entry the device writes is misplaced.
+    /// [`Error::InvalidArgument`] if two entries belong to different protection domains, an
+    /// ODP entry the device writes is misplaced, or the entries total more than `u32::MAX`
+    /// bytes (one message's length, which the provider sums in 32 bits).
     #[inline(always)]
     pub(crate) fn of<G: Gather<Sges = S>>(list: &G, verb: &'static str, device_writes: bool) -> Result<Self> {
         let mut out = Self::none();
         let mut result = Ok(());
         let mut n = 0usize;
+        let mut total = 0u64;
         list.each(&mut |sge, odp, pd| {
             if result.is_err() {
                 return;
@@ -205,9 +207,19 @@ impl<S: SgeStore> Collected<S> {
             if sge.length != 0 {
                 out.sges.entries_mut()[n] = sge;
                 n += 1;
+                total += u64::from(sge.length);
             }
         });
         result?;
+        // One message's byte count is a u32 everywhere below (the provider's sum of the
+        // entries, `ibv_wc.byte_len`, the port's `max_msg_sz`): a longer list would reach the
+        // device as the sum modulo 2^32.
+        if total > u64::from(u32::MAX) {
+            return Err(Error::invalid(
+                verb,
+                format!("the scatter/gather entries total {total} bytes; one work request moves at most u32::MAX"),
+            ));
+        }
         out.num_sge = n as i32;
         Ok(out)
     }
