@@ -301,6 +301,43 @@ mod tests {
         assert_eq!((c.num_sge, c.total_len()), (2, u64::from(u32::MAX)));
     }
 
+    /// ODP in lists: a pinned entry adds nothing to an ODP entry's verification; two ODP
+    /// entries keep only the operations both verified, and none if their transports differ;
+    /// every ODP entry the device writes is placed on its own (on a device whose ODP writes
+    /// land at page starts), whatever entry comes first.
+    #[test]
+    fn odp_lists_keep_only_what_every_entry_verified() {
+        use crate::mr::page_size;
+        let pd = PdId::dummy();
+        let (rc, ud) = (sys::IBV_QPT_RC, sys::IBV_QPT_UD);
+        let (send, recv, write) = (sys::IBV_ODP_SUPPORT_SEND, sys::IBV_ODP_SUPPORT_RECV, sys::IBV_ODP_SUPPORT_WRITE);
+        let page = page_size() as u64;
+        let odp = |addr, len, t, ops| LocalBufMut::from_parts(addr, len, 5, OdpTag::verified(t, ops, true), pd);
+        let pinned = |addr, len| LocalBufMut::from_parts(addr, len, 6, OdpTag::default(), pd);
+        // Pinned + ODP(RC, SEND): a SEND on RC, not a WRITE, not on UD.
+        let c = Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, send)), "t", false).unwrap();
+        assert!(c.odp.check(rc, "RC", send).is_ok());
+        assert!(c.odp.check(rc, "RC", write).is_err());
+        assert!(c.odp.check(ud, "UD", send).is_err());
+        // ODP(RC, SEND|WRITE) + ODP(RC, SEND): SEND only.
+        let c = Collected::of(&[odp(page, 8, rc, send | write), odp(2 * page, 8, rc, send)], "t", false).unwrap();
+        assert!(c.odp.check(rc, "RC", send).is_ok());
+        assert!(c.odp.check(rc, "RC", write).is_err());
+        // ODP(RC, SEND) + ODP(UD, SEND): nothing, on either transport.
+        let c = Collected::of(&[odp(page, 8, rc, send), odp(2 * page, 8, ud, send)], "t", false).unwrap();
+        assert!(c.odp.check(rc, "RC", send).is_err() && c.odp.check(ud, "UD", send).is_err());
+        // An empty ODP entry of another transport first is no entry: the rest decides.
+        let c = Collected::of(&[odp(page, 0, ud, send), odp(2 * page, 8, rc, send)], "t", false).unwrap();
+        assert_eq!(c.num_sge, 1);
+        assert!(c.odp.check(rc, "RC", send).is_ok() && c.odp.check(ud, "UD", send).is_err());
+        // A receive: the second ODP entry starts mid-page, behind a pinned and an aligned one.
+        let r = Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, recv), odp(2 * page + 8, 8, rc, recv)), "t", true);
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{:?}", r.map(|c| c.num_sge));
+        // The same list read by the device (a SEND source) may start anywhere.
+        assert!(Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, send), odp(2 * page + 8, 8, rc, send)), "t", false)
+            .is_ok());
+    }
+
     /// Entries of two protection domains are refused; so is a count above the queue's maximum.
     #[test]
     fn foreign_entries_and_long_lists_are_refused() {
