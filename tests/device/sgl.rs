@@ -310,7 +310,13 @@ fn sgl_a_gather_of_more_than_u32_max_bytes_is_refused_before_the_provider() {
     let seen = scope(|s| {
         let rt = s.post_recv(&p.b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
         match s.post_send(&p.a, Send::new([v; N])) {
-            Err(PostError { error: Error::InvalidArgument { .. }, wr: Some(_) }) => None,
+            Err(PostError { error: Error::InvalidArgument { .. }, wr: Some(_) }) => {
+                // Nothing was sent: the receive is flushed so that the scope can end.
+                s.flush(&p.b, WAIT).unwrap();
+                let (c, _) = s.wait(rt, WAIT).unwrap();
+                assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+                None
+            }
             Err(e) => panic!("refused, but not before the provider: {:?}", e.error),
             Ok(st) => {
                 let sent = s.wait(st, WAIT).map(|(c, _)| c);
