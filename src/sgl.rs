@@ -173,13 +173,15 @@ impl<S: SgeStore> Collected<S> {
     /// ODP write path ([`OdpTag::check_device_write`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if two entries belong to different protection domains, or an
-    /// ODP entry the device writes is misplaced.
+    /// [`Error::InvalidArgument`] if two entries belong to different protection domains, an
+    /// ODP entry the device writes is misplaced, or the entries total more than `u32::MAX`
+    /// bytes (one message's length, which the provider sums in 32 bits).
     #[inline(always)]
     pub(crate) fn of<G: Gather<Sges = S>>(list: &G, verb: &'static str, device_writes: bool) -> Result<Self> {
         let mut out = Self::none();
         let mut result = Ok(());
         let mut n = 0usize;
+        let mut total = 0u64;
         list.each(&mut |sge, odp, pd| {
             if result.is_err() {
                 return;
@@ -205,9 +207,19 @@ impl<S: SgeStore> Collected<S> {
             if sge.length != 0 {
                 out.sges.entries_mut()[n] = sge;
                 n += 1;
+                total += u64::from(sge.length);
             }
         });
         result?;
+        // One message's byte count is a u32 everywhere below (the provider's sum of the
+        // entries, `ibv_wc.byte_len`, the port's `max_msg_sz`): a longer list would reach the
+        // device as the sum modulo 2^32.
+        if total > u64::from(u32::MAX) {
+            return Err(Error::invalid(
+                verb,
+                format!("the scatter/gather entries total {total} bytes; one work request moves at most u32::MAX"),
+            ));
+        }
         out.num_sge = n as i32;
         Ok(out)
     }
@@ -266,6 +278,64 @@ mod tests {
         assert_eq!(c.used().iter().map(|s| s.addr).collect::<Vec<_>>(), [0x10, 0x20, 0x30]);
         let empty: Collected<[sys::ibv_sge; 2]> = Collected::of(&[buf(1, 0, pd), buf(2, 0, pd)], "t", false).unwrap();
         assert_eq!((empty.num_sge, empty.total_len()), (0, 0));
+    }
+
+    /// A list whose entries total more than `u32::MAX` bytes is refused: the provider sums the
+    /// entries into a 32-bit length (and `ibv_wc.byte_len` is one), so it would move the sum
+    /// modulo 2^32. `u32::MAX` bytes in all are still one list.
+    #[test]
+    fn lists_beyond_u32_max_bytes_in_all_are_refused() {
+        let pd = PdId::dummy();
+        let sink = |addr, len| LocalBufMut::from_parts(addr, len, 9, OdpTag::default(), pd);
+        let r = Collected::of(&[sink(0x1000, u32::MAX), sink(0x2_0000_0000, 2)], "ibv_post_send", true);
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { verb: "ibv_post_send", .. })),
+            "accepted: {:?}",
+            r.map(|c| (c.num_sge, c.total_len()))
+        );
+        // 32 copies of one shared 128 MiB + 1 view: 2^32 + 32 bytes, which wraps to 32.
+        let v = buf(0x1000, (1 << 27) + 1, pd);
+        let r = Collected::of(&[v; 32], "ibv_post_send", false);
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "accepted: {:?}", r.map(|c| c.total_len()));
+        let c = Collected::of(&[sink(0x1000, u32::MAX - 1), sink(0x2_0000_0000, 1)], "t", true).expect("u32::MAX");
+        assert_eq!((c.num_sge, c.total_len()), (2, u64::from(u32::MAX)));
+    }
+
+    /// ODP in lists: a pinned entry adds nothing to an ODP entry's verification; two ODP
+    /// entries keep only the operations both verified, and none if their transports differ;
+    /// every ODP entry the device writes is placed on its own (on a device whose ODP writes
+    /// land at page starts), whatever entry comes first.
+    #[test]
+    fn odp_lists_keep_only_what_every_entry_verified() {
+        use crate::mr::page_size;
+        let pd = PdId::dummy();
+        let (rc, ud) = (sys::IBV_QPT_RC, sys::IBV_QPT_UD);
+        let (send, recv, write) = (sys::IBV_ODP_SUPPORT_SEND, sys::IBV_ODP_SUPPORT_RECV, sys::IBV_ODP_SUPPORT_WRITE);
+        let page = page_size() as u64;
+        let odp = |addr, len, t, ops| LocalBufMut::from_parts(addr, len, 5, OdpTag::verified(t, ops, true), pd);
+        let pinned = |addr, len| LocalBufMut::from_parts(addr, len, 6, OdpTag::default(), pd);
+        // Pinned + ODP(RC, SEND): a SEND on RC, not a WRITE, not on UD.
+        let c = Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, send)), "t", false).unwrap();
+        assert!(c.odp.check(rc, "RC", send).is_ok());
+        assert!(c.odp.check(rc, "RC", write).is_err());
+        assert!(c.odp.check(ud, "UD", send).is_err());
+        // ODP(RC, SEND|WRITE) + ODP(RC, SEND): SEND only.
+        let c = Collected::of(&[odp(page, 8, rc, send | write), odp(2 * page, 8, rc, send)], "t", false).unwrap();
+        assert!(c.odp.check(rc, "RC", send).is_ok());
+        assert!(c.odp.check(rc, "RC", write).is_err());
+        // ODP(RC, SEND) + ODP(UD, SEND): nothing, on either transport.
+        let c = Collected::of(&[odp(page, 8, rc, send), odp(2 * page, 8, ud, send)], "t", false).unwrap();
+        assert!(c.odp.check(rc, "RC", send).is_err() && c.odp.check(ud, "UD", send).is_err());
+        // An empty ODP entry of another transport first is no entry: the rest decides.
+        let c = Collected::of(&[odp(page, 0, ud, send), odp(2 * page, 8, rc, send)], "t", false).unwrap();
+        assert_eq!(c.num_sge, 1);
+        assert!(c.odp.check(rc, "RC", send).is_ok() && c.odp.check(ud, "UD", send).is_err());
+        // A receive: the second ODP entry starts mid-page, behind a pinned and an aligned one.
+        let r = Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, recv), odp(2 * page + 8, 8, rc, recv)), "t", true);
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{:?}", r.map(|c| c.num_sge));
+        // The same list read by the device (a SEND source) may start anywhere.
+        assert!(Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, send), odp(2 * page + 8, 8, rc, send)), "t", false)
+            .is_ok());
     }
 
     /// Entries of two protection domains are refused; so is a count above the queue's maximum.

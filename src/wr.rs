@@ -1106,6 +1106,30 @@ mod tests {
         assert!(matches!(r, Err(Error::InvalidArgument { .. })), "12 inline bytes do not fit 11: {r:?}");
     }
 
+    /// An RDMA READ scattered into entries of more than `u32::MAX` bytes in all (and a remote
+    /// range that holds them) is refused when built: the provider would read the sum modulo
+    /// 2^32, and a lane would report that wrapped sum as the READ's `byte_len`. Likewise a
+    /// SEND gathered from 32 copies of one shared view of 128 MiB + 1 (2^32 + 32 bytes: a
+    /// message of 32 bytes once wrapped).
+    #[test]
+    fn lists_of_more_than_u32_max_bytes_are_refused_when_built() {
+        let pd = crate::pd::PdId::dummy();
+        let sink = |addr, len| LocalBufMut::from_parts(addr, len, 4, OdpTag::default(), pd);
+        let remote = |len| RemoteSlice::<crate::access::RemoteAll>::new(0x9000, len, 2);
+        let mut raw = RawSendWr::new();
+        let r = Read::new([sink(0x1000, u32::MAX), sink(0x1_0000_1000, 2)], remote(1 << 33)).build(&mut raw);
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { .. })),
+            "accepted: {} entries, {} bytes as the provider sums them",
+            raw.num_sge,
+            raw.used_sges().iter().fold(0u32, |n, s| n.wrapping_add(s.length))
+        );
+        let view = LocalBuf::from_parts(0x1000, (1 << 27) + 1, 3, OdpTag::default(), pd);
+        let mut raw = RawSendWr::new();
+        let r = Send::new([view; 32]).build(&mut raw);
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "accepted: {} entries", raw.num_sge);
+    }
+
     /// A window range is accepted exactly when it has at least one byte and ends inside the
     /// region: hand-written cases at the edges (end at, one past, overflowing).
     #[test]

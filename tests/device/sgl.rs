@@ -292,3 +292,61 @@ fn an_srq_scatters_into_its_entries_and_refuses_more_than_it_was_made_for() {
     assert_eq!(&d1.as_slice()[..16], &msg.as_slice()[32..]);
     assert!(d1.as_slice()[16..].iter().all(|&b| b == 0));
 }
+
+/// Attack: a SEND gathered from 32 copies of one shared view of 128 MiB + 1 byte (a
+/// `LocalBuf` is `Copy`) names 2^32 + 32 bytes, a length no message has: the provider sums
+/// the entries into 32 bits. It must be refused with a typed error before the provider sees
+/// it; if it is accepted, what each side saw is reported.
+#[test]
+fn sgl_a_gather_of_more_than_u32_max_bytes_is_refused_before_the_provider() {
+    const N: usize = 32;
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(N as u32, 1));
+    let len = (1usize << 27) + 1;
+    let src = r.pd.alloc_mr(len, access::LOCAL_RW).unwrap();
+    let mut dst = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
+    let v = src.slice(..).unwrap();
+    assert_eq!([v; N].total_len(), (1u64 << 32) + N as u64);
+    let seen = scope(|s| {
+        let rt = s.post_recv(&p.b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        match s.post_send(&p.a, Send::new([v; N])) {
+            Err(PostError { error: Error::InvalidArgument { .. }, wr: Some(_) }) => {
+                // Nothing was sent: the receive is flushed so that the scope can end.
+                s.flush(&p.b, WAIT).unwrap();
+                let (c, _) = s.wait(rt, WAIT).unwrap();
+                assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+                None
+            }
+            Err(e) => panic!("refused, but not before the provider: {:?}", e.error),
+            Ok(st) => {
+                let sent = s.wait(st, WAIT).map(|(c, _)| c);
+                let got = s.wait(rt, Duration::from_secs(5)).map(|(c, _)| c);
+                Some(format!("sender: {sent:?}; receiver: {got:?}"))
+            }
+        }
+    })
+    .unwrap();
+    if let Some(seen) = seen {
+        panic!("a gather of 2^32 + {N} bytes reached the provider: {seen}");
+    }
+}
+
+/// Lists of no entry: a SEND of nothing lands as a message of 0 bytes in a receive of no
+/// entry; both complete successfully and the queues are empty afterwards.
+#[test]
+fn sgl_lists_of_no_entry_send_and_receive_nothing() {
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(1, 1));
+    scope(|s| {
+        let none: [LocalBufMut<'_>; 0] = [];
+        let rt = s.post_recv(&p.b, Recv::new(none)).unwrap();
+        let nothing: [LocalBuf<'_>; 0] = [];
+        let st = s.post_send(&p.a, Send::new(nothing)).unwrap();
+        let (c, []) = s.wait(st, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        let (c, []) = s.wait(rt, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode(), c.byte_len()), (WcStatus::Success, WcOpcode::Recv, 0));
+    })
+    .unwrap();
+    assert_eq!((p.a.outstanding(), p.b.outstanding()), ((0, 0), (0, 0)));
+}
