@@ -298,7 +298,7 @@ fn an_srq_scatters_into_its_entries_and_refuses_more_than_it_was_made_for() {
 /// the entries into 32 bits. It must be refused with a typed error before the provider sees
 /// it; if it is accepted, what each side saw is reported.
 #[test]
-fn sgl_a_gather_of_more_than_u32_max_bytes_is_refused_before_the_provider() {
+fn a_gather_of_more_than_u32_max_bytes_is_refused_before_the_provider() {
     const N: usize = 32;
     let r = rig();
     let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(N as u32, 1));
@@ -334,7 +334,7 @@ fn sgl_a_gather_of_more_than_u32_max_bytes_is_refused_before_the_provider() {
 /// Lists of no entry: a SEND of nothing lands as a message of 0 bytes in a receive of no
 /// entry; both complete successfully and the queues are empty afterwards.
 #[test]
-fn sgl_lists_of_no_entry_send_and_receive_nothing() {
+fn lists_of_no_entry_send_and_receive_nothing() {
     let r = rig();
     let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(1, 1));
     scope(|s| {
