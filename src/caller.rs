@@ -428,7 +428,8 @@ impl Pd {
     ///
     /// # Safety
     /// From this call until the returned [`Mr`] is dropped, or [`Mr::deregister`] returns `Ok`
-    /// (and forever if the region is leaked with `mem::forget`):
+    /// (and forever if the region is leaked with `mem::forget`; nothing if this call returns an
+    /// error):
     /// - `ptr..ptr + len` is valid for reads and writes (mapped readable and writable) and
     ///   initialised, whatever `access` says (the region hands out `&mut [u8]` where no peer
     ///   can write);
