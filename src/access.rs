@@ -242,6 +242,24 @@ pub trait PeerCannotWrite: LegalAccess {}
 impl<LW, RR> PeerCannotWrite for Access<LW, (), RR, (), ()> where Self: LegalAccess {}
 impl<RR> PeerCannotWrite for Access<(), (), RR, (), MwBind> where Self: LegalAccess {}
 
+/// No peer can reach this memory at all: no remote right and no MW_BIND (local read,
+/// optionally local write). The access sets [`Pd::register_borrowed`](crate::pd::Pd::register_borrowed)
+/// accepts.
+///
+/// A registration can be leaked (`mem::forget`), and a leaked registration of borrowed memory
+/// outlives the borrow: with a remote right, or a window bound through MW_BIND, a peer could
+/// then write memory that belongs to someone else again. Without them the device only reaches
+/// the memory for local work requests, which need views that borrow the registration.
+#[diagnostic::on_unimplemented(
+    message = "a registration of borrowed memory may not grant remote access or MW_BIND; `{Self}` does",
+    label = "`Pd::register_borrowed` takes `access::LOCAL_READ` or `access::LOCAL_RW` only",
+    note = "a leaked registration (`mem::forget`) outlives the borrow of its memory: a registration of borrowed memory must not let a peer write memory whose borrow has ended",
+    note = "for remote access or MW_BIND use the closure form `Pd::with_registered`, which deregisters before the borrow ends, or move the buffer into the region with `Pd::register`"
+)]
+pub trait NoPeerAccess: PeerCannotWrite {}
+impl NoPeerAccess for Access {}
+impl NoPeerAccess for Access<LocalWrite> {}
+
 /// Marker: `IBV_ACCESS_ZERO_BASED` is set on a memory window: remote addresses are offsets
 /// from the window's start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

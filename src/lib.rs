@@ -36,6 +36,7 @@
 
 pub mod access;
 pub mod ah;
+pub mod caller;
 pub mod channel;
 pub mod cq;
 pub mod device;
@@ -75,6 +76,7 @@ pub struct ReadmeDoctests;
 pub mod prelude {
     pub use crate::access::{self, Access};
     pub use crate::ah::{AddressVector, Ah, Grh};
+    pub use crate::caller::{BorrowedMr, Registered, ScopedMr, StableBuffer};
     pub use crate::channel::{CompChannel, CqEvent};
     pub use crate::cq::Cq;
     pub use crate::device::{devices, Context, Gid, Mtu};

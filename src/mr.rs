@@ -1,8 +1,9 @@
 //! Memory regions with typed access rights: `ibv_reg_mr`, `ibv_dereg_mr`.
 //!
-//! A [`Mr<A>`] owns its memory (page-aligned, zero-initialised, allocated by the library) and
-//! its registration; `A` is its [access set](crate::access). Work requests never name raw
-//! addresses: they take views of registered memory,
+//! A [`Mr<A>`] owns its registration and, usually, its memory: page-aligned and
+//! zero-initialised when the library allocates it ([`Pd::alloc_mr`]), or a buffer the caller
+//! moved in ([`Pd::register`], see [`crate::caller`]); `A` is its [access set](crate::access).
+//! Work requests never name raw addresses: they take views of registered memory,
 //!
 //! - [`LocalBuf<'a>`]: memory the local device may *read* (a send or RDMA WRITE source), a
 //!   shared borrow of the region;
@@ -29,15 +30,19 @@ use crate::access::{AccessSet, HasLocalWrite, LegalAccess, PeerCannotWrite, Remo
 use crate::error::{Error, Result, Verb};
 use crate::pd::{Pd, PdId, PdInner};
 
-/// Alignment of the memory behind every [`Mr`]: a page.
+/// Alignment of the memory the library allocates for an [`Mr`]: a page. (Memory the caller
+/// registers, [`crate::caller`], has whatever alignment it has.)
 pub const MR_ALIGN: usize = 4096;
 
-/// A registered memory region owning its memory: `struct ibv_mr` plus the buffer.
+/// A registered memory region: `struct ibv_mr` plus the buffer, which it owns (memory the
+/// library allocated, or a caller's buffer moved in with [`Pd::register`]) or, for the regions
+/// of [`crate::caller`] over borrowed or raw memory, only names.
 ///
 /// Deregistered and freed on drop. Deregistration can only fail while a memory window is bound
 /// or the device still uses the region; the types prevent both, but should it fail anyway the
 /// memory is leaked rather than freed under the device (use [`Mr::deregister`] to see the
-/// error).
+/// error). Memory the region does not own cannot be leaked by it: if deregistering such a
+/// region fails on drop, the process aborts (see [`crate::caller`]).
 pub struct Mr<A: AccessSet, K: MrKind = Pinned> {
     mr: NonNull<sys::ibv_mr>,
     mem: NonNull<u8>,
@@ -48,6 +53,10 @@ pub struct Mr<A: AccessSet, K: MrKind = Pinned> {
     odp: OdpTag,
     /// Where the memory comes from, and so how it is freed.
     backing: Backing,
+    /// The caller's buffer of a region of [`Pd::register`] (`Backing::Caller`), dropped only
+    /// after a successful deregistration; `None` otherwise. A thin pointer, apart from
+    /// `backing`, so that a region stays small (it travels in `(Error, Mr)` results).
+    buffer: Option<Box<CallerBuffer>>,
     pd: Arc<PdInner>,
     _access: PhantomData<(A, K)>,
 }
@@ -62,7 +71,18 @@ pub(crate) enum Backing {
     /// A private mapping of whole huge pages (`map_huge`, `MAP_HUGETLB`) of 2^shift bytes each
     /// (kept, not looked up again, so that the unmap uses the mapped length).
     Huge(u8),
+    /// The memory of a buffer the caller moved in ([`Pd::register`]), held in the region's
+    /// `buffer`: released by dropping that, only after a successful deregistration.
+    Caller,
+    /// Memory the region does not own (a borrowed slice, or raw memory under the caller's
+    /// contract, [`crate::caller`]): never released by the library. Its owner may release it
+    /// once the region is gone, so a deregistration that fails on drop aborts the process.
+    Borrowed,
 }
+
+/// A caller's buffer of any [`StableBuffer`](crate::caller::StableBuffer) type, boxed before its
+/// address was taken.
+pub(crate) type CallerBuffer = Box<dyn std::any::Any + Send + Sync>;
 
 /// How a region's pages are held: [`Pinned`] (the default: registered memory is pinned) or
 /// [`Odp`] (On-Demand Paging, see [`crate::odp`]). Sealed.
@@ -227,22 +247,51 @@ impl Pd {
                 backing = Backing::Huge(shift);
                 mem
             }
+            Backing::Caller | Backing::Borrowed => {
+                return Err(Error::invalid("ibv_reg_mr", "not memory the library allocates"));
+            }
         };
+        // SAFETY: `mem..mem+len` was allocated above for this kind and length: owned, zeroed,
+        // kept at its address until `backing` frees it after deregistration.
+        unsafe { self.register_memory(mem, len, odp, backing, None) }.inspect_err(|_| {
+            // SAFETY: allocated above for this kind and length, never registered.
+            unsafe { free_region_memory(mem, len, backing) };
+        })
+    }
+
+    /// `ibv_reg_mr` of `len` bytes at `mem`, with the access bits of `A` and of the kind `K`;
+    /// `backing` says how the memory is released once the region is deregistered, and `buffer`
+    /// is the caller's buffer that holds it (`Backing::Caller`). On failure nothing is released
+    /// (`buffer`, never registered, is dropped).
+    ///
+    /// # Safety
+    /// `len > 0`; `mem..mem + len` is valid for reads and writes, initialised, at most
+    /// `isize::MAX` bytes, and stays at its address (mapped, not released, not reached by
+    /// anything that conflicts with the references the region hands out: `as_slice`,
+    /// `as_mut_slice`) until the region is deregistered successfully, or forever if it never
+    /// is; `backing` releases exactly this memory (`Backing::Caller`: dropping `buffer` does,
+    /// and `buffer` is `Some`), or nothing (`Backing::Borrowed`).
+    pub(crate) unsafe fn register_memory<A: LegalAccess, K: MrKind>(
+        &self,
+        mem: NonNull<u8>,
+        len: usize,
+        odp: OdpTag,
+        backing: Backing,
+        buffer: Option<Box<CallerBuffer>>,
+    ) -> Result<Mr<A, K>> {
         let bits = A::BITS | K::EXTRA_ACCESS;
-        // SAFETY: the PD is alive; `mem..mem+len` is memory we own and keep at the same address
-        // until after deregistration; the access bits obey ibv_reg_mr(3) (`A: LegalAccess`).
-        // `ibv_reg_mr` is a macro over this inline helper.
+        // SAFETY: the PD is alive; `mem..mem+len` is valid memory kept at its address until after
+        // deregistration (this function's contract); the access bits obey ibv_reg_mr(3)
+        // (`A: LegalAccess`). `ibv_reg_mr` is a macro over this inline helper.
         let mr = unsafe { sys::__ibv_reg_mr(self.as_ptr(), mem.as_ptr().cast(), len, bits, 0) };
         let Some(mr) = NonNull::new(mr) else {
             let err =
                 Error::last_os(Verb::RegMr, format!("{len} bytes, access {bits:#x}, device {}", self.inner.ctx.name));
-            // SAFETY: allocated above for this kind and length, never registered.
-            unsafe { free_region_memory(mem, len, backing) };
             return Err(err);
         };
         // SAFETY: `mr` is a valid registration returned just now.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
-        Ok(Mr { mr, mem, len, lkey, rkey, odp, backing, pd: Arc::clone(&self.inner), _access: PhantomData })
+        Ok(Mr { mr, mem, len, lkey, rkey, odp, backing, buffer, pd: Arc::clone(&self.inner), _access: PhantomData })
     }
 }
 
@@ -307,6 +356,38 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
 
     pub(crate) fn backing(&self) -> Backing {
         self.backing
+    }
+
+    /// The caller's buffer a region of [`Pd::register`] owns, if this region has one.
+    pub(crate) fn caller_buffer(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.buffer.as_deref().map(|buf| &**buf)
+    }
+
+    /// `ibv_dereg_mr`, then the caller's buffer a region of [`Pd::register`] owns, handed back
+    /// instead of dropped (`None` for other regions, whose memory is released as usual).
+    ///
+    /// # Errors
+    /// As [`Mr::deregister`]: the region is handed back intact.
+    pub(crate) fn deregister_into_buffer(self) -> std::result::Result<Option<CallerBuffer>, (Error, Self)> {
+        let mut this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the registration is valid and deregistered at most once (`this` is not
+        // dropped; on failure it is handed back).
+        let ret = unsafe { sys::ibv_dereg_mr(this.mr.as_ptr()) };
+        if ret != 0 {
+            let err = Error::from_ret(Verb::DeregMr, format!("region at {:#x}, {} bytes", this.addr(), this.len), ret);
+            return Err((err, std::mem::ManuallyDrop::into_inner(this)));
+        }
+        // The caller's buffer is taken out (nothing left for `free_memory` to release); any
+        // other memory is released below.
+        let buffer = this.buffer.take().map(|buf| *buf);
+        // SAFETY: deregistered, so the device no longer uses the memory; `pd` is dropped once,
+        // through an exclusive borrow (`this` is never dropped, and its other fields need no
+        // drop: `buffer` is `None` after `free_memory`).
+        unsafe {
+            this.free_memory();
+            std::ptr::drop_in_place(&mut this.pd);
+        }
+        Ok(buffer)
     }
 
     /// A view of `range` that the local device may read (a send or RDMA WRITE source).
@@ -415,28 +496,21 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
     /// See ibv_reg_mr(3), ibv_dereg_mr.
     #[doc(alias = "ibv_dereg_mr")]
     pub fn deregister(self) -> std::result::Result<(), (Error, Self)> {
-        let mut this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: the registration is valid and deregistered at most once (`this` is not
-        // dropped; on failure it is handed back).
-        let ret = unsafe { sys::ibv_dereg_mr(this.mr.as_ptr()) };
-        if ret != 0 {
-            let err = Error::from_ret(Verb::DeregMr, format!("region at {:#x}, {} bytes", this.addr(), this.len), ret);
-            return Err((err, std::mem::ManuallyDrop::into_inner(this)));
-        }
-        // SAFETY: deregistered, so the device no longer uses the memory; `pd` is dropped once,
-        // through an exclusive borrow (`this` is never dropped, and its other fields need no drop).
-        unsafe {
-            this.free_memory();
-            std::ptr::drop_in_place(&mut this.pd);
-        }
-        Ok(())
+        // The caller's buffer of a region of `Pd::register`, if any, is dropped here: the region
+        // is deregistered.
+        self.deregister_into_buffer().map(drop)
     }
 
+    /// Releases the memory as the region's `Backing` says (for `Backing::Caller`, drops the
+    /// caller's buffer, leaving `None`).
+    ///
     /// # Safety
     /// The registration must be gone (deregistered), and this is called once.
-    unsafe fn free_memory(&self) {
-        // SAFETY: allocated by `alloc_mr_kind` for this kind and length; the caller guarantees
-        // single use after deregistration.
+    unsafe fn free_memory(&mut self) {
+        // Dropping the buffer is its one release (`StableBuffer`'s contract).
+        drop(self.buffer.take());
+        // SAFETY: `mem` and `len` are what `backing` was registered with (`register_memory`'s
+        // contract); the caller guarantees single use after deregistration.
         unsafe { free_region_memory(self.mem, self.len, self.backing) };
     }
 }
@@ -592,7 +666,9 @@ fn map_huge(len: usize) -> Result<(NonNull<u8>, u8)> {
     Ok((mem, shift))
 }
 
-/// Frees the memory of a region of `len` bytes allocated by `alloc_mr_kind`.
+/// Frees the memory of a region of `len` bytes allocated by `alloc_mr_kind`; nothing for the
+/// memory of a caller's buffer (dropping the buffer releases it) or memory the region does not
+/// own.
 ///
 /// # Safety
 /// `mem` was returned for `len` by the allocator `backing` names ([`alloc_zeroed`],
@@ -614,6 +690,7 @@ unsafe fn free_region_memory(mem: NonNull<u8>, len: usize, backing: Backing) {
             // SAFETY: allocated with this layout by `alloc_zeroed`; the caller's contract.
             unsafe { alloc::dealloc(mem.as_ptr(), layout) };
         }
+        Backing::Caller | Backing::Borrowed => {}
     }
 }
 
@@ -624,10 +701,35 @@ impl<A: AccessSet, K: MrKind> Drop for Mr<A, K> {
         if ret == 0 {
             // SAFETY: deregistered just now; freed once.
             unsafe { self.free_memory() };
+            return;
         }
         // On failure the memory stays allocated: the device may still reach it, and freeing
         // it would hand it back to the allocator under the device. `deregister()` reports it.
+        // The caller's buffer is leaked with the registration (the field would otherwise be
+        // dropped right after this function).
+        std::mem::forget(self.buffer.take());
+        if self.backing == Backing::Borrowed {
+            // Memory the region does not own: its owner releases it once the region is gone, so
+            // the region must not be gone while the device can still reach the memory.
+            abort_on_failed_deregistration(&Error::from_ret(
+                Verb::DeregMr,
+                format!("region at {:#x}, {} bytes", self.addr(), self.len),
+                ret,
+            ));
+        }
     }
+}
+
+/// A region over memory it does not own (borrowed, or raw under the caller's contract) could not
+/// be deregistered: the memory's owner is about to release it while the device may still reach
+/// it (e.g. through a memory window leaked with `mem::forget`), so the process cannot go on.
+/// Prints the error to stderr and aborts.
+fn abort_on_failed_deregistration(err: &Error) -> ! {
+    eprintln!(
+        "typed-verbs: {err}: the region is over memory the library does not own (a borrowed slice or raw memory), \
+         which its owner may release now while the device can still reach it; aborting"
+    );
+    std::process::abort()
 }
 
 /// Memory of a registered region that the local device may read: a send or RDMA WRITE source.

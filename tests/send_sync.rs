@@ -6,6 +6,7 @@
 use static_assertions::{assert_impl_all, assert_not_impl_any};
 use typed_verbs::access::{self, window, Access, LocalWrite, MwBind, RemoteAtomic, RemoteRead, RemoteWrite, ZeroBased};
 use typed_verbs::ah::{AddressVector, Ah, Grh};
+use typed_verbs::caller::{BorrowedMr, Registered, ScopedMr};
 use typed_verbs::channel::{CompChannel, CqEvent};
 use typed_verbs::cq::Cq;
 use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLayer, Mtu, PortAttr, PortState, TsoCap};
@@ -49,6 +50,13 @@ assert_impl_all!(Mr<access::Full>: Send, Sync, Unpin);
 assert_impl_all!(Mr<access::RemoteRw, Odp>: Send, Sync, Unpin);
 assert_impl_all!(ImplicitMr<Access<LocalWrite>>: Send, Sync, Unpin);
 assert_impl_all!(typed_verbs::dmabuf::DmabufMr<access::RemoteRw>: Send, Sync, Unpin);
+// Regions over memory the caller owns (typed_verbs::caller): like `Mr`.
+assert_impl_all!(Registered<access::RemoteRw, Vec<u8>>: Send, Sync, Unpin);
+assert_impl_all!(Registered<access::LocalRw, Box<[u8]>>: Send, Sync, Unpin);
+#[cfg(feature = "memmap2")]
+assert_impl_all!(Registered<access::Full, memmap2::MmapMut>: Send, Sync, Unpin);
+assert_impl_all!(BorrowedMr<'static, access::LocalRw>: Send, Sync, Unpin);
+assert_impl_all!(ScopedMr<'static, access::Full>: Send, Sync, Unpin);
 assert_impl_all!(Mw<Type1>: Send, Sync, Unpin);
 assert_impl_all!(Mw<Type2>: Send, Sync, Unpin);
 assert_impl_all!(BoundMw<'static, Type2, window::ReadWrite>: Send, Sync, Unpin);

@@ -150,20 +150,8 @@ fn hugepage_backed_regions_carry_traffic() {
     let target = r.pd.alloc_mr_huge(LEN, access::REMOTE_RW).unwrap();
     let mut back = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
     // The mapping of `src` is in huge pages.
-    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
-    let mut in_src = false;
-    let mut page_kb = None;
-    for line in smaps.lines() {
-        if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-') && !r.ends_with(':')) {
-            let (lo, hi) = range.split_once('-').unwrap();
-            let (lo, hi) = (u64::from_str_radix(lo, 16).unwrap_or(0), u64::from_str_radix(hi, 16).unwrap_or(0));
-            in_src = (lo..hi).contains(&src.addr());
-        } else if in_src && line.starts_with("KernelPageSize:") {
-            page_kb = line.split_whitespace().nth(1).and_then(|v| v.parse::<usize>().ok());
-        }
-    }
-    let huge_kb = proc_bytes("/proc/meminfo", "Hugepagesize:") / 1024;
-    assert_eq!(page_kb, Some(huge_kb), "the region's mapping is in huge pages");
+    let huge = proc_bytes("/proc/meminfo", "Hugepagesize:");
+    assert_eq!(kernel_page_size(src.addr()), Some(huge), "the region's mapping is in huge pages");
     fill(&mut src, 77);
     let whole = |from: usize| from..from + LEN / 2;
     scope(|s| {

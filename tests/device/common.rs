@@ -151,6 +151,23 @@ pub fn proc_bytes(file: &str, field: &str) -> usize {
     kb * 1024
 }
 
+/// The `KernelPageSize` of the mapping of this process that contains `addr`
+/// (`/proc/self/smaps`), in bytes: the huge page size for memory in huge pages.
+pub fn kernel_page_size(addr: u64) -> Option<usize> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-') && !r.ends_with(':')) {
+            let (lo, hi) = range.split_once('-').expect("a mapping's address range");
+            let (lo, hi) = (u64::from_str_radix(lo, 16).unwrap_or(0), u64::from_str_radix(hi, 16).unwrap_or(0));
+            inside = (lo..hi).contains(&addr);
+        } else if inside && line.starts_with("KernelPageSize:") {
+            return line.split_whitespace().nth(1).and_then(|v| v.parse::<usize>().ok()).map(|kb| kb * 1024);
+        }
+    }
+    None
+}
+
 /// The C tool `name` (ibverbs-utils), from `$PATH` or `/usr/bin`.
 pub fn c_tool(name: &str) -> std::path::PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();

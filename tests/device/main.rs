@@ -8,6 +8,7 @@ mod common;
 
 mod attacks;
 mod basics;
+mod caller_memory;
 mod channels;
 mod dmabuf;
 mod events;
