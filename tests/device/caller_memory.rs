@@ -455,3 +455,22 @@ fn a_forgotten_raw_region_stays_registered_and_frees_nothing() {
     assert!(back.as_slice() == &want[..], "the write landed in the leaked memory");
     assert!(fresh.iter().all(|v| v.iter().all(|&b| b == 0x5A)), "no other memory was written");
 }
+
+/// The buffer pool example (`examples/buffer_pool.rs`): the program's own arena registered once,
+/// SENDs and RDMA WRITEs from disjoint slots at once, a gathered SEND, the arena handed back
+/// and registered again as owned chunks; it checks every byte and exits 0 only if all is right.
+/// (Built without features here: its arena is heap memory; the demo builds it with huge pages.)
+#[test]
+fn the_buffer_pool_example_checks_every_byte() {
+    let args = [device_name(), gid_index().to_string()];
+    let mut p = Proc::spawn("buffer_pool", &example("buffer_pool"), &args);
+    let Some((status, _)) = p.wait_exit(Duration::from_secs(120)) else {
+        p.stop();
+        panic!("buffer_pool did not exit within 120 s:\n{}", p.output());
+    };
+    let out = p.output();
+    assert!(status.success(), "buffer_pool failed ({status}):\n{out}");
+    assert!(out.contains("buffer pool: every byte checked, all correct"), "{out}");
+    assert!(out.contains("8 SENDs and 8 RDMA WRITEs from disjoint slots"), "{out}");
+    assert!(out.contains("4 chunks sent in owned work requests"), "{out}");
+}
