@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use typed_verbs::access::{self, window, HasRemoteWrite};
 use typed_verbs::caller::StableBuffer;
-use typed_verbs::mw::Type1;
+use typed_verbs::mw::{Type1, Type2, WindowAdvert};
 use typed_verbs::prelude::*;
+use typed_verbs::wr::BindMw;
 
 use crate::common::*;
 
@@ -327,6 +328,134 @@ fn a_window_on_closure_registered_memory_carries_a_peer_write() {
     assert!(storage[LEN..] == want[..], "every byte through the window");
     assert_eq!(peer_write(&p, src.slice(..).unwrap(), through_window), WcStatus::RemAccessErr);
     assert!(storage[LEN..] == want[..], "unchanged");
+}
+
+/// A window bound to a `Registered` and leaked keeps the region busy: `deregister` fails and
+/// hands the region back (it frees nothing); the `Mr` swapped out through `DerefMut` into a
+/// plain region carries the buffer and the bound window with it, and neither handle frees the
+/// buffer: the swapped-in library region deregisters, and the region holding the buffer, whose
+/// deregistration fails again, leaks it on drop. A peer still writes and reads the buffer
+/// through the leaked window, and memory allocated afterwards keeps its sentinels.
+#[test]
+fn a_registered_region_with_a_leaked_bound_window_is_handed_back_swapped_and_leaked() {
+    const LEN: usize = 8192;
+    let (r, p) = pair();
+    let mut src = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    src.as_mut_slice().copy_from_slice(&pattern(LEN, 5));
+    let mut back = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    let registered = r.pd.register(vec![0u8; LEN], access::WINDOW_BINDABLE).unwrap();
+    let leaked = registered.addr()..registered.addr() + LEN as u64;
+    let mw = r.pd.alloc_mw::<Type1>().unwrap();
+    let through_window = scope(|s| {
+        let t = s.bind_mw(&p.b, mw, &registered, 0, LEN as u64, window::READ_WRITE).unwrap();
+        let bound = s.wait(t, WAIT).unwrap().1.expect("bind");
+        let remote = bound.remote(..).unwrap();
+        std::mem::forget(bound);
+        remote
+    })
+    .unwrap();
+    let (err, mut registered) = registered.deregister().expect_err("a window is still bound: ibv_dereg_mr fails");
+    assert!(matches!(err, Error::Verb { verb: Verb::DeregMr, .. }), "{err:?}");
+    let mut plain = r.pd.alloc_mr(64, access::WINDOW_BINDABLE).unwrap();
+    std::mem::swap(&mut plain, &mut *registered);
+    assert_eq!((plain.addr(), plain.len()), (leaked.start, LEN), "the buffer moved with its region");
+    let (err, registered) = registered.deregister().expect_err("it holds the library's memory now, not a Vec");
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    drop(registered);
+    let (err, plain) = plain.deregister().expect_err("the window still keeps the buffer's region busy");
+    assert!(matches!(err, Error::Verb { verb: Verb::DeregMr, .. }), "{err:?}");
+    drop(plain);
+    let fresh: Vec<Vec<u8>> = (0..16).map(|_| vec![0x6Bu8; LEN]).collect();
+    for v in &fresh {
+        let at = v.as_ptr() as u64;
+        assert!(!leaked.contains(&at) && !leaked.contains(&(at + LEN as u64 - 1)), "the leaked buffer was reused");
+    }
+    assert_eq!(peer_write(&p, src.slice(..).unwrap(), through_window), WcStatus::Success, "the window is bound");
+    scope(|s| {
+        let t = s.post_send(&p.a, Read::new(back.slice_mut(..).unwrap(), through_window)).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+    })
+    .unwrap();
+    assert!(back.as_slice() == src.as_slice(), "the write landed in the leaked buffer, read back through the window");
+    assert!(fresh.iter().all(|v| v.iter().all(|&b| b == 0x6B)), "no other memory was written");
+}
+
+/// Bind tokens dropped inside the closure, before their completions (a type 1 bind, and a type
+/// 2 BIND_MW whose rkey was advertised to the peer on the binding QP first): the windows are
+/// parked with the send queue and deallocated once their binds complete, within the closure's
+/// scope, so the region is not busy when the closure returns (the exit does not abort), and the
+/// advertised rkey names nothing afterwards (the peer's RDMA WRITE fails, the slice keeps its
+/// sentinel).
+#[test]
+fn bind_tokens_dropped_inside_the_closure_leave_no_window_behind() {
+    const LEN: usize = 4096;
+    let r = rig();
+    let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, caps);
+    let mut src = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    src.as_mut_slice().copy_from_slice(&pattern(LEN, 17));
+    let mut advert_buf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let mut storage = vec![0u8; 2 * LEN];
+    let mw1 = r.pd.alloc_mw::<Type1>().unwrap();
+    let mw2 = r.pd.alloc_mw::<Type2>().unwrap();
+    let advert =
+        r.pd.with_registered(&mut storage, access::WINDOW_BINDABLE, |mr| {
+            scope(|s| {
+                let rt = s.post_recv(&p.a, Recv::new(advert_buf.slice_mut(..).unwrap())).unwrap();
+                let t1 = s.bind_mw(&p.b, mw1, mr, 0, LEN as u64, window::WRITE).unwrap();
+                drop(t1);
+                let t2 = s.post_send(&p.b, BindMw::new(mw2, mr, LEN as u64, LEN as u64, window::WRITE)).unwrap();
+                let adv = s.advertise_window(&p.b, &t2).unwrap();
+                drop(t2);
+                let (c, buf) = s.wait(rt, WAIT).unwrap();
+                assert!(c.is_success(), "{c:?}");
+                let mut bytes = [0u8; WindowAdvert::LEN];
+                buf.read_volatile_into(&mut bytes);
+                assert!(s.wait(adv, WAIT).unwrap().0.is_success());
+                WindowAdvert::decode(&bytes).unwrap()
+            })
+            .unwrap()
+        })
+        .expect("register");
+    storage.fill(0xA5);
+    let remote = advert.remote::<window::Write>().unwrap();
+    assert_eq!(peer_write(&p, src.slice(..).unwrap(), remote), WcStatus::RemAccessErr, "the window is gone");
+    assert!(storage.iter().all(|&b| b == 0xA5), "the slice keeps its sentinel");
+}
+
+/// A panic inside the closure while a window is bound (its `BoundMw` a local of the closure):
+/// unwinding drops the window (deallocated, so unbound) before the region is deregistered, so
+/// the exit does not abort; the window's rkey fails afterwards and the slice keeps its
+/// sentinel.
+#[test]
+fn a_panic_with_a_bound_window_inside_the_closure_unbinds_then_deregisters() {
+    const LEN: usize = 4096;
+    let (r, p) = pair();
+    let mut src = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    src.as_mut_slice().copy_from_slice(&pattern(LEN, 23));
+    let mut storage = vec![0u8; LEN];
+    let mw = r.pd.alloc_mw::<Type1>().unwrap();
+    let mut seen = None;
+    let unwound = catch_unwind(AssertUnwindSafe(|| {
+        r.pd.with_registered(&mut storage, access::WINDOW_BINDABLE, |mr| {
+            let bound = scope(|s| {
+                let t = s.bind_mw(&p.b, mw, mr, 0, LEN as u64, window::WRITE).unwrap();
+                s.wait(t, WAIT).unwrap().1.expect("bind")
+            })
+            .unwrap();
+            let remote = bound.remote(..).unwrap();
+            seen = Some(remote);
+            assert_eq!(peer_write(&p, src.slice(..).unwrap(), remote), WcStatus::Success);
+            panic!("a panic with a window bound");
+        })
+    }));
+    let payload = unwound.expect_err("the panic goes on");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"a panic with a window bound"));
+    assert!(storage == pattern(LEN, 23), "the write through the window landed before the panic");
+    storage.fill(0x5C);
+    let remote = seen.expect("the closure ran");
+    assert_eq!(peer_write(&p, src.slice(..).unwrap(), remote), WcStatus::RemAccessErr, "the window is gone");
+    assert!(storage.iter().all(|&b| b == 0x5C), "the slice keeps its sentinel");
 }
 
 /// The name of the child test below, as the test harness knows it, and the variable that makes
