@@ -129,8 +129,10 @@ impl<A: AccessSet, B: StableBuffer> fmt::Debug for Registered<A, B> {
 }
 
 impl<A: AccessSet, B: StableBuffer> Registered<A, B> {
-    /// `ibv_dereg_mr`, then the buffer back: the same value that was registered (same memory,
-    /// with whatever the device and the program wrote into it).
+    /// `ibv_dereg_mr`, then the buffer back: the value that was registered (same memory, with
+    /// whatever the device and the program wrote into it), or, if this region's `Mr` was
+    /// swapped through `DerefMut` with another `Registered<_, B>`'s, that one's buffer (the
+    /// buffer travels with its `Mr`).
     ///
     /// # Errors
     /// - [`Error::Verb`] with `ibv_dereg_mr` and its errno (e.g. while a memory window is still
