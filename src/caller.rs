@@ -199,33 +199,6 @@ impl<A: AccessSet> fmt::Debug for BorrowedMr<'_, A> {
 }
 
 impl<'a, A: AccessSet> BorrowedMr<'a, A> {
-    /// A view of `range` that the local device may write: [`Mr::slice_mut`].
-    ///
-    /// # Errors
-    /// As [`Mr::slice`].
-    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<LocalBufMut<'_>>
-    where
-        A: HasLocalWrite,
-    {
-        self.mr.slice_mut(range)
-    }
-
-    /// The contents as a mutable slice: [`Mr::as_mut_slice`].
-    pub fn as_mut_slice(&mut self) -> &mut [u8]
-    where
-        A: PeerCannotWrite,
-    {
-        self.mr.as_mut_slice()
-    }
-
-    /// Copies `src` in at `offset` with volatile writes: [`Mr::write_volatile_from`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] if the range is outside the region.
-    pub fn write_volatile_from(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        self.mr.write_volatile_from(offset, src)
-    }
-
     /// `ibv_dereg_mr`, then the borrowed slice back, for the rest of its borrow.
     ///
     /// # Errors
@@ -276,34 +249,42 @@ impl<A: AccessSet> fmt::Debug for ScopedMr<'_, A> {
     }
 }
 
-impl<A: AccessSet> ScopedMr<'_, A> {
-    /// A view of `range` that the local device may write: [`Mr::slice_mut`].
-    ///
-    /// # Errors
-    /// As [`Mr::slice`].
-    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<LocalBufMut<'_>>
-    where
-        A: HasLocalWrite,
-    {
-        self.mr.slice_mut(range)
-    }
+/// The `&mut self` accessors of the handles over borrowed memory, which never hand out
+/// `&mut Mr` (the region must stay over the memory it borrows).
+macro_rules! exclusive_access {
+    ($t:ident) => {
+        impl<A: AccessSet> $t<'_, A> {
+            /// A view of `range` that the local device may write: [`Mr::slice_mut`].
+            ///
+            /// # Errors
+            /// As [`Mr::slice`].
+            pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<LocalBufMut<'_>>
+            where
+                A: HasLocalWrite,
+            {
+                self.mr.slice_mut(range)
+            }
 
-    /// The contents as a mutable slice, for regions no peer can write: [`Mr::as_mut_slice`].
-    pub fn as_mut_slice(&mut self) -> &mut [u8]
-    where
-        A: PeerCannotWrite,
-    {
-        self.mr.as_mut_slice()
-    }
+            /// The contents as a mutable slice: [`Mr::as_mut_slice`].
+            pub fn as_mut_slice(&mut self) -> &mut [u8]
+            where
+                A: PeerCannotWrite,
+            {
+                self.mr.as_mut_slice()
+            }
 
-    /// Copies `src` in at `offset` with volatile writes: [`Mr::write_volatile_from`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] if the range is outside the region.
-    pub fn write_volatile_from(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        self.mr.write_volatile_from(offset, src)
-    }
+            /// Copies `src` in at `offset` with volatile writes: [`Mr::write_volatile_from`].
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`] if the range is outside the region.
+            pub fn write_volatile_from(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+                self.mr.write_volatile_from(offset, src)
+            }
+        }
+    };
 }
+exclusive_access!(BorrowedMr);
+exclusive_access!(ScopedMr);
 
 /// Refuses an empty buffer: a memory region needs at least one byte.
 fn check_len(len: usize) -> Result<()> {

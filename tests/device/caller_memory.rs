@@ -38,6 +38,34 @@ fn peer_write<R: HasRemoteWrite>(p: &RcPair, src: LocalBuf<'_>, to: RemoteSlice<
     .expect("scope")
 }
 
+/// Memory leaked with a registration (`leaked`, reached by the peer through `remote`) stays
+/// registered and is never handed back to the allocator: 16 buffers allocated now, filled with
+/// `fill`, lie outside it and keep their bytes while the peer writes `src` through `remote` and
+/// reads it back into `back`.
+fn leaked_memory_still_serves_the_peer<R: HasRemoteWrite + typed_verbs::access::HasRemoteRead>(
+    p: &RcPair,
+    src: &Mr<access::LocalRw>,
+    back: &mut Mr<access::LocalRw>,
+    remote: RemoteSlice<R>,
+    leaked: std::ops::Range<u64>,
+    fill: u8,
+) {
+    let len = src.len();
+    let fresh: Vec<Vec<u8>> = (0..16).map(|_| vec![fill; len]).collect();
+    for v in &fresh {
+        let at = v.as_ptr() as u64;
+        assert!(!leaked.contains(&at) && !leaked.contains(&(at + len as u64 - 1)), "the leaked memory was reused");
+    }
+    assert_eq!(peer_write(p, src.slice(..).unwrap(), remote), WcStatus::Success, "the leaked memory is reachable");
+    scope(|s| {
+        let t = s.post_send(&p.a, Read::new(back.slice_mut(..).unwrap(), remote)).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+    })
+    .unwrap();
+    assert!(back.as_slice() == src.as_slice(), "the write landed in the leaked memory, read back");
+    assert!(fresh.iter().all(|v| v.iter().all(|&b| b == fill)), "no other memory was written");
+}
+
 /// Registers three buffers made by `make` (a source, a target peers write and read, a
 /// destination), carries an RDMA WRITE of the whole source into the target and an RDMA READ of
 /// the target into the destination, checks every byte, and deregisters the target and the
@@ -161,19 +189,7 @@ fn a_forgotten_registered_buffer_is_leaked_and_stays_registered() {
     let remote = registered.remote(..).unwrap();
     let leaked = registered.addr()..registered.addr() + LEN as u64;
     std::mem::forget(registered);
-    let fresh: Vec<Vec<u8>> = (0..16).map(|_| vec![0x5Au8; LEN]).collect();
-    for v in &fresh {
-        let at = v.as_ptr() as u64;
-        assert!(!leaked.contains(&at) && !leaked.contains(&(at + LEN as u64 - 1)), "the leaked memory was reused");
-    }
-    assert_eq!(peer_write(&p, src.slice(..).unwrap(), remote), WcStatus::Success, "the leaked region is registered");
-    scope(|s| {
-        let t = s.post_send(&p.a, Read::new(back.slice_mut(..).unwrap(), remote)).unwrap();
-        assert!(s.wait(t, WAIT).unwrap().0.is_success());
-    })
-    .unwrap();
-    assert!(back.as_slice() == src.as_slice(), "the write landed in the leaked buffer");
-    assert!(fresh.iter().all(|v| v.iter().all(|&b| b == 0x5A)), "no other memory was written");
+    leaked_memory_still_serves_the_peer(&p, &src, &mut back, remote, leaked, 0x5A);
 }
 
 /// A borrowed registration for local work requests: a READ into it, a SEND from it, every byte
@@ -365,19 +381,7 @@ fn a_registered_region_with_a_leaked_bound_window_is_handed_back_swapped_and_lea
     let (err, plain) = plain.deregister().expect_err("the window still keeps the buffer's region busy");
     assert!(matches!(err, Error::Verb { verb: Verb::DeregMr, .. }), "{err:?}");
     drop(plain);
-    let fresh: Vec<Vec<u8>> = (0..16).map(|_| vec![0x6Bu8; LEN]).collect();
-    for v in &fresh {
-        let at = v.as_ptr() as u64;
-        assert!(!leaked.contains(&at) && !leaked.contains(&(at + LEN as u64 - 1)), "the leaked buffer was reused");
-    }
-    assert_eq!(peer_write(&p, src.slice(..).unwrap(), through_window), WcStatus::Success, "the window is bound");
-    scope(|s| {
-        let t = s.post_send(&p.a, Read::new(back.slice_mut(..).unwrap(), through_window)).unwrap();
-        assert!(s.wait(t, WAIT).unwrap().0.is_success());
-    })
-    .unwrap();
-    assert!(back.as_slice() == src.as_slice(), "the write landed in the leaked buffer, read back through the window");
-    assert!(fresh.iter().all(|v| v.iter().all(|&b| b == 0x6B)), "no other memory was written");
+    leaked_memory_still_serves_the_peer(&p, &src, &mut back, through_window, leaked, 0x6B);
 }
 
 /// Bind tokens dropped inside the closure, before their completions (a type 1 bind, and a type

@@ -180,7 +180,7 @@ fn lanes_post_prepared_lists_again_and_again() {
     scope(|s| {
         let mut send = s.send_lane(&mut p.a).unwrap();
         let mut recv = s.recv_lane(&mut p.b).unwrap();
-        let (lo, hi) = dst.slice_mut(..).unwrap().split_at(512).unwrap();
+        let (lo, _hi) = dst.slice_mut(..).unwrap().split_at(512).unwrap();
         let (lo_head, lo_rest) = lo.split_at(16).unwrap();
         let mut prepared_recv = recv.prepare(Recv::new((lo_head, lo_rest))).unwrap();
         let mut msg = send.prepare(Send::new([head.slice(..).unwrap(), body.slice(..).unwrap()])).unwrap();
@@ -196,7 +196,6 @@ fn lanes_post_prepared_lists_again_and_again() {
             rest.read_volatile_into(&mut bytes[16..]);
             got.push(bytes);
         }
-        drop(hi);
     })
     .unwrap();
     let sent = [head.as_slice(), body.as_slice()].concat();
