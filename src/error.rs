@@ -47,6 +47,21 @@ pub enum Verb {
     RegDmabufMr,
     /// Making a dma-buf over host memory (`memfd_create`, `/dev/udmabuf`, `UDMABUF_CREATE`).
     UdmabufCreate,
+    /// `rdma_create_event_channel` (librdmacm, as the ones below).
+    CreateEventChannel,
+    CreateId,
+    BindAddr,
+    Listen,
+    ResolveAddr,
+    ResolveRoute,
+    InitQpAttr,
+    Connect,
+    Establish,
+    Accept,
+    Reject,
+    Disconnect,
+    GetCmEvent,
+    MigrateId,
 }
 
 impl Verb {
@@ -79,6 +94,20 @@ impl Verb {
             Verb::Madvise => "madvise",
             Verb::RegDmabufMr => "ibv_reg_dmabuf_mr",
             Verb::UdmabufCreate => "ioctl(UDMABUF_CREATE)",
+            Verb::CreateEventChannel => "rdma_create_event_channel",
+            Verb::CreateId => "rdma_create_id",
+            Verb::BindAddr => "rdma_bind_addr",
+            Verb::Listen => "rdma_listen",
+            Verb::ResolveAddr => "rdma_resolve_addr",
+            Verb::ResolveRoute => "rdma_resolve_route",
+            Verb::InitQpAttr => "rdma_init_qp_attr",
+            Verb::Connect => "rdma_connect",
+            Verb::Establish => "rdma_establish",
+            Verb::Accept => "rdma_accept",
+            Verb::Reject => "rdma_reject",
+            Verb::Disconnect => "rdma_disconnect",
+            Verb::GetCmEvent => "rdma_get_cm_event",
+            Verb::MigrateId => "rdma_migrate_id",
             Verb::CreateCompChannel => "ibv_create_comp_channel",
             Verb::ReqNotifyCq => "ibv_req_notify_cq",
             Verb::GetCqEvent => "ibv_get_cq_event",
@@ -180,6 +209,25 @@ pub enum Error {
     },
     /// A work request completed with an error status.
     Completion(crate::wc::CompletionError),
+    /// The connection manager reported `event` where the step `step` expected another one
+    /// (e.g. `ADDR_ERROR` for an address resolution, `UNREACHABLE` for a connection).
+    Cm {
+        /// The step: the librdmacm call whose outcome the event reports.
+        step: Verb,
+        /// The event the CM reported.
+        event: crate::cm::CmEvent,
+        /// The event's status (a negative errno, or a transport-specific reason).
+        status: i32,
+    },
+    /// The peer rejected the connection (`RDMA_CM_EVENT_REJECTED`), with its private data.
+    Rejected {
+        /// The reject reason the CM reported (for InfiniBand CM: the IBTA reject reason; 28 is
+        /// "consumer reject", the peer's `rdma_reject`; 8 is "invalid service ID", nobody
+        /// listening).
+        status: i32,
+        /// The private data the peer sent with its reject (empty if none).
+        private_data: Vec<u8>,
+    },
     /// The QP was moved to RESET by a scope that could not drain it, and must be reset and
     /// reconnected before it is used again.
     QpBroken {
@@ -260,6 +308,14 @@ impl fmt::Display for Error {
                 write!(f, "timed out after {after:?} waiting for {what}")
             }
             Error::Completion(e) => write!(f, "{e}"),
+            Error::Cm { step, event, status } => {
+                write!(f, "{step}: the connection manager reported {event:?} (status {status})")
+            }
+            Error::Rejected { status, private_data } => write!(
+                f,
+                "rdma_connect: the peer rejected the connection (reason {status}, {} bytes of private data)",
+                private_data.len()
+            ),
             Error::QpBroken { qp_num } => {
                 write!(f, "QP {qp_num:#x} was forced to RESET while draining a scope; reset and reconnect it")
             }

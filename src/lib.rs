@@ -38,6 +38,7 @@ pub mod access;
 pub mod ah;
 pub mod caller;
 pub mod channel;
+pub mod cm;
 pub mod cq;
 pub mod device;
 pub mod dmabuf;

@@ -734,6 +734,34 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     }
 }
 
+/// Attributes the connection manager computed for a transition (`rdma_init_qp_attr`), applied
+/// as they are (the caller adjusts the fields the program chose, e.g. INIT's access flags).
+pub(crate) struct CmAttr {
+    pub(crate) attr: sys::ibv_qp_attr,
+    pub(crate) mask: u32,
+}
+impl sealed::Sealed for CmAttr {}
+impl TransitionAttr for CmAttr {
+    fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
+        let state = a.qp_state;
+        *a = self.attr;
+        a.qp_state = state;
+        Ok(self.mask & !sys::IBV_QP_STATE)
+    }
+}
+
+impl<T: Transport, S: QpState> Qp<T, S> {
+    /// The transition to `To` with attributes from the connection manager.
+    pub(crate) fn cm_modify<To: QpState>(self, attr: &CmAttr) -> TransitionResult<T, S, To> {
+        self.modify(attr)
+    }
+
+    /// The name of the device the QP was created on.
+    pub(crate) fn device_name(&self) -> &str {
+        &self.shared.pd.ctx.name
+    }
+}
+
 struct StateOnly;
 impl sealed::Sealed for StateOnly {}
 impl TransitionAttr for StateOnly {

@@ -8,6 +8,9 @@ use typed_verbs::access::{self, window, Access, LocalWrite, MwBind, RemoteAtomic
 use typed_verbs::ah::{AddressVector, Ah, Grh};
 use typed_verbs::caller::{BorrowedMr, Registered, ScopedMr};
 use typed_verbs::channel::{CompChannel, CqEvent};
+use typed_verbs::cm::{
+    AddrResolved, CmEvent, CmId, CmListener, ConnParam, ConnRequest, Connection, Idle, RouteResolved,
+};
 use typed_verbs::cq::Cq;
 use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLayer, Mtu, PortAttr, PortState, TsoCap};
 use typed_verbs::error::{Error, Verb};
@@ -220,6 +223,21 @@ assert_not_impl_any!(Recv<LocalBufMut<'static>>: Clone, Copy);
 assert_not_impl_any!(Read<LocalBufMut<'static>, Rw>: Clone, Copy);
 assert_not_impl_any!(WaitError<'static, LocalBufMut<'static>>: Clone, Copy);
 assert_not_impl_any!(OwnedWaitError<Chunk<access::LocalRw>>: Clone, Copy);
+
+// The connection manager: identifiers may move between threads (a listener's requests are
+// accepted on another thread, tests/device/cm.rs); not clonable (each destroys its identifier).
+assert_impl_all!(CmId<Idle>: Send, Sync, Unpin);
+assert_impl_all!(CmId<AddrResolved>: Send, Sync, Unpin);
+assert_impl_all!(CmId<RouteResolved>: Send, Sync, Unpin);
+assert_impl_all!(CmListener: Send, Sync, Unpin);
+assert_impl_all!(ConnRequest: Send, Sync, Unpin);
+assert_impl_all!(Connection: Send, Sync, Unpin);
+assert_impl_all!(ConnParam: Send, Sync, Unpin, Clone);
+assert_impl_all!(CmEvent: Send, Sync, Unpin, Copy);
+assert_not_impl_any!(CmId<Idle>: Clone, Copy);
+assert_not_impl_any!(CmListener: Clone, Copy);
+assert_not_impl_any!(ConnRequest: Clone, Copy);
+assert_not_impl_any!(Connection: Clone, Copy);
 
 /// The table is checked at compile time; this test makes the file part of the run.
 #[test]

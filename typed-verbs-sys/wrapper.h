@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #endif
 #include <infiniband/verbs.h>
+/* The RDMA connection manager (librdmacm). */
+#include <rdma/rdma_cma.h>
 /* poll(2) and fcntl(2), for bounded waits on completion channels and async event fds. */
 #include <poll.h>
 #include <fcntl.h>

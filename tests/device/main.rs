@@ -10,6 +10,7 @@ mod attacks;
 mod basics;
 mod caller_memory;
 mod channels;
+mod cm;
 mod dmabuf;
 mod events;
 mod hostile;

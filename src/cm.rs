@@ -1,0 +1,775 @@
+//! The RDMA connection manager (librdmacm, `<rdma/rdma_cma.h>`): connections of RC queue pairs
+//! by IP address, with the connection's state as a type.
+//!
+//! Active side: [`CmId::new`] → [`CmId::resolve_addr`] → [`CmId::resolve_route`] →
+//! [`CmId::connect`]. Passive side: [`CmListener::bind`] → [`CmListener::next_request`] →
+//! [`ConnRequest::accept`] or [`ConnRequest::reject`]. Both end in a [`Connection`]: the
+//! connected `Qp<RC, RTS>` that scopes, lanes and owned tokens use as any other, and the
+//! connection's identifier, which sees the peer's disconnect ([`Connection::wait_disconnected`])
+//! and disconnects ([`Connection::disconnect`]). Calling a step out of order does not compile:
+//! each step consumes the identifier of the state before it.
+//!
+//! The QP is the program's own (created with [`Pd::create_qp`](crate::pd::Pd) on the device the
+//! address resolved to, [`CmId::device_name`]): the CM computes its attributes
+//! (`rdma_init_qp_attr`) and the library moves it RESET → INIT → RTR → RTS with them, the
+//! program choosing what peers may do to its memory ([`QpAccess`]); the typestate follows.
+//!
+//! Each identifier has an event channel of its own, so a wait for one identifier's event never
+//! takes another's; every wait is bounded, and an event other than the one a step expects is a
+//! typed error ([`Error::Cm`], [`Error::Rejected`] with the peer's private data).
+//!
+//! See rdma_cm(7), rdma_create_id(3), rdma_resolve_addr(3), rdma_connect(3), rdma_accept(3).
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::fmt;
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+use typed_verbs_sys as sys;
+
+use crate::error::{Error, Result, Verb};
+use crate::qp::{CmAttr, Qp, QpAccess};
+use crate::transport::{INIT, RC, RESET, RTR, RTS};
+
+/// A connection manager event (`enum rdma_cm_event_type`), as the CM reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[allow(missing_docs)] // each variant is the RDMA_CM_EVENT_ constant of the same name
+pub enum CmEvent {
+    AddrResolved,
+    AddrError,
+    RouteResolved,
+    RouteError,
+    ConnectRequest,
+    ConnectResponse,
+    ConnectError,
+    Unreachable,
+    Rejected,
+    Established,
+    Disconnected,
+    DeviceRemoval,
+    MulticastJoin,
+    MulticastError,
+    AddrChange,
+    TimewaitExit,
+    /// A value this library does not know (from a newer librdmacm).
+    Other(u32),
+}
+
+impl CmEvent {
+    fn from_raw(e: sys::rdma_cm_event_type) -> Self {
+        match e {
+            sys::RDMA_CM_EVENT_ADDR_RESOLVED => CmEvent::AddrResolved,
+            sys::RDMA_CM_EVENT_ADDR_ERROR => CmEvent::AddrError,
+            sys::RDMA_CM_EVENT_ROUTE_RESOLVED => CmEvent::RouteResolved,
+            sys::RDMA_CM_EVENT_ROUTE_ERROR => CmEvent::RouteError,
+            sys::RDMA_CM_EVENT_CONNECT_REQUEST => CmEvent::ConnectRequest,
+            sys::RDMA_CM_EVENT_CONNECT_RESPONSE => CmEvent::ConnectResponse,
+            sys::RDMA_CM_EVENT_CONNECT_ERROR => CmEvent::ConnectError,
+            sys::RDMA_CM_EVENT_UNREACHABLE => CmEvent::Unreachable,
+            sys::RDMA_CM_EVENT_REJECTED => CmEvent::Rejected,
+            sys::RDMA_CM_EVENT_ESTABLISHED => CmEvent::Established,
+            sys::RDMA_CM_EVENT_DISCONNECTED => CmEvent::Disconnected,
+            sys::RDMA_CM_EVENT_DEVICE_REMOVAL => CmEvent::DeviceRemoval,
+            sys::RDMA_CM_EVENT_MULTICAST_JOIN => CmEvent::MulticastJoin,
+            sys::RDMA_CM_EVENT_MULTICAST_ERROR => CmEvent::MulticastError,
+            sys::RDMA_CM_EVENT_ADDR_CHANGE => CmEvent::AddrChange,
+            sys::RDMA_CM_EVENT_TIMEWAIT_EXIT => CmEvent::TimewaitExit,
+            other => CmEvent::Other(other),
+        }
+    }
+}
+
+/// What an event carried, copied out before it is acknowledged.
+struct Event {
+    kind: CmEvent,
+    status: i32,
+    /// The new identifier of a connection request (owned from here on).
+    id: *mut sys::rdma_cm_id,
+    private_data: Vec<u8>,
+    responder_resources: u8,
+    initiator_depth: u8,
+}
+
+/// An event channel and an identifier on it, destroyed together: the identifier first (which
+/// waits until its events are acknowledged: they are, as soon as they are read), then the
+/// channel.
+struct RawId {
+    id: NonNull<sys::rdma_cm_id>,
+    channel: NonNull<sys::rdma_event_channel>,
+}
+
+// SAFETY: librdmacm's calls on an identifier and its channel may be made from any thread; the
+// library makes them only through `&mut self` or by value (one thread at a time), and reads the
+// identifier's fields (`verbs`, `port_num`) only while it owns it.
+unsafe impl Send for RawId {}
+// SAFETY: `&RawId` only reads fields that do not change after the route is resolved.
+unsafe impl Sync for RawId {}
+
+impl Drop for RawId {
+    fn drop(&mut self) {
+        // SAFETY: the identifier and its channel are ours, destroyed once, the identifier first;
+        // every event read from the channel has been acknowledged (`RawId::next_event` acks at
+        // once), so `rdma_destroy_id` does not block.
+        unsafe {
+            sys::rdma_destroy_id(self.id.as_ptr());
+            sys::rdma_destroy_event_channel(self.channel.as_ptr());
+        }
+    }
+}
+
+/// `-1` with errno (librdmacm's convention) as an [`Error::Verb`].
+fn check(ret: i32, verb: Verb, context: impl FnOnce() -> String) -> Result<()> {
+    if ret != 0 {
+        return Err(Error::last_os(verb, context()));
+    }
+    Ok(())
+}
+
+/// A new event channel, its descriptor non-blocking (the waits poll it with a timeout).
+fn new_channel() -> Result<NonNull<sys::rdma_event_channel>> {
+    // SAFETY: no preconditions; the result is checked for null.
+    let ch = unsafe { sys::rdma_create_event_channel() };
+    let ch = NonNull::new(ch).ok_or_else(|| Error::last_os(Verb::CreateEventChannel, "an event channel"))?;
+    // SAFETY: the channel is ours and alive; `fd` is its open descriptor.
+    let fd = unsafe { (*ch.as_ptr()).fd };
+    if let Err(e) = crate::channel::set_nonblocking(fd) {
+        // SAFETY: ours, never used.
+        unsafe { sys::rdma_destroy_event_channel(ch.as_ptr()) };
+        return Err(Error::verb(Verb::CreateEventChannel, "O_NONBLOCK on its descriptor", e));
+    }
+    Ok(ch)
+}
+
+impl RawId {
+    /// A new RC identifier (`RDMA_PS_TCP`) on a new channel of its own.
+    fn new() -> Result<RawId> {
+        let channel = new_channel()?;
+        let mut id = std::ptr::null_mut();
+        // SAFETY: the channel is alive; `id` is a valid out-pointer; no context pointer.
+        let ret = unsafe { sys::rdma_create_id(channel.as_ptr(), &mut id, std::ptr::null_mut(), sys::RDMA_PS_TCP) };
+        match NonNull::new(id).filter(|_| ret == 0) {
+            Some(id) => Ok(RawId { id, channel }),
+            None => {
+                let e = Error::last_os(Verb::CreateId, "an RC identifier (RDMA_PS_TCP)");
+                // SAFETY: ours, no identifier on it.
+                unsafe { sys::rdma_destroy_event_channel(channel.as_ptr()) };
+                Err(e)
+            }
+        }
+    }
+
+    /// The identifier of a connection request, moved to a new channel of its own.
+    ///
+    /// # Safety
+    /// `id` is the identifier a `CONNECT_REQUEST` event carried, owned by the caller from now on.
+    unsafe fn adopt(id: *mut sys::rdma_cm_id) -> Result<RawId> {
+        let id = NonNull::new(id).ok_or_else(|| Error::invalid("rdma_get_cm_event", "a request without identifier"))?;
+        let channel = match new_channel() {
+            Ok(ch) => ch,
+            Err(e) => {
+                // SAFETY: the request's identifier is ours (the caller's contract); destroyed once.
+                unsafe { sys::rdma_destroy_id(id.as_ptr()) };
+                return Err(e);
+            }
+        };
+        // SAFETY: both alive; the identifier's events so far are acknowledged.
+        let ret = unsafe { sys::rdma_migrate_id(id.as_ptr(), channel.as_ptr()) };
+        let raw = RawId { id, channel };
+        check(ret, Verb::MigrateId, || "a connection request's identifier to a channel of its own".into())?;
+        Ok(raw)
+    }
+
+    fn ptr(&self) -> *mut sys::rdma_cm_id {
+        self.id.as_ptr()
+    }
+
+    /// The name of the RDMA device the identifier is bound to, if any yet.
+    fn device_name(&self) -> Option<String> {
+        // SAFETY: the identifier is alive; `verbs` is null or librdmacm's context of the bound
+        // device, alive as long as the identifier; the name is NUL-terminated and copied at once.
+        unsafe {
+            let verbs = (*self.ptr()).verbs;
+            if verbs.is_null() || (*verbs).device.is_null() {
+                return None;
+            }
+            let name = sys::ibv_get_device_name((*verbs).device);
+            (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
+        }
+    }
+
+    /// Waits at most `timeout` for the next event, copies what it carried and acknowledges it.
+    fn next_event(&self, timeout: Duration, what: impl Fn() -> String) -> Result<Event> {
+        let deadline = Instant::now() + timeout;
+        // SAFETY: the channel is alive; `fd` is its descriptor.
+        let fd = unsafe { (*self.channel.as_ptr()).fd };
+        loop {
+            let mut ev = std::ptr::null_mut();
+            // SAFETY: the channel is alive; `ev` is a valid out-pointer. The descriptor is
+            // non-blocking: with no event pending this returns -1 (EAGAIN) at once.
+            let ret = unsafe { sys::rdma_get_cm_event(self.channel.as_ptr(), &mut ev) };
+            if ret == 0 && !ev.is_null() {
+                // SAFETY: `ev` is a valid event until acknowledged; its private data (if any) is
+                // `private_data_len` bytes, copied before the ack; the union member read is the
+                // one of connected (RC) identifiers, the only ones made here.
+                let event = unsafe {
+                    let e = &*ev;
+                    let conn = e.param.conn;
+                    let private_data = if conn.private_data.is_null() {
+                        Vec::new()
+                    } else {
+                        std::slice::from_raw_parts(conn.private_data.cast::<u8>(), usize::from(conn.private_data_len))
+                            .to_vec()
+                    };
+                    let event = Event {
+                        kind: CmEvent::from_raw(e.event),
+                        status: e.status,
+                        id: e.id,
+                        private_data,
+                        responder_resources: conn.responder_resources,
+                        initiator_depth: conn.initiator_depth,
+                    };
+                    sys::rdma_ack_cm_event(ev);
+                    event
+                };
+                return Ok(event);
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(Error::verb(Verb::GetCmEvent, what(), err));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout { what: what(), after: timeout });
+            }
+            crate::channel::poll_readable(fd, left).map_err(|e| Error::verb(Verb::GetCmEvent, what(), e))?;
+        }
+    }
+
+    /// Waits for `want`, the outcome of `step`: any other event is an error.
+    fn expect(&self, step: Verb, want: CmEvent, timeout: Duration) -> Result<Event> {
+        let e = self.next_event(timeout, || format!("{step}: the {want:?} event"))?;
+        if e.kind == want {
+            return Ok(e);
+        }
+        Err(match e.kind {
+            CmEvent::Rejected => Error::Rejected { status: e.status, private_data: e.private_data },
+            kind => Error::Cm { step, event: kind, status: e.status },
+        })
+    }
+
+    /// The CM's attributes for moving a QP to `state` (`rdma_init_qp_attr`).
+    fn qp_attr(&self, state: sys::ibv_qp_state) -> Result<CmAttr> {
+        let mut attr = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
+        let mut mask = 0i32;
+        // SAFETY: the identifier is alive; both out-pointers are valid.
+        let ret = unsafe { sys::rdma_init_qp_attr(self.ptr(), &mut attr, &mut mask) };
+        check(ret, Verb::InitQpAttr, || format!("the attributes of QP state {state}"))?;
+        Ok(CmAttr { attr, mask: mask as u32 })
+    }
+
+    /// Moves `qp` RESET → INIT → RTR with the CM's attributes, granting `access`.
+    fn qp_to_rtr(&self, qp: Qp<RC, RESET>, access: QpAccess, param: &ConnParam) -> Result<Qp<RC, RTR>> {
+        self.check_device(&qp)?;
+        let mut init = self.qp_attr(sys::IBV_QPS_INIT)?;
+        init.attr.qp_access_flags = access.bits();
+        init.mask |= sys::IBV_QP_ACCESS_FLAGS;
+        let qp: Qp<RC, INIT> = qp.cm_modify(&init)?;
+        let mut rtr = self.qp_attr(sys::IBV_QPS_RTR)?;
+        if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
+            rtr.attr.max_dest_rd_atomic = rtr.attr.max_dest_rd_atomic.min(param.responder_resources);
+        }
+        Ok(qp.cm_modify(&rtr)?)
+    }
+
+    /// Moves `qp` RTR → RTS with the CM's attributes.
+    fn qp_to_rts(&self, qp: Qp<RC, RTR>) -> Result<Qp<RC, RTS>> {
+        let rts = self.qp_attr(sys::IBV_QPS_RTS)?;
+        Ok(qp.cm_modify(&rts)?)
+    }
+
+    /// Refuses a QP of another device than the one the identifier is bound to.
+    fn check_device(&self, qp: &Qp<RC, RESET>) -> Result<()> {
+        match self.device_name() {
+            Some(name) if name == qp.device_name() => Ok(()),
+            name => Err(Error::invalid(
+                "rdma_connect",
+                format!(
+                    "the QP is of device {}, the connection's address is on {}",
+                    qp.device_name(),
+                    name.as_deref().unwrap_or("no device")
+                ),
+            )),
+        }
+    }
+}
+
+/// A socket address as librdmacm takes it (`struct sockaddr_in` / `sockaddr_in6`).
+enum RawAddr {
+    V4(sys::sockaddr_in),
+    V6(sys::sockaddr_in6),
+}
+
+impl RawAddr {
+    fn new(a: SocketAddr) -> Self {
+        match a {
+            SocketAddr::V4(a) => RawAddr::V4(sys::sockaddr_in {
+                sin_family: sys::AF_INET as u16,
+                sin_port: a.port().to_be(),
+                sin_addr: sys::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+                sin_zero: [0; 8],
+            }),
+            SocketAddr::V6(a) => {
+                let mut s = sys::sockaddr_in6 {
+                    sin6_family: sys::AF_INET6 as u16,
+                    sin6_port: a.port().to_be(),
+                    sin6_flowinfo: a.flowinfo().to_be(),
+                    sin6_scope_id: a.scope_id(),
+                    ..Default::default()
+                };
+                s.sin6_addr.__in6_u.__u6_addr8 = a.ip().octets();
+                RawAddr::V6(s)
+            }
+        }
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut sys::sockaddr {
+        match self {
+            RawAddr::V4(s) => (s as *mut sys::sockaddr_in).cast(),
+            RawAddr::V6(s) => (s as *mut sys::sockaddr_in6).cast(),
+        }
+    }
+}
+
+/// A CM timeout in milliseconds, as librdmacm takes it.
+fn millis(t: Duration) -> i32 {
+    i32::try_from(t.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// The identifier's state: a new identifier.
+#[derive(Debug)]
+pub struct Idle;
+/// The identifier's state: its destination address resolved to a local RDMA device.
+#[derive(Debug)]
+pub struct AddrResolved;
+/// The identifier's state: the route to the destination resolved; ready to connect.
+#[derive(Debug)]
+pub struct RouteResolved;
+
+/// An RDMA CM identifier of an RC connection being set up (`struct rdma_cm_id`), in state `S`.
+/// Destroyed on drop (`rdma_destroy_id`), with its event channel.
+pub struct CmId<S> {
+    raw: RawId,
+    _state: PhantomData<S>,
+}
+
+impl<S> fmt::Debug for CmId<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CmId")
+            .field("state", &std::any::type_name::<S>())
+            .field("device", &self.raw.device_name())
+            .finish()
+    }
+}
+
+/// What each side asks of the connection (`struct rdma_conn_param`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data for the peer: at most 56 bytes with a connect, 196 with an accept, 148 with
+    /// a reject (the IB CM's limits, which the RoCE CM shares).
+    pub private_data: Vec<u8>,
+    /// RDMA READ and atomic requests this side accepts from the peer at once.
+    pub responder_resources: u8,
+    /// RDMA READ and atomic requests this side issues at once.
+    pub initiator_depth: u8,
+    /// Retries of a request the peer does not acknowledge (0..=7; active side).
+    pub retry_count: u8,
+    /// Retries after a receiver-not-ready NAK (0..=7; 7 = forever; active side).
+    pub rnr_retry_count: u8,
+}
+
+impl Default for ConnParam {
+    fn default() -> Self {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        }
+    }
+}
+
+impl ConnParam {
+    /// The raw parameters naming `qp_num`, checked; `max` is the limit of the private data.
+    fn raw(&self, qp_num: u32, max: usize, verb: &'static str) -> Result<sys::rdma_conn_param> {
+        if self.private_data.len() > max {
+            return Err(Error::invalid(
+                verb,
+                format!("{} bytes of private data; at most {max}", self.private_data.len()),
+            ));
+        }
+        if self.retry_count > 7 || self.rnr_retry_count > 7 {
+            return Err(Error::invalid(verb, "retry_count and rnr_retry_count are 0..=7"));
+        }
+        Ok(sys::rdma_conn_param {
+            private_data: if self.private_data.is_empty() {
+                std::ptr::null()
+            } else {
+                self.private_data.as_ptr().cast()
+            },
+            private_data_len: self.private_data.len() as u8,
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            flow_control: 1,
+            retry_count: self.retry_count,
+            rnr_retry_count: self.rnr_retry_count,
+            srq: 0,
+            qp_num,
+        })
+    }
+}
+
+/// The largest private data of a connect, an accept and a reject (IBTA CM REQ, REP, REJ).
+const CONNECT_PRIVATE: usize = 56;
+const ACCEPT_PRIVATE: usize = 196;
+const REJECT_PRIVATE: usize = 148;
+
+impl CmId<Idle> {
+    /// `rdma_create_event_channel` and `rdma_create_id` (`RDMA_PS_TCP`): a new identifier for
+    /// an RC connection.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `rdma_create_event_channel` or `rdma_create_id` and its errno.
+    ///
+    /// See rdma_create_id(3).
+    #[doc(alias = "rdma_create_id")]
+    pub fn new() -> Result<Self> {
+        Ok(CmId { raw: RawId::new()?, _state: PhantomData })
+    }
+
+    /// `rdma_resolve_addr`: resolves `dst` (and `src`, if given) to a local RDMA device and
+    /// waits at most `timeout` (plus a second) for the outcome.
+    ///
+    /// # Errors
+    /// [`Error::Cm`] with `ADDR_ERROR` and its status (no route, no RDMA device for the
+    /// address); [`Error::Timeout`]; [`Error::Verb`] with `rdma_resolve_addr`.
+    ///
+    /// See rdma_resolve_addr(3).
+    #[doc(alias = "rdma_resolve_addr")]
+    pub fn resolve_addr(
+        self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<CmId<AddrResolved>> {
+        let mut src = src.map(RawAddr::new);
+        let mut dst_raw = RawAddr::new(dst);
+        let src_ptr = src.as_mut().map_or(std::ptr::null_mut(), RawAddr::as_mut_ptr);
+        // SAFETY: the identifier is alive; the addresses are valid sockaddrs for the call
+        // (librdmacm copies them).
+        let ret = unsafe { sys::rdma_resolve_addr(self.raw.ptr(), src_ptr, dst_raw.as_mut_ptr(), millis(timeout)) };
+        check(ret, Verb::ResolveAddr, || format!("{dst}"))?;
+        self.raw.expect(Verb::ResolveAddr, CmEvent::AddrResolved, timeout + Duration::from_secs(1))?;
+        Ok(CmId { raw: self.raw, _state: PhantomData })
+    }
+}
+
+impl CmId<AddrResolved> {
+    /// The name of the RDMA device the address resolved to: create the QP there.
+    pub fn device_name(&self) -> Option<String> {
+        self.raw.device_name()
+    }
+
+    /// `rdma_resolve_route`: resolves the route to the destination, waiting at most `timeout`
+    /// (plus a second).
+    ///
+    /// # Errors
+    /// [`Error::Cm`] with `ROUTE_ERROR`; [`Error::Timeout`]; [`Error::Verb`] with
+    /// `rdma_resolve_route`.
+    ///
+    /// See rdma_resolve_route(3).
+    #[doc(alias = "rdma_resolve_route")]
+    pub fn resolve_route(self, timeout: Duration) -> Result<CmId<RouteResolved>> {
+        // SAFETY: the identifier is alive, its address resolved.
+        let ret = unsafe { sys::rdma_resolve_route(self.raw.ptr(), millis(timeout)) };
+        check(ret, Verb::ResolveRoute, || "the route".into())?;
+        self.raw.expect(Verb::ResolveRoute, CmEvent::RouteResolved, timeout + Duration::from_secs(1))?;
+        Ok(CmId { raw: self.raw, _state: PhantomData })
+    }
+}
+
+impl CmId<RouteResolved> {
+    /// The name of the RDMA device the route goes through: create the QP there.
+    pub fn device_name(&self) -> Option<String> {
+        self.raw.device_name()
+    }
+
+    /// `rdma_connect`: moves `qp` (the program's own, on [`CmId::device_name`]'s device) to
+    /// INIT with the CM's attributes, granting `access`, asks the peer to connect, and on its
+    /// acceptance moves the QP to RTR and RTS and completes the connection
+    /// (`rdma_establish`); waits at most `timeout` for the peer's answer.
+    ///
+    /// # Errors
+    /// - [`Error::Rejected`] with the peer's private data (the peer rejected, or nobody
+    ///   listens on the port);
+    /// - [`Error::Cm`] with `UNREACHABLE`, `CONNECT_ERROR` or another event, and its status;
+    /// - [`Error::Timeout`];
+    /// - [`Error::InvalidArgument`] for a QP of another device, private data above 56 bytes or
+    ///   retry counts above 7;
+    /// - [`Error::Verb`] with `rdma_init_qp_attr`, `ibv_modify_qp`, `rdma_connect` or
+    ///   `rdma_establish` and its errno.
+    ///
+    /// The QP is dropped with an error.
+    ///
+    /// See rdma_connect(3), rdma_establish(3).
+    #[doc(alias = "rdma_connect")]
+    pub fn connect(
+        self,
+        qp: Qp<RC, RESET>,
+        access: QpAccess,
+        param: &ConnParam,
+        timeout: Duration,
+    ) -> Result<Connection> {
+        self.raw.check_device(&qp)?;
+        let mut raw = param.raw(qp.qp_num(), CONNECT_PRIVATE, "rdma_connect")?;
+        let mut init = self.raw.qp_attr(sys::IBV_QPS_INIT)?;
+        init.attr.qp_access_flags = access.bits();
+        init.mask |= sys::IBV_QP_ACCESS_FLAGS;
+        let qp: Qp<RC, INIT> = qp.cm_modify(&init)?;
+        // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
+        // points at live across the call (librdmacm copies them).
+        let ret = unsafe { sys::rdma_connect(self.raw.ptr(), &mut raw) };
+        check(ret, Verb::Connect, || format!("QP {:#x}", qp.qp_num()))?;
+        let reply = self.raw.expect(Verb::Connect, CmEvent::ConnectResponse, timeout)?;
+        let mut rtr = self.raw.qp_attr(sys::IBV_QPS_RTR)?;
+        if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
+            rtr.attr.max_dest_rd_atomic = rtr.attr.max_dest_rd_atomic.min(param.responder_resources);
+        }
+        let qp: Qp<RC, RTR> = qp.cm_modify(&rtr)?;
+        let qp = self.raw.qp_to_rts(qp)?;
+        // SAFETY: the identifier is alive and got its connect response.
+        let ret = unsafe { sys::rdma_establish(self.raw.ptr()) };
+        check(ret, Verb::Establish, || format!("QP {:#x}", qp.qp_num()))?;
+        Ok(Connection { raw: self.raw, qp, private_data: reply.private_data })
+    }
+}
+
+/// A listening RDMA CM identifier (`rdma_bind_addr` + `rdma_listen`): the passive side.
+/// Destroyed on drop.
+pub struct CmListener {
+    raw: RawId,
+}
+
+impl fmt::Debug for CmListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CmListener").field("port", &self.port()).finish()
+    }
+}
+
+impl CmListener {
+    /// `rdma_bind_addr` and `rdma_listen`: listens on `addr` (port 0: a port the system
+    /// chooses, [`CmListener::port`]) with a backlog of `backlog` pending requests.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `rdma_create_id`, `rdma_bind_addr` (e.g. `EADDRINUSE`, or
+    /// `EADDRNOTAVAIL` for an address of no RDMA device) or `rdma_listen` and its errno.
+    ///
+    /// See rdma_bind_addr(3), rdma_listen(3).
+    #[doc(alias = "rdma_listen")]
+    #[doc(alias = "rdma_bind_addr")]
+    pub fn bind(addr: SocketAddr, backlog: u16) -> Result<CmListener> {
+        let raw = RawId::new()?;
+        let mut a = RawAddr::new(addr);
+        // SAFETY: the identifier is alive; the address is valid for the call.
+        let ret = unsafe { sys::rdma_bind_addr(raw.ptr(), a.as_mut_ptr()) };
+        check(ret, Verb::BindAddr, || format!("{addr}"))?;
+        // SAFETY: the identifier is alive and bound.
+        let ret = unsafe { sys::rdma_listen(raw.ptr(), i32::from(backlog)) };
+        check(ret, Verb::Listen, || format!("{addr}, backlog {backlog}"))?;
+        Ok(CmListener { raw })
+    }
+
+    /// The local port it listens on.
+    pub fn port(&self) -> u16 {
+        // SAFETY: the identifier is alive and bound; the port comes in network byte order.
+        u16::from_be(unsafe { sys::rdma_get_src_port(self.raw.ptr()) })
+    }
+
+    /// Waits at most `timeout` for the next connection request.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; [`Error::Cm`] for another event on the listener (e.g.
+    /// `DEVICE_REMOVAL`); [`Error::Verb`] with `rdma_get_cm_event` or `rdma_migrate_id`.
+    ///
+    /// See rdma_get_cm_event(3).
+    #[doc(alias = "rdma_get_cm_event")]
+    pub fn next_request(&self, timeout: Duration) -> Result<ConnRequest> {
+        let e = self.raw.expect(Verb::Listen, CmEvent::ConnectRequest, timeout)?;
+        // SAFETY: a CONNECT_REQUEST's identifier is new and ours to accept, reject or destroy.
+        let raw = unsafe { RawId::adopt(e.id) }?;
+        Ok(ConnRequest {
+            raw,
+            private_data: e.private_data,
+            responder_resources: e.responder_resources,
+            initiator_depth: e.initiator_depth,
+        })
+    }
+}
+
+/// A connection request a listener received: its private data, and its identifier, which
+/// [`ConnRequest::accept`] or [`ConnRequest::reject`] answers. Dropping it destroys the
+/// identifier without an answer (the peer's connect then fails).
+pub struct ConnRequest {
+    raw: RawId,
+    private_data: Vec<u8>,
+    responder_resources: u8,
+    initiator_depth: u8,
+}
+
+impl fmt::Debug for ConnRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnRequest")
+            .field("device", &self.raw.device_name())
+            .field("private_data", &self.private_data.len())
+            .finish()
+    }
+}
+
+impl ConnRequest {
+    /// The private data the peer sent with its connect.
+    pub fn private_data(&self) -> &[u8] {
+        &self.private_data
+    }
+
+    /// The RDMA READ / atomic depths the peer asked for: (its responder resources, its
+    /// initiator depth).
+    pub fn peer_depths(&self) -> (u8, u8) {
+        (self.responder_resources, self.initiator_depth)
+    }
+
+    /// The name of the RDMA device the request arrived on: create the QP there.
+    pub fn device_name(&self) -> Option<String> {
+        self.raw.device_name()
+    }
+
+    /// `rdma_accept`: moves `qp` (the program's own, on the request's device) to INIT, granting
+    /// `access`, and RTR with the CM's attributes, accepts with `param`, moves it to RTS and
+    /// waits at most `timeout` for the connection to be established.
+    ///
+    /// # Errors
+    /// - [`Error::Cm`] with the event that came instead of `ESTABLISHED`;
+    /// - [`Error::Timeout`];
+    /// - [`Error::InvalidArgument`] for a QP of another device or private data above 196 bytes;
+    /// - [`Error::Verb`] with `rdma_init_qp_attr`, `ibv_modify_qp` or `rdma_accept`.
+    ///
+    /// See rdma_accept(3).
+    #[doc(alias = "rdma_accept")]
+    pub fn accept(
+        self,
+        qp: Qp<RC, RESET>,
+        access: QpAccess,
+        param: &ConnParam,
+        timeout: Duration,
+    ) -> Result<Connection> {
+        let mut raw = param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept")?;
+        let qp = self.raw.qp_to_rtr(qp, access, param)?;
+        let qp = self.raw.qp_to_rts(qp)?;
+        // SAFETY: the identifier is alive (a connection request's); `raw` and its private data
+        // live across the call.
+        let ret = unsafe { sys::rdma_accept(self.raw.ptr(), &mut raw) };
+        check(ret, Verb::Accept, || format!("QP {:#x}", qp.qp_num()))?;
+        self.raw.expect(Verb::Accept, CmEvent::Established, timeout)?;
+        Ok(Connection { raw: self.raw, qp, private_data: self.private_data })
+    }
+
+    /// `rdma_reject`: refuses the connection, sending `private_data` (at most 148 bytes) to
+    /// the peer, whose connect fails with [`Error::Rejected`] carrying it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for private data above 148 bytes; [`Error::Verb`] with
+    /// `rdma_reject`.
+    ///
+    /// See rdma_reject(3).
+    #[doc(alias = "rdma_reject")]
+    pub fn reject(self, private_data: &[u8]) -> Result<()> {
+        if private_data.len() > REJECT_PRIVATE {
+            return Err(Error::invalid(
+                "rdma_reject",
+                format!("{} bytes of private data; at most {REJECT_PRIVATE}", private_data.len()),
+            ));
+        }
+        let ptr = if private_data.is_empty() { std::ptr::null() } else { private_data.as_ptr().cast() };
+        // SAFETY: the identifier is alive; the private data is valid for the call.
+        let ret = unsafe { sys::rdma_reject(self.raw.ptr(), ptr, private_data.len() as u8) };
+        check(ret, Verb::Reject, || "a connection request".into())
+    }
+}
+
+/// An established RC connection: the connected QP and the connection's identifier.
+///
+/// The QP is the program's: post on it with scopes, lanes and owned tokens ([`Connection::qp`],
+/// [`Connection::qp_mut`]). [`Connection::wait_disconnected`] sees the peer's disconnect;
+/// [`Connection::disconnect`] ends the connection and hands the QP back in ERR, its outstanding
+/// requests flushed. Dropping it destroys the identifier, which disconnects (the QP is dropped
+/// with it).
+pub struct Connection {
+    raw: RawId,
+    qp: Qp<RC, RTS>,
+    private_data: Vec<u8>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection").field("qp", &self.qp).finish()
+    }
+}
+
+impl Connection {
+    /// The connected QP.
+    pub fn qp(&self) -> &Qp<RC, RTS> {
+        &self.qp
+    }
+
+    /// The connected QP, exclusively (for lanes).
+    pub fn qp_mut(&mut self) -> &mut Qp<RC, RTS> {
+        &mut self.qp
+    }
+
+    /// The private data the peer sent: with its accept (active side) or its connect (passive
+    /// side).
+    pub fn peer_private_data(&self) -> &[u8] {
+        &self.private_data
+    }
+
+    /// Waits at most `timeout` for the peer's disconnect (`RDMA_CM_EVENT_DISCONNECTED`).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; [`Error::Cm`] for another event (e.g. `DEVICE_REMOVAL`);
+    /// [`Error::Verb`] with `rdma_get_cm_event`.
+    pub fn wait_disconnected(&self, timeout: Duration) -> Result<()> {
+        self.raw.expect(Verb::Disconnect, CmEvent::Disconnected, timeout).map(drop)
+    }
+
+    /// `rdma_disconnect`, then the QP moved to ERR (its outstanding requests complete with
+    /// `IBV_WC_WR_FLUSH_ERR`) and handed back; the identifier is destroyed.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `rdma_disconnect` or `ibv_modify_qp`.
+    ///
+    /// See rdma_disconnect(3).
+    #[doc(alias = "rdma_disconnect")]
+    pub fn disconnect(self) -> Result<Qp<RC, crate::transport::ERR>> {
+        // SAFETY: the identifier is alive and connected (or disconnected by the peer, which
+        // rdma_disconnect accepts).
+        let ret = unsafe { sys::rdma_disconnect(self.raw.ptr()) };
+        let Connection { raw, qp, .. } = self;
+        let disconnected = check(ret, Verb::Disconnect, || format!("QP {:#x}", qp.qp_num()));
+        let qp = qp.to_error()?;
+        drop(raw);
+        disconnected.map(|()| qp)
+    }
+}

@@ -1,0 +1,171 @@
+//! The RDMA connection manager on the device: an RC connection made by IP address (resolve,
+//! route, connect; listen, request, accept), traffic over it, the peer's disconnect seen; a
+//! reject with private data; a connect to a port nobody listens on; a port already in use; an
+//! address with no route. Every wait bounded; listeners on ports the system chooses.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use typed_verbs::cm::{CmEvent, CmId, CmListener, ConnParam, Connection};
+use typed_verbs::prelude::*;
+
+use crate::common::*;
+
+/// The IPv4 address of the device under test: the one its IPv4-mapped RoCE v2 GID carries.
+fn local_ip() -> Ipv4Addr {
+    let ctx = open();
+    let gid = ctx.query_gid(PORT, gid_index()).expect("the RoCE v2 GID").0;
+    assert_eq!(&gid[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff], "GID {gid:x?} is not IPv4-mapped");
+    Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15])
+}
+
+/// A PD and a CQ on the device named `dev`, and a new RC QP in RESET on them.
+struct Side {
+    _ctx: Context,
+    pd: Pd,
+    cq: Cq,
+}
+
+impl Side {
+    fn on(dev: &str) -> Side {
+        let ctx = Context::open(dev).expect("open the CM's device");
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(256).unwrap();
+        Side { _ctx: ctx, pd, cq }
+    }
+
+    fn qp(&self) -> Qp<RC, RESET> {
+        self.pd.create_qp::<RC>(&QpConfig::new(&self.cq)).unwrap()
+    }
+}
+
+/// Resolves the address and the route to `to`, checking that both name the device under test.
+fn resolve(to: SocketAddr) -> CmId<typed_verbs::cm::RouteResolved> {
+    let id = CmId::new().unwrap().resolve_addr(None, to, WAIT).expect("address resolution");
+    assert_eq!(id.device_name().as_deref(), Some(device_name().as_str()), "the address is on the device");
+    let id = id.resolve_route(WAIT).expect("route resolution");
+    assert_eq!(id.device_name().as_deref(), Some(device_name().as_str()));
+    id
+}
+
+/// The passive side of one connection: waits for a request, checks its private data, and
+/// accepts it on a QP of its own, or rejects it with `reject`'s bytes.
+fn serve(listener: CmListener, reject: Option<&'static [u8]>) -> std::thread::JoinHandle<Option<(Side, Connection)>> {
+    std::thread::spawn(move || {
+        let req = listener.next_request(WAIT).expect("a connection request");
+        assert_eq!(req.private_data().get(..5), Some(&b"hello"[..]), "the connect's private data");
+        if let Some(bytes) = reject {
+            req.reject(bytes).expect("rdma_reject");
+            return None;
+        }
+        let side = Side::on(&req.device_name().expect("the request's device"));
+        let param = ConnParam { private_data: b"welcome".to_vec(), ..ConnParam::default() };
+        let conn = req.accept(side.qp(), QpAccess::REMOTE_WRITE, &param, WAIT).expect("rdma_accept");
+        assert_eq!(conn.peer_private_data().get(..5), Some(&b"hello"[..]));
+        Some((side, conn))
+    })
+}
+
+#[test]
+fn an_rc_connection_by_ip_address_carries_traffic_and_sees_the_peers_disconnect() {
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 4).expect("listen");
+    let port = listener.port();
+    assert_ne!(port, 0, "the system chose a port");
+    let server = serve(listener, None);
+
+    let id = resolve(SocketAddr::new(IpAddr::V4(local_ip()), port));
+    let side = Side::on(&device_name());
+    let param = ConnParam { private_data: b"hello".to_vec(), ..ConnParam::default() };
+    let conn = id.connect(side.qp(), QpAccess::REMOTE_WRITE, &param, WAIT).expect("rdma_connect");
+    assert_eq!(conn.peer_private_data().get(..7), Some(&b"welcome"[..]), "the accept's private data");
+    let (peer_side, mut peer) = server.join().expect("the server thread").expect("accepted");
+
+    // An RDMA WRITE and a SEND over the connection, every byte checked.
+    let mut src = side.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
+    fill(&mut src, 9);
+    let target = peer_side.pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
+    let mut inbox = peer_side.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let rt = s.post_recv(peer.qp(), Recv::new(inbox.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(conn.qp(), Write::new(src.slice(..).unwrap(), target.remote(..).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        let t = s.post_send(conn.qp(), Send::new(src.slice(..100).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        let (c, _) = s.wait(rt, WAIT).unwrap();
+        assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 100));
+    })
+    .unwrap();
+    let mut written = vec![0u8; 4096];
+    target.read_volatile_into(0, &mut written).unwrap();
+    assert_eq!(written, src.as_slice());
+    assert_eq!(&inbox.as_slice()[..100], &src.as_slice()[..100]);
+
+    // The active side disconnects; the passive side sees it, then hands its QP back in ERR.
+    let qp = conn.disconnect().expect("rdma_disconnect");
+    assert_eq!(qp.query_state().unwrap(), typed_verbs::qp::ObservedState::Err);
+    peer.wait_disconnected(WAIT).expect("the peer's disconnect");
+    let peer_qp = peer.qp_mut();
+    assert_eq!(peer_qp.outstanding(), (0, 0));
+    let peer_qp = peer.disconnect().expect("disconnect after the peer's");
+    assert_eq!(peer_qp.query_state().unwrap(), typed_verbs::qp::ObservedState::Err);
+}
+
+#[test]
+fn a_reject_hands_the_listeners_private_data_to_the_connecting_side() {
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 4).expect("listen");
+    let port = listener.port();
+    let server = serve(listener, Some(b"go away: full"));
+    let id = resolve(SocketAddr::new(IpAddr::V4(local_ip()), port));
+    let side = Side::on(&device_name());
+    let param = ConnParam { private_data: b"hello".to_vec(), ..ConnParam::default() };
+    match id.connect(side.qp(), QpAccess::empty(), &param, WAIT) {
+        Err(Error::Rejected { private_data, status }) => {
+            assert_eq!(private_data.get(..13), Some(&b"go away: full"[..]), "status {status}");
+        }
+        other => panic!("expected the reject, got {:?}", other.map(|_| ())),
+    }
+    assert!(server.join().expect("the server thread").is_none());
+}
+
+#[test]
+fn connecting_to_a_port_nobody_listens_on_is_rejected_in_bounded_time() {
+    // A port the system chose for a listener that is gone: nobody listens there now.
+    let port = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 1).unwrap().port();
+    let id = resolve(SocketAddr::new(IpAddr::V4(local_ip()), port));
+    let side = Side::on(&device_name());
+    let start = Instant::now();
+    match id.connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT) {
+        Err(Error::Rejected { private_data, status }) => {
+            assert!(private_data.iter().all(|&b| b == 0), "no private data from nobody: {private_data:?}");
+            assert_ne!(status, 0, "a reject reason");
+        }
+        other => panic!("expected a reject, got {:?}", other.map(|_| ())),
+    }
+    assert!(start.elapsed() < WAIT, "answered before the timeout");
+}
+
+#[test]
+fn a_port_already_in_use_is_a_typed_eaddrinuse() {
+    let first = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 1).unwrap();
+    let taken = SocketAddr::new(IpAddr::V4(local_ip()), first.port());
+    match CmListener::bind(taken, 1) {
+        Err(e @ Error::Verb { verb: Verb::BindAddr, .. }) => {
+            assert_eq!(e.errno(), Some(98), "EADDRINUSE: {e}");
+        }
+        other => panic!("a second listener on {taken}: {other:?}"),
+    }
+}
+
+#[test]
+fn an_address_with_no_route_fails_typed_in_bounded_time() {
+    // 198.51.100.1 (TEST-NET-2) is routed nowhere in the test VM.
+    let nowhere = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1)), 7471);
+    let start = Instant::now();
+    let r = CmId::new().unwrap().resolve_addr(None, nowhere, Duration::from_secs(2));
+    match r {
+        Err(Error::Cm { step: Verb::ResolveAddr, event: CmEvent::AddrError, .. }) => {}
+        Err(e @ Error::Verb { verb: Verb::ResolveAddr, .. }) => assert!(e.errno().is_some(), "{e}"),
+        other => panic!("resolving {nowhere}: {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(10), "bounded: {:?}", start.elapsed());
+}
