@@ -2,8 +2,10 @@
 //! by IP address, with the connection's state as a type.
 //!
 //! Active side: [`CmId::new`] → [`CmId::resolve_addr`] → [`CmId::resolve_route`] →
-//! [`CmId::connect`]. Passive side: [`CmListener::bind`] → [`CmListener::next_request`] →
-//! [`ConnRequest::accept`] or [`ConnRequest::reject`]. Both end in a [`Connection`]: the
+//! [`CmId::connect`] (or [`CmId::prepare`], receives posted, [`Connecting::connect`]). Passive
+//! side: [`CmListener::bind`] → [`CmListener::next_request`] → [`ConnRequest::accept`] (or
+//! [`ConnRequest::prepare`], receives posted, [`Accepting::accept`]) or
+//! [`ConnRequest::reject`]. Both end in a [`Connection`]: the
 //! connected `Qp<RC, RTS>` that scopes, lanes and owned tokens use as any other, and the
 //! connection's identifier, which sees the peer's disconnect ([`Connection::wait_disconnected`])
 //! and disconnects ([`Connection::disconnect`]). Calling a step out of order does not compile:
@@ -508,24 +510,31 @@ impl CmId<RouteResolved> {
         self.raw.device_name()
     }
 
-    /// `rdma_connect`: moves `qp` (the program's own, on [`CmId::device_name`]'s device) to
-    /// INIT with the CM's attributes, granting `access`, asks the peer to connect, and on its
-    /// acceptance moves the QP to RTR and RTS and completes the connection
-    /// (`rdma_establish`); waits at most `timeout` for the peer's answer.
+    /// Moves `qp` (the program's own, on [`CmId::device_name`]'s device) to INIT with the
+    /// CM's attributes, granting `access`: receives may be posted on it now
+    /// ([`Connecting::qp`], owned receives), before [`Connecting::connect`] asks the peer.
     ///
     /// # Errors
-    /// - [`Error::Rejected`] with the peer's private data (the peer rejected, or nobody
-    ///   listens on the port);
-    /// - [`Error::Cm`] with `UNREACHABLE`, `CONNECT_ERROR` or another event, and its status;
-    /// - [`Error::Timeout`];
-    /// - [`Error::InvalidArgument`] for a QP of another device, private data above 56 bytes or
-    ///   retry counts above 7;
-    /// - [`Error::Verb`] with `rdma_init_qp_attr`, `ibv_modify_qp`, `rdma_connect` or
-    ///   `rdma_establish` and its errno.
+    /// [`Error::InvalidArgument`] for a QP of another device; [`Error::Verb`] with
+    /// `rdma_init_qp_attr` or `ibv_modify_qp`. The QP is dropped with an error.
     ///
-    /// The QP is dropped with an error.
+    /// See rdma_init_qp_attr(3).
+    #[doc(alias = "rdma_init_qp_attr")]
+    pub fn prepare(self, qp: Qp<RC, RESET>, access: QpAccess) -> Result<Connecting> {
+        self.raw.check_device(&qp)?;
+        let mut init = self.raw.qp_attr(sys::IBV_QPS_INIT)?;
+        init.attr.qp_access_flags = access.bits();
+        init.mask |= sys::IBV_QP_ACCESS_FLAGS;
+        let qp: Qp<RC, INIT> = qp.cm_modify(&init)?;
+        Ok(Connecting { raw: self.raw, qp })
+    }
+
+    /// [`CmId::prepare`] then [`Connecting::connect`]: connects `qp` to the peer.
     ///
-    /// See rdma_connect(3), rdma_establish(3).
+    /// # Errors
+    /// As those two.
+    ///
+    /// See rdma_connect(3).
     #[doc(alias = "rdma_connect")]
     pub fn connect(
         self,
@@ -534,27 +543,66 @@ impl CmId<RouteResolved> {
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<Connection> {
-        self.raw.check_device(&qp)?;
+        self.prepare(qp, access)?.connect(param, timeout)
+    }
+}
+
+/// The active side between [`CmId::prepare`] and [`Connecting::connect`]: the QP in INIT,
+/// where receives may be posted before the peer can send.
+pub struct Connecting {
+    raw: RawId,
+    qp: Qp<RC, INIT>,
+}
+
+impl fmt::Debug for Connecting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connecting").field("qp", &self.qp).finish()
+    }
+}
+
+impl Connecting {
+    /// The QP, in INIT: post receives on it ([`Qp::post_recv_owned`]; they stay posted
+    /// through the connection's transitions).
+    pub fn qp(&self) -> &Qp<RC, INIT> {
+        &self.qp
+    }
+
+    /// `rdma_connect`: asks the peer to connect, and on its acceptance moves the QP to RTR
+    /// and RTS with the CM's attributes and completes the connection (`rdma_establish`);
+    /// waits at most `timeout` for the peer's answer.
+    ///
+    /// # Errors
+    /// - [`Error::Rejected`] with the peer's private data (the peer rejected, or nobody
+    ///   listens on the port);
+    /// - [`Error::Cm`] with `UNREACHABLE`, `CONNECT_ERROR` or another event, and its status;
+    /// - [`Error::Timeout`];
+    /// - [`Error::InvalidArgument`] for private data above 56 bytes or retry counts above 7;
+    /// - [`Error::Verb`] with `rdma_connect`, `rdma_init_qp_attr`, `ibv_modify_qp` or
+    ///   `rdma_establish` and its errno.
+    ///
+    /// The QP is dropped with an error.
+    ///
+    /// See rdma_connect(3), rdma_establish(3).
+    #[doc(alias = "rdma_connect")]
+    #[doc(alias = "rdma_establish")]
+    pub fn connect(self, param: &ConnParam, timeout: Duration) -> Result<Connection> {
+        let Connecting { raw: id, qp } = self;
         let mut raw = param.raw(qp.qp_num(), CONNECT_PRIVATE, "rdma_connect")?;
-        let mut init = self.raw.qp_attr(sys::IBV_QPS_INIT)?;
-        init.attr.qp_access_flags = access.bits();
-        init.mask |= sys::IBV_QP_ACCESS_FLAGS;
-        let qp: Qp<RC, INIT> = qp.cm_modify(&init)?;
         // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
         // points at live across the call (librdmacm copies them).
-        let ret = unsafe { sys::rdma_connect(self.raw.ptr(), &mut raw) };
+        let ret = unsafe { sys::rdma_connect(id.ptr(), &mut raw) };
         check(ret, Verb::Connect, || format!("QP {:#x}", qp.qp_num()))?;
-        let reply = self.raw.expect(Verb::Connect, CmEvent::ConnectResponse, timeout)?;
-        let mut rtr = self.raw.qp_attr(sys::IBV_QPS_RTR)?;
+        let reply = id.expect(Verb::Connect, CmEvent::ConnectResponse, timeout)?;
+        let mut rtr = id.qp_attr(sys::IBV_QPS_RTR)?;
         if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
             rtr.attr.max_dest_rd_atomic = rtr.attr.max_dest_rd_atomic.min(param.responder_resources);
         }
         let qp: Qp<RC, RTR> = qp.cm_modify(&rtr)?;
-        let qp = self.raw.qp_to_rts(qp)?;
+        let qp = id.qp_to_rts(qp)?;
         // SAFETY: the identifier is alive and got its connect response.
-        let ret = unsafe { sys::rdma_establish(self.raw.ptr()) };
+        let ret = unsafe { sys::rdma_establish(id.ptr()) };
         check(ret, Verb::Establish, || format!("QP {:#x}", qp.qp_num()))?;
-        Ok(Connection { raw: self.raw, qp, private_data: reply.private_data })
+        Ok(Connection { raw: id, qp, private_data: reply.private_data })
     }
 }
 
@@ -656,15 +704,27 @@ impl ConnRequest {
         self.raw.device_name()
     }
 
-    /// `rdma_accept`: moves `qp` (the program's own, on the request's device) to INIT, granting
-    /// `access`, and RTR with the CM's attributes, accepts with `param`, moves it to RTS and
-    /// waits at most `timeout` for the connection to be established.
+    /// Moves `qp` (the program's own, on the request's device) to INIT, granting `access`, and
+    /// RTR with the CM's attributes (the peer's READ/atomic depth bounded by `param`'s
+    /// responder resources): receives may be posted on it now ([`Accepting::qp`], owned
+    /// receives), before [`Accepting::accept`] lets the peer send.
     ///
     /// # Errors
-    /// - [`Error::Cm`] with the event that came instead of `ESTABLISHED`;
-    /// - [`Error::Timeout`];
-    /// - [`Error::InvalidArgument`] for a QP of another device or private data above 196 bytes;
-    /// - [`Error::Verb`] with `rdma_init_qp_attr`, `ibv_modify_qp` or `rdma_accept`.
+    /// [`Error::InvalidArgument`] for a QP of another device; [`Error::Verb`] with
+    /// `rdma_init_qp_attr` or `ibv_modify_qp`. The QP is dropped with an error, and the
+    /// request unanswered (the peer's connect fails).
+    ///
+    /// See rdma_init_qp_attr(3).
+    #[doc(alias = "rdma_init_qp_attr")]
+    pub fn prepare(self, qp: Qp<RC, RESET>, access: QpAccess, param: ConnParam) -> Result<Accepting> {
+        let qp = self.raw.qp_to_rtr(qp, access, &param)?;
+        Ok(Accepting { raw: self.raw, qp, param, private_data: self.private_data })
+    }
+
+    /// [`ConnRequest::prepare`] then [`Accepting::accept`]: accepts the request on `qp`.
+    ///
+    /// # Errors
+    /// As those two.
     ///
     /// See rdma_accept(3).
     #[doc(alias = "rdma_accept")]
@@ -675,15 +735,7 @@ impl ConnRequest {
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<Connection> {
-        let mut raw = param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept")?;
-        let qp = self.raw.qp_to_rtr(qp, access, param)?;
-        let qp = self.raw.qp_to_rts(qp)?;
-        // SAFETY: the identifier is alive (a connection request's); `raw` and its private data
-        // live across the call.
-        let ret = unsafe { sys::rdma_accept(self.raw.ptr(), &mut raw) };
-        check(ret, Verb::Accept, || format!("QP {:#x}", qp.qp_num()))?;
-        self.raw.expect(Verb::Accept, CmEvent::Established, timeout)?;
-        Ok(Connection { raw: self.raw, qp, private_data: self.private_data })
+        self.prepare(qp, access, param.clone())?.accept(timeout)
     }
 
     /// `rdma_reject`: refuses the connection, sending `private_data` (at most 148 bytes) to
@@ -706,6 +758,53 @@ impl ConnRequest {
         // SAFETY: the identifier is alive; the private data is valid for the call.
         let ret = unsafe { sys::rdma_reject(self.raw.ptr(), ptr, private_data.len() as u8) };
         check(ret, Verb::Reject, || "a connection request".into())
+    }
+}
+
+/// The passive side between [`ConnRequest::prepare`] and [`Accepting::accept`]: the QP in RTR,
+/// where receives may be posted before the peer can send (sends wait for the connection).
+pub struct Accepting {
+    raw: RawId,
+    qp: Qp<RC, RTR>,
+    param: ConnParam,
+    private_data: Vec<u8>,
+}
+
+impl fmt::Debug for Accepting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Accepting").field("qp", &self.qp).finish()
+    }
+}
+
+impl Accepting {
+    /// The QP, in RTR: post receives on it ([`Qp::post_recv_owned`]; they stay posted through
+    /// the connection's transitions).
+    pub fn qp(&self) -> &Qp<RC, RTR> {
+        &self.qp
+    }
+
+    /// `rdma_accept`: moves the QP to RTS, accepts with the parameters given to
+    /// [`ConnRequest::prepare`], and waits at most `timeout` for the connection to be
+    /// established.
+    ///
+    /// # Errors
+    /// - [`Error::Cm`] with the event that came instead of `ESTABLISHED`;
+    /// - [`Error::Timeout`];
+    /// - [`Error::InvalidArgument`] for private data above 196 bytes;
+    /// - [`Error::Verb`] with `rdma_init_qp_attr`, `ibv_modify_qp` or `rdma_accept`.
+    ///
+    /// See rdma_accept(3).
+    #[doc(alias = "rdma_accept")]
+    pub fn accept(self, timeout: Duration) -> Result<Connection> {
+        let Accepting { raw: id, qp, param, private_data } = self;
+        let mut raw = param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept")?;
+        let qp = id.qp_to_rts(qp)?;
+        // SAFETY: the identifier is alive (a connection request's); `raw` and its private data
+        // live across the call.
+        let ret = unsafe { sys::rdma_accept(id.ptr(), &mut raw) };
+        check(ret, Verb::Accept, || format!("QP {:#x}", qp.qp_num()))?;
+        id.expect(Verb::Accept, CmEvent::Established, timeout)?;
+        Ok(Connection { raw: id, qp, private_data })
     }
 }
 

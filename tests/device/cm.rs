@@ -169,3 +169,86 @@ fn an_address_with_no_route_fails_typed_in_bounded_time() {
     }
     assert!(start.elapsed() < Duration::from_secs(10), "bounded: {:?}", start.elapsed());
 }
+
+/// Our side of rdma-core's `rdma_server` / `rdma_client` exchange: one 16-byte message each
+/// way, the passive side receiving first. `conn`'s receive was posted before the connection
+/// (`recv`); sends `msg` and waits for both completions.
+fn exchange(
+    conn: &Connection,
+    side: &Side,
+    recv: typed_verbs::owned::OwnedToken<Chunk<access::LocalRw>>,
+    msg: &[u8; 16],
+) -> Vec<u8> {
+    let mut src = side.pd.alloc_mr(16, access::LOCAL_RW).unwrap();
+    src.as_mut_slice().copy_from_slice(msg);
+    scope(|s| {
+        let t = s.post_send(conn.qp(), Send::new(src.slice(..).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+    })
+    .unwrap();
+    let (c, chunk) = recv.wait(WAIT).map_err(|e| e.error).expect("the peer's message");
+    assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 16), "{c:?}");
+    chunk.as_slice().to_vec()
+}
+
+/// A 16-byte receive buffer, owned, for a receive posted before the connection exists.
+fn recv_chunk(side: &Side) -> Chunk<access::LocalRw> {
+    side.pd.alloc_mr(16, access::LOCAL_RW).unwrap().into_chunks(16).unwrap().remove(0)
+}
+
+#[test]
+fn our_listener_serves_rdma_cores_rdma_client() {
+    let port = TcpPort::CmOursWithCClient.get();
+    let ip = local_ip();
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(ip), port), 4).expect("listen");
+    let args = ["-s".to_string(), ip.to_string(), "-p".to_string(), port.to_string()];
+    let mut client = Proc::spawn("rdma_client", &c_tool("rdma_client"), &args);
+    let req = listener.next_request(WAIT).expect("rdma_client's request");
+    let side = Side::on(&req.device_name().expect("the request's device"));
+    let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).expect("INIT, RTR");
+    // rdma_client sends as soon as it is connected: the receive goes first.
+    let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+    let conn = accepting.accept(WAIT).expect("rdma_accept");
+    let got = exchange(&conn, &side, recv, b"from typed-verbs");
+    assert_eq!(got.len(), 16, "rdma_client's message");
+    conn.wait_disconnected(WAIT).expect("rdma_client disconnects when done");
+    conn.disconnect().expect("our side of the disconnect");
+    let Some((status, _)) = client.wait_exit(WAIT) else {
+        client.stop();
+        panic!("rdma_client did not exit:\n{}", client.output());
+    };
+    assert!(status.success(), "rdma_client failed ({status}):\n{}", client.output());
+    assert!(client.output().contains("rdma_client: end 0"), "{}", client.output());
+}
+
+#[test]
+fn our_connect_talks_to_rdma_cores_rdma_server() {
+    let port = TcpPort::CmCServerWithOurs.get();
+    let ip = local_ip();
+    let args = ["-s".to_string(), ip.to_string(), "-p".to_string(), port.to_string()];
+    let mut server = Proc::spawn("rdma_server", &c_tool("rdma_server"), &args);
+    let side = Side::on(&device_name());
+    // rdma_server listens a moment after it starts: connect until it answers (bounded).
+    let deadline = Instant::now() + WAIT;
+    let (conn, recv) = loop {
+        let connecting = resolve(SocketAddr::new(IpAddr::V4(ip), port)).prepare(side.qp(), QpAccess::empty()).unwrap();
+        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        match connecting.connect(&ConnParam::default(), WAIT) {
+            Ok(conn) => break (conn, recv),
+            Err(Error::Rejected { .. }) if Instant::now() < deadline => {
+                drop(recv);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("connecting to rdma_server: {e}\n{}", server.output()),
+        }
+    };
+    let got = exchange(&conn, &side, recv, b"from typed-verbs");
+    assert_eq!(got.len(), 16, "rdma_server's answer");
+    conn.wait_disconnected(WAIT).expect("rdma_server disconnects when done");
+    conn.disconnect().expect("our side of the disconnect");
+    let Some((status, _)) = server.wait_exit(WAIT) else {
+        server.stop();
+        panic!("rdma_server did not exit:\n{}", server.output());
+    };
+    assert!(status.success(), "rdma_server failed ({status}):\n{}", server.output());
+}

@@ -347,6 +347,9 @@ pub enum TcpPort {
     KilledCServer,
     PerfSendLatTwoProcesses,
     PerfWriteLatTwoProcesses,
+    // RDMA CM ports (rdma_cm's own port space, kept in the same registry).
+    CmOursWithCClient,
+    CmCServerWithOurs,
     // The two-host tests (tests/twohost/, which includes this file): listened on by host A or B.
     TwoHostRcOursOnA,
     TwoHostRcOursOnB,
@@ -408,6 +411,8 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::KilledCServer,
         TcpPort::PerfSendLatTwoProcesses,
         TcpPort::PerfWriteLatTwoProcesses,
+        TcpPort::CmOursWithCClient,
+        TcpPort::CmCServerWithOurs,
         // Every two-host port (this also keeps them used in the device binary).
         TcpPort::TwoHostRcOursOnA,
         TcpPort::TwoHostRcOursOnB,
