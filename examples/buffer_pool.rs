@@ -14,7 +14,7 @@
 //! Every byte that arrives is checked; the program exits 0 only if all of it is right.
 //!
 //! Usage: `buffer_pool [DEVICE [GID_INDEX]]` (defaults: `$TYPED_VERBS_DEVICE` or the first
-//! device, GID index 1 as on Soft-RoCE). Build with huge pages:
+//! device, the GID index of the port's IPv4 address). Build with huge pages:
 //! `cargo build --release --example buffer_pool --features memmap2`.
 
 use std::time::Duration;
@@ -37,7 +37,7 @@ fn pattern(slot: usize, i: usize) -> u8 {
 fn main() {
     let mut args = std::env::args().skip(1);
     let dev = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok());
-    let gid: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let gid: Option<u32> = args.next().and_then(|s| s.parse().ok());
     let result = match huge_arena() {
         Some(arena) => {
             println!("arena: {} MiB of 2 MiB huge pages (the program's own mapping)", ARENA >> 20);
@@ -77,7 +77,7 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> typed_verbs::Result<()> {
     std::process::exit(1);
 }
 
-fn run<B: StableBuffer>(dev: Option<String>, gid: u32, arena: B) -> typed_verbs::Result<()> {
+fn run<B: StableBuffer>(dev: Option<String>, gid: Option<u32>, arena: B) -> typed_verbs::Result<()> {
     let dev = match dev {
         Some(d) => d,
         None => devices()?
@@ -89,17 +89,15 @@ fn run<B: StableBuffer>(dev: Option<String>, gid: u32, arena: B) -> typed_verbs:
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(128)?;
     let caps = QpCaps { max_send_wr: 32, max_recv_wr: 32, max_send_sge: 2, ..QpCaps::default() };
-    let access = QpAccess::REMOTE_WRITE;
+    let link = match gid {
+        Some(gid_index) => Link { port: PORT, gid_index },
+        None => Link::default_for(&ctx, PORT)?,
+    };
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
-    let (ea, eb) = (a.endpoint(PORT, gid, 0x10)?, b.endpoint(PORT, gid, 0x20)?);
-    let connect = |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> typed_verbs::Result<Qp<RC, RTS>> {
-        let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
-        let av = AddressVector::global(PORT, peer.gid, gid as u8);
-        let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
-        Ok(qp.to_rts(&RcRts::new(me.psn))?)
-    };
-    let (a, b) = (connect(a, ea, eb)?, connect(b, eb, ea)?);
+    let (ea, eb) = (a.local_endpoint(link)?, b.local_endpoint(link)?);
+    let a = a.connect(link, QpAccess::REMOTE_WRITE, &ea, &eb)?;
+    let b = b.connect(link, QpAccess::REMOTE_WRITE, &eb, &ea)?;
 
     // The pool, registered once. The device only reads it (sources of SENDs and WRITEs), so it
     // stays a plain slice for the program between requests.

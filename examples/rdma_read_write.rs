@@ -3,11 +3,11 @@
 //!
 //! 1. open the device, allocate a protection domain and a completion queue;
 //! 2. register memory with typed access rights;
-//! 3. create two RC queue pairs and walk them RESET -> INIT -> RTR -> RTS;
+//! 3. create two RC queue pairs and connect them (`Qp::connect`: RESET -> INIT -> RTR -> RTS);
 //! 4. inside a `scope`, post an RDMA WRITE and an RDMA READ and wait for their completions.
 //!
 //! Usage: `cargo run --example rdma_read_write [-- DEVICE [GID_INDEX]]` (defaults: the first
-//! device, GID index 1 as on Soft-RoCE). On a machine without RDMA hardware:
+//! device, the GID index of the port's IPv4 address, `Context::default_gid_index`). On a machine without RDMA hardware:
 //! `scripts/softroce-run -- target/debug/examples/rdma_read_write`.
 
 use std::time::Duration;
@@ -25,7 +25,8 @@ fn main() -> typed_verbs::Result<()> {
             .map(|d| d.name.clone())
             .ok_or(Error::DeviceNotFound { name: "(any)".into(), available: vec![] })?,
     };
-    let gid_index: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+    // Default: the GID of the port's IPv4 address (`Link::default_for`).
+    let gid_index: Option<u32> = args.next().and_then(|s| s.parse().ok());
 
     let ctx = Context::open(&name)?;
     let pd = ctx.alloc_pd()?;
@@ -41,19 +42,18 @@ fn main() -> typed_verbs::Result<()> {
     // An RDMA READ writes into local memory: LOCAL_WRITE is required (the types insist).
     let mut back = pd.alloc_mr(4096, access::LOCAL_RW)?;
 
-    // Two RC queue pairs, connected to each other.
+    // Two RC queue pairs, connected to each other: each side's endpoint (its QP number, a
+    // random PSN, the GID of the port's IPv4 address) is what it would send a remote peer.
     let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
+    let link = match gid_index {
+        Some(gid_index) => Link { port: PORT, gid_index },
+        None => Link::default_for(&ctx, PORT)?,
+    };
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
-    let (ea, eb) = (a.endpoint(PORT, gid_index, 100)?, b.endpoint(PORT, gid_index, 200)?);
-    let connect = |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> typed_verbs::Result<Qp<RC, RTS>> {
-        let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
-        let av = AddressVector::global(PORT, peer.gid, gid_index as u8);
-        let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
-        Ok(qp.to_rts(&RcRts::new(me.psn))?)
-    };
-    let a = connect(a, ea, eb)?;
-    let _b = connect(b, eb, ea)?;
+    let (ea, eb) = (a.local_endpoint(link)?, b.local_endpoint(link)?);
+    let a = a.connect(link, access, &ea, &eb)?;
+    let _b = b.connect(link, access, &eb, &ea)?;
     println!("connected RC QPs {:#x} <-> {:#x} on {name}", ea.qp_num, eb.qp_num);
 
     scope(|s| -> typed_verbs::Result<()> {

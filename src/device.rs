@@ -245,6 +245,107 @@ impl Context {
         // SAFETY: every bit pattern of the 16-byte union is a valid `[u8; 16]`.
         Ok(Gid(unsafe { gid.raw }))
     }
+
+    /// `ibv_query_gid_ex` of every index of port `port`: the port's GID table with each entry's
+    /// type (InfiniBand, RoCE v1, RoCE v2) and network interface. Unused entries are left out.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a port that does not exist; [`Error::Verb`] with
+    /// `ibv_query_gid` and its errno for a failure other than an unused entry (`ENODATA`).
+    ///
+    /// See ibv_query_gid_ex(3).
+    #[doc(alias = "ibv_query_gid_ex")]
+    pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
+        let len = self.query_port(port)?.gid_tbl_len();
+        let mut table = Vec::new();
+        for index in 0..len {
+            let mut e = sys::ibv_gid_entry::default();
+            // SAFETY: the context is open; `e` is a valid out-pointer of the header's type (the
+            // inline `ibv_query_gid_ex` passes its size); port checked, index below the length.
+            let ret = unsafe { sys::ibv_query_gid_ex(self.as_ptr(), u32::from(port), index, &mut e, 0) };
+            if ret == crate::error::errno::ENODATA || ret == -crate::error::errno::ENODATA {
+                continue;
+            }
+            if ret != 0 {
+                return Err(Error::from_ret(
+                    Verb::QueryGid,
+                    format!("ibv_query_gid_ex, device {} port {port} index {index}", self.inner.name),
+                    ret,
+                ));
+            }
+            // SAFETY: every bit pattern of the 16-byte union is a valid `[u8; 16]`.
+            let gid = Gid(unsafe { e.gid.raw });
+            if gid.is_zero() {
+                continue;
+            }
+            table.push(GidEntry { gid, index, gid_type: GidType::from_raw(e.gid_type), ifindex: e.ndev_ifindex });
+        }
+        Ok(table)
+    }
+
+    /// The GID index a connection from port `port` uses by default: the RoCE v2 GID of an
+    /// IPv4 address of the port's interface on RoCE (what rdma_cm picks for an IPv4
+    /// connection), the first GID (the port GID) on InfiniBand.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a RoCE port has no RoCE v2 GID of an IPv4 address (no
+    /// IPv4 address on its interface); as [`Context::gid_table`].
+    pub fn default_gid_index(&self, port: u8) -> Result<u32> {
+        let table = self.gid_table(port)?;
+        if self.query_port(port)?.link_layer() != LinkLayer::Ethernet {
+            return table.first().map(|e| e.index).ok_or_else(|| {
+                Error::invalid("ibv_query_gid_ex", format!("{} port {port} has no GID", self.inner.name))
+            });
+        }
+        table.iter().find(|e| e.gid_type == GidType::RoceV2 && e.gid.ipv4().is_some()).map(|e| e.index).ok_or_else(
+            || {
+                Error::invalid(
+                    "ibv_query_gid_ex",
+                    format!(
+                        "{} port {port} has no RoCE v2 GID of an IPv4 address (is an IPv4 address set on its interface?)",
+                        self.inner.name
+                    ),
+                )
+            },
+        )
+    }
+}
+
+/// The type of a GID table entry (`enum ibv_gid_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GidType {
+    /// `IBV_GID_TYPE_IB`: an InfiniBand GID.
+    Ib,
+    /// `IBV_GID_TYPE_ROCE_V1`: RoCE v1 (Ethernet, not routable).
+    RoceV1,
+    /// `IBV_GID_TYPE_ROCE_V2`: RoCE v2 (UDP/IP, routable).
+    RoceV2,
+    /// A value this library does not know.
+    Other(u32),
+}
+
+impl GidType {
+    fn from_raw(t: u32) -> Self {
+        match t {
+            sys::IBV_GID_TYPE_IB => GidType::Ib,
+            sys::IBV_GID_TYPE_ROCE_V1 => GidType::RoceV1,
+            sys::IBV_GID_TYPE_ROCE_V2 => GidType::RoceV2,
+            other => GidType::Other(other),
+        }
+    }
+}
+
+/// An entry of a port's GID table (`struct ibv_gid_entry`), [`Context::gid_table`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its index in the table (what address vectors and endpoints name).
+    pub index: u32,
+    /// Its type.
+    pub gid_type: GidType,
+    /// The network interface it belongs to (RoCE), 0 for none.
+    pub ifindex: u32,
 }
 
 /// The vendor id the rxe driver reports (`RXE_VENDOR_ID`).
@@ -258,6 +359,12 @@ impl Gid {
     /// True when every byte is zero (an unused GID table entry).
     pub fn is_zero(&self) -> bool {
         self.0.iter().all(|&b| b == 0)
+    }
+
+    /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`, RoCE's GID of an IPv4
+    /// address).
+    pub fn ipv4(&self) -> Option<std::net::Ipv4Addr> {
+        std::net::Ipv6Addr::from(self.0).to_ipv4_mapped()
     }
 
     pub(crate) fn to_raw(self) -> sys::ibv_gid {

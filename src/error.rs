@@ -127,6 +127,8 @@ pub(crate) mod errno {
     pub const EINVAL: i32 = 22;
     pub const EPROTONOSUPPORT: i32 = 93;
     pub const EOPNOTSUPP: i32 = 95;
+    /// No data: an unused GID table entry (`ibv_query_gid_ex`).
+    pub const ENODATA: i32 = 61;
 
     /// The provider or the kernel driver lacks the feature: `EOPNOTSUPP` or `EPROTONOSUPPORT`.
     pub fn means_unsupported(e: &std::io::Error) -> bool {

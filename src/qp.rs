@@ -762,6 +762,137 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     }
 }
 
+/// Where a connected QP talks from: its port and the GID index of its address (the source GID
+/// of its address vector, what [`Qp::endpoint`] sends the peer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    /// The local port (from 1).
+    pub port: u8,
+    /// The GID index on that port.
+    pub gid_index: u32,
+}
+
+impl Link {
+    /// Port `port` of `ctx` with its default GID index
+    /// ([`Context::default_gid_index`](crate::device::Context::default_gid_index): the RoCE v2
+    /// GID of the interface's IPv4 address on RoCE, the port GID on InfiniBand).
+    ///
+    /// # Errors
+    /// As [`Context::default_gid_index`](crate::device::Context::default_gid_index).
+    pub fn default_for(ctx: &crate::device::Context, port: u8) -> Result<Link> {
+        Ok(Link { port, gid_index: ctx.default_gid_index(port)? })
+    }
+}
+
+/// A random 24-bit packet sequence number, different from run to run and from call to call
+/// (std's randomly keyed SipHash over the process, the time and a counter), as the initial
+/// PSN of a connection.
+pub fn random_psn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    (h.finish() as u32) & 0xff_ffff
+}
+
+impl<T: Transport, S: QpState> Qp<T, S> {
+    /// This side's endpoint on `link` with a [random initial PSN](random_psn): what the peer
+    /// needs to connect (send it over any side channel).
+    ///
+    /// # Errors
+    /// As [`Qp::endpoint`].
+    pub fn local_endpoint(&self, link: Link) -> Result<Endpoint> {
+        self.endpoint(link.port, link.gid_index, random_psn())
+    }
+
+    /// The path MTU towards a peer from `port`: the port's active MTU.
+    fn path_mtu(&self, port: u8) -> Result<Mtu> {
+        let ctx = crate::device::Context { inner: Arc::clone(&self.shared.pd.ctx) };
+        ctx.query_port(port)?
+            .active_mtu()
+            .ok_or_else(|| Error::invalid("ibv_modify_qp", format!("port {port} reports no active MTU")))
+    }
+}
+
+impl Qp<RC, RESET> {
+    /// RESET → INIT → RTR → RTS towards `peer`, from `me` (this QP's endpoint on `link`, from
+    /// [`Qp::local_endpoint`]), granting the peer `access`: the transitions every RC program
+    /// writes, with the path MTU of the port's active MTU, a GRH from `link`'s GID, one
+    /// outstanding RDMA READ/atomic each way, ACK timeout 14, 7 retries and 7 RNR retries.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `me` is not this QP's endpoint, or for out-of-range
+    /// attributes; [`Error::Verb`] with `ibv_query_port` or `ibv_modify_qp`. The QP is dropped
+    /// with an error.
+    ///
+    /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn connect(
+        self,
+        link: Link,
+        access: QpAccess,
+        me: &Endpoint,
+        peer: &Endpoint,
+    ) -> Result<Qp<RC, transport::RTS>> {
+        self.check_endpoint(me)?;
+        let mut rtr = RcRtr::new(link_av(link, peer)?, peer.qp_num, peer.psn);
+        rtr.path_mtu = self.path_mtu(link.port)?;
+        let qp = self.to_init(&ConnectedInit::new(link.port, access))?;
+        let qp = qp.to_rtr(&rtr)?;
+        Ok(qp.to_rts(&RcRts::new(me.psn))?)
+    }
+}
+
+impl Qp<UC, RESET> {
+    /// RESET → INIT → RTR → RTS towards `peer`, as [`Qp::<RC, RESET>::connect`] for UC (no
+    /// acknowledgements, so no timeouts or retries).
+    ///
+    /// # Errors
+    /// As [`Qp::<RC, RESET>::connect`].
+    ///
+    /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn connect(
+        self,
+        link: Link,
+        access: QpAccess,
+        me: &Endpoint,
+        peer: &Endpoint,
+    ) -> Result<Qp<UC, transport::RTS>> {
+        self.check_endpoint(me)?;
+        let mut rtr = UcRtr::new(link_av(link, peer)?, peer.qp_num, peer.psn);
+        rtr.path_mtu = self.path_mtu(link.port)?;
+        let qp = self.to_init(&ConnectedInit::new(link.port, access))?;
+        let qp = qp.to_rtr(&rtr)?;
+        Ok(qp.to_rts(&SqPsn { sq_psn: me.psn })?)
+    }
+}
+
+impl<T: Transport, S: QpState> Qp<T, S> {
+    fn check_endpoint(&self, me: &Endpoint) -> Result<()> {
+        if me.qp_num != self.shared.qp_num {
+            return Err(Error::invalid(
+                "ibv_modify_qp",
+                format!("the endpoint names QP {:#x}, not this QP {:#x}", me.qp_num, self.shared.qp_num),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The address vector towards `peer` from `link`: a GRH from `link`'s GID index.
+fn link_av(link: Link, peer: &Endpoint) -> Result<AddressVector> {
+    let sgid = u8::try_from(link.gid_index)
+        .map_err(|_| Error::invalid("ibv_modify_qp", format!("GID index {} is above 255", link.gid_index)))?;
+    let mut av = AddressVector::global(link.port, peer.gid, sgid);
+    av.dlid = peer.lid;
+    Ok(av)
+}
+
 struct StateOnly;
 impl sealed::Sealed for StateOnly {}
 impl TransitionAttr for StateOnly {

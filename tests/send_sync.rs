@@ -9,7 +9,8 @@ use typed_verbs::ah::{AddressVector, Ah, Grh};
 use typed_verbs::caller::{BorrowedMr, Registered, ScopedMr};
 use typed_verbs::channel::{CompChannel, CqEvent};
 use typed_verbs::cm::{
-    AddrResolved, CmEvent, CmId, CmListener, ConnParam, ConnRequest, Connection, Idle, RouteResolved,
+    Accepting, AddrResolved, CmEvent, CmId, CmListener, ConnParam, ConnRequest, Connecting, Connection, Idle,
+    RouteResolved,
 };
 use typed_verbs::cq::Cq;
 use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLayer, Mtu, PortAttr, PortState, TsoCap};
@@ -232,12 +233,19 @@ assert_impl_all!(CmId<RouteResolved>: Send, Sync, Unpin);
 assert_impl_all!(CmListener: Send, Sync, Unpin);
 assert_impl_all!(ConnRequest: Send, Sync, Unpin);
 assert_impl_all!(Connection: Send, Sync, Unpin);
+assert_impl_all!(Connecting: Send, Sync, Unpin);
+assert_impl_all!(Accepting: Send, Sync, Unpin);
+assert_impl_all!(typed_verbs::qp::Link: Send, Sync, Unpin, Copy);
+assert_impl_all!(typed_verbs::device::GidEntry: Send, Sync, Unpin, Copy);
+assert_impl_all!(typed_verbs::device::GidType: Send, Sync, Unpin, Copy);
 assert_impl_all!(ConnParam: Send, Sync, Unpin, Clone);
 assert_impl_all!(CmEvent: Send, Sync, Unpin, Copy);
 assert_not_impl_any!(CmId<Idle>: Clone, Copy);
 assert_not_impl_any!(CmListener: Clone, Copy);
 assert_not_impl_any!(ConnRequest: Clone, Copy);
 assert_not_impl_any!(Connection: Clone, Copy);
+assert_not_impl_any!(Connecting: Clone, Copy);
+assert_not_impl_any!(Accepting: Clone, Copy);
 
 /// The table is checked at compile time; this test makes the file part of the run.
 #[test]

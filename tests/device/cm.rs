@@ -252,3 +252,81 @@ fn our_connect_talks_to_rdma_cores_rdma_server() {
     };
     assert!(status.success(), "rdma_server failed ({status}):\n{}", server.output());
 }
+
+/// The verbs-only bootstrap: the default GID index is the RoCE v2 GID of the interface's IPv4
+/// address (the GID table's types say which), endpoints carry random PSNs, and `connect` walks
+/// RC and UC QPs from RESET to RTS; traffic over both, every byte checked.
+#[test]
+fn the_verbs_connect_helper_picks_the_roce_v2_gid_and_random_psns() {
+    use typed_verbs::device::GidType;
+    use typed_verbs::qp::Link;
+    let r = rig();
+    let ctx = open();
+    let table = ctx.gid_table(PORT).expect("ibv_query_gid_ex");
+    let index = ctx.default_gid_index(PORT).expect("a RoCE v2 GID of an IPv4 address");
+    let entry = table.iter().find(|e| e.index == index).expect("the default is in the table");
+    assert_eq!((entry.gid_type, entry.gid.ipv4()), (GidType::RoceV2, Some(local_ip())), "{table:?}");
+    assert!(entry.ifindex != 0, "a RoCE GID belongs to an interface: {entry:?}");
+    let len = ctx.query_port(PORT).unwrap().gid_tbl_len();
+    assert!(
+        table.iter().all(|e| e.index < len && matches!(e.gid_type, GidType::RoceV1 | GidType::RoceV2)),
+        "an Ethernet port's table has RoCE entries only: {table:?}"
+    );
+    let link = Link::default_for(&ctx, PORT).unwrap();
+    // Five QPs on one CQ (one refused connect among them): room for all their queues.
+    let cq = r._ctx.create_cq(2048).unwrap();
+    assert_eq!(link, Link { port: PORT, gid_index: index });
+
+    let (a, b) =
+        (r.pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap(), r.pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap());
+    let (ea, eb) = (a.local_endpoint(link).unwrap(), b.local_endpoint(link).unwrap());
+    assert_ne!(ea.psn, eb.psn, "random initial PSNs");
+    assert!(ea.psn <= 0xff_ffff && eb.psn <= 0xff_ffff);
+    assert!(
+        matches!(a.connect(link, QpAccess::REMOTE_WRITE, &eb, &ea), Err(Error::InvalidArgument { .. })),
+        "another QP's endpoint"
+    );
+    let a = r.pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let ea = a.local_endpoint(link).unwrap();
+    let a = a.connect(link, QpAccess::REMOTE_WRITE, &ea, &eb).expect("RC connect a");
+    let b = b.connect(link, QpAccess::REMOTE_WRITE, &eb, &ea).expect("RC connect b");
+    let (ua, ub) =
+        (r.pd.create_qp::<UC>(&QpConfig::new(&cq)).unwrap(), r.pd.create_qp::<UC>(&QpConfig::new(&cq)).unwrap());
+    let (eua, eub) = (ua.local_endpoint(link).unwrap(), ub.local_endpoint(link).unwrap());
+    let ua = ua.connect(link, QpAccess::REMOTE_WRITE, &eua, &eub).expect("UC connect a");
+    let _ub = ub.connect(link, QpAccess::REMOTE_WRITE, &eub, &eua).expect("UC connect b");
+
+    let mut src = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
+    fill(&mut src, 21);
+    let target = r.pd.alloc_mr(2 * 4096, access::REMOTE_RW).unwrap();
+    let mut inbox = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let rt = s.post_recv(&b, Recv::new(inbox.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&a, Send::new(src.slice(..).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        let (c, _) = s.wait(rt, WAIT).unwrap();
+        assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 4096));
+        for (qp_write, at) in [(0usize, 0usize), (1, 4096)] {
+            let dst = target.remote(at..at + 4096).unwrap();
+            let t = if qp_write == 0 {
+                s.post_send(&a, Write::new(src.slice(..).unwrap(), dst)).unwrap()
+            } else {
+                s.post_send(&ua, Write::new(src.slice(..).unwrap(), dst)).unwrap()
+            };
+            assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        }
+    })
+    .unwrap();
+    assert_eq!(inbox.as_slice(), src.as_slice(), "the RC SEND");
+    let mut written = vec![0u8; 2 * 4096];
+    target.read_volatile_into(0, &mut written).unwrap();
+    assert_eq!(&written[..4096], src.as_slice(), "the RC WRITE");
+    // UC: unacknowledged, so the sender's completion says nothing of delivery; poll until the
+    // bytes are there (bounded).
+    let deadline = Instant::now() + WAIT;
+    while written[4096..] != *src.as_slice() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        target.read_volatile_into(0, &mut written).unwrap();
+    }
+    assert_eq!(&written[4096..], src.as_slice(), "the UC WRITE");
+}
