@@ -330,3 +330,45 @@ fn the_verbs_connect_helper_picks_the_roce_v2_gid_and_random_psns() {
     }
     assert_eq!(&written[4096..], src.as_slice(), "the UC WRITE");
 }
+
+/// Runs `server` and then `client` (each `rdma_server` / `rdma_client`, ours or rdma-core's) on
+/// `port` of the device's address; both must exit 0, the client printing `end 0`. Neither
+/// client retries a refused connect (both exit 1): the test re-runs it until the server
+/// listens, bounded.
+fn server_and_client(server: &std::path::Path, client: &std::path::Path, port: TcpPort) {
+    let ip = local_ip().to_string();
+    let port = port.get().to_string();
+    let args = ["-s".to_string(), ip, "-p".to_string(), port];
+    // The C server prints to a pipe, buffered: nothing shows it listens. The client is re-run
+    // until it gets through (a refused connect exits 1), bounded.
+    let mut srv = Proc::spawn("rdma_server", server, &args);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let mut cli = Proc::spawn("rdma_client", client, &args);
+        let Some((status, _)) = cli.wait_exit(WAIT) else {
+            cli.stop();
+            panic!("rdma_client did not exit:\n{}", cli.output());
+        };
+        if status.success() {
+            assert!(cli.output().contains("rdma_client: end 0"), "{}", cli.output());
+            break;
+        }
+        assert!(Instant::now() < deadline, "rdma_client kept failing:\n{}\n{}", cli.output(), srv.output());
+    }
+    let Some((status, _)) = srv.wait_exit(WAIT) else {
+        srv.stop();
+        panic!("rdma_server did not exit:\n{}", srv.output());
+    };
+    assert!(status.success(), "rdma_server failed ({status}):\n{}", srv.output());
+}
+
+#[test]
+fn our_rdma_server_example_serves_rdma_cores_rdma_client() {
+    server_and_client(&example("rdma_server"), &c_tool("rdma_client"), TcpPort::CmOurServerExampleWithCClient);
+}
+
+#[test]
+fn our_rdma_client_example_talks_to_rdma_cores_rdma_server() {
+    server_and_client(&c_tool("rdma_server"), &example("rdma_client"), TcpPort::CmCServerWithOurClientExample);
+}

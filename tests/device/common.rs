@@ -350,6 +350,8 @@ pub enum TcpPort {
     // RDMA CM ports (rdma_cm's own port space, kept in the same registry).
     CmOursWithCClient,
     CmCServerWithOurs,
+    CmOurServerExampleWithCClient,
+    CmCServerWithOurClientExample,
     // The two-host tests (tests/twohost/, which includes this file): listened on by host A or B.
     TwoHostRcOursOnA,
     TwoHostRcOursOnB,
@@ -413,6 +415,8 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::PerfWriteLatTwoProcesses,
         TcpPort::CmOursWithCClient,
         TcpPort::CmCServerWithOurs,
+        TcpPort::CmOurServerExampleWithCClient,
+        TcpPort::CmCServerWithOurClientExample,
         // Every two-host port (this also keeps them used in the device binary).
         TcpPort::TwoHostRcOursOnA,
         TcpPort::TwoHostRcOursOnB,
