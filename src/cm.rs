@@ -808,6 +808,20 @@ impl Accepting {
     }
 }
 
+/// How the peer ended a connection ([`Connection::wait_disconnected`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerEnded {
+    /// `RDMA_CM_EVENT_DISCONNECTED`: the peer disconnected (or its identifier was destroyed)
+    /// after it saw the connection established.
+    Disconnected,
+    /// `RDMA_CM_EVENT_REJECTED` on the established connection: the peer went away before it
+    /// saw the connection established (its side was still accepting).
+    Rejected {
+        /// The reject reason (28: the consumer's, i.e. the peer's identifier destroyed).
+        status: i32,
+    },
+}
+
 /// An established RC connection: the connected QP and the connection's identifier.
 ///
 /// The QP is the program's: post on it with scopes, lanes and owned tokens ([`Connection::qp`],
@@ -844,13 +858,21 @@ impl Connection {
         &self.private_data
     }
 
-    /// Waits at most `timeout` for the peer's disconnect (`RDMA_CM_EVENT_DISCONNECTED`).
+    /// Waits at most `timeout` for the peer to end the connection, and says how:
+    /// `RDMA_CM_EVENT_DISCONNECTED` (its `rdma_disconnect`, or its identifier destroyed, e.g.
+    /// with its process, after it saw the connection established), or `REJECTED` (a peer that
+    /// went away before it saw the connection established, which this side already had).
     ///
     /// # Errors
     /// [`Error::Timeout`]; [`Error::Cm`] for another event (e.g. `DEVICE_REMOVAL`);
     /// [`Error::Verb`] with `rdma_get_cm_event`.
-    pub fn wait_disconnected(&self, timeout: Duration) -> Result<()> {
-        self.raw.expect(Verb::Disconnect, CmEvent::Disconnected, timeout).map(drop)
+    pub fn wait_disconnected(&self, timeout: Duration) -> Result<PeerEnded> {
+        let e = self.raw.next_event(timeout, || "the peer's disconnect".into())?;
+        match e.kind {
+            CmEvent::Disconnected => Ok(PeerEnded::Disconnected),
+            CmEvent::Rejected => Ok(PeerEnded::Rejected { status: e.status }),
+            kind => Err(Error::Cm { step: Verb::Disconnect, event: kind, status: e.status }),
+        }
     }
 
     /// `rdma_disconnect`, then the QP moved to ERR (its outstanding requests complete with

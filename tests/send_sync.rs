@@ -240,6 +240,7 @@ assert_impl_all!(typed_verbs::device::GidEntry: Send, Sync, Unpin, Copy);
 assert_impl_all!(typed_verbs::device::GidType: Send, Sync, Unpin, Copy);
 assert_impl_all!(ConnParam: Send, Sync, Unpin, Clone);
 assert_impl_all!(CmEvent: Send, Sync, Unpin, Copy);
+assert_impl_all!(typed_verbs::cm::PeerEnded: Send, Sync, Unpin, Copy);
 assert_not_impl_any!(CmId<Idle>: Clone, Copy);
 assert_not_impl_any!(CmListener: Clone, Copy);
 assert_not_impl_any!(ConnRequest: Clone, Copy);

@@ -6,7 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use typed_verbs::cm::{CmEvent, CmId, CmListener, ConnParam, Connection};
+use typed_verbs::cm::{CmEvent, CmId, CmListener, ConnParam, Connection, PeerEnded};
 use typed_verbs::prelude::*;
 
 use crate::common::*;
@@ -103,7 +103,7 @@ fn an_rc_connection_by_ip_address_carries_traffic_and_sees_the_peers_disconnect(
     // The active side disconnects; the passive side sees it, then hands its QP back in ERR.
     let qp = conn.disconnect().expect("rdma_disconnect");
     assert_eq!(qp.query_state().unwrap(), typed_verbs::qp::ObservedState::Err);
-    peer.wait_disconnected(WAIT).expect("the peer's disconnect");
+    assert_eq!(peer.wait_disconnected(WAIT).expect("the peer's disconnect"), PeerEnded::Disconnected);
     let peer_qp = peer.qp_mut();
     assert_eq!(peer_qp.outstanding(), (0, 0));
     let peer_qp = peer.disconnect().expect("disconnect after the peer's");
@@ -211,7 +211,7 @@ fn our_listener_serves_rdma_cores_rdma_client() {
     let conn = accepting.accept(WAIT).expect("rdma_accept");
     let got = exchange(&conn, &side, recv, b"from typed-verbs");
     assert_eq!(got.len(), 16, "rdma_client's message");
-    conn.wait_disconnected(WAIT).expect("rdma_client disconnects when done");
+    assert_eq!(conn.wait_disconnected(WAIT).expect("rdma_client disconnects when done"), PeerEnded::Disconnected);
     conn.disconnect().expect("our side of the disconnect");
     let Some((status, _)) = client.wait_exit(WAIT) else {
         client.stop();
@@ -244,7 +244,7 @@ fn our_connect_talks_to_rdma_cores_rdma_server() {
     };
     let got = exchange(&conn, &side, recv, b"from typed-verbs");
     assert_eq!(got.len(), 16, "rdma_server's answer");
-    conn.wait_disconnected(WAIT).expect("rdma_server disconnects when done");
+    assert_eq!(conn.wait_disconnected(WAIT).expect("rdma_server disconnects when done"), PeerEnded::Disconnected);
     conn.disconnect().expect("our side of the disconnect");
     let Some((status, _)) = server.wait_exit(WAIT) else {
         server.stop();
@@ -371,4 +371,67 @@ fn our_rdma_server_example_serves_rdma_cores_rdma_client() {
 #[test]
 fn our_rdma_client_example_talks_to_rdma_cores_rdma_server() {
     server_and_client(&c_tool("rdma_server"), &example("rdma_client"), TcpPort::CmCServerWithOurClientExample);
+}
+
+/// The peer process killed after the connection is established (rdma-core's `rdma_server`,
+/// waiting for our message): its identifier dies with it, this side sees `DISCONNECTED` in
+/// bounded time, and the receive it had posted comes back, flushed, with its buffer.
+#[test]
+fn a_killed_peer_is_seen_as_a_disconnect_and_every_buffer_comes_back() {
+    let port = TcpPort::CmKilledCServer.get();
+    let ip = local_ip();
+    let args = ["-s".to_string(), ip.to_string(), "-p".to_string(), port.to_string()];
+    let mut server = Proc::spawn("rdma_server", &c_tool("rdma_server"), &args);
+    let side = Side::on(&device_name());
+    let deadline = Instant::now() + WAIT;
+    let (conn, recv) = loop {
+        let connecting = resolve(SocketAddr::new(IpAddr::V4(ip), port)).prepare(side.qp(), QpAccess::empty()).unwrap();
+        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        match connecting.connect(&ConnParam::default(), WAIT) {
+            Ok(conn) => break (conn, recv),
+            Err(Error::Rejected { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => panic!("connecting to rdma_server: {e}\n{}", server.output()),
+        }
+    };
+    server.stop();
+    let start = Instant::now();
+    // The server is killed while it waits for our message: after its accept returned
+    // (DISCONNECTED), or, if it had not yet seen the connection established, REJECTED (28, the
+    // consumer's reject: its identifier destroyed with its process).
+    match conn.wait_disconnected(WAIT).expect("the killed peer's end of the connection") {
+        PeerEnded::Disconnected | PeerEnded::Rejected { status: 28 } => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(start.elapsed() < WAIT);
+    let qp = conn.disconnect().expect("our side");
+    let (c, chunk) = recv.wait(WAIT).map_err(|e| e.error).expect("the receive, flushed");
+    assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+    assert_eq!(chunk.len(), 16, "the buffer came back");
+    assert_eq!(qp.outstanding(), (0, 0));
+}
+
+/// Identifiers dropped in every state, and a request dropped unanswered: nothing blocks, and
+/// the side that connected to the dropped request is refused in bounded time.
+#[test]
+fn identifiers_dropped_in_every_state_end_cleanly() {
+    let ip = local_ip();
+    drop(CmId::new().unwrap());
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(ip), 0), 4).unwrap();
+    let port = listener.port();
+    let to = SocketAddr::new(IpAddr::V4(ip), port);
+    drop(CmId::new().unwrap().resolve_addr(None, to, WAIT).unwrap());
+    drop(resolve(to));
+    let side = Side::on(&device_name());
+    drop(resolve(to).prepare(side.qp(), QpAccess::empty()).unwrap());
+    // A request dropped without an answer: the connecting side fails, in bounded time.
+    let server = std::thread::spawn(move || {
+        let req = listener.next_request(WAIT).expect("a request");
+        drop(req);
+        listener
+    });
+    let start = Instant::now();
+    let r = resolve(to).connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT);
+    assert!(matches!(r, Err(Error::Rejected { .. }) | Err(Error::Cm { .. })), "{:?}", r.map(|_| ()));
+    assert!(start.elapsed() < WAIT, "{:?}", start.elapsed());
+    drop(server.join().expect("the listener thread"));
 }

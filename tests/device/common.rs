@@ -352,6 +352,7 @@ pub enum TcpPort {
     CmCServerWithOurs,
     CmOurServerExampleWithCClient,
     CmCServerWithOurClientExample,
+    CmKilledCServer,
     // The two-host tests (tests/twohost/, which includes this file): listened on by host A or B.
     TwoHostRcOursOnA,
     TwoHostRcOursOnB,
@@ -417,6 +418,7 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::CmCServerWithOurs,
         TcpPort::CmOurServerExampleWithCClient,
         TcpPort::CmCServerWithOurClientExample,
+        TcpPort::CmKilledCServer,
         // Every two-host port (this also keeps them used in the device binary).
         TcpPort::TwoHostRcOursOnA,
         TcpPort::TwoHostRcOursOnB,
