@@ -367,6 +367,8 @@ pub enum TcpPort {
     TwoHostPowerOff,
     TwoHostLinkDown,
     TwoHostMtu,
+    TwoHostCmOursOnA,
+    TwoHostCmOursOnB,
 }
 
 impl TcpPort {
@@ -433,6 +435,8 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::TwoHostPowerOff,
         TcpPort::TwoHostLinkDown,
         TcpPort::TwoHostMtu,
+        TcpPort::TwoHostCmOursOnA,
+        TcpPort::TwoHostCmOursOnB,
     ];
     let ports: std::collections::HashSet<u16> = all.iter().map(|p| p.get()).collect();
     assert_eq!(ports.len(), all.len(), "{all:?}");

@@ -19,6 +19,7 @@ mod remote;
 
 mod peer;
 
+mod cm;
 mod faults;
 mod interop;
 mod memory;
