@@ -435,3 +435,173 @@ fn identifiers_dropped_in_every_state_end_cleanly() {
     assert!(start.elapsed() < WAIT, "{:?}", start.elapsed());
     drop(server.join().expect("the listener thread"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Attacks on the connection manager (branch attack-cm).
+
+/// The READ/atomic depths of a QP (`ibv_query_qp` on its raw handle, a query `typed_verbs::raw`
+/// allows): (max_rd_atomic, max_dest_rd_atomic).
+#[allow(unsafe_code)]
+fn depths(qp: &Qp<RC, RTS>) -> (u8, u8) {
+    let mut attr = typed_verbs_sys::ibv_qp_attr::default();
+    let mut init = typed_verbs_sys::ibv_qp_init_attr::default();
+    let mask = typed_verbs_sys::IBV_QP_MAX_QP_RD_ATOMIC | typed_verbs_sys::IBV_QP_MAX_DEST_RD_ATOMIC;
+    // SAFETY: the QP is alive (borrowed); both out-pointers are valid; a query only.
+    let ret = unsafe { typed_verbs_sys::ibv_query_qp(qp.as_raw(), &mut attr, mask as i32, &mut init) };
+    assert_eq!(ret, 0, "ibv_query_qp");
+    (attr.max_rd_atomic, attr.max_dest_rd_atomic)
+}
+
+/// One connection between `active` and `passive` parameters; the depths each QP got:
+/// ((active max_rd_atomic, active max_dest_rd_atomic), (passive ..., passive ...)).
+fn connect_with_depths(active: ConnParam, passive: ConnParam) -> ((u8, u8), (u8, u8)) {
+    let ip = local_ip();
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(ip), 0), 4).unwrap();
+    let port = listener.port();
+    let server = std::thread::spawn(move || {
+        let req = listener.next_request(WAIT).expect("a request");
+        let side = Side::on(&req.device_name().unwrap());
+        let conn = req.accept(side.qp(), QpAccess::REMOTE_READ, &passive, WAIT).expect("accept");
+        (side, conn)
+    });
+    let side = Side::on(&device_name());
+    let conn = resolve(SocketAddr::new(IpAddr::V4(ip), port))
+        .connect(side.qp(), QpAccess::REMOTE_READ, &active, WAIT)
+        .expect("connect");
+    let (pside, pconn) = server.join().unwrap();
+    let a = depths(conn.qp());
+    let p = depths(pconn.qp());
+    drop((conn, pconn, side, pside));
+    (a, p)
+}
+
+/// The IBTA rule the CM's depths exist for: a QP never has more RDMA READ / atomic requests
+/// outstanding (`max_rd_atomic`) than its peer has responder resources for
+/// (`max_dest_rd_atomic`), and neither side exceeds what its `ConnParam` asked. With unequal
+/// depths on the two sides (the passive one accepting fewer, then the active one), the
+/// passive QP was moved to RTS before `rdma_accept` with the kernel's value, which is the
+/// REQ's responder resources (the peer's offer), not the accept's initiator depth: it could
+/// issue 4 READs at a peer QP that takes 1.
+#[test]
+fn cm_depths_never_exceed_the_peers_responder_resources() {
+    for (a, p) in [(4u8, 1u8), (1, 4)] {
+        let active = ConnParam { responder_resources: a, initiator_depth: a, ..ConnParam::default() };
+        let passive = ConnParam { responder_resources: p, initiator_depth: p, ..ConnParam::default() };
+        let ((a_rd, a_dest), (p_rd, p_dest)) = connect_with_depths(active, passive);
+        let what = format!(
+            "active asks {a}/{a}, passive {p}/{p}: active max_rd_atomic {a_rd} max_dest_rd_atomic {a_dest}, \
+             passive max_rd_atomic {p_rd} max_dest_rd_atomic {p_dest}"
+        );
+        assert!(p_rd <= a_dest, "the passive QP may issue more READs than the active one takes: {what}");
+        assert!(a_rd <= p_dest, "the active QP may issue more READs than the passive one takes: {what}");
+        assert!(a_rd <= a && p_rd <= p, "a QP issues more READs than its initiator depth: {what}");
+        assert!(a_dest <= a && p_dest <= p, "a QP takes more READs than its responder resources: {what}");
+    }
+}
+
+/// `Duration::MAX` is a legal timeout ("wait as long as it takes"): every CM wait takes it
+/// without panicking (`timeout + 1s` and `Instant::now() + timeout` overflowed).
+#[test]
+fn cm_waits_take_duration_max_without_panicking() {
+    let ip = local_ip();
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(ip), 0), 4).unwrap();
+    let port = listener.port();
+    let server = std::thread::spawn(move || {
+        let req = listener.next_request(Duration::MAX).expect("a request");
+        let side = Side::on(&req.device_name().unwrap());
+        let conn = req.accept(side.qp(), QpAccess::empty(), &ConnParam::default(), Duration::MAX).expect("accept");
+        (side, conn)
+    });
+    let to = SocketAddr::new(IpAddr::V4(ip), port);
+    let id = CmId::new().unwrap().resolve_addr(None, to, Duration::MAX).expect("resolve_addr");
+    let id = id.resolve_route(Duration::MAX).expect("resolve_route");
+    let side = Side::on(&device_name());
+    let conn = id.connect(side.qp(), QpAccess::empty(), &ConnParam::default(), Duration::MAX).expect("connect");
+    let (pside, pconn) = server.join().expect("the server thread");
+    drop(conn.disconnect().expect("disconnect"));
+    assert_eq!(pconn.wait_disconnected(Duration::MAX).expect("the disconnect"), PeerEnded::Disconnected);
+    drop((pconn, side, pside));
+}
+
+/// Owned receives posted on `Connecting::qp` (the documented way: before the peer can send)
+/// when the connect then fails: the QP is dropped inside `connect`, but the tokens keep it
+/// alive in INIT, where a receive never completes. The buffers must come back (flushed), not
+/// wait forever for a completion that cannot come.
+#[test]
+fn receives_posted_before_a_failed_connect_come_back_flushed() {
+    let port = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 1).unwrap().port();
+    let side = Side::on(&device_name());
+    let connecting =
+        resolve(SocketAddr::new(IpAddr::V4(local_ip()), port)).prepare(side.qp(), QpAccess::empty()).unwrap();
+    let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+    let r = connecting.connect(&ConnParam::default(), WAIT);
+    assert!(matches!(r, Err(Error::Rejected { .. })), "nobody listens: {:?}", r.map(|_| ()));
+    let (c, chunk) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the receive back, flushed");
+    assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+    assert_eq!(chunk.len(), 16);
+}
+
+/// The same on the passive side: a receive posted on `Accepting::qp`, then an accept that
+/// fails (private data above the REP's 196 bytes, refused typed after the QP went to RTR).
+#[test]
+fn receives_posted_before_a_failed_accept_come_back_flushed() {
+    let ip = local_ip();
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(ip), 0), 4).unwrap();
+    let port = listener.port();
+    let server = std::thread::spawn(move || {
+        let req = listener.next_request(WAIT).expect("a request");
+        let side = Side::on(&req.device_name().unwrap());
+        let param = ConnParam { private_data: vec![7; 197], ..ConnParam::default() };
+        let accepting = req.prepare(side.qp(), QpAccess::empty(), param).expect("prepare");
+        let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let r = accepting.accept(WAIT);
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "197 bytes: {:?}", r.map(|_| ()));
+        let (c, chunk) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the receive back, flushed");
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+        assert_eq!(chunk.len(), 16);
+        drop(side);
+    });
+    let side = Side::on(&device_name());
+    let r = resolve(SocketAddr::new(IpAddr::V4(ip), port)).connect(
+        side.qp(),
+        QpAccess::empty(),
+        &ConnParam::default(),
+        WAIT,
+    );
+    assert!(r.is_err(), "the accept failed");
+    server.join().expect("the server thread");
+}
+
+/// Two threads waiting on one listener through `&self` at once (`next_request` takes `&self`,
+/// `CmListener` is `Sync`): each gets one of two requests, nothing is lost or duplicated.
+#[test]
+fn two_threads_waiting_on_one_listener_each_get_one_request() {
+    let ip = local_ip();
+    let listener = std::sync::Arc::new(CmListener::bind(SocketAddr::new(IpAddr::V4(ip), 0), 4).unwrap());
+    let port = listener.port();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let l = std::sync::Arc::clone(&listener);
+            std::thread::spawn(move || {
+                let req = l.next_request(WAIT).expect("a request");
+                let side = Side::on(&req.device_name().unwrap());
+                let conn = req.accept(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT).expect("accept");
+                (side, conn)
+            })
+        })
+        .collect();
+    let side = Side::on(&device_name());
+    let conns: Vec<_> = (0..2)
+        .map(|_| {
+            resolve(SocketAddr::new(IpAddr::V4(ip), port))
+                .connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT)
+                .expect("connect")
+        })
+        .collect();
+    let passive: Vec<_> = waiters.into_iter().map(|w| w.join().expect("a waiter")).collect();
+    let mut theirs: Vec<u32> = passive.iter().map(|(_, c)| c.qp().qp_num()).collect();
+    theirs.sort();
+    theirs.dedup();
+    assert_eq!(theirs.len(), 2, "two distinct connections");
+    drop((conns, passive, side));
+}
