@@ -123,6 +123,16 @@ impl Drop for RawId {
     }
 }
 
+/// `e`, after moving `qp` to ERR: the failure of a connect or accept whose QP may have owned
+/// receives posted ([`Connecting::qp`], [`Accepting::qp`]). Their tokens keep the QP alive
+/// after it is dropped here; in ERR their receives complete flushed, so the tokens hand the
+/// buffers back (in INIT or RTR they would never complete). A failed move to ERR leaves them
+/// to the release rule, as any dropped QP.
+fn flushed<S: crate::transport::QpState>(qp: Qp<RC, S>, e: Error) -> Error {
+    drop(qp.to_error());
+    e
+}
+
 /// `-1` with errno (librdmacm's convention) as an [`Error::Verb`].
 fn check(ret: i32, verb: Verb, context: impl FnOnce() -> String) -> Result<()> {
     if ret != 0 {
@@ -205,7 +215,8 @@ impl RawId {
 
     /// Waits at most `timeout` for the next event, copies what it carried and acknowledges it.
     fn next_event(&self, timeout: Duration, what: impl Fn() -> String) -> Result<Event> {
-        let deadline = Instant::now() + timeout;
+        // `None`: a timeout too long for an `Instant` (e.g. `Duration::MAX`), i.e. no deadline.
+        let deadline = Instant::now().checked_add(timeout);
         // SAFETY: the channel is alive; `fd` is its descriptor.
         let fd = unsafe { (*self.channel.as_ptr()).fd };
         loop {
@@ -243,7 +254,7 @@ impl RawId {
             if err.kind() != std::io::ErrorKind::WouldBlock {
                 return Err(Error::verb(Verb::GetCmEvent, what(), err));
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 return Err(Error::Timeout { what: what(), after: timeout });
             }
@@ -281,16 +292,34 @@ impl RawId {
         init.mask |= sys::IBV_QP_ACCESS_FLAGS;
         let qp: Qp<RC, INIT> = qp.cm_modify(&init)?;
         let mut rtr = self.qp_attr(sys::IBV_QPS_RTR)?;
-        if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
-            rtr.attr.max_dest_rd_atomic = rtr.attr.max_dest_rd_atomic.min(param.responder_resources);
+        // Before `rdma_accept` the kernel's value is the request's initiator depth; the accept
+        // tells the peer it may have `responder_resources` outstanding (the peer's QP takes
+        // that from the REP), so the QP must take exactly that many, as librdmacm's own
+        // `rdma_accept` sets it (`RDMA_MAX_RESP_RES`, 255: the kernel's value).
+        if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 && param.responder_resources != u8::MAX {
+            rtr.attr.max_dest_rd_atomic = param.responder_resources;
         }
         Ok(qp.cm_modify(&rtr)?)
     }
 
-    /// Moves `qp` RTR → RTS with the CM's attributes.
-    fn qp_to_rts(&self, qp: Qp<RC, RTR>) -> Result<Qp<RC, RTS>> {
-        let rts = self.qp_attr(sys::IBV_QPS_RTS)?;
-        Ok(qp.cm_modify(&rts)?)
+    /// Moves `qp` RTR → RTS with the CM's attributes, issuing at most `initiator_depth` RDMA
+    /// READ/atomic requests at once (255, `RDMA_MAX_INIT_DEPTH`: the CM's value).
+    ///
+    /// The CM's value is the peer's responder resources (the REQ's on the passive side, before
+    /// the accept; the REP's on the active side): never above it, so the peer's QP has room
+    /// for every request this one issues, and never above this side's own initiator depth,
+    /// which the accept or connect told the peer.
+    ///
+    /// On failure the QP is [flushed](flushed) (receives may be posted on it).
+    fn qp_to_rts(&self, qp: Qp<RC, RTR>, initiator_depth: u8) -> Result<Qp<RC, RTS>> {
+        let mut rts = match self.qp_attr(sys::IBV_QPS_RTS) {
+            Ok(rts) => rts,
+            Err(e) => return Err(flushed(qp, e)),
+        };
+        if rts.mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 && initiator_depth != u8::MAX {
+            rts.attr.max_rd_atomic = rts.attr.max_rd_atomic.min(initiator_depth);
+        }
+        qp.cm_modify(&rts).map_err(|e| flushed(e.qp, e.error))
     }
 
     /// Refuses a QP of another device than the one the identifier is bound to.
@@ -475,7 +504,7 @@ impl CmId<Idle> {
         // (librdmacm copies them).
         let ret = unsafe { sys::rdma_resolve_addr(self.raw.ptr(), src_ptr, dst_raw.as_mut_ptr(), millis(timeout)) };
         check(ret, Verb::ResolveAddr, || format!("{dst}"))?;
-        self.raw.expect(Verb::ResolveAddr, CmEvent::AddrResolved, timeout + Duration::from_secs(1))?;
+        self.raw.expect(Verb::ResolveAddr, CmEvent::AddrResolved, timeout.saturating_add(Duration::from_secs(1)))?;
         Ok(CmId { raw: self.raw, _state: PhantomData })
     }
 }
@@ -499,7 +528,7 @@ impl CmId<AddrResolved> {
         // SAFETY: the identifier is alive, its address resolved.
         let ret = unsafe { sys::rdma_resolve_route(self.raw.ptr(), millis(timeout)) };
         check(ret, Verb::ResolveRoute, || "the route".into())?;
-        self.raw.expect(Verb::ResolveRoute, CmEvent::RouteResolved, timeout + Duration::from_secs(1))?;
+        self.raw.expect(Verb::ResolveRoute, CmEvent::RouteResolved, timeout.saturating_add(Duration::from_secs(1)))?;
         Ok(CmId { raw: self.raw, _state: PhantomData })
     }
 }
@@ -580,28 +609,45 @@ impl Connecting {
     /// - [`Error::Verb`] with `rdma_connect`, `rdma_init_qp_attr`, `ibv_modify_qp` or
     ///   `rdma_establish` and its errno.
     ///
-    /// The QP is dropped with an error.
+    /// With an error the QP is moved to ERR (receives posted on it complete flushed, their
+    /// tokens hand the buffers back) and dropped.
     ///
     /// See rdma_connect(3), rdma_establish(3).
     #[doc(alias = "rdma_connect")]
     #[doc(alias = "rdma_establish")]
     pub fn connect(self, param: &ConnParam, timeout: Duration) -> Result<Connection> {
         let Connecting { raw: id, qp } = self;
-        let mut raw = param.raw(qp.qp_num(), CONNECT_PRIVATE, "rdma_connect")?;
+        let mut raw = match param.raw(qp.qp_num(), CONNECT_PRIVATE, "rdma_connect") {
+            Ok(raw) => raw,
+            Err(e) => return Err(flushed(qp, e)),
+        };
         // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
         // points at live across the call (librdmacm copies them).
         let ret = unsafe { sys::rdma_connect(id.ptr(), &mut raw) };
-        check(ret, Verb::Connect, || format!("QP {:#x}", qp.qp_num()))?;
-        let reply = id.expect(Verb::Connect, CmEvent::ConnectResponse, timeout)?;
-        let mut rtr = id.qp_attr(sys::IBV_QPS_RTR)?;
+        if let Err(e) = check(ret, Verb::Connect, || format!("QP {:#x}", qp.qp_num())) {
+            return Err(flushed(qp, e));
+        }
+        let reply = match id.expect(Verb::Connect, CmEvent::ConnectResponse, timeout) {
+            Ok(reply) => reply,
+            Err(e) => return Err(flushed(qp, e)),
+        };
+        let mut rtr = match id.qp_attr(sys::IBV_QPS_RTR) {
+            Ok(rtr) => rtr,
+            Err(e) => return Err(flushed(qp, e)),
+        };
         if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
             rtr.attr.max_dest_rd_atomic = rtr.attr.max_dest_rd_atomic.min(param.responder_resources);
         }
-        let qp: Qp<RC, RTR> = qp.cm_modify(&rtr)?;
-        let qp = id.qp_to_rts(qp)?;
+        let qp: Qp<RC, RTR> = match qp.cm_modify(&rtr) {
+            Ok(qp) => qp,
+            Err(e) => return Err(flushed(e.qp, e.error)),
+        };
+        let qp = id.qp_to_rts(qp, param.initiator_depth)?;
         // SAFETY: the identifier is alive and got its connect response.
         let ret = unsafe { sys::rdma_establish(id.ptr()) };
-        check(ret, Verb::Establish, || format!("QP {:#x}", qp.qp_num()))?;
+        if let Err(e) = check(ret, Verb::Establish, || format!("QP {:#x}", qp.qp_num())) {
+            return Err(flushed(qp, e));
+        }
         Ok(Connection { raw: id, qp, private_data: reply.private_data })
     }
 }
@@ -705,9 +751,10 @@ impl ConnRequest {
     }
 
     /// Moves `qp` (the program's own, on the request's device) to INIT, granting `access`, and
-    /// RTR with the CM's attributes (the peer's READ/atomic depth bounded by `param`'s
-    /// responder resources): receives may be posted on it now ([`Accepting::qp`], owned
-    /// receives), before [`Accepting::accept`] lets the peer send.
+    /// RTR with the CM's attributes (taking as many READ/atomic requests of the peer at once
+    /// as `param`'s responder resources, which the accept tells the peer): receives may be
+    /// posted on it now ([`Accepting::qp`], owned receives), before [`Accepting::accept`] lets
+    /// the peer send.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a QP of another device; [`Error::Verb`] with
@@ -793,17 +840,27 @@ impl Accepting {
     /// - [`Error::InvalidArgument`] for private data above 196 bytes;
     /// - [`Error::Verb`] with `rdma_init_qp_attr`, `ibv_modify_qp` or `rdma_accept`.
     ///
+    /// With an error the QP is moved to ERR (receives posted on it complete flushed, their
+    /// tokens hand the buffers back) and dropped.
+    ///
     /// See rdma_accept(3).
     #[doc(alias = "rdma_accept")]
     pub fn accept(self, timeout: Duration) -> Result<Connection> {
         let Accepting { raw: id, qp, param, private_data } = self;
-        let mut raw = param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept")?;
-        let qp = id.qp_to_rts(qp)?;
+        let mut raw = match param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept") {
+            Ok(raw) => raw,
+            Err(e) => return Err(flushed(qp, e)),
+        };
+        let qp = id.qp_to_rts(qp, param.initiator_depth)?;
         // SAFETY: the identifier is alive (a connection request's); `raw` and its private data
         // live across the call.
         let ret = unsafe { sys::rdma_accept(id.ptr(), &mut raw) };
-        check(ret, Verb::Accept, || format!("QP {:#x}", qp.qp_num()))?;
-        id.expect(Verb::Accept, CmEvent::Established, timeout)?;
+        if let Err(e) = check(ret, Verb::Accept, || format!("QP {:#x}", qp.qp_num())) {
+            return Err(flushed(qp, e));
+        }
+        if let Err(e) = id.expect(Verb::Accept, CmEvent::Established, timeout) {
+            return Err(flushed(qp, e));
+        }
         Ok(Connection { raw: id, qp, private_data })
     }
 }
