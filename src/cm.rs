@@ -104,11 +104,15 @@ struct RawId {
     channel: NonNull<sys::rdma_event_channel>,
 }
 
-// SAFETY: librdmacm's calls on an identifier and its channel may be made from any thread; the
-// library makes them only through `&mut self` or by value (one thread at a time), and reads the
-// identifier's fields (`verbs`, `port_num`) only while it owns it.
+// SAFETY: librdmacm's calls on an identifier and its channel may be made from any thread (it is
+// thread-safe: its state is behind its own locks, and events are read from the channel's
+// descriptor); the identifier and channel are destroyed only by value (`Drop`).
 unsafe impl Send for RawId {}
-// SAFETY: `&RawId` only reads fields that do not change after the route is resolved.
+// SAFETY: through `&RawId` the library reads the identifier's `verbs` (fixed once the address is
+// resolved, before any `&` is shared: the states that expose it consumed the resolving one),
+// calls `rdma_get_src_port` / `rdma_init_qp_attr` (reads), and reads events
+// (`rdma_get_cm_event` on the channel, from any number of threads: each event goes to one
+// reader; device test `cm::two_threads_waiting_on_one_listener_each_get_one_request`).
 unsafe impl Sync for RawId {}
 
 impl Drop for RawId {

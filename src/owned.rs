@@ -93,7 +93,7 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
     /// # Errors
     /// [`OwnedWaitError`] with [`Error::Timeout`] (or a poll failure) and the token.
     pub fn wait(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
-        let mut idle = Idle::until(Instant::now() + timeout);
+        let mut idle = Idle::until(crate::scope::deadline_after(Instant::now(), timeout));
         loop {
             let q = self.q.as_ref();
             if let Take::Done(c) = q.tracked().try_take(self.seq) {

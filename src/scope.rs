@@ -697,7 +697,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 
     fn drain(&self) -> Result<()> {
         let touched = std::mem::take(&mut *lock(&self.touched));
-        let deadline = Instant::now() + self.drain_timeout;
+        let deadline = deadline_after(Instant::now(), self.drain_timeout);
         let mut broken = None;
         let mut forced: Vec<*const QpShared> = Vec::new();
         for &q in &touched {
@@ -742,6 +742,12 @@ pub(crate) enum Waiting {
 /// A busy-polling wait reads the clock once every this many empty polls.
 pub const SPIN_CLOCK_EVERY: u32 = 1024;
 
+/// `from + d`, saturating: a timeout too long to represent (e.g. `Duration::MAX`) waits about
+/// as long as the clock can count (a deadline decades away), instead of panicking.
+pub(crate) fn deadline_after(from: Instant, d: Duration) -> Instant {
+    from.checked_add(d).or_else(|| from.checked_add(Duration::from_secs(u64::from(u32::MAX)))).unwrap_or(from)
+}
+
 /// The empty polls of one bounded wait: reads the clock only once a poll came back empty (and,
 /// spinning, only every [`SPIN_CLOCK_EVERY`] of them), yields the thread unless spinning.
 /// Every bounded poll loop of the library goes through it (the waits, the drain, the flushes).
@@ -771,7 +777,7 @@ impl Idle {
             return false;
         }
         let now = Instant::now();
-        if now >= *self.deadline.get_or_insert(now + self.timeout) {
+        if now >= *self.deadline.get_or_insert(deadline_after(now, self.timeout)) {
             return true;
         }
         if self.how == Waiting::Yield {
@@ -875,7 +881,7 @@ fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, u
 /// A failed poll.
 fn wait_flushed(qp: &QpShared, timeout: Duration, tail_grace: Option<Duration>) -> Result<(u32, u32)> {
     let start = Instant::now();
-    let mut idle = Idle::until(start + timeout);
+    let mut idle = Idle::until(deadline_after(start, timeout));
     loop {
         let (sq, rq) = qp.outstanding();
         if sq == 0 && rq == 0 {
@@ -1071,5 +1077,26 @@ impl<'m, K: MwType, R: WindowRights> Completes for PendingUnbind<'m, K, R> {
     }
     fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
         Some(Box::new(self.bound.into_mw()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A timeout too long to represent (`Duration::MAX`) saturates instead of panicking: the
+    /// deadline is decades away, and neither a yielding nor a spinning wait runs out.
+    #[test]
+    fn timeouts_too_long_to_represent_saturate() {
+        let now = Instant::now();
+        let far = deadline_after(now, Duration::MAX);
+        assert!(far > now + Duration::from_secs(10 * 365 * 24 * 3600), "{:?}", far - now);
+        assert_eq!(deadline_after(now, Duration::from_secs(5)), now + Duration::from_secs(5));
+        let mut yielding = Idle::new(Waiting::Yield, Duration::MAX);
+        assert!(!yielding.expired() && !yielding.expired());
+        let mut spinning = Idle::new(Waiting::Spin, Duration::MAX);
+        assert!((0..2 * SPIN_CLOCK_EVERY).all(|_| !spinning.expired()));
+        let mut until = Idle::until(far);
+        assert!(!until.expired());
     }
 }

@@ -483,7 +483,7 @@ fn connect_with_depths(active: ConnParam, passive: ConnParam) -> ((u8, u8), (u8,
 /// REQ's responder resources (the peer's offer), not the accept's initiator depth: it could
 /// issue 4 READs at a peer QP that takes 1.
 #[test]
-fn cm_depths_never_exceed_the_peers_responder_resources() {
+fn depths_never_exceed_the_peers_responder_resources() {
     for (a, p) in [(4u8, 1u8), (1, 4)] {
         let active = ConnParam { responder_resources: a, initiator_depth: a, ..ConnParam::default() };
         let passive = ConnParam { responder_resources: p, initiator_depth: p, ..ConnParam::default() };
@@ -502,7 +502,7 @@ fn cm_depths_never_exceed_the_peers_responder_resources() {
 /// `Duration::MAX` is a legal timeout ("wait as long as it takes"): every CM wait takes it
 /// without panicking (`timeout + 1s` and `Instant::now() + timeout` overflowed).
 #[test]
-fn cm_waits_take_duration_max_without_panicking() {
+fn waits_take_duration_max_without_panicking() {
     let ip = local_ip();
     let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(ip), 0), 4).unwrap();
     let port = listener.port();
