@@ -137,6 +137,16 @@ fn flushed<S: crate::transport::QpState>(qp: Qp<RC, S>, e: Error) -> Error {
     e
 }
 
+/// The value of `$r`, or, on its error, a return of that error after [flushing](flushed) `$qp`.
+macro_rules! or_flush {
+    ($r:expr, $qp:expr) => {
+        match $r {
+            Ok(v) => v,
+            Err(e) => return Err(flushed($qp, e)),
+        }
+    };
+}
+
 /// `-1` with errno (librdmacm's convention) as an [`Error::Verb`].
 fn check(ret: i32, verb: Verb, context: impl FnOnce() -> String) -> Result<()> {
     if ret != 0 {
@@ -316,10 +326,7 @@ impl RawId {
     ///
     /// On failure the QP is [flushed](flushed) (receives may be posted on it).
     fn qp_to_rts(&self, qp: Qp<RC, RTR>, initiator_depth: u8) -> Result<Qp<RC, RTS>> {
-        let mut rts = match self.qp_attr(sys::IBV_QPS_RTS) {
-            Ok(rts) => rts,
-            Err(e) => return Err(flushed(qp, e)),
-        };
+        let mut rts = or_flush!(self.qp_attr(sys::IBV_QPS_RTS), qp);
         if rts.mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 && initiator_depth != u8::MAX {
             rts.attr.max_rd_atomic = rts.attr.max_rd_atomic.min(initiator_depth);
         }
@@ -621,37 +628,21 @@ impl Connecting {
     #[doc(alias = "rdma_establish")]
     pub fn connect(self, param: &ConnParam, timeout: Duration) -> Result<Connection> {
         let Connecting { raw: id, qp } = self;
-        let mut raw = match param.raw(qp.qp_num(), CONNECT_PRIVATE, "rdma_connect") {
-            Ok(raw) => raw,
-            Err(e) => return Err(flushed(qp, e)),
-        };
+        let mut raw = or_flush!(param.raw(qp.qp_num(), CONNECT_PRIVATE, "rdma_connect"), qp);
         // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
         // points at live across the call (librdmacm copies them).
         let ret = unsafe { sys::rdma_connect(id.ptr(), &mut raw) };
-        if let Err(e) = check(ret, Verb::Connect, || format!("QP {:#x}", qp.qp_num())) {
-            return Err(flushed(qp, e));
-        }
-        let reply = match id.expect(Verb::Connect, CmEvent::ConnectResponse, timeout) {
-            Ok(reply) => reply,
-            Err(e) => return Err(flushed(qp, e)),
-        };
-        let mut rtr = match id.qp_attr(sys::IBV_QPS_RTR) {
-            Ok(rtr) => rtr,
-            Err(e) => return Err(flushed(qp, e)),
-        };
+        or_flush!(check(ret, Verb::Connect, || format!("QP {:#x}", qp.qp_num())), qp);
+        let reply = or_flush!(id.expect(Verb::Connect, CmEvent::ConnectResponse, timeout), qp);
+        let mut rtr = or_flush!(id.qp_attr(sys::IBV_QPS_RTR), qp);
         if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
             rtr.attr.max_dest_rd_atomic = rtr.attr.max_dest_rd_atomic.min(param.responder_resources);
         }
-        let qp: Qp<RC, RTR> = match qp.cm_modify(&rtr) {
-            Ok(qp) => qp,
-            Err(e) => return Err(flushed(e.qp, e.error)),
-        };
+        let qp: Qp<RC, RTR> = qp.cm_modify(&rtr).map_err(|e| flushed(e.qp, e.error))?;
         let qp = id.qp_to_rts(qp, param.initiator_depth)?;
         // SAFETY: the identifier is alive and got its connect response.
         let ret = unsafe { sys::rdma_establish(id.ptr()) };
-        if let Err(e) = check(ret, Verb::Establish, || format!("QP {:#x}", qp.qp_num())) {
-            return Err(flushed(qp, e));
-        }
+        or_flush!(check(ret, Verb::Establish, || format!("QP {:#x}", qp.qp_num())), qp);
         Ok(Connection { raw: id, qp, private_data: reply.private_data })
     }
 }
@@ -851,20 +842,13 @@ impl Accepting {
     #[doc(alias = "rdma_accept")]
     pub fn accept(self, timeout: Duration) -> Result<Connection> {
         let Accepting { raw: id, qp, param, private_data } = self;
-        let mut raw = match param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept") {
-            Ok(raw) => raw,
-            Err(e) => return Err(flushed(qp, e)),
-        };
+        let mut raw = or_flush!(param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept"), qp);
         let qp = id.qp_to_rts(qp, param.initiator_depth)?;
         // SAFETY: the identifier is alive (a connection request's); `raw` and its private data
         // live across the call.
         let ret = unsafe { sys::rdma_accept(id.ptr(), &mut raw) };
-        if let Err(e) = check(ret, Verb::Accept, || format!("QP {:#x}", qp.qp_num())) {
-            return Err(flushed(qp, e));
-        }
-        if let Err(e) = id.expect(Verb::Accept, CmEvent::Established, timeout) {
-            return Err(flushed(qp, e));
-        }
+        or_flush!(check(ret, Verb::Accept, || format!("QP {:#x}", qp.qp_num())), qp);
+        or_flush!(id.expect(Verb::Accept, CmEvent::Established, timeout), qp);
         Ok(Connection { raw: id, qp, private_data })
     }
 }

@@ -221,27 +221,32 @@ fn our_listener_serves_rdma_cores_rdma_client() {
     assert!(client.output().contains("rdma_client: end 0"), "{}", client.output());
 }
 
-#[test]
-fn our_connect_talks_to_rdma_cores_rdma_server() {
-    let port = TcpPort::CmCServerWithOurs.get();
-    let ip = local_ip();
+/// Starts rdma-core's `rdma_server` on `port` and connects to it with a QP of `side` whose
+/// 16-byte receive is posted before the connection; `rdma_server` listens a moment after it
+/// starts, so the connect is retried while it is refused (bounded).
+fn connect_to_c_server(
+    side: &Side,
+    port: TcpPort,
+) -> (Proc, Connection, typed_verbs::owned::OwnedToken<Chunk<access::LocalRw>>) {
+    let (ip, port) = (local_ip(), port.get());
     let args = ["-s".to_string(), ip.to_string(), "-p".to_string(), port.to_string()];
-    let mut server = Proc::spawn("rdma_server", &c_tool("rdma_server"), &args);
-    let side = Side::on(&device_name());
-    // rdma_server listens a moment after it starts: connect until it answers (bounded).
+    let server = Proc::spawn("rdma_server", &c_tool("rdma_server"), &args);
     let deadline = Instant::now() + WAIT;
-    let (conn, recv) = loop {
+    loop {
         let connecting = resolve(SocketAddr::new(IpAddr::V4(ip), port)).prepare(side.qp(), QpAccess::empty()).unwrap();
-        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(side))).map_err(|e| e.error).unwrap();
         match connecting.connect(&ConnParam::default(), WAIT) {
-            Ok(conn) => break (conn, recv),
-            Err(Error::Rejected { .. }) if Instant::now() < deadline => {
-                drop(recv);
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            Ok(conn) => return (server, conn, recv),
+            Err(Error::Rejected { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
             Err(e) => panic!("connecting to rdma_server: {e}\n{}", server.output()),
         }
-    };
+    }
+}
+
+#[test]
+fn our_connect_talks_to_rdma_cores_rdma_server() {
+    let side = Side::on(&device_name());
+    let (mut server, conn, recv) = connect_to_c_server(&side, TcpPort::CmCServerWithOurs);
     let got = exchange(&conn, &side, recv, b"from typed-verbs");
     assert_eq!(got.len(), 16, "rdma_server's answer");
     assert_eq!(conn.wait_disconnected(WAIT).expect("rdma_server disconnects when done"), PeerEnded::Disconnected);
@@ -378,21 +383,8 @@ fn our_rdma_client_example_talks_to_rdma_cores_rdma_server() {
 /// bounded time, and the receive it had posted comes back, flushed, with its buffer.
 #[test]
 fn a_killed_peer_is_seen_as_a_disconnect_and_every_buffer_comes_back() {
-    let port = TcpPort::CmKilledCServer.get();
-    let ip = local_ip();
-    let args = ["-s".to_string(), ip.to_string(), "-p".to_string(), port.to_string()];
-    let mut server = Proc::spawn("rdma_server", &c_tool("rdma_server"), &args);
     let side = Side::on(&device_name());
-    let deadline = Instant::now() + WAIT;
-    let (conn, recv) = loop {
-        let connecting = resolve(SocketAddr::new(IpAddr::V4(ip), port)).prepare(side.qp(), QpAccess::empty()).unwrap();
-        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
-        match connecting.connect(&ConnParam::default(), WAIT) {
-            Ok(conn) => break (conn, recv),
-            Err(Error::Rejected { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => panic!("connecting to rdma_server: {e}\n{}", server.output()),
-        }
-    };
+    let (mut server, conn, recv) = connect_to_c_server(&side, TcpPort::CmKilledCServer);
     server.stop();
     let start = Instant::now();
     // The server is killed while it waits for our message: after its accept returned
