@@ -229,8 +229,8 @@ impl RawId {
 
     /// Waits at most `timeout` for the next event, copies what it carried and acknowledges it.
     fn next_event(&self, timeout: Duration, what: impl Fn() -> String) -> Result<Event> {
-        // `None`: a timeout too long for an `Instant` (e.g. `Duration::MAX`), i.e. no deadline.
-        let deadline = Instant::now().checked_add(timeout);
+        // Saturating: a timeout too long for an `Instant` (e.g. `Duration::MAX`) does not panic.
+        let deadline = crate::scope::deadline_after(Instant::now(), timeout);
         // SAFETY: the channel is alive; `fd` is its descriptor.
         let fd = unsafe { (*self.channel.as_ptr()).fd };
         loop {
@@ -268,7 +268,7 @@ impl RawId {
             if err.kind() != std::io::ErrorKind::WouldBlock {
                 return Err(Error::verb(Verb::GetCmEvent, what(), err));
             }
-            let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::Timeout { what: what(), after: timeout });
             }
@@ -298,13 +298,19 @@ impl RawId {
         Ok(CmAttr { attr, mask: mask as u32 })
     }
 
-    /// Moves `qp` RESET → INIT → RTR with the CM's attributes, granting `access`.
-    fn qp_to_rtr(&self, qp: Qp<RC, RESET>, access: QpAccess, param: &ConnParam) -> Result<Qp<RC, RTR>> {
+    /// Moves `qp` (of the identifier's device) RESET → INIT with the CM's attributes, granting
+    /// `access`.
+    fn qp_to_init(&self, qp: Qp<RC, RESET>, access: QpAccess) -> Result<Qp<RC, INIT>> {
         self.check_device(&qp)?;
         let mut init = self.qp_attr(sys::IBV_QPS_INIT)?;
         init.attr.qp_access_flags = access.bits();
         init.mask |= sys::IBV_QP_ACCESS_FLAGS;
-        let qp: Qp<RC, INIT> = qp.cm_modify(&init)?;
+        Ok(qp.cm_modify(&init)?)
+    }
+
+    /// Moves `qp` RESET → INIT → RTR with the CM's attributes, granting `access`.
+    fn qp_to_rtr(&self, qp: Qp<RC, RESET>, access: QpAccess, param: &ConnParam) -> Result<Qp<RC, RTR>> {
+        let qp = self.qp_to_init(qp, access)?;
         let mut rtr = self.qp_attr(sys::IBV_QPS_RTR)?;
         // Before `rdma_accept` the kernel's value is the request's initiator depth; the accept
         // tells the peer it may have `responder_resources` outstanding (the peer's QP takes
@@ -561,11 +567,7 @@ impl CmId<RouteResolved> {
     /// See rdma_init_qp_attr(3).
     #[doc(alias = "rdma_init_qp_attr")]
     pub fn prepare(self, qp: Qp<RC, RESET>, access: QpAccess) -> Result<Connecting> {
-        self.raw.check_device(&qp)?;
-        let mut init = self.raw.qp_attr(sys::IBV_QPS_INIT)?;
-        init.attr.qp_access_flags = access.bits();
-        init.mask |= sys::IBV_QP_ACCESS_FLAGS;
-        let qp: Qp<RC, INIT> = qp.cm_modify(&init)?;
+        let qp = self.raw.qp_to_init(qp, access)?;
         Ok(Connecting { raw: self.raw, qp })
     }
 

@@ -28,7 +28,7 @@ use typed_verbs_sys as sys;
 
 use crate::access::{AccessSet, HasLocalWrite, LegalAccess};
 use crate::error::{Error, Result, Verb};
-use crate::mr::{local_sealed, range_of, LocalSink, LocalSource, OdpTag, RemoteSlice};
+use crate::mr::{local_sealed, range_of, sge_len, LocalSink, LocalSource, OdpTag, RemoteSlice};
 use crate::pd::{Pd, PdId, PdInner};
 
 /// A memory region over a dma-buf: `struct ibv_mr` from `ibv_reg_dmabuf_mr`. Deregistered on
@@ -175,9 +175,7 @@ impl<A: AccessSet> DmabufMr<A> {
     /// The iova and length of `range` as one scatter/gather entry.
     fn entry(&self, range: impl RangeBounds<usize>, what: &'static str) -> Result<(u64, u32)> {
         let (off, len) = range_of(range, self.len, what)?;
-        let len = u32::try_from(len)
-            .map_err(|_| Error::invalid(what, format!("{len} bytes do not fit one scatter/gather entry")))?;
-        Ok((self.iova + off as u64, len))
+        Ok((self.iova + off as u64, sge_len(len, what)?))
     }
 
     /// The remote view of `range` (iova, length, rkey) for a peer, typed by the region's rights.

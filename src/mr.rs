@@ -312,7 +312,8 @@ pub(crate) fn range_of(r: impl RangeBounds<usize>, len: usize, what: &'static st
     Ok((start, end - start))
 }
 
-fn sge_len(len: usize, what: &'static str) -> Result<u32> {
+/// `len` as the length of one scatter/gather entry (a `u32`), or the refusal of `what`.
+pub(crate) fn sge_len(len: usize, what: &'static str) -> Result<u32> {
     u32::try_from(len).map_err(|_| Error::invalid(what, format!("{len} bytes do not fit one scatter/gather entry")))
 }
 
