@@ -173,7 +173,7 @@ fn serve(o: &Opts) -> Result<(), Error> {
     let mine = active_mtu(&ctx)?;
 
     let listener = pingpong::Listener::bind(o.port)?;
-    let me = qp.endpoint(PORT, o.gid_index, pingpong::random_psn())?;
+    let me = qp.endpoint(PORT, o.gid_index, typed_verbs::qp::random_psn())?;
     pingpong::print_address("local address: ", &me);
     println!("port MTU {}; waiting for a client on port {}", mine.bytes(), listener.port());
     let (conn, peers, theirs) = listener.accept_with(1, remote::CLIENT_EXTRA, o.timeout, o.timeout)?;
@@ -224,7 +224,7 @@ fn access(o: &Opts) -> Result<(), Error> {
     let caps = QpCaps { max_send_wr: 4, max_recv_wr: 4, ..QpCaps::default() };
     let qp = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let mine = active_mtu(&ctx)?;
-    let me = qp.endpoint(PORT, o.gid_index, pingpong::random_psn())?;
+    let me = qp.endpoint(PORT, o.gid_index, typed_verbs::qp::random_psn())?;
     pingpong::print_address("local address: ", &me);
     let (peers, extra) = pingpong::client_exchange_with(
         &o.host,

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use typed_verbs::device::LinkLayer;
 use typed_verbs::prelude::*;
-use typed_verbs::qp::Transitions;
+use typed_verbs::qp::{random_psn, Transitions};
 use typed_verbs::transport::{SupportsSend, Unaddressed};
 
 /// The length of the address message on the wire, NUL included.
@@ -735,17 +735,6 @@ pub fn print_address(which: &str, ep: &Endpoint) {
         ep.psn,
         Ipv6Addr::from(ep.gid.0)
     );
-}
-
-/// A 24-bit PSN that differs between runs (the C tools use `lrand48() & 0xffffff`).
-pub fn random_psn() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
-    }
-    (h.finish() as u32) & 0xff_ffff
 }
 
 /// Opens `-d`'s device, or the first one found.
