@@ -597,12 +597,7 @@ fn a_forgotten_raw_region_stays_registered_and_frees_nothing() {
 fn the_buffer_pool_example_checks_every_byte() {
     let args = [device_name(), gid_index().to_string()];
     let mut p = Proc::spawn("buffer_pool", &example("buffer_pool"), &args);
-    let Some((status, _)) = p.wait_exit(Duration::from_secs(120)) else {
-        p.stop();
-        panic!("buffer_pool did not exit within 120 s:\n{}", p.output());
-    };
-    let out = p.output();
-    assert!(status.success(), "buffer_pool failed ({status}):\n{out}");
+    let out = p.expect_success(Duration::from_secs(120));
     assert!(out.contains("buffer pool: every byte checked, all correct"), "{out}");
     assert!(out.contains("8 SENDs and 8 RDMA WRITEs from disjoint slots"), "{out}");
     assert!(out.contains("4 chunks sent in owned work requests"), "{out}");

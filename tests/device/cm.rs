@@ -14,9 +14,8 @@ use crate::common::*;
 /// The IPv4 address of the device under test: the one its IPv4-mapped RoCE v2 GID carries.
 fn local_ip() -> Ipv4Addr {
     let ctx = open();
-    let gid = ctx.query_gid(PORT, gid_index()).expect("the RoCE v2 GID").0;
-    assert_eq!(&gid[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff], "GID {gid:x?} is not IPv4-mapped");
-    Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15])
+    let gid = ctx.query_gid(PORT, gid_index()).expect("the RoCE v2 GID");
+    gid.ipv4().unwrap_or_else(|| panic!("GID {:x?} is not IPv4-mapped", gid.0))
 }
 
 /// A PD and a CQ on the device named `dev`, and a new RC QP in RESET on them.
@@ -213,12 +212,8 @@ fn our_listener_serves_rdma_cores_rdma_client() {
     assert_eq!(got.len(), 16, "rdma_client's message");
     assert_eq!(conn.wait_disconnected(WAIT).expect("rdma_client disconnects when done"), PeerEnded::Disconnected);
     conn.disconnect().expect("our side of the disconnect");
-    let Some((status, _)) = client.wait_exit(WAIT) else {
-        client.stop();
-        panic!("rdma_client did not exit:\n{}", client.output());
-    };
-    assert!(status.success(), "rdma_client failed ({status}):\n{}", client.output());
-    assert!(client.output().contains("rdma_client: end 0"), "{}", client.output());
+    let out = client.expect_success(WAIT);
+    assert!(out.contains("rdma_client: end 0"), "{out}");
 }
 
 /// Starts rdma-core's `rdma_server` on `port` and connects to it with a QP of `side` whose
@@ -251,11 +246,7 @@ fn our_connect_talks_to_rdma_cores_rdma_server() {
     assert_eq!(got.len(), 16, "rdma_server's answer");
     assert_eq!(conn.wait_disconnected(WAIT).expect("rdma_server disconnects when done"), PeerEnded::Disconnected);
     conn.disconnect().expect("our side of the disconnect");
-    let Some((status, _)) = server.wait_exit(WAIT) else {
-        server.stop();
-        panic!("rdma_server did not exit:\n{}", server.output());
-    };
-    assert!(status.success(), "rdma_server failed ({status}):\n{}", server.output());
+    server.expect_success(WAIT);
 }
 
 /// The verbs-only bootstrap: the default GID index is the RoCE v2 GID of the interface's IPv4
@@ -361,11 +352,7 @@ fn server_and_client(server: &std::path::Path, client: &std::path::Path, port: T
         }
         assert!(Instant::now() < deadline, "rdma_client kept failing:\n{}\n{}", cli.output(), srv.output());
     }
-    let Some((status, _)) = srv.wait_exit(WAIT) else {
-        srv.stop();
-        panic!("rdma_server did not exit:\n{}", srv.output());
-    };
-    assert!(status.success(), "rdma_server failed ({status}):\n{}", srv.output());
+    srv.expect_success(WAIT);
 }
 
 #[test]

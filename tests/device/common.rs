@@ -313,6 +313,20 @@ impl Proc {
         }
         None
     }
+
+    /// Waits at most `within` for the exit and asserts it succeeded (the test fails, with
+    /// everything the process printed, if it failed or is still running: it is killed then);
+    /// its output.
+    pub fn expect_success(&mut self, within: Duration) -> String {
+        match self.wait_exit(within) {
+            Some((st, _)) => assert!(st.success(), "{} failed ({st}):\n{}", self.label, self.output()),
+            None => {
+                self.stop();
+                panic!("{} did not finish within {within:?}:\n{}", self.label, self.output());
+            }
+        }
+        self.output()
+    }
 }
 
 impl Drop for Proc {

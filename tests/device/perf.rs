@@ -26,14 +26,7 @@ fn args(test: &str, extra: &[&str]) -> Vec<String> {
 
 /// Waits for `p` to exit successfully (bounded) and returns its output.
 fn finished(p: &mut Proc) -> String {
-    match p.wait_exit(LIMIT) {
-        Some((st, _)) => assert!(st.success(), "{} failed ({st}):\n{}", p.label, p.output()),
-        None => {
-            p.stop();
-            panic!("{} did not finish within {LIMIT:?}:\n{}", p.label, p.output());
-        }
-    }
-    p.output()
+    p.expect_success(LIMIT)
 }
 
 /// Checks the latency report of a measuring run: perftest's table line for 2 bytes and
