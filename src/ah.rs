@@ -12,6 +12,7 @@ use typed_verbs_sys as sys;
 use crate::device::Gid;
 use crate::error::{Error, Result, Verb};
 use crate::pd::{Pd, PdInner};
+use crate::wc::{Completion, WcOpcode};
 
 /// The global route header of an address (`struct ibv_global_route`). Required on RoCE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +62,27 @@ impl AddressVector {
     /// An address over `port` to the remote LID `dlid` (InfiniBand, same subnet).
     pub fn local(port: u8, dlid: u16) -> Self {
         AddressVector { dlid, sl: 0, src_path_bits: 0, static_rate: 0, port, grh: None }
+    }
+
+    /// The address vector `ah` describes (e.g. one the connection manager computed).
+    pub(crate) fn from_raw(ah: &sys::ibv_ah_attr) -> Self {
+        // SAFETY: `raw` is the byte view of the GID union; every bit pattern is valid.
+        let dgid = Gid(unsafe { ah.grh.dgid.raw });
+        let grh = (ah.is_global != 0).then_some(Grh {
+            dgid,
+            flow_label: ah.grh.flow_label,
+            sgid_index: ah.grh.sgid_index,
+            hop_limit: ah.grh.hop_limit,
+            traffic_class: ah.grh.traffic_class,
+        });
+        AddressVector {
+            dlid: ah.dlid,
+            sl: ah.sl,
+            src_path_bits: ah.src_path_bits,
+            static_rate: ah.static_rate,
+            port: ah.port_num,
+            grh,
+        }
     }
 
     pub(crate) fn to_raw(self) -> sys::ibv_ah_attr {
@@ -148,6 +170,53 @@ impl Pd {
     }
 }
 
+/// The 40 bytes a UD receive buffer starts with (`struct ibv_grh`): the global route header
+/// of a datagram that carried one ([`Completion::has_grh`]), where the device wrote it. On
+/// RoCE v2 over IPv4 its last 20 bytes are the packet's IPv4 header.
+pub type GrhBytes = [u8; 40];
+
+impl Pd {
+    /// `ibv_create_ah_from_wc`: an address handle back to where the UD receive `wc` came from,
+    /// its global route header `grh` (the first 40 bytes of the receive's buffer) and the port
+    /// it arrived on. How a UD server answers a client that it knows only from a datagram
+    /// (rdma-core's `udaddy` server does this).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `wc` is not a successful receive; [`Error::Verb`] with
+    /// `ibv_create_ah_from_wc` and its errno (e.g. no local GID matching the GRH's destination).
+    ///
+    /// See ibv_create_ah_from_wc(3).
+    #[doc(alias = "ibv_create_ah_from_wc")]
+    #[doc(alias = "ibv_init_ah_from_wc")]
+    pub fn create_ah_from_wc(&self, port: u8, wc: &Completion, grh: &GrhBytes) -> Result<Ah> {
+        if !wc.is_success() || !matches!(wc.opcode(), WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+            return Err(Error::invalid(
+                "ibv_create_ah_from_wc",
+                format!("a {:?} completion with status {:?}: not a received datagram", wc.opcode(), wc.status()),
+            ));
+        }
+        let mut raw = wc.to_raw_source();
+        // SAFETY: `ibv_grh` is 40 bytes of integers and GIDs, for which every bit pattern is
+        // valid; the read is unaligned, from 40 readable bytes, into an aligned copy.
+        let mut g: sys::ibv_grh = unsafe { std::ptr::read_unaligned(grh.as_ptr().cast()) };
+        let mut attr = sys::ibv_ah_attr::default();
+        // SAFETY: the PD's context is alive (the PD holds it); `raw` is an initialised
+        // `ibv_wc` (the receive's own fields), `g` an initialised `ibv_grh` and `attr` a valid
+        // out-pointer, all three exclusively borrowed for the call and not kept by the verb.
+        let ret = unsafe { sys::ibv_init_ah_from_wc(self.context_ptr(), port, &mut raw, &mut g, &mut attr) };
+        if ret != 0 {
+            let what = format!("a completion of QP {:#x}, port {port}", wc.qp_num());
+            // Some of its failures return -1 with errno, others the errno value.
+            return Err(if ret == -1 {
+                Error::last_os(Verb::InitAhFromWc, what)
+            } else {
+                Error::from_ret(Verb::InitAhFromWc, what, ret)
+            });
+        }
+        self.create_ah(&AddressVector::from_raw(&attr))
+    }
+}
+
 impl Ah {
     /// The address vector the handle was created from.
     pub fn address(&self) -> &AddressVector {
@@ -156,5 +225,24 @@ impl Ah {
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_ah {
         self.inner.ah.as_ptr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_vector_survives_the_round_trip_through_ibv_ah_attr() {
+        let global = AddressVector { sl: 3, static_rate: 2, ..AddressVector::global(1, Gid([0xfe; 16]), 7) };
+        let mut g = global;
+        g.grh = Some(Grh { flow_label: 0x12345, traffic_class: 9, hop_limit: 1, ..global.grh.unwrap() });
+        for av in [global, g, AddressVector::local(2, 0x17)] {
+            assert_eq!(AddressVector::from_raw(&av.to_raw()), av);
+        }
+        // Without `is_global`, whatever the GRH fields hold is no GRH.
+        let mut raw = g.to_raw();
+        raw.is_global = 0;
+        assert_eq!(AddressVector::from_raw(&raw).grh, None);
     }
 }

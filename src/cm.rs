@@ -32,9 +32,31 @@ use std::time::{Duration, Instant};
 
 use typed_verbs_sys as sys;
 
+use crate::ah::{AddressVector, Ah};
 use crate::error::{Error, Result, Verb};
-use crate::qp::{CmAttr, Qp, QpAccess};
-use crate::transport::{INIT, RC, RESET, RTR, RTS};
+use crate::pd::Pd;
+use crate::qp::{CmAttr, Qp, QpAccess, SqPsn, UdRtr};
+use crate::transport::{Transport, INIT, RC, RESET, RTR, RTS, UD};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A transport the connection manager sets up: [`RC`] (port space `RDMA_PS_TCP`, a
+/// connection) or [`UD`] (`RDMA_PS_UDP`: a service ID resolved to the peer's QP number and
+/// Q_Key). Sealed.
+pub trait CmTransport: Transport + sealed::Sealed {
+    /// The `RDMA_PS_*` port space of its identifiers.
+    const PORT_SPACE: sys::rdma_port_space;
+}
+impl sealed::Sealed for RC {}
+impl CmTransport for RC {
+    const PORT_SPACE: sys::rdma_port_space = sys::RDMA_PS_TCP;
+}
+impl sealed::Sealed for UD {}
+impl CmTransport for UD {
+    const PORT_SPACE: sys::rdma_port_space = sys::RDMA_PS_UDP;
+}
 
 /// A connection manager event (`enum rdma_cm_event_type`), as the CM reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,8 +114,18 @@ struct Event {
     /// The new identifier of a connection request (owned from here on).
     id: *mut sys::rdma_cm_id,
     private_data: Vec<u8>,
+    /// RC identifiers' events: the peer's READ/atomic depths.
     responder_resources: u8,
     initiator_depth: u8,
+    /// UD identifiers' events: the peer's address, QP number and Q_Key (`ESTABLISHED`).
+    ud: Option<UdParam>,
+}
+
+/// The `struct rdma_ud_param` of a UD identifier's event, without its private data.
+struct UdParam {
+    ah_attr: sys::ibv_ah_attr,
+    qp_num: u32,
+    qkey: u32,
 }
 
 /// An event channel and an identifier on it, destroyed together: the identifier first (which
@@ -102,6 +134,9 @@ struct Event {
 struct RawId {
     id: NonNull<sys::rdma_cm_id>,
     channel: NonNull<sys::rdma_event_channel>,
+    /// Whether the identifier is of port space `RDMA_PS_UDP`: which member of an event's
+    /// `param` union librdmacm filled (`ud` for UD identifiers, `conn` for the others).
+    ud: bool,
 }
 
 // SAFETY: librdmacm's calls on an identifier and its channel may be made from any thread (it is
@@ -171,16 +206,19 @@ fn new_channel() -> Result<NonNull<sys::rdma_event_channel>> {
 }
 
 impl RawId {
-    /// A new RC identifier (`RDMA_PS_TCP`) on a new channel of its own.
-    fn new() -> Result<RawId> {
+    /// A new identifier of `T`'s port space on a new channel of its own.
+    fn new<T: CmTransport>() -> Result<RawId> {
         let channel = new_channel()?;
         let mut id = std::ptr::null_mut();
         // SAFETY: the channel is alive; `id` is a valid out-pointer; no context pointer.
-        let ret = unsafe { sys::rdma_create_id(channel.as_ptr(), &mut id, std::ptr::null_mut(), sys::RDMA_PS_TCP) };
+        let ret = unsafe { sys::rdma_create_id(channel.as_ptr(), &mut id, std::ptr::null_mut(), T::PORT_SPACE) };
         match NonNull::new(id).filter(|_| ret == 0) {
-            Some(id) => Ok(RawId { id, channel }),
+            Some(id) => Ok(RawId { id, channel, ud: T::PORT_SPACE == sys::RDMA_PS_UDP }),
             None => {
-                let e = Error::last_os(Verb::CreateId, "an RC identifier (RDMA_PS_TCP)");
+                let e = Error::last_os(
+                    Verb::CreateId,
+                    format!("a {} identifier (port space {:#x})", T::NAME, T::PORT_SPACE),
+                );
                 // SAFETY: ours, no identifier on it.
                 unsafe { sys::rdma_destroy_event_channel(channel.as_ptr()) };
                 Err(e)
@@ -191,8 +229,10 @@ impl RawId {
     /// The identifier of a connection request, moved to a new channel of its own.
     ///
     /// # Safety
-    /// `id` is the identifier a `CONNECT_REQUEST` event carried, owned by the caller from now on.
-    unsafe fn adopt(id: *mut sys::rdma_cm_id) -> Result<RawId> {
+    /// `id` is the identifier a `CONNECT_REQUEST` event carried, owned by the caller from now on;
+    /// `ud` says whether the listener that received it is a UD one (the request's identifier
+    /// has the listener's port space).
+    unsafe fn adopt(id: *mut sys::rdma_cm_id, ud: bool) -> Result<RawId> {
         let id = NonNull::new(id).ok_or_else(|| Error::invalid("rdma_get_cm_event", "a request without identifier"))?;
         let channel = match new_channel() {
             Ok(ch) => ch,
@@ -204,7 +244,7 @@ impl RawId {
         };
         // SAFETY: both alive; the identifier's events so far are acknowledged.
         let ret = unsafe { sys::rdma_migrate_id(id.as_ptr(), channel.as_ptr()) };
-        let raw = RawId { id, channel };
+        let raw = RawId { id, channel, ud };
         check(ret, Verb::MigrateId, || "a connection request's identifier to a channel of its own".into())?;
         Ok(raw)
     }
@@ -227,6 +267,13 @@ impl RawId {
         }
     }
 
+    /// The port of the device the identifier is bound to (0 before it is bound).
+    fn port_num(&self) -> u8 {
+        // SAFETY: the identifier is alive; `port_num` is set by librdmacm when the identifier
+        // is bound to a device (before any `&` to a state that reads it is shared, as `verbs`).
+        unsafe { (*self.ptr()).port_num }
+    }
+
     /// Waits at most `timeout` for the next event, copies what it carried and acknowledges it.
     fn next_event(&self, timeout: Duration, what: impl Fn() -> String) -> Result<Event> {
         // Saturating: a timeout too long for an `Instant` (e.g. `Duration::MAX`) does not panic.
@@ -239,25 +286,34 @@ impl RawId {
             // non-blocking: with no event pending this returns -1 (EAGAIN) at once.
             let ret = unsafe { sys::rdma_get_cm_event(self.channel.as_ptr(), &mut ev) };
             if ret == 0 && !ev.is_null() {
-                // SAFETY: `ev` is a valid event until acknowledged; its private data (if any) is
-                // `private_data_len` bytes, copied before the ack; the union member read is the
-                // one of connected (RC) identifiers, the only ones made here.
+                // SAFETY: `ev` is a valid event until acknowledged; the union member read is the
+                // one librdmacm fills for this identifier's port space (`ud` for UD
+                // identifiers, `conn` for RC ones: `self.ud`, set from the port space the
+                // identifier, or the listener of a request's, was created with); its private
+                // data (if any) is `private_data_len` bytes, copied before the ack.
                 let event = unsafe {
                     let e = &*ev;
-                    let conn = e.param.conn;
-                    let private_data = if conn.private_data.is_null() {
+                    let (data, len, depths, ud) = if self.ud {
+                        let p = e.param.ud;
+                        let ud = UdParam { ah_attr: p.ah_attr, qp_num: p.qp_num, qkey: p.qkey };
+                        (p.private_data, p.private_data_len, (0, 0), Some(ud))
+                    } else {
+                        let p = e.param.conn;
+                        (p.private_data, p.private_data_len, (p.responder_resources, p.initiator_depth), None)
+                    };
+                    let private_data = if data.is_null() {
                         Vec::new()
                     } else {
-                        std::slice::from_raw_parts(conn.private_data.cast::<u8>(), usize::from(conn.private_data_len))
-                            .to_vec()
+                        std::slice::from_raw_parts(data.cast::<u8>(), usize::from(len)).to_vec()
                     };
                     let event = Event {
                         kind: CmEvent::from_raw(e.event),
                         status: e.status,
                         id: e.id,
                         private_data,
-                        responder_resources: conn.responder_resources,
-                        initiator_depth: conn.initiator_depth,
+                        responder_resources: depths.0,
+                        initiator_depth: depths.1,
+                        ud,
                     };
                     sys::rdma_ack_cm_event(ev);
                     event
@@ -301,7 +357,7 @@ impl RawId {
     /// Moves `qp` (of the identifier's device) RESET → INIT with the CM's attributes, granting
     /// `access`.
     fn qp_to_init(&self, qp: Qp<RC, RESET>, access: QpAccess) -> Result<Qp<RC, INIT>> {
-        self.check_device(&qp)?;
+        self.check_device(qp.device_name())?;
         let mut init = self.qp_attr(sys::IBV_QPS_INIT)?;
         init.attr.qp_access_flags = access.bits();
         init.mask |= sys::IBV_QP_ACCESS_FLAGS;
@@ -339,19 +395,40 @@ impl RawId {
         qp.cm_modify(&rts).map_err(|e| flushed(e.qp, e.error))
     }
 
-    /// Refuses a QP of another device than the one the identifier is bound to.
-    fn check_device(&self, qp: &Qp<RC, RESET>) -> Result<()> {
+    /// Refuses an object (a QP, a PD) of another device than the one the identifier is bound
+    /// to: `device` is the object's.
+    fn check_device(&self, device: &str) -> Result<()> {
         match self.device_name() {
-            Some(name) if name == qp.device_name() => Ok(()),
+            Some(name) if name == device => Ok(()),
             name => Err(Error::invalid(
                 "rdma_connect",
                 format!(
-                    "the QP is of device {}, the connection's address is on {}",
-                    qp.device_name(),
+                    "the QP or PD is of device {device}, the identifier's address is on {}",
                     name.as_deref().unwrap_or("no device")
                 ),
             )),
         }
+    }
+
+    /// The Q_Key the CM gives UD QPs of this identifier (`rdma_init_qp_attr` to INIT:
+    /// `RDMA_UDP_QKEY` for `RDMA_PS_UDP`), which the peer's sends carry.
+    fn qkey(&self) -> Result<u32> {
+        let init = self.qp_attr(sys::IBV_QPS_INIT)?;
+        if init.mask & sys::IBV_QP_QKEY == 0 {
+            return Err(Error::invalid("rdma_init_qp_attr", "the connection manager gave no Q_Key"));
+        }
+        Ok(init.attr.qkey)
+    }
+
+    /// Moves a UD `qp` (of the identifier's device) RESET → INIT with the CM's port, P_Key
+    /// index and Q_Key, then RTR and RTS (send PSN 0), as librdmacm readies the UD QPs it
+    /// creates itself.
+    fn ud_qp_to_rts(&self, qp: Qp<UD, RESET>) -> Result<Qp<UD, RTS>> {
+        self.check_device(qp.device_name())?;
+        let init = self.qp_attr(sys::IBV_QPS_INIT)?;
+        let qp: Qp<UD, INIT> = qp.cm_modify(&init)?;
+        let qp = qp.to_rtr(&UdRtr)?;
+        Ok(qp.to_rts(&SqPsn { sq_psn: 0 })?)
     }
 }
 
@@ -407,16 +484,19 @@ pub struct AddrResolved;
 #[derive(Debug)]
 pub struct RouteResolved;
 
-/// An RDMA CM identifier of an RC connection being set up (`struct rdma_cm_id`), in state `S`.
-/// Destroyed on drop (`rdma_destroy_id`), with its event channel.
-pub struct CmId<S> {
+/// An RDMA CM identifier (`struct rdma_cm_id`) in state `S`, of an `RC` connection being set
+/// up (port space `RDMA_PS_TCP`, [`CmId::new`]) or of a `UD` peer being resolved
+/// (`RDMA_PS_UDP`, [`CmId::new_ud`]). Destroyed on drop (`rdma_destroy_id`), with its event
+/// channel.
+pub struct CmId<S, T: CmTransport = RC> {
     raw: RawId,
-    _state: PhantomData<S>,
+    _state: PhantomData<(S, T)>,
 }
 
-impl<S> fmt::Debug for CmId<S> {
+impl<S, T: CmTransport> fmt::Debug for CmId<S, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CmId")
+            .field("transport", &T::NAME)
             .field("state", &std::any::type_name::<S>())
             .field("device", &self.raw.device_name())
             .finish()
@@ -486,7 +566,7 @@ const CONNECT_PRIVATE: usize = 56;
 const ACCEPT_PRIVATE: usize = 196;
 const REJECT_PRIVATE: usize = 148;
 
-impl CmId<Idle> {
+impl CmId<Idle, RC> {
     /// `rdma_create_event_channel` and `rdma_create_id` (`RDMA_PS_TCP`): a new identifier for
     /// an RC connection.
     ///
@@ -496,9 +576,26 @@ impl CmId<Idle> {
     /// See rdma_create_id(3).
     #[doc(alias = "rdma_create_id")]
     pub fn new() -> Result<Self> {
-        Ok(CmId { raw: RawId::new()?, _state: PhantomData })
+        Ok(CmId { raw: RawId::new::<RC>()?, _state: PhantomData })
     }
+}
 
+impl CmId<Idle, UD> {
+    /// `rdma_create_event_channel` and `rdma_create_id` (`RDMA_PS_UDP`): a new identifier that
+    /// resolves a UD service at an IP address and port to its QP number and Q_Key
+    /// ([`CmId::resolve_peer`]).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `rdma_create_event_channel` or `rdma_create_id` and its errno.
+    ///
+    /// See rdma_create_id(3).
+    #[doc(alias = "rdma_create_id")]
+    pub fn new_ud() -> Result<Self> {
+        Ok(CmId { raw: RawId::new::<UD>()?, _state: PhantomData })
+    }
+}
+
+impl<T: CmTransport> CmId<Idle, T> {
     /// `rdma_resolve_addr`: resolves `dst` (and `src`, if given) to a local RDMA device and
     /// waits at most `timeout` (plus a second) for the outcome.
     ///
@@ -513,7 +610,7 @@ impl CmId<Idle> {
         src: Option<SocketAddr>,
         dst: SocketAddr,
         timeout: Duration,
-    ) -> Result<CmId<AddrResolved>> {
+    ) -> Result<CmId<AddrResolved, T>> {
         let mut src = src.map(RawAddr::new);
         let mut dst_raw = RawAddr::new(dst);
         let src_ptr = src.as_mut().map_or(std::ptr::null_mut(), RawAddr::as_mut_ptr);
@@ -526,7 +623,7 @@ impl CmId<Idle> {
     }
 }
 
-impl CmId<AddrResolved> {
+impl<T: CmTransport> CmId<AddrResolved, T> {
     /// The name of the RDMA device the address resolved to: create the QP there.
     pub fn device_name(&self) -> Option<String> {
         self.raw.device_name()
@@ -541,7 +638,7 @@ impl CmId<AddrResolved> {
     ///
     /// See rdma_resolve_route(3).
     #[doc(alias = "rdma_resolve_route")]
-    pub fn resolve_route(self, timeout: Duration) -> Result<CmId<RouteResolved>> {
+    pub fn resolve_route(self, timeout: Duration) -> Result<CmId<RouteResolved, T>> {
         // SAFETY: the identifier is alive, its address resolved.
         let ret = unsafe { sys::rdma_resolve_route(self.raw.ptr(), millis(timeout)) };
         check(ret, Verb::ResolveRoute, || "the route".into())?;
@@ -550,12 +647,19 @@ impl CmId<AddrResolved> {
     }
 }
 
-impl CmId<RouteResolved> {
+impl<T: CmTransport> CmId<RouteResolved, T> {
     /// The name of the RDMA device the route goes through: create the QP there.
     pub fn device_name(&self) -> Option<String> {
         self.raw.device_name()
     }
 
+    /// The port of that device the route leaves from.
+    pub fn port_num(&self) -> u8 {
+        self.raw.port_num()
+    }
+}
+
+impl CmId<RouteResolved, RC> {
     /// Moves `qp` (the program's own, on [`CmId::device_name`]'s device) to INIT with the
     /// CM's attributes, granting `access`: receives may be posted on it now
     /// ([`Connecting::qp`], owned receives), before [`Connecting::connect`] asks the peer.
@@ -588,6 +692,117 @@ impl CmId<RouteResolved> {
         self.prepare(qp, access)?.connect(param, timeout)
     }
 }
+
+impl CmId<RouteResolved, UD> {
+    /// Moves `qp` (the program's own UD QP, on [`CmId::device_name`]'s device) RESET → INIT
+    /// with the CM's port, P_Key index and Q_Key, then RTR and RTS: ready to receive the
+    /// service's datagrams and to send to it once [`CmId::resolve_peer`] has its address. One
+    /// UD QP may serve any number of peers.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a QP of another device; [`Error::Verb`] with
+    /// `rdma_init_qp_attr` or `ibv_modify_qp`. The QP is dropped with an error.
+    ///
+    /// See rdma_init_qp_attr(3).
+    #[doc(alias = "rdma_init_qp_attr")]
+    pub fn ready_qp(&self, qp: Qp<UD, RESET>) -> Result<Qp<UD, RTS>> {
+        self.raw.ud_qp_to_rts(qp)
+    }
+
+    /// The Q_Key the CM gives this identifier's UD QPs (`RDMA_UDP_QKEY`), as
+    /// [`CmId::ready_qp`] sets it.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `rdma_init_qp_attr`.
+    pub fn qkey(&self) -> Result<u32> {
+        self.raw.qkey()
+    }
+
+    /// `rdma_connect` on a UD identifier (a service ID resolution, SIDR): asks the service at
+    /// the resolved address for its QP number and Q_Key, sending `private_data` (at most 180
+    /// bytes), waits at most `timeout` for the answer (`ESTABLISHED`), and creates in `pd` the
+    /// address handle towards it. The identifier is done with then and destroyed.
+    ///
+    /// # Errors
+    /// - [`Error::Cm`] with `UNREACHABLE` and its status (the service rejected the request, or
+    ///   nothing listens on the port), or another event;
+    /// - [`Error::Timeout`];
+    /// - [`Error::InvalidArgument`] for a PD of another device or private data above 180 bytes;
+    /// - [`Error::Verb`] with `rdma_connect` or `ibv_create_ah` and its errno.
+    ///
+    /// See rdma_connect(3).
+    #[doc(alias = "rdma_connect")]
+    pub fn resolve_peer(self, pd: &Pd, private_data: &[u8], timeout: Duration) -> Result<UdPeer> {
+        self.raw.check_device(pd.device_name())?;
+        let mut raw = ud_param(private_data, 0, UD_CONNECT_PRIVATE, "rdma_connect")?;
+        // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
+        // points at live across the call (librdmacm copies them).
+        let ret = unsafe { sys::rdma_connect(self.raw.ptr(), &mut raw) };
+        check(ret, Verb::Connect, || "a UD service (SIDR request)".into())?;
+        let e = self.raw.expect(Verb::Connect, CmEvent::Established, timeout)?;
+        let ud =
+            e.ud.ok_or_else(|| Error::invalid("rdma_get_cm_event", "a UD ESTABLISHED event without its address"))?;
+        let ah = pd.create_ah(&AddressVector::from_raw(&ud.ah_attr))?;
+        Ok(UdPeer { ah, qp_num: ud.qp_num, qkey: ud.qkey, private_data: e.private_data })
+    }
+}
+
+/// The raw parameters of a UD connect or accept: `private_data` (at most `max` bytes) and the
+/// QP number the accept tells the peer.
+fn ud_param(private_data: &[u8], qp_num: u32, max: usize, verb: &'static str) -> Result<sys::rdma_conn_param> {
+    if private_data.len() > max {
+        return Err(Error::invalid(verb, format!("{} bytes of private data; at most {max}", private_data.len())));
+    }
+    Ok(sys::rdma_conn_param {
+        private_data: if private_data.is_empty() { std::ptr::null() } else { private_data.as_ptr().cast() },
+        private_data_len: private_data.len() as u8,
+        responder_resources: 0,
+        initiator_depth: 0,
+        flow_control: 0,
+        retry_count: 0,
+        rnr_retry_count: 0,
+        srq: 0,
+        qp_num,
+    })
+}
+
+/// A UD service that [`CmId::resolve_peer`] resolved: the address handle towards it, its QP
+/// number and Q_Key, what a UD send to it names (`.to(peer.ah(), peer.qp_num(), peer.qkey())`),
+/// and the private data it answered with.
+#[derive(Debug, Clone)]
+pub struct UdPeer {
+    ah: Ah,
+    qp_num: u32,
+    qkey: u32,
+    private_data: Vec<u8>,
+}
+
+impl UdPeer {
+    /// The address handle towards the service (in the PD given to [`CmId::resolve_peer`]).
+    pub fn ah(&self) -> &Ah {
+        &self.ah
+    }
+
+    /// The service's QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// The Q_Key the service's QP takes.
+    pub fn qkey(&self) -> u32 {
+        self.qkey
+    }
+
+    /// The private data the service answered with.
+    pub fn private_data(&self) -> &[u8] {
+        &self.private_data
+    }
+}
+
+/// The largest private data of a UD connect (SIDR REQ, 216 bytes, less the CM's 36-byte
+/// header) and of a UD accept or reject (SIDR REP).
+const UD_CONNECT_PRIVATE: usize = 180;
+const UD_ACCEPT_PRIVATE: usize = 136;
 
 /// The active side between [`CmId::prepare`] and [`Connecting::connect`]: the QP in INIT,
 /// where receives may be posted before the peer can send.
@@ -649,19 +864,21 @@ impl Connecting {
     }
 }
 
-/// A listening RDMA CM identifier (`rdma_bind_addr` + `rdma_listen`): the passive side.
-/// Destroyed on drop.
-pub struct CmListener {
+/// A listening RDMA CM identifier (`rdma_bind_addr` + `rdma_listen`): the passive side, for
+/// `RC` connections ([`CmListener::bind`]) or `UD` service resolutions
+/// ([`CmListener::bind_ud`]). Destroyed on drop.
+pub struct CmListener<T: CmTransport = RC> {
     raw: RawId,
+    _transport: PhantomData<T>,
 }
 
-impl fmt::Debug for CmListener {
+impl<T: CmTransport> fmt::Debug for CmListener<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CmListener").field("port", &self.port()).finish()
+        f.debug_struct("CmListener").field("transport", &T::NAME).field("port", &self.port()).finish()
     }
 }
 
-impl CmListener {
+impl CmListener<RC> {
     /// `rdma_bind_addr` and `rdma_listen`: listens on `addr` (port 0: a port the system
     /// chooses, [`CmListener::port`]) with a backlog of `backlog` pending requests.
     ///
@@ -673,7 +890,29 @@ impl CmListener {
     #[doc(alias = "rdma_listen")]
     #[doc(alias = "rdma_bind_addr")]
     pub fn bind(addr: SocketAddr, backlog: u16) -> Result<CmListener> {
-        let raw = RawId::new()?;
+        Self::listen(addr, backlog)
+    }
+}
+
+impl CmListener<UD> {
+    /// `rdma_bind_addr` and `rdma_listen` on a UD identifier (`RDMA_PS_UDP`): answers service
+    /// ID resolutions of UD peers ([`CmId::resolve_peer`]) on `addr` (port 0: a port the
+    /// system chooses), with a backlog of `backlog` pending requests.
+    ///
+    /// # Errors
+    /// As [`CmListener::bind`].
+    ///
+    /// See rdma_bind_addr(3), rdma_listen(3).
+    #[doc(alias = "rdma_listen")]
+    #[doc(alias = "rdma_bind_addr")]
+    pub fn bind_ud(addr: SocketAddr, backlog: u16) -> Result<CmListener<UD>> {
+        Self::listen(addr, backlog)
+    }
+}
+
+impl<T: CmTransport> CmListener<T> {
+    fn listen(addr: SocketAddr, backlog: u16) -> Result<CmListener<T>> {
+        let raw = RawId::new::<T>()?;
         let mut a = RawAddr::new(addr);
         // SAFETY: the identifier is alive; the address is valid for the call.
         let ret = unsafe { sys::rdma_bind_addr(raw.ptr(), a.as_mut_ptr()) };
@@ -681,7 +920,7 @@ impl CmListener {
         // SAFETY: the identifier is alive and bound.
         let ret = unsafe { sys::rdma_listen(raw.ptr(), i32::from(backlog)) };
         check(ret, Verb::Listen, || format!("{addr}, backlog {backlog}"))?;
-        Ok(CmListener { raw })
+        Ok(CmListener { raw, _transport: PhantomData })
     }
 
     /// The local port it listens on.
@@ -698,53 +937,139 @@ impl CmListener {
     ///
     /// See rdma_get_cm_event(3).
     #[doc(alias = "rdma_get_cm_event")]
-    pub fn next_request(&self, timeout: Duration) -> Result<ConnRequest> {
+    pub fn next_request(&self, timeout: Duration) -> Result<ConnRequest<T>> {
         let e = self.raw.expect(Verb::Listen, CmEvent::ConnectRequest, timeout)?;
-        // SAFETY: a CONNECT_REQUEST's identifier is new and ours to accept, reject or destroy.
-        let raw = unsafe { RawId::adopt(e.id) }?;
+        // SAFETY: a CONNECT_REQUEST's identifier is new and ours to accept, reject or destroy;
+        // it has the listener's port space.
+        let raw = unsafe { RawId::adopt(e.id, self.raw.ud) }?;
         Ok(ConnRequest {
             raw,
             private_data: e.private_data,
             responder_resources: e.responder_resources,
             initiator_depth: e.initiator_depth,
+            _transport: PhantomData,
         })
     }
 }
 
-/// A connection request a listener received: its private data, and its identifier, which
-/// [`ConnRequest::accept`] or [`ConnRequest::reject`] answers. Dropping it destroys the
-/// identifier without an answer (the peer's connect then fails).
-pub struct ConnRequest {
+/// A request a listener received (a connection request on `RC`, a service ID resolution on
+/// `UD`): its private data, and its identifier, which [`ConnRequest::accept`] or
+/// [`ConnRequest::reject`] answers. Dropping it destroys the identifier without an answer (the
+/// peer's connect then fails).
+pub struct ConnRequest<T: CmTransport = RC> {
     raw: RawId,
     private_data: Vec<u8>,
     responder_resources: u8,
     initiator_depth: u8,
+    _transport: PhantomData<T>,
 }
 
-impl fmt::Debug for ConnRequest {
+impl<T: CmTransport> fmt::Debug for ConnRequest<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConnRequest")
+            .field("transport", &T::NAME)
             .field("device", &self.raw.device_name())
             .field("private_data", &self.private_data.len())
             .finish()
     }
 }
 
-impl ConnRequest {
+impl<T: CmTransport> ConnRequest<T> {
     /// The private data the peer sent with its connect.
     pub fn private_data(&self) -> &[u8] {
         &self.private_data
     }
 
+    /// The name of the RDMA device the request arrived on: create the QP there.
+    pub fn device_name(&self) -> Option<String> {
+        self.raw.device_name()
+    }
+
+    /// The port of that device the request arrived on.
+    pub fn port_num(&self) -> u8 {
+        self.raw.port_num()
+    }
+
+    /// `rdma_reject`: refuses the request, sending `private_data` (at most 148 bytes on `RC`,
+    /// 136 on `UD`) to the peer, whose connect fails: with [`Error::Rejected`] carrying it on
+    /// `RC`, with [`Error::Cm`] (`UNREACHABLE`) on `UD`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for private data above the limit; [`Error::Verb`] with
+    /// `rdma_reject`.
+    ///
+    /// See rdma_reject(3).
+    #[doc(alias = "rdma_reject")]
+    pub fn reject(self, private_data: &[u8]) -> Result<()> {
+        let max = if self.raw.ud { UD_ACCEPT_PRIVATE } else { REJECT_PRIVATE };
+        if private_data.len() > max {
+            return Err(Error::invalid(
+                "rdma_reject",
+                format!("{} bytes of private data; at most {max}", private_data.len()),
+            ));
+        }
+        let ptr = if private_data.is_empty() { std::ptr::null() } else { private_data.as_ptr().cast() };
+        // SAFETY: the identifier is alive; the private data is valid for the call.
+        let ret = unsafe { sys::rdma_reject(self.raw.ptr(), ptr, private_data.len() as u8) };
+        check(ret, Verb::Reject, || "a connection request".into())
+    }
+}
+
+impl ConnRequest<UD> {
+    /// Moves `qp` (the program's own UD QP, on the request's device) RESET → INIT with the
+    /// CM's port, P_Key index and Q_Key, then RTR and RTS, as [`CmId::ready_qp`]: a QP to
+    /// [accept](ConnRequest::accept) this request and any later one with.
+    ///
+    /// # Errors
+    /// As [`CmId::ready_qp`].
+    pub fn ready_qp(&self, qp: Qp<UD, RESET>) -> Result<Qp<UD, RTS>> {
+        self.raw.ud_qp_to_rts(qp)
+    }
+
+    /// The Q_Key the CM gives UD QPs for this request (`RDMA_UDP_QKEY`), which the peer's
+    /// sends carry and the accept tells it: the `remote_qkey` of replies to the peer.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `rdma_init_qp_attr`.
+    pub fn qkey(&self) -> Result<u32> {
+        self.raw.qkey()
+    }
+
+    /// `rdma_accept` on a UD request (a SIDR reply): tells the peer `qp`'s number and the
+    /// CM's Q_Key, with `private_data` (at most 136 bytes). The peer's address is not in the
+    /// request: a UD service answers a datagram with an address handle made from it
+    /// ([`Pd::create_ah_from_wc`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a QP of another device than the request's, a QP whose
+    /// Q_Key is not the CM's (the peer's datagrams would be dropped: ready it with
+    /// [`ConnRequest::ready_qp`]) or private data above 136 bytes; [`Error::Verb`] with
+    /// `ibv_query_qp`, `rdma_init_qp_attr` or `rdma_accept`.
+    ///
+    /// See rdma_accept(3).
+    #[doc(alias = "rdma_accept")]
+    pub fn accept(self, qp: &Qp<UD, RTS>, private_data: &[u8]) -> Result<()> {
+        self.raw.check_device(qp.device_name())?;
+        let (theirs, ours) = (self.raw.qkey()?, qp.qkey()?);
+        if theirs != ours {
+            return Err(Error::invalid(
+                "rdma_accept",
+                format!("QP {:#x} takes Q_Key {ours:#x}, the peer will send with the CM's {theirs:#x}", qp.qp_num()),
+            ));
+        }
+        let mut raw = ud_param(private_data, qp.qp_num(), UD_ACCEPT_PRIVATE, "rdma_accept")?;
+        // SAFETY: the identifier is alive (a request's); `raw` and its private data live
+        // across the call (librdmacm copies them).
+        let ret = unsafe { sys::rdma_accept(self.raw.ptr(), &mut raw) };
+        check(ret, Verb::Accept, || format!("a UD request with QP {:#x}", qp.qp_num()))
+    }
+}
+
+impl ConnRequest<RC> {
     /// The RDMA READ / atomic depths the peer asked for: (its responder resources, its
     /// initiator depth).
     pub fn peer_depths(&self) -> (u8, u8) {
         (self.responder_resources, self.initiator_depth)
-    }
-
-    /// The name of the RDMA device the request arrived on: create the QP there.
-    pub fn device_name(&self) -> Option<String> {
-        self.raw.device_name()
     }
 
     /// Moves `qp` (the program's own, on the request's device) to INIT, granting `access`, and
@@ -780,28 +1105,6 @@ impl ConnRequest {
         timeout: Duration,
     ) -> Result<Connection> {
         self.prepare(qp, access, param.clone())?.accept(timeout)
-    }
-
-    /// `rdma_reject`: refuses the connection, sending `private_data` (at most 148 bytes) to
-    /// the peer, whose connect fails with [`Error::Rejected`] carrying it.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for private data above 148 bytes; [`Error::Verb`] with
-    /// `rdma_reject`.
-    ///
-    /// See rdma_reject(3).
-    #[doc(alias = "rdma_reject")]
-    pub fn reject(self, private_data: &[u8]) -> Result<()> {
-        if private_data.len() > REJECT_PRIVATE {
-            return Err(Error::invalid(
-                "rdma_reject",
-                format!("{} bytes of private data; at most {REJECT_PRIVATE}", private_data.len()),
-            ));
-        }
-        let ptr = if private_data.is_empty() { std::ptr::null() } else { private_data.as_ptr().cast() };
-        // SAFETY: the identifier is alive; the private data is valid for the call.
-        let ret = unsafe { sys::rdma_reject(self.raw.ptr(), ptr, private_data.len() as u8) };
-        check(ret, Verb::Reject, || "a connection request".into())
     }
 }
 

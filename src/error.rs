@@ -22,6 +22,8 @@ pub enum Verb {
     QueryGid,
     AllocPd,
     CreateAh,
+    /// `ibv_init_ah_from_wc` (the address of `ibv_create_ah_from_wc`).
+    InitAhFromWc,
     AllocMw,
     BindMw,
     RegMr,
@@ -76,6 +78,7 @@ impl Verb {
             Verb::QueryGid => "ibv_query_gid",
             Verb::AllocPd => "ibv_alloc_pd",
             Verb::CreateAh => "ibv_create_ah",
+            Verb::InitAhFromWc => "ibv_init_ah_from_wc",
             Verb::AllocMw => "ibv_alloc_mw",
             Verb::BindMw => "ibv_bind_mw",
             Verb::RegMr => "ibv_reg_mr",

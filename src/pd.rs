@@ -96,6 +96,16 @@ impl Pd {
         Context { inner: Arc::clone(&self.inner.ctx) }
     }
 
+    /// The name of the device the PD was allocated on.
+    pub(crate) fn device_name(&self) -> &str {
+        &self.inner.ctx.name
+    }
+
+    /// The context the PD was allocated in.
+    pub(crate) fn context_ptr(&self) -> *mut sys::ibv_context {
+        self.inner.ctx.ctx.as_ptr()
+    }
+
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_pd {
         self.inner.pd.as_ptr()
     }

@@ -697,14 +697,19 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// See ibv_query_qp(3).
     #[doc(alias = "ibv_query_qp")]
     pub fn query_state(&self) -> Result<ObservedState> {
+        Ok(ObservedState::from_raw(self.query(sys::IBV_QP_STATE)?.qp_state))
+    }
+
+    /// `ibv_query_qp` of the attributes `mask` names.
+    fn query(&self, mask: u32) -> Result<sys::ibv_qp_attr> {
         let mut attr = sys::ibv_qp_attr::default();
         let mut init = sys::ibv_qp_init_attr::default();
         // SAFETY: the QP is alive; both out-pointers are valid.
-        let ret = unsafe { sys::ibv_query_qp(self.shared.qp.as_ptr(), &mut attr, sys::IBV_QP_STATE as i32, &mut init) };
+        let ret = unsafe { sys::ibv_query_qp(self.shared.qp.as_ptr(), &mut attr, mask as i32, &mut init) };
         if ret != 0 {
             return Err(Error::from_ret(Verb::QueryQp, format!("QP {:#x}", self.shared.qp_num), ret));
         }
-        Ok(ObservedState::from_raw(attr.qp_state))
+        Ok(attr)
     }
 
     /// `ibv_modify_qp` to RESET, allowed from every state (also after the QP went to ERR).
@@ -731,6 +736,20 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// See ibv_modify_qp(3).
     pub fn to_error(self) -> TransitionResult<T, S, transport::ERR> {
         self.modify(&StateOnly)
+    }
+}
+
+impl<S: QpState> Qp<UD, S> {
+    /// `ibv_query_qp` of `IBV_QP_QKEY`: the Q_Key datagrams to this QP must carry (what a
+    /// peer puts in its sends' `remote_qkey`).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_query_qp` and its errno.
+    ///
+    /// See ibv_query_qp(3).
+    #[doc(alias = "ibv_query_qp")]
+    pub fn qkey(&self) -> Result<u32> {
+        Ok(self.query(sys::IBV_QP_QKEY)?.qkey)
     }
 }
 

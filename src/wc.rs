@@ -193,6 +193,8 @@ pub struct Completion {
     pkey_index: u16,
     slid: u16,
     sl: u8,
+    /// The destination LID's path bits (UD receives; what an address handle back takes).
+    dlid_path_bits: u8,
     pub(crate) source: CompletionSource,
     /// The numbering of `raw_flags`: [`WcFlagsQuirk::fix`] gives libibverbs'.
     flags_quirk: WcFlagsQuirk,
@@ -241,8 +243,8 @@ impl PartialEq for Completion {
                 other.src_qp,
                 other.wc_flags(),
             )
-            && (self.pkey_index, self.slid, self.sl, self.source)
-                == (other.pkey_index, other.slid, other.sl, other.source)
+            && (self.pkey_index, self.slid, self.sl, self.dlid_path_bits, self.source)
+                == (other.pkey_index, other.slid, other.sl, other.dlid_path_bits, other.source)
             && self.imm() == other.imm()
             && self.invalidated_rkey() == other.invalidated_rkey()
     }
@@ -265,6 +267,7 @@ impl std::fmt::Debug for Completion {
             .field("pkey_index", &self.pkey_index)
             .field("slid", &self.slid)
             .field("sl", &self.sl)
+            .field("dlid_path_bits", &self.dlid_path_bits)
             .field("source", &self.source)
             .finish()
     }
@@ -286,6 +289,7 @@ impl Completion {
             pkey_index: wc.pkey_index,
             slid: wc.slid,
             sl: wc.sl,
+            dlid_path_bits: wc.dlid_path_bits,
             source: CompletionSource::Own,
             flags_quirk: quirk,
             inv_serial: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 { next_invalidation() } else { 0 },
@@ -307,6 +311,7 @@ impl Completion {
             pkey_index: 0,
             slid: 0,
             sl: 0,
+            dlid_path_bits: 0,
             source: CompletionSource::ImpliedByLater,
             flags_quirk: WcFlagsQuirk::None,
             inv_serial: 0,
@@ -412,6 +417,28 @@ impl Completion {
     #[inline]
     pub fn sl(&self) -> u8 {
         self.sl
+    }
+    /// The path bits of the destination LID (UD receives).
+    #[inline]
+    pub fn dlid_path_bits(&self) -> u8 {
+        self.dlid_path_bits
+    }
+    /// The fields of an `ibv_wc` that describe where a receive came from, flags in
+    /// libibverbs' numbering: what `ibv_init_ah_from_wc` reads.
+    pub(crate) fn to_raw_source(self) -> sys::ibv_wc {
+        sys::ibv_wc {
+            status: self.status,
+            opcode: self.opcode,
+            byte_len: self.byte_len,
+            qp_num: self.qp_num,
+            src_qp: self.src_qp,
+            wc_flags: self.wc_flags(),
+            pkey_index: self.pkey_index,
+            slid: self.slid,
+            sl: self.sl,
+            dlid_path_bits: self.dlid_path_bits,
+            ..Default::default()
+        }
     }
     /// Whether this completion was reported by the device or deduced.
     #[inline]

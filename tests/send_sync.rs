@@ -247,6 +247,17 @@ assert_not_impl_any!(ConnRequest: Clone, Copy);
 assert_not_impl_any!(Connection: Clone, Copy);
 assert_not_impl_any!(Connecting: Clone, Copy);
 assert_not_impl_any!(Accepting: Clone, Copy);
+// UD through the CM: the same for its identifiers; the resolved peer is a shareable value (its
+// address handle is reference-counted).
+assert_impl_all!(CmId<Idle, UD>: Send, Sync, Unpin);
+assert_impl_all!(CmId<AddrResolved, UD>: Send, Sync, Unpin);
+assert_impl_all!(CmId<RouteResolved, UD>: Send, Sync, Unpin);
+assert_impl_all!(CmListener<UD>: Send, Sync, Unpin);
+assert_impl_all!(ConnRequest<UD>: Send, Sync, Unpin);
+assert_impl_all!(typed_verbs::cm::UdPeer: Send, Sync, Unpin, Clone);
+assert_not_impl_any!(CmId<RouteResolved, UD>: Clone, Copy);
+assert_not_impl_any!(CmListener<UD>: Clone, Copy);
+assert_not_impl_any!(ConnRequest<UD>: Clone, Copy);
 
 /// The table is checked at compile time; this test makes the file part of the run.
 #[test]

@@ -367,6 +367,7 @@ pub enum TcpPort {
     CmOurServerExampleWithCClient,
     CmCServerWithOurClientExample,
     CmKilledCServer,
+    CmUdaddyOurs,
     // The two-host tests (tests/twohost/, which includes this file): listened on by host A or B.
     TwoHostRcOursOnA,
     TwoHostRcOursOnB,
@@ -435,6 +436,7 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::CmOurServerExampleWithCClient,
         TcpPort::CmCServerWithOurClientExample,
         TcpPort::CmKilledCServer,
+        TcpPort::CmUdaddyOurs,
         // Every two-host port (this also keeps them used in the device binary).
         TcpPort::TwoHostRcOursOnA,
         TcpPort::TwoHostRcOursOnB,

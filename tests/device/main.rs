@@ -11,6 +11,7 @@ mod basics;
 mod caller_memory;
 mod channels;
 mod cm;
+mod cm_ud;
 mod dmabuf;
 mod events;
 mod hostile;
