@@ -274,74 +274,115 @@ impl RawId {
         unsafe { (*self.ptr()).port_num }
     }
 
+    /// The channel's descriptor (non-blocking).
+    fn fd(&self) -> std::os::fd::RawFd {
+        // SAFETY: the channel is alive; `fd` is its descriptor.
+        unsafe { (*self.channel.as_ptr()).fd }
+    }
+
+    /// The next event if one is pending (the descriptor is non-blocking): what it carried,
+    /// copied, and the event acknowledged. `None` when there is none yet.
+    fn try_event(&self, what: &impl Fn() -> String) -> Result<Option<Event>> {
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: the channel is alive; `ev` is a valid out-pointer. The descriptor is
+        // non-blocking: with no event pending this returns -1 (EAGAIN) at once.
+        let ret = unsafe { sys::rdma_get_cm_event(self.channel.as_ptr(), &mut ev) };
+        if ret != 0 || ev.is_null() {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::WouldBlock {
+                return Ok(None);
+            }
+            return Err(Error::verb(Verb::GetCmEvent, what(), err));
+        }
+        // SAFETY: `ev` is a valid event until acknowledged; the union member read is the one
+        // librdmacm fills for this identifier's port space (`ud` for UD identifiers, `conn` for
+        // RC ones: `self.ud`, set from the port space the identifier, or the listener of a
+        // request's, was created with; device tests cm_ud.rs and cm.rs read both); its private
+        // data (if any) is `private_data_len` bytes, copied before the ack.
+        let event = unsafe {
+            let e = &*ev;
+            let (data, len, depths, ud) = if self.ud {
+                let p = e.param.ud;
+                let ud = UdParam { ah_attr: p.ah_attr, qp_num: p.qp_num, qkey: p.qkey };
+                (p.private_data, p.private_data_len, (0, 0), Some(ud))
+            } else {
+                let p = e.param.conn;
+                (p.private_data, p.private_data_len, (p.responder_resources, p.initiator_depth), None)
+            };
+            let private_data = if data.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(data.cast::<u8>(), usize::from(len)).to_vec()
+            };
+            let event = Event {
+                kind: CmEvent::from_raw(e.event),
+                status: e.status,
+                id: e.id,
+                private_data,
+                responder_resources: depths.0,
+                initiator_depth: depths.1,
+                ud,
+            };
+            sys::rdma_ack_cm_event(ev);
+            event
+        };
+        Ok(Some(event))
+    }
+
     /// Waits at most `timeout` for the next event, copies what it carried and acknowledges it.
     fn next_event(&self, timeout: Duration, what: impl Fn() -> String) -> Result<Event> {
         // Saturating: a timeout too long for an `Instant` (e.g. `Duration::MAX`) does not panic.
         let deadline = crate::scope::deadline_after(Instant::now(), timeout);
-        // SAFETY: the channel is alive; `fd` is its descriptor.
-        let fd = unsafe { (*self.channel.as_ptr()).fd };
         loop {
-            let mut ev = std::ptr::null_mut();
-            // SAFETY: the channel is alive; `ev` is a valid out-pointer. The descriptor is
-            // non-blocking: with no event pending this returns -1 (EAGAIN) at once.
-            let ret = unsafe { sys::rdma_get_cm_event(self.channel.as_ptr(), &mut ev) };
-            if ret == 0 && !ev.is_null() {
-                // SAFETY: `ev` is a valid event until acknowledged; the union member read is the
-                // one librdmacm fills for this identifier's port space (`ud` for UD
-                // identifiers, `conn` for RC ones: `self.ud`, set from the port space the
-                // identifier, or the listener of a request's, was created with); its private
-                // data (if any) is `private_data_len` bytes, copied before the ack.
-                let event = unsafe {
-                    let e = &*ev;
-                    let (data, len, depths, ud) = if self.ud {
-                        let p = e.param.ud;
-                        let ud = UdParam { ah_attr: p.ah_attr, qp_num: p.qp_num, qkey: p.qkey };
-                        (p.private_data, p.private_data_len, (0, 0), Some(ud))
-                    } else {
-                        let p = e.param.conn;
-                        (p.private_data, p.private_data_len, (p.responder_resources, p.initiator_depth), None)
-                    };
-                    let private_data = if data.is_null() {
-                        Vec::new()
-                    } else {
-                        std::slice::from_raw_parts(data.cast::<u8>(), usize::from(len)).to_vec()
-                    };
-                    let event = Event {
-                        kind: CmEvent::from_raw(e.event),
-                        status: e.status,
-                        id: e.id,
-                        private_data,
-                        responder_resources: depths.0,
-                        initiator_depth: depths.1,
-                        ud,
-                    };
-                    sys::rdma_ack_cm_event(ev);
-                    event
-                };
+            if let Some(event) = self.try_event(&what)? {
                 return Ok(event);
-            }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::WouldBlock {
-                return Err(Error::verb(Verb::GetCmEvent, what(), err));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::Timeout { what: what(), after: timeout });
             }
-            crate::channel::poll_readable(fd, left).map_err(|e| Error::verb(Verb::GetCmEvent, what(), e))?;
+            crate::channel::poll_readable(self.fd(), left).map_err(|e| Error::verb(Verb::GetCmEvent, what(), e))?;
+        }
+    }
+
+    /// The asynchronous [`next_event`](Self::next_event): waits for the channel's descriptor
+    /// with tokio's reactor. Cancel-safe: an event is read (and acknowledged) only in the poll
+    /// that resolves the future, and the caller handles it in that same poll.
+    #[cfg(feature = "tokio")]
+    async fn next_event_async(&self, what: impl Fn() -> String) -> Result<Event> {
+        use std::os::fd::BorrowedFd;
+        use tokio::io::{unix::AsyncFd, Interest};
+
+        let err = |doing: &str, e: std::io::Error| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e);
+        if let Err(e) = tokio::runtime::Handle::try_current() {
+            return Err(err("an async wait outside a tokio runtime", std::io::Error::other(e)));
+        }
+        // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
+        let dup = fd.try_clone_to_owned().map_err(|e| err("duplicating the channel's descriptor", e))?;
+        // SAFETY: `dup` is an `OwnedFd`: open, owned by the `AsyncFd` for its whole life, and
+        // its `as_raw_fd` always returns the same descriptor.
+        let afd = unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
+            .map_err(|e| err("registering the channel's descriptor with the tokio reactor", e.into()))?;
+        loop {
+            let mut guard = afd.readable().await.map_err(|e| err("waiting for the channel's descriptor", e))?;
+            match self.try_event(&what)? {
+                Some(event) => return Ok(event),
+                // Drained: only now may the readiness be cleared (edge-triggered reactor).
+                None => guard.clear_ready(),
+            }
         }
     }
 
     /// Waits for `want`, the outcome of `step`: any other event is an error.
     fn expect(&self, step: Verb, want: CmEvent, timeout: Duration) -> Result<Event> {
-        let e = self.next_event(timeout, || format!("{step}: the {want:?} event"))?;
-        if e.kind == want {
-            return Ok(e);
-        }
-        Err(match e.kind {
-            CmEvent::Rejected => Error::Rejected { status: e.status, private_data: e.private_data },
-            kind => Error::Cm { step, event: kind, status: e.status },
-        })
+        expected(step, want, self.next_event(timeout, || format!("{step}: the {want:?} event"))?)
+    }
+
+    /// The asynchronous [`expect`](Self::expect).
+    #[cfg(feature = "tokio")]
+    async fn expect_async(&self, step: Verb, want: CmEvent) -> Result<Event> {
+        expected(step, want, self.next_event_async(|| format!("{step}: the {want:?} event")).await?)
     }
 
     /// The CM's attributes for moving a QP to `state` (`rdma_init_qp_attr`).
@@ -429,6 +470,39 @@ impl RawId {
         let qp: Qp<UD, INIT> = qp.cm_modify(&init)?;
         let qp = qp.to_rtr(&UdRtr)?;
         Ok(qp.to_rts(&SqPsn { sq_psn: 0 })?)
+    }
+}
+
+/// `e` if it is `want`, the outcome of `step`; otherwise the typed error of the event that came
+/// instead: [`Error::Rejected`] with the peer's private data, or [`Error::Cm`].
+fn expected(step: Verb, want: CmEvent, e: Event) -> Result<Event> {
+    if e.kind == want {
+        return Ok(e);
+    }
+    Err(match e.kind {
+        CmEvent::Rejected => Error::Rejected { status: e.status, private_data: e.private_data },
+        kind => Error::Cm { step, event: kind, status: e.status },
+    })
+}
+
+/// A QP held across an async wait: moved to ERR if the future is dropped there, so owned
+/// receives posted on it come back flushed (as after a failed step).
+#[cfg(feature = "tokio")]
+struct FlushOnDrop<S: crate::transport::QpState>(Option<Qp<RC, S>>);
+
+#[cfg(feature = "tokio")]
+impl<S: crate::transport::QpState> FlushOnDrop<S> {
+    fn take(mut self) -> Qp<RC, S> {
+        self.0.take().expect("taken once")
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<S: crate::transport::QpState> Drop for FlushOnDrop<S> {
+    fn drop(&mut self) {
+        if let Some(qp) = self.0.take() {
+            drop(qp.to_error());
+        }
     }
 }
 
@@ -611,15 +685,42 @@ impl<T: CmTransport> CmId<Idle, T> {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<CmId<AddrResolved, T>> {
+        self.start_resolve_addr(src, dst, timeout)?;
+        self.raw.expect(Verb::ResolveAddr, CmEvent::AddrResolved, timeout.saturating_add(Duration::from_secs(1)))?;
+        Ok(CmId { raw: self.raw, _state: PhantomData })
+    }
+
+    /// The asynchronous [`resolve_addr`](Self::resolve_addr) (`tokio` feature): the CM reports
+    /// the outcome within `timeout` (`ADDR_ERROR` after it). Dropping the future destroys the
+    /// identifier.
+    ///
+    /// # Errors
+    /// As [`resolve_addr`](Self::resolve_addr) (no [`Error::Timeout`]: bound it with
+    /// `tokio::time::timeout`), and [`Error::Verb`] with `rdma_get_cm_event` outside a tokio
+    /// runtime.
+    ///
+    /// See rdma_resolve_addr(3).
+    #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_resolve_addr")]
+    pub async fn resolve_addr_async(
+        self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<CmId<AddrResolved, T>> {
+        self.start_resolve_addr(src, dst, timeout)?;
+        self.raw.expect_async(Verb::ResolveAddr, CmEvent::AddrResolved).await?;
+        Ok(CmId { raw: self.raw, _state: PhantomData })
+    }
+
+    fn start_resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr, timeout: Duration) -> Result<()> {
         let mut src = src.map(RawAddr::new);
         let mut dst_raw = RawAddr::new(dst);
         let src_ptr = src.as_mut().map_or(std::ptr::null_mut(), RawAddr::as_mut_ptr);
         // SAFETY: the identifier is alive; the addresses are valid sockaddrs for the call
         // (librdmacm copies them).
         let ret = unsafe { sys::rdma_resolve_addr(self.raw.ptr(), src_ptr, dst_raw.as_mut_ptr(), millis(timeout)) };
-        check(ret, Verb::ResolveAddr, || format!("{dst}"))?;
-        self.raw.expect(Verb::ResolveAddr, CmEvent::AddrResolved, timeout.saturating_add(Duration::from_secs(1)))?;
-        Ok(CmId { raw: self.raw, _state: PhantomData })
+        check(ret, Verb::ResolveAddr, || format!("{dst}"))
     }
 }
 
@@ -639,11 +740,30 @@ impl<T: CmTransport> CmId<AddrResolved, T> {
     /// See rdma_resolve_route(3).
     #[doc(alias = "rdma_resolve_route")]
     pub fn resolve_route(self, timeout: Duration) -> Result<CmId<RouteResolved, T>> {
-        // SAFETY: the identifier is alive, its address resolved.
-        let ret = unsafe { sys::rdma_resolve_route(self.raw.ptr(), millis(timeout)) };
-        check(ret, Verb::ResolveRoute, || "the route".into())?;
+        self.start_resolve_route(timeout)?;
         self.raw.expect(Verb::ResolveRoute, CmEvent::RouteResolved, timeout.saturating_add(Duration::from_secs(1)))?;
         Ok(CmId { raw: self.raw, _state: PhantomData })
+    }
+
+    /// The asynchronous [`resolve_route`](Self::resolve_route) (`tokio` feature): the CM
+    /// reports the outcome within `timeout`. Dropping the future destroys the identifier.
+    ///
+    /// # Errors
+    /// As [`resolve_route`](Self::resolve_route), without [`Error::Timeout`].
+    ///
+    /// See rdma_resolve_route(3).
+    #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_resolve_route")]
+    pub async fn resolve_route_async(self, timeout: Duration) -> Result<CmId<RouteResolved, T>> {
+        self.start_resolve_route(timeout)?;
+        self.raw.expect_async(Verb::ResolveRoute, CmEvent::RouteResolved).await?;
+        Ok(CmId { raw: self.raw, _state: PhantomData })
+    }
+
+    fn start_resolve_route(&self, timeout: Duration) -> Result<()> {
+        // SAFETY: the identifier is alive, its address resolved.
+        let ret = unsafe { sys::rdma_resolve_route(self.raw.ptr(), millis(timeout)) };
+        check(ret, Verb::ResolveRoute, || "the route".into())
     }
 }
 
@@ -691,6 +811,18 @@ impl CmId<RouteResolved, RC> {
     ) -> Result<Connection> {
         self.prepare(qp, access)?.connect(param, timeout)
     }
+
+    /// [`CmId::prepare`] then [`Connecting::connect_async`] (`tokio` feature).
+    ///
+    /// # Errors
+    /// As those two.
+    ///
+    /// See rdma_connect(3).
+    #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_connect")]
+    pub async fn connect_async(self, qp: Qp<RC, RESET>, access: QpAccess, param: &ConnParam) -> Result<Connection> {
+        self.prepare(qp, access)?.connect_async(param).await
+    }
 }
 
 impl CmId<RouteResolved, UD> {
@@ -733,18 +865,41 @@ impl CmId<RouteResolved, UD> {
     /// See rdma_connect(3).
     #[doc(alias = "rdma_connect")]
     pub fn resolve_peer(self, pd: &Pd, private_data: &[u8], timeout: Duration) -> Result<UdPeer> {
+        self.start_resolve_peer(pd, private_data)?;
+        peer(pd, self.raw.expect(Verb::Connect, CmEvent::Established, timeout)?)
+    }
+
+    /// The asynchronous [`resolve_peer`](Self::resolve_peer) (`tokio` feature). Dropping the
+    /// future destroys the identifier.
+    ///
+    /// # Errors
+    /// As [`resolve_peer`](Self::resolve_peer), without [`Error::Timeout`] (the CM gives up
+    /// on an unanswered request by itself, `UNREACHABLE`; bound it with
+    /// `tokio::time::timeout`).
+    ///
+    /// See rdma_connect(3).
+    #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_connect")]
+    pub async fn resolve_peer_async(self, pd: &Pd, private_data: &[u8]) -> Result<UdPeer> {
+        self.start_resolve_peer(pd, private_data)?;
+        peer(pd, self.raw.expect_async(Verb::Connect, CmEvent::Established).await?)
+    }
+
+    fn start_resolve_peer(&self, pd: &Pd, private_data: &[u8]) -> Result<()> {
         self.raw.check_device(pd.device_name())?;
         let mut raw = ud_param(private_data, 0, UD_CONNECT_PRIVATE, "rdma_connect")?;
         // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
         // points at live across the call (librdmacm copies them).
         let ret = unsafe { sys::rdma_connect(self.raw.ptr(), &mut raw) };
-        check(ret, Verb::Connect, || "a UD service (SIDR request)".into())?;
-        let e = self.raw.expect(Verb::Connect, CmEvent::Established, timeout)?;
-        let ud =
-            e.ud.ok_or_else(|| Error::invalid("rdma_get_cm_event", "a UD ESTABLISHED event without its address"))?;
-        let ah = pd.create_ah(&AddressVector::from_raw(&ud.ah_attr))?;
-        Ok(UdPeer { ah, qp_num: ud.qp_num, qkey: ud.qkey, private_data: e.private_data })
+        check(ret, Verb::Connect, || "a UD service (SIDR request)".into())
     }
+}
+
+/// The peer a UD `ESTABLISHED` event names, with an address handle towards it in `pd`.
+fn peer(pd: &Pd, e: Event) -> Result<UdPeer> {
+    let ud = e.ud.ok_or_else(|| Error::invalid("rdma_get_cm_event", "a UD ESTABLISHED event without its address"))?;
+    let ah = pd.create_ah(&AddressVector::from_raw(&ud.ah_attr))?;
+    Ok(UdPeer { ah, qp_num: ud.qp_num, qkey: ud.qkey, private_data: e.private_data })
 }
 
 /// The raw parameters of a UD connect or accept: `private_data` (at most `max` bytes) and the
@@ -845,12 +1000,43 @@ impl Connecting {
     #[doc(alias = "rdma_establish")]
     pub fn connect(self, param: &ConnParam, timeout: Duration) -> Result<Connection> {
         let Connecting { raw: id, qp } = self;
-        let mut raw = or_flush!(param.raw(qp.qp_num(), CONNECT_PRIVATE, "rdma_connect"), qp);
+        or_flush!(Self::start(&id, &qp, param), qp);
+        let reply = or_flush!(id.expect(Verb::Connect, CmEvent::ConnectResponse, timeout), qp);
+        Self::finish(id, qp, param, reply)
+    }
+
+    /// The asynchronous [`connect`](Self::connect) (`tokio` feature): the CM gives up on a peer
+    /// that does not answer by itself (`UNREACHABLE` or `CONNECT_ERROR`); bound it with
+    /// `tokio::time::timeout`. Dropping the future while it waits moves the QP to ERR (receives
+    /// posted on it come back flushed) and destroys the identifier.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect), without [`Error::Timeout`].
+    ///
+    /// See rdma_connect(3), rdma_establish(3).
+    #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_connect")]
+    pub async fn connect_async(self, param: &ConnParam) -> Result<Connection> {
+        let Connecting { raw: id, qp } = self;
+        or_flush!(Self::start(&id, &qp, param), qp);
+        let held = FlushOnDrop(Some(qp));
+        let reply = id.expect_async(Verb::Connect, CmEvent::ConnectResponse).await;
+        let qp = held.take();
+        let reply = or_flush!(reply, qp);
+        Self::finish(id, qp, param, reply)
+    }
+
+    /// `rdma_connect` with `param` naming `qp`.
+    fn start(id: &RawId, qp: &Qp<RC, INIT>, param: &ConnParam) -> Result<()> {
+        let mut raw = param.raw(qp.qp_num(), CONNECT_PRIVATE, "rdma_connect")?;
         // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
         // points at live across the call (librdmacm copies them).
         let ret = unsafe { sys::rdma_connect(id.ptr(), &mut raw) };
-        or_flush!(check(ret, Verb::Connect, || format!("QP {:#x}", qp.qp_num())), qp);
-        let reply = or_flush!(id.expect(Verb::Connect, CmEvent::ConnectResponse, timeout), qp);
+        check(ret, Verb::Connect, || format!("QP {:#x}", qp.qp_num()))
+    }
+
+    /// On the peer's `reply`: the QP to RTR and RTS, and `rdma_establish`.
+    fn finish(id: RawId, qp: Qp<RC, INIT>, param: &ConnParam, reply: Event) -> Result<Connection> {
         let mut rtr = or_flush!(id.qp_attr(sys::IBV_QPS_RTR), qp);
         if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
             rtr.attr.max_dest_rd_atomic = rtr.attr.max_dest_rd_atomic.min(param.responder_resources);
@@ -938,7 +1124,25 @@ impl<T: CmTransport> CmListener<T> {
     /// See rdma_get_cm_event(3).
     #[doc(alias = "rdma_get_cm_event")]
     pub fn next_request(&self, timeout: Duration) -> Result<ConnRequest<T>> {
-        let e = self.raw.expect(Verb::Listen, CmEvent::ConnectRequest, timeout)?;
+        self.request(self.raw.expect(Verb::Listen, CmEvent::ConnectRequest, timeout)?)
+    }
+
+    /// The asynchronous [`next_request`](Self::next_request) (`tokio` feature): cancel-safe (a
+    /// request is read only in the poll that resolves the future, and adopted in that poll),
+    /// so it may race a timeout or a shutdown signal in `tokio::select!`.
+    ///
+    /// # Errors
+    /// As [`next_request`](Self::next_request), without [`Error::Timeout`].
+    ///
+    /// See rdma_get_cm_event(3).
+    #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_get_cm_event")]
+    pub async fn next_request_async(&self) -> Result<ConnRequest<T>> {
+        self.request(self.raw.expect_async(Verb::Listen, CmEvent::ConnectRequest).await?)
+    }
+
+    /// The request a `CONNECT_REQUEST` event carried.
+    fn request(&self, e: Event) -> Result<ConnRequest<T>> {
         // SAFETY: a CONNECT_REQUEST's identifier is new and ours to accept, reject or destroy;
         // it has the listener's port space.
         let raw = unsafe { RawId::adopt(e.id, self.raw.ud) }?;
@@ -1106,6 +1310,18 @@ impl ConnRequest<RC> {
     ) -> Result<Connection> {
         self.prepare(qp, access, param.clone())?.accept(timeout)
     }
+
+    /// [`ConnRequest::prepare`] then [`Accepting::accept_async`] (`tokio` feature).
+    ///
+    /// # Errors
+    /// As those two.
+    ///
+    /// See rdma_accept(3).
+    #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_accept")]
+    pub async fn accept_async(self, qp: Qp<RC, RESET>, access: QpAccess, param: &ConnParam) -> Result<Connection> {
+        self.prepare(qp, access, param.clone())?.accept_async().await
+    }
 }
 
 /// The passive side between [`ConnRequest::prepare`] and [`Accepting::accept`]: the QP in RTR,
@@ -1146,6 +1362,32 @@ impl Accepting {
     /// See rdma_accept(3).
     #[doc(alias = "rdma_accept")]
     pub fn accept(self, timeout: Duration) -> Result<Connection> {
+        let (id, qp, private_data) = self.start()?;
+        or_flush!(id.expect(Verb::Accept, CmEvent::Established, timeout), qp);
+        Ok(Connection { raw: id, qp, private_data })
+    }
+
+    /// The asynchronous [`accept`](Self::accept) (`tokio` feature); bound it with
+    /// `tokio::time::timeout`. Dropping the future while it waits moves the QP to ERR (receives
+    /// posted on it come back flushed) and destroys the identifier.
+    ///
+    /// # Errors
+    /// As [`accept`](Self::accept), without [`Error::Timeout`].
+    ///
+    /// See rdma_accept(3).
+    #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_accept")]
+    pub async fn accept_async(self) -> Result<Connection> {
+        let (id, qp, private_data) = self.start()?;
+        let held = FlushOnDrop(Some(qp));
+        let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
+        let qp = held.take();
+        or_flush!(established, qp);
+        Ok(Connection { raw: id, qp, private_data })
+    }
+
+    /// The QP to RTS and `rdma_accept` (the QP flushed on failure).
+    fn start(self) -> Result<(RawId, Qp<RC, RTS>, Vec<u8>)> {
         let Accepting { raw: id, qp, param, private_data } = self;
         let mut raw = or_flush!(param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept"), qp);
         let qp = id.qp_to_rts(qp, param.initiator_depth)?;
@@ -1153,8 +1395,7 @@ impl Accepting {
         // live across the call.
         let ret = unsafe { sys::rdma_accept(id.ptr(), &mut raw) };
         or_flush!(check(ret, Verb::Accept, || format!("QP {:#x}", qp.qp_num())), qp);
-        or_flush!(id.expect(Verb::Accept, CmEvent::Established, timeout), qp);
-        Ok(Connection { raw: id, qp, private_data })
+        Ok((id, qp, private_data))
     }
 }
 
@@ -1217,7 +1458,20 @@ impl Connection {
     /// [`Error::Timeout`]; [`Error::Cm`] for another event (e.g. `DEVICE_REMOVAL`);
     /// [`Error::Verb`] with `rdma_get_cm_event`.
     pub fn wait_disconnected(&self, timeout: Duration) -> Result<PeerEnded> {
-        let e = self.raw.next_event(timeout, || "the peer's disconnect".into())?;
+        Self::ended(self.raw.next_event(timeout, || "the peer's disconnect".into())?)
+    }
+
+    /// The asynchronous [`wait_disconnected`](Self::wait_disconnected) (`tokio` feature):
+    /// cancel-safe (dropping the future loses no event). Bound it with `tokio::time::timeout`.
+    ///
+    /// # Errors
+    /// As [`wait_disconnected`](Self::wait_disconnected), without [`Error::Timeout`].
+    #[cfg(feature = "tokio")]
+    pub async fn wait_disconnected_async(&self) -> Result<PeerEnded> {
+        Self::ended(self.raw.next_event_async(|| "the peer's disconnect".into()).await?)
+    }
+
+    fn ended(e: Event) -> Result<PeerEnded> {
         match e.kind {
             CmEvent::Disconnected => Ok(PeerEnded::Disconnected),
             CmEvent::Rejected => Ok(PeerEnded::Rejected { status: e.status }),

@@ -12,28 +12,28 @@ use typed_verbs::prelude::*;
 use crate::common::*;
 
 /// The IPv4 address of the device under test: the one its IPv4-mapped RoCE v2 GID carries.
-fn local_ip() -> Ipv4Addr {
+pub(crate) fn local_ip() -> Ipv4Addr {
     let ctx = open();
     let gid = ctx.query_gid(PORT, gid_index()).expect("the RoCE v2 GID");
     gid.ipv4().unwrap_or_else(|| panic!("GID {:x?} is not IPv4-mapped", gid.0))
 }
 
 /// A PD and a CQ on the device named `dev`, and a new RC QP in RESET on them.
-struct Side {
+pub(crate) struct Side {
     _ctx: Context,
-    pd: Pd,
+    pub(crate) pd: Pd,
     cq: Cq,
 }
 
 impl Side {
-    fn on(dev: &str) -> Side {
+    pub(crate) fn on(dev: &str) -> Side {
         let ctx = Context::open(dev).expect("open the CM's device");
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(256).unwrap();
         Side { _ctx: ctx, pd, cq }
     }
 
-    fn qp(&self) -> Qp<RC, RESET> {
+    pub(crate) fn qp(&self) -> Qp<RC, RESET> {
         self.pd.create_qp::<RC>(&QpConfig::new(&self.cq)).unwrap()
     }
 }
@@ -191,7 +191,7 @@ fn exchange(
 }
 
 /// A 16-byte receive buffer, owned, for a receive posted before the connection exists.
-fn recv_chunk(side: &Side) -> Chunk<access::LocalRw> {
+pub(crate) fn recv_chunk(side: &Side) -> Chunk<access::LocalRw> {
     side.pd.alloc_mr(16, access::LOCAL_RW).unwrap().into_chunks(16).unwrap().remove(0)
 }
 

@@ -11,6 +11,8 @@ mod basics;
 mod caller_memory;
 mod channels;
 mod cm;
+#[cfg(feature = "tokio")]
+mod cm_async;
 mod cm_ud;
 mod dmabuf;
 mod events;
