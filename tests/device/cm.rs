@@ -12,7 +12,7 @@ use typed_verbs::prelude::*;
 use crate::common::*;
 
 /// The IPv4 address of the device under test: the one its IPv4-mapped RoCE v2 GID carries.
-fn local_ip() -> Ipv4Addr {
+pub(crate) fn local_ip() -> Ipv4Addr {
     let ctx = open();
     let gid = ctx.query_gid(PORT, gid_index()).expect("the RoCE v2 GID");
     gid.ipv4().unwrap_or_else(|| panic!("GID {:x?} is not IPv4-mapped", gid.0))

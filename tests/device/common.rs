@@ -368,6 +368,12 @@ pub enum TcpPort {
     CmCServerWithOurClientExample,
     CmKilledCServer,
     CmUdaddyOurs,
+    // rping (tests/device/rping.rs).
+    CmRpingOurServerWithCClient,
+    CmRpingCServerWithOurClient,
+    CmRpingOursWithOurs,
+    CmRpingSizeMismatch,
+    CmRpingNobodyListens,
     // The two-host tests (tests/twohost/, which includes this file): listened on by host A or B.
     TwoHostRcOursOnA,
     TwoHostRcOursOnB,
@@ -384,6 +390,8 @@ pub enum TcpPort {
     TwoHostMtu,
     TwoHostCmOursOnA,
     TwoHostCmOursOnB,
+    TwoHostRpingOursOnA,
+    TwoHostRpingOursOnB,
 }
 
 impl TcpPort {
@@ -437,6 +445,11 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::CmCServerWithOurClientExample,
         TcpPort::CmKilledCServer,
         TcpPort::CmUdaddyOurs,
+        TcpPort::CmRpingOurServerWithCClient,
+        TcpPort::CmRpingCServerWithOurClient,
+        TcpPort::CmRpingOursWithOurs,
+        TcpPort::CmRpingSizeMismatch,
+        TcpPort::CmRpingNobodyListens,
         // Every two-host port (this also keeps them used in the device binary).
         TcpPort::TwoHostRcOursOnA,
         TcpPort::TwoHostRcOursOnB,
@@ -453,6 +466,8 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::TwoHostMtu,
         TcpPort::TwoHostCmOursOnA,
         TcpPort::TwoHostCmOursOnB,
+        TcpPort::TwoHostRpingOursOnA,
+        TcpPort::TwoHostRpingOursOnB,
     ];
     let ports: std::collections::HashSet<u16> = all.iter().map(|p| p.get()).collect();
     assert_eq!(ports.len(), all.len(), "{all:?}");
