@@ -339,6 +339,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+// --- rping (rdma-core's and examples/rping.rs) ------------------------------------------------
+
+/// The ping data of ping `ping` in a buffer of `size` bytes, as rping.c's client writes it:
+/// `snprintf("rdma-ping-%d: ")`, then letters from `'A'` (one further at each ping) up to
+/// `'z'` and around again, and a NUL as the last byte (not part of the printed text).
+pub fn ping_data(ping: u64, size: usize) -> String {
+    let mut text = format!("rdma-ping-{ping}: ");
+    let letters: Vec<char> = (b'A'..=b'z').map(char::from).collect();
+    let mut i = (ping % letters.len() as u64) as usize;
+    while text.len() < size - 1 {
+        text.push(letters[i]);
+        i = (i + 1) % letters.len();
+    }
+    text.truncate(size - 1);
+    text
+}
+
+/// The lines rping's `-v` prints for `count` pings of `size` bytes: `prefix` then the ping data.
+pub fn expected_pings(prefix: &str, count: u64, size: usize) -> Vec<String> {
+    (0..count).map(|n| format!("{prefix}{}", ping_data(n, size))).collect()
+}
+
+/// The lines of `output` that start with `prefix`.
+pub fn lines_with(output: &str, prefix: &str) -> Vec<String> {
+    output.lines().filter(|l| l.starts_with(prefix)).map(String::from).collect()
+}
+
 // --- TCP ports --------------------------------------------------------------------------------
 
 /// Every TCP port a device test listens on or hands to a child process. The tests run on

@@ -9,35 +9,10 @@
 use std::time::{Duration, Instant};
 
 use crate::cm::local_ip;
-use crate::common::{c_tool, example, Proc, TcpPort, WAIT};
+use crate::common::{c_tool, example, expected_pings, lines_with, Proc, TcpPort, WAIT};
 
 /// Bound on one process (a few pings, under emulation).
 const RUN: Duration = Duration::from_secs(90);
-
-/// The ping data of ping `ping` in a buffer of `size` bytes, as rping.c's client writes it:
-/// `snprintf("rdma-ping-%d: ")`, then letters from `'A'` (one further at each ping) up to
-/// `'z'` and around again, and a NUL as the last byte (not part of the printed text).
-fn ping_data(ping: u64, size: usize) -> String {
-    let mut text = format!("rdma-ping-{ping}: ");
-    let letters: Vec<char> = (b'A'..=b'z').map(char::from).collect();
-    let mut i = (ping % letters.len() as u64) as usize;
-    while text.len() < size - 1 {
-        text.push(letters[i]);
-        i = (i + 1) % letters.len();
-    }
-    text.truncate(size - 1);
-    text
-}
-
-/// The lines `-v` prints for `count` pings of `size` bytes: `prefix` then the ping data.
-fn expected(prefix: &str, count: u64, size: usize) -> Vec<String> {
-    (0..count).map(|n| format!("{prefix}{}", ping_data(n, size))).collect()
-}
-
-/// The lines of `output` that start with `prefix`.
-fn lines_with(output: &str, prefix: &str) -> Vec<String> {
-    output.lines().filter(|l| l.starts_with(prefix)).map(String::from).collect()
-}
 
 /// `args` and the address and port of the device's address, as strings.
 fn argv(port: TcpPort, args: &[&str]) -> Vec<String> {
@@ -69,10 +44,10 @@ fn our_rping_server_serves_rdma_cores_rping_client() {
     let mut client = Proc::spawn("rping -c (rdma-core)", &c_tool("rping"), &argv(port, &["-c", "-v", "-V", "-C", "5"]));
     // The C client validated every ping (-V: it exits non-zero on a mismatch) and printed it.
     let out = client.expect_success(RUN);
-    assert_eq!(lines_with(&out, "ping data: "), expected("ping data: ", 5, 64), "{out}");
+    assert_eq!(lines_with(&out, "ping data: "), expected_pings("ping data: ", 5, 64), "{out}");
     // Ours read exactly that, and ended with the client's disconnect.
     let out = server.expect_success(RUN);
-    assert_eq!(lines_with(&out, "server ping data: "), expected("server ping data: ", 5, 64), "{out}");
+    assert_eq!(lines_with(&out, "server ping data: "), expected_pings("server ping data: ", 5, 64), "{out}");
     assert!(out.contains("served 5 pings"), "{out}");
 }
 
@@ -83,10 +58,10 @@ fn our_rping_client_pings_rdma_cores_rping_server() {
     let mut server = Proc::spawn("rping -s (rdma-core)", &c_tool("rping"), &argv(port, &["-s", "-v", "-S", "100"]));
     let mut client = our_client(port, &["-v", "-V", "-C", "5", "-S", "100"]);
     let out = client.expect_success(RUN);
-    assert_eq!(lines_with(&out, "ping data: "), expected("ping data: ", 5, 100), "{out}");
+    assert_eq!(lines_with(&out, "ping data: "), expected_pings("ping data: ", 5, 100), "{out}");
     // What the C server RDMA READ from our start buffer is rping.c's ping data.
     let out = server.expect_success(RUN);
-    assert_eq!(lines_with(&out, "server ping data: "), expected("server ping data: ", 5, 100), "{out}");
+    assert_eq!(lines_with(&out, "server ping data: "), expected_pings("server ping data: ", 5, 100), "{out}");
 }
 
 #[test]
@@ -96,9 +71,9 @@ fn our_rping_client_and_server_talk_to_each_other() {
     // 60 pings: the letters go around more than once ('A' to 'z' is 58 of them).
     let mut client = our_client(port, &["-v", "-V", "-C", "60", "-S", "1000"]);
     let out = client.expect_success(RUN);
-    assert_eq!(lines_with(&out, "ping data: "), expected("ping data: ", 60, 1000), "{out}");
+    assert_eq!(lines_with(&out, "ping data: "), expected_pings("ping data: ", 60, 1000), "{out}");
     let out = server.expect_success(RUN);
-    assert_eq!(lines_with(&out, "server ping data: "), expected("server ping data: ", 60, 1000), "{out}");
+    assert_eq!(lines_with(&out, "server ping data: "), expected_pings("server ping data: ", 60, 1000), "{out}");
     assert!(out.contains("served 60 pings"), "{out}");
 }
 
