@@ -130,6 +130,11 @@ fn post_recv<S: typed_verbs::transport::CanPostRecv>(qp: &Qp<RC, S>, buf: RecvBu
     qp.post_recv_owned(Recv::new(buf)).map_err(|e| e.error)
 }
 
+/// The advertisement of `region` (where the peer may read or write, by its rights).
+fn advertise<A>(region: RemoteSlice<A>) -> Info {
+    Info { addr: region.addr(), rkey: region.rkey(), size: region.len() as u32 }
+}
+
 /// SENDs `msg` (an advertisement or a go-ahead, inline) and waits for its completion.
 fn send_msg(conn: &Connection, msg: &[u8; INFO_LEN], timeout: Duration) -> typed_verbs::Result<()> {
     scope(|s| -> typed_verbs::Result<()> {
@@ -177,7 +182,12 @@ fn next_message(conn: &Connection, mut recv: PostedRecv, timeout: Duration, what
 }
 
 /// [`next_message`] where the peer must not end the connection.
-fn expect_message(conn: &Connection, recv: PostedRecv, o: &Options, what: &str) -> AppResult<([u8; 16], PostedRecv)> {
+fn expect_message(
+    conn: &Connection,
+    recv: PostedRecv,
+    o: &Options,
+    what: &str,
+) -> AppResult<([u8; INFO_LEN], PostedRecv)> {
     match next_message(conn, recv, o.timeout, what)? {
         Next::Message(msg, recv) => Ok((msg, recv)),
         Next::PeerEnded(how, _) => {
@@ -310,13 +320,13 @@ fn client(o: &Options) -> AppResult<()> {
         // Cleared, so that -V sees what the server wrote, not the last ping's data.
         sink.write_volatile_from(0, &zeros)?;
 
-        let info = Info { addr: start.addr(), rkey: start.remote(..)?.rkey(), size: o.size as u32 };
+        let info = advertise(start.remote(..)?);
         debug!(o, "RDMA addr {:x} rkey {:x} len {}", info.addr, info.rkey, info.size);
         send_msg(&conn, &info.encode(), o.timeout)?;
         // The go-ahead: the server has read the start buffer.
         recv = expect_message(&conn, recv, o, "the server's go-ahead after its RDMA READ")?.1;
 
-        let info = Info { addr: sink.addr(), rkey: sink.remote(..)?.rkey(), size: o.size as u32 };
+        let info = advertise(sink.remote(..)?);
         debug!(o, "RDMA addr {:x} rkey {:x} len {}", info.addr, info.rkey, info.size);
         send_msg(&conn, &info.encode(), o.timeout)?;
         // The go-ahead: the server's RDMA WRITE into the sink is complete.
