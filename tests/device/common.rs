@@ -339,6 +339,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+// --- rping (rdma-core's and examples/rping.rs) ------------------------------------------------
+
+/// The ping data of ping `ping` in a buffer of `size` bytes, as rping.c's client writes it:
+/// `snprintf("rdma-ping-%d: ")`, then letters from `'A'` (one further at each ping) up to
+/// `'z'` and around again, and a NUL as the last byte (not part of the printed text).
+pub fn ping_data(ping: u64, size: usize) -> String {
+    let mut text = format!("rdma-ping-{ping}: ");
+    let letters: Vec<char> = (b'A'..=b'z').map(char::from).collect();
+    let mut i = (ping % letters.len() as u64) as usize;
+    while text.len() < size - 1 {
+        text.push(letters[i]);
+        i = (i + 1) % letters.len();
+    }
+    text.truncate(size - 1);
+    text
+}
+
+/// The lines rping's `-v` prints for `count` pings of `size` bytes: `prefix` then the ping data.
+pub fn expected_pings(prefix: &str, count: u64, size: usize) -> Vec<String> {
+    (0..count).map(|n| format!("{prefix}{}", ping_data(n, size))).collect()
+}
+
+/// The lines of `output` that start with `prefix`.
+pub fn lines_with(output: &str, prefix: &str) -> Vec<String> {
+    output.lines().filter(|l| l.starts_with(prefix)).map(String::from).collect()
+}
+
 // --- TCP ports --------------------------------------------------------------------------------
 
 /// Every TCP port a device test listens on or hands to a child process. The tests run on
@@ -368,6 +395,12 @@ pub enum TcpPort {
     CmCServerWithOurClientExample,
     CmKilledCServer,
     CmUdaddyOurs,
+    // rping (tests/device/rping.rs).
+    CmRpingOurServerWithCClient,
+    CmRpingCServerWithOurClient,
+    CmRpingOursWithOurs,
+    CmRpingSizeMismatch,
+    CmRpingNobodyListens,
     // The two-host tests (tests/twohost/, which includes this file): listened on by host A or B.
     TwoHostRcOursOnA,
     TwoHostRcOursOnB,
@@ -384,6 +417,8 @@ pub enum TcpPort {
     TwoHostMtu,
     TwoHostCmOursOnA,
     TwoHostCmOursOnB,
+    TwoHostRpingOursOnA,
+    TwoHostRpingOursOnB,
 }
 
 impl TcpPort {
@@ -437,6 +472,11 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::CmCServerWithOurClientExample,
         TcpPort::CmKilledCServer,
         TcpPort::CmUdaddyOurs,
+        TcpPort::CmRpingOurServerWithCClient,
+        TcpPort::CmRpingCServerWithOurClient,
+        TcpPort::CmRpingOursWithOurs,
+        TcpPort::CmRpingSizeMismatch,
+        TcpPort::CmRpingNobodyListens,
         // Every two-host port (this also keeps them used in the device binary).
         TcpPort::TwoHostRcOursOnA,
         TcpPort::TwoHostRcOursOnB,
@@ -453,6 +493,8 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::TwoHostMtu,
         TcpPort::TwoHostCmOursOnA,
         TcpPort::TwoHostCmOursOnB,
+        TcpPort::TwoHostRpingOursOnA,
+        TcpPort::TwoHostRpingOursOnB,
     ];
     let ports: std::collections::HashSet<u16> = all.iter().map(|p| p.get()).collect();
     assert_eq!(ports.len(), all.len(), "{all:?}");

@@ -29,6 +29,7 @@ mod perf;
 mod rc;
 mod recv_lanes;
 mod reliability;
+mod rping;
 mod scope_safety;
 mod sgl;
 mod windows;

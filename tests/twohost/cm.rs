@@ -1,10 +1,11 @@
-//! The RDMA connection manager across the wire: our `rdma_server` / `rdma_client` examples on
-//! host A against rdma-core's on host B, both roles. Neither client retries a refused connect
-//! (it exits 1), so the client is re-run until the server listens, bounded.
+//! The RDMA connection manager across the wire: our `rdma_server` / `rdma_client` and `rping`
+//! examples on host A against rdma-core's on host B, both roles. Neither `rdma_client` retries
+//! a refused connect (it exits 1), nor does the C `rping` client: they are re-run until the
+//! server listens, bounded (our `rping` client retries by itself).
 
 use std::time::{Duration, Instant};
 
-use crate::common::{c_tool, example, Proc, TcpPort};
+use crate::common::{c_tool, example, expected_pings, lines_with, Proc, TcpPort};
 use crate::peer::{local_addr, peer_addr, Peer};
 
 /// Bound on one whole exchange (both processes, the client's re-runs included).
@@ -60,4 +61,62 @@ fn our_rdma_client_on_a_talks_to_rdma_cores_rdma_server_on_b() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(server.wait_exit(DEADLINE), Some(0), "rdma_server on B:\n{}", server.output());
+}
+
+/// `rping`'s address and port options for `addr` and `port`, then `rest`.
+fn rping_args(addr: &str, port: TcpPort, rest: &[&str]) -> Vec<String> {
+    let head = ["-a", addr, "-p", &port.get().to_string()].map(String::from);
+    head.into_iter().chain(rest.iter().map(|s| s.to_string())).collect()
+}
+
+#[test]
+fn our_rping_server_on_a_serves_rdma_cores_rping_client_on_b() {
+    let peer = Peer::get();
+    let port = TcpPort::TwoHostRpingOursOnA;
+    let server_args = rping_args(&local_addr(), port, &["-s", "-v", "-d", "--timeout", "60", "--accept-timeout", "90"]);
+    let mut server = Proc::spawn("rping -s (ours, host A)", &example("rping"), &server_args);
+    server.wait_for_line("rdma_listen on", DEADLINE).unwrap_or_else(|e| panic!("{e}"));
+    let rping = c_tool("rping").display().to_string();
+    let client: Vec<String> =
+        std::iter::once(rping).chain(rping_args(&local_addr(), port, &["-c", "-v", "-V", "-C", "5"])).collect();
+    let client: Vec<&str> = client.iter().map(String::as_str).collect();
+    // Re-run while it fails before reaching our server (the first address resolution across
+    // the wire), which then still waits for a request.
+    let start = Instant::now();
+    let out = loop {
+        let (status, out) = peer.run(&client, DEADLINE);
+        if status == 0 {
+            break out;
+        }
+        assert!(server.poll().is_none(), "our server ended after a failed client:\n{out}\n{}", server.output());
+        assert!(start.elapsed() < DEADLINE, "rping -c on B kept failing:\n{out}\n{}", server.output());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The C client validated (-V) and printed each ping.
+    assert_eq!(lines_with(&out, "ping data: "), expected_pings("ping data: ", 5, 64), "{out}");
+    let Some((status, _)) = server.wait_exit(DEADLINE) else {
+        server.stop();
+        panic!("our rping server did not exit:\n{}", server.output());
+    };
+    let out = server.output();
+    assert!(status.success(), "{out}");
+    assert_eq!(lines_with(&out, "server ping data: "), expected_pings("server ping data: ", 5, 64), "{out}");
+}
+
+#[test]
+fn our_rping_client_on_a_pings_rdma_cores_rping_server_on_b() {
+    let peer = Peer::get();
+    let port = TcpPort::TwoHostRpingOursOnB;
+    let server: Vec<String> = std::iter::once(c_tool("rping").display().to_string())
+        .chain(rping_args(&peer_addr(), port, &["-s", "-v", "-S", "200"]))
+        .collect();
+    let mut server = peer.spawn("rping -s (rdma-core)", &server);
+    // Our client retries a refused connection (the C server not listening yet) for --timeout.
+    let client_args = rping_args(&peer_addr(), port, &["-c", "-v", "-V", "-C", "5", "-S", "200", "--timeout", "60"]);
+    let mut client = Proc::spawn("rping -c (ours, host A)", &example("rping"), &client_args);
+    let out = client.expect_success(DEADLINE);
+    assert_eq!(lines_with(&out, "ping data: "), expected_pings("ping data: ", 5, 200), "{out}");
+    assert_eq!(server.wait_exit(DEADLINE), Some(0), "rping -s on B:\n{}", server.output());
+    let out = server.output();
+    assert_eq!(lines_with(&out, "server ping data: "), expected_pings("server ping data: ", 5, 200), "{out}");
 }
