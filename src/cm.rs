@@ -26,7 +26,7 @@
 use std::ffi::CStr;
 use std::fmt;
 use std::marker::PhantomData;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
@@ -825,11 +825,20 @@ impl CmId<RouteResolved, RC> {
     }
 }
 
-impl CmId<RouteResolved, UD> {
+/// The states in which an identifier is bound to a device ([`AddrResolved`],
+/// [`RouteResolved`]): where a UD QP can be readied with the CM's attributes. Sealed.
+pub trait Bound: sealed::Sealed {}
+impl sealed::Sealed for AddrResolved {}
+impl Bound for AddrResolved {}
+impl sealed::Sealed for RouteResolved {}
+impl Bound for RouteResolved {}
+
+impl<S: Bound> CmId<S, UD> {
     /// Moves `qp` (the program's own UD QP, on [`CmId::device_name`]'s device) RESET → INIT
     /// with the CM's port, P_Key index and Q_Key, then RTR and RTS: ready to receive the
-    /// service's datagrams and to send to it once [`CmId::resolve_peer`] has its address. One
-    /// UD QP may serve any number of peers.
+    /// service's (or the multicast group's) datagrams and to send once
+    /// [`CmId::resolve_peer`] (or [`CmId::join_multicast`]) has the address. One UD QP may
+    /// serve any number of peers.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a QP of another device; [`Error::Verb`] with
@@ -849,7 +858,159 @@ impl CmId<RouteResolved, UD> {
     pub fn qkey(&self) -> Result<u32> {
         self.raw.qkey()
     }
+}
 
+impl CmId<AddrResolved, UD> {
+    /// `rdma_join_multicast`: joins the multicast group `group` (the address this identifier
+    /// resolved, `resolve_addr(Some(local address), group, ..)`), waits at most `timeout` for
+    /// the join (`MULTICAST_JOIN`), attaches `qp` to the group (`ibv_attach_mcast`: the group's
+    /// datagrams are delivered to its receive queue) and creates in `pd` the address handle
+    /// that sends to the group ([`McGroup::peer`]: QP number `0xFFFFFF`, the group's Q_Key).
+    ///
+    /// The membership borrows the QP: it cannot be dropped or moved while attached. Dropping
+    /// the [`McGroup`] (or [`McGroup::leave`]) detaches it and leaves the group.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for an address that is not multicast, a QP or PD of
+    ///   another device, or a QP whose Q_Key is not the group's (its datagrams would be
+    ///   dropped: ready it with [`CmId::ready_qp`]);
+    /// - [`Error::Cm`] with `MULTICAST_ERROR` and its status, or another event;
+    /// - [`Error::Timeout`];
+    /// - [`Error::Verb`] with `rdma_join_multicast`, `ibv_query_qp`, `ibv_attach_mcast` or
+    ///   `ibv_create_ah` and its errno.
+    ///
+    /// See rdma_join_multicast(3), ibv_attach_mcast(3).
+    #[doc(alias = "rdma_join_multicast")]
+    #[doc(alias = "ibv_attach_mcast")]
+    pub fn join_multicast<'q>(
+        self,
+        group: IpAddr,
+        qp: &'q Qp<UD, RTS>,
+        pd: &Pd,
+        timeout: Duration,
+    ) -> Result<McGroup<'q>> {
+        if !group.is_multicast() {
+            return Err(Error::invalid("rdma_join_multicast", format!("{group} is not a multicast address")));
+        }
+        self.raw.check_device(qp.device_name())?;
+        self.raw.check_device(pd.device_name())?;
+        let mut addr = RawAddr::new(SocketAddr::new(group, 0));
+        // SAFETY: the identifier is alive and bound (its address resolved); the address is
+        // valid for the call (librdmacm copies it); no context pointer.
+        let ret = unsafe { sys::rdma_join_multicast(self.raw.ptr(), addr.as_mut_ptr(), std::ptr::null_mut()) };
+        check(ret, Verb::JoinMulticast, || format!("{group}"))?;
+        // From here on, any failure leaves the group (the membership's drop).
+        let membership = Membership { raw: self.raw, group: addr, joined: true };
+        let e = membership.raw.expect(Verb::JoinMulticast, CmEvent::MulticastJoin, timeout)?;
+        let ud =
+            e.ud.as_ref().ok_or_else(|| Error::invalid("rdma_get_cm_event", "a join event without its address"))?;
+        let (gid, lid, qkey) =
+            (AddressVector::from_raw(&ud.ah_attr).grh.map(|g| g.dgid).unwrap_or_default(), ud.ah_attr.dlid, ud.qkey);
+        let ours = qp.qkey()?;
+        if ours != qkey {
+            return Err(Error::invalid(
+                "rdma_join_multicast",
+                format!("QP {:#x} takes Q_Key {ours:#x}, the group's datagrams carry {qkey:#x}", qp.qp_num()),
+            ));
+        }
+        let peer = peer(pd, e)?;
+        // Last, so that nothing fails once the QP is attached.
+        qp.attach_mcast(gid, lid)?;
+        Ok(McGroup { membership, qp, gid, lid, attached: true, peer })
+    }
+}
+
+/// A joined group, left once (`rdma_leave_multicast`) by [`Membership::leave`] or on drop,
+/// before its identifier is destroyed.
+struct Membership {
+    raw: RawId,
+    group: RawAddr,
+    joined: bool,
+}
+
+impl Membership {
+    fn leave(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.joined) {
+            return Ok(());
+        }
+        // SAFETY: the identifier is alive and joined the group at `self.group` (a valid
+        // sockaddr for the call), and has not left it (`joined`).
+        let ret = unsafe { sys::rdma_leave_multicast(self.raw.ptr(), self.group.as_mut_ptr()) };
+        check(ret, Verb::LeaveMulticast, || "the group".into())
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        // Errors cannot be reported here; `McGroup::leave` reports them.
+        let _ = self.leave();
+    }
+}
+
+/// A UD QP's membership of a multicast group ([`CmId::join_multicast`]): the QP attached to
+/// the group, and the address that sends to it. Dropping it detaches the QP
+/// (`ibv_detach_mcast`) and leaves the group (`rdma_leave_multicast`), then destroys the
+/// identifier.
+pub struct McGroup<'q> {
+    membership: Membership,
+    qp: &'q Qp<UD, RTS>,
+    gid: crate::device::Gid,
+    lid: u16,
+    /// Whether the QP is still attached.
+    attached: bool,
+    peer: UdPeer,
+}
+
+impl fmt::Debug for McGroup<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McGroup").field("qp", &self.qp.qp_num()).field("gid", &self.gid).finish()
+    }
+}
+
+impl McGroup<'_> {
+    /// The group as a destination: its address handle, QP number (`0xFFFFFF`, the multicast
+    /// QPN) and Q_Key, what a send to every member names.
+    pub fn peer(&self) -> &UdPeer {
+        &self.peer
+    }
+
+    /// The group's GID (the multicast address, IPv4-mapped on RoCE).
+    pub fn gid(&self) -> crate::device::Gid {
+        self.gid
+    }
+
+    /// Detaches the QP and leaves the group, saying whether both succeeded (dropping the
+    /// membership does the same and ignores failures).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_detach_mcast` or `rdma_leave_multicast` and its errno.
+    ///
+    /// See rdma_leave_multicast(3), ibv_detach_mcast(3).
+    #[doc(alias = "rdma_leave_multicast")]
+    #[doc(alias = "ibv_detach_mcast")]
+    pub fn leave(mut self) -> Result<()> {
+        let detached = self.detach();
+        let left = self.membership.leave();
+        detached.and(left)
+    }
+
+    fn detach(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.attached) {
+            return Ok(());
+        }
+        self.qp.detach_mcast(self.gid, self.lid)
+    }
+}
+
+impl Drop for McGroup<'_> {
+    fn drop(&mut self) {
+        // Errors cannot be reported here; `leave` reports them. The membership (a field)
+        // leaves the group after this.
+        let _ = self.detach();
+    }
+}
+
+impl CmId<RouteResolved, UD> {
     /// `rdma_connect` on a UD identifier (a service ID resolution, SIDR): asks the service at
     /// the resolved address for its QP number and Q_Key, sending `private_data` (at most 180
     /// bytes), waits at most `timeout` for the answer (`ESTABLISHED`), and creates in `pd` the

@@ -64,6 +64,12 @@ pub enum Verb {
     Disconnect,
     GetCmEvent,
     MigrateId,
+    JoinMulticast,
+    LeaveMulticast,
+    /// `ibv_attach_mcast`.
+    AttachMcast,
+    /// `ibv_detach_mcast`.
+    DetachMcast,
 }
 
 impl Verb {
@@ -111,6 +117,10 @@ impl Verb {
             Verb::Disconnect => "rdma_disconnect",
             Verb::GetCmEvent => "rdma_get_cm_event",
             Verb::MigrateId => "rdma_migrate_id",
+            Verb::JoinMulticast => "rdma_join_multicast",
+            Verb::LeaveMulticast => "rdma_leave_multicast",
+            Verb::AttachMcast => "ibv_attach_mcast",
+            Verb::DetachMcast => "ibv_detach_mcast",
             Verb::CreateCompChannel => "ibv_create_comp_channel",
             Verb::ReqNotifyCq => "ibv_req_notify_cq",
             Verb::GetCqEvent => "ibv_get_cq_event",

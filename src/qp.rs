@@ -751,6 +751,31 @@ impl<S: QpState> Qp<UD, S> {
     pub fn qkey(&self) -> Result<u32> {
         Ok(self.query(sys::IBV_QP_QKEY)?.qkey)
     }
+
+    /// `ibv_attach_mcast`: datagrams to the multicast group `gid` (`lid` on InfiniBand, 0 on
+    /// RoCE) are delivered to this QP's receive queue. Done and undone by the connection
+    /// manager's group membership ([`McGroup`](crate::cm::McGroup)), which keeps the QP
+    /// borrowed while it is attached.
+    pub(crate) fn attach_mcast(&self, gid: Gid, lid: u16) -> Result<()> {
+        let raw = gid.to_raw();
+        // SAFETY: the QP is alive; `raw` is a valid GID for the call (the verb copies it).
+        let ret = unsafe { sys::ibv_attach_mcast(self.shared.qp.as_ptr(), &raw, lid) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::AttachMcast, format!("QP {:#x} to group {gid:?}", self.qp_num()), ret));
+        }
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`: undoes [`attach_mcast`](Self::attach_mcast).
+    pub(crate) fn detach_mcast(&self, gid: Gid, lid: u16) -> Result<()> {
+        let raw = gid.to_raw();
+        // SAFETY: the QP is alive; `raw` is a valid GID for the call.
+        let ret = unsafe { sys::ibv_detach_mcast(self.shared.qp.as_ptr(), &raw, lid) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::DetachMcast, format!("QP {:#x} from group {gid:?}", self.qp_num()), ret));
+        }
+        Ok(())
+    }
 }
 
 /// Attributes the connection manager computed for a transition (`rdma_init_qp_attr`), applied

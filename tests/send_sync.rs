@@ -255,6 +255,8 @@ assert_impl_all!(CmId<RouteResolved, UD>: Send, Sync, Unpin);
 assert_impl_all!(CmListener<UD>: Send, Sync, Unpin);
 assert_impl_all!(ConnRequest<UD>: Send, Sync, Unpin);
 assert_impl_all!(typed_verbs::cm::UdPeer: Send, Sync, Unpin, Clone);
+assert_impl_all!(typed_verbs::cm::McGroup<'static>: Send, Sync, Unpin);
+assert_not_impl_any!(typed_verbs::cm::McGroup<'static>: Clone, Copy);
 assert_not_impl_any!(CmId<RouteResolved, UD>: Clone, Copy);
 assert_not_impl_any!(CmListener<UD>: Clone, Copy);
 assert_not_impl_any!(ConnRequest<UD>: Clone, Copy);

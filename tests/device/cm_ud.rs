@@ -327,3 +327,133 @@ fn our_udaddy_pair_runs_two_connections() {
     let out = server.expect_success(WAIT);
     assert_udaddy_lines(&out, &["sending replies", "data transfers complete", "return status 0"]);
 }
+
+// --- multicast --------------------------------------------------------------------------------
+
+/// A UD identifier bound to the device's address with `group` resolved (no route: a multicast
+/// address needs none), and a UD QP of `side` readied by it.
+fn member_of(side: &Side, group: IpAddr) -> (CmId<typed_verbs::cm::AddrResolved, UD>, Qp<UD, RTS>) {
+    let id = CmId::new_ud()
+        .unwrap()
+        .resolve_addr(Some(SocketAddr::new(local_ip(), 0)), SocketAddr::new(group, 0), WAIT)
+        .expect("the group's address resolved from the device's");
+    assert_eq!(id.device_name().as_deref(), Some(device_name().as_str()));
+    let qp = id.ready_qp(side.qp()).expect("RESET -> RTS with the CM's attributes");
+    (id, qp)
+}
+
+/// A multicast group of its own for each test (tests run in parallel).
+fn group(n: u8) -> IpAddr {
+    IpAddr::V4(std::net::Ipv4Addr::new(239, 7, 0, n))
+}
+
+/// The multicast QP number (IBTA: 0xFFFFFF), where sends to a group go.
+const MULTICAST_QPN: u32 = 0xFF_FFFF;
+
+#[test]
+fn a_multicast_group_joined_through_the_cm_delivers_a_members_datagrams_until_it_leaves() {
+    let g = group(1);
+    let rx = Side::on(&device_name());
+    let (rx_id, rx_qp) = member_of(&rx, g);
+    let recvs: Vec<_> = (0..3).map(|_| rx.recv(&rx_qp, 64)).collect();
+    let rx_group = rx_id.join_multicast(g, &rx_qp, &rx.pd, WAIT).expect("joined and attached");
+    assert_eq!(rx_group.gid().ipv4().map(IpAddr::V4), Some(g), "the group's GID is its IPv4-mapped address");
+    assert_eq!((rx_group.peer().qp_num(), rx_group.peer().qkey()), (MULTICAST_QPN, CM_QKEY));
+
+    let tx = Side::on(&device_name());
+    let (tx_id, tx_qp) = member_of(&tx, g);
+    let tx_group = tx_id.join_multicast(g, &tx_qp, &tx.pd, WAIT).expect("the sender joins too");
+    let to = tx_group.peer();
+    for i in 0..3u8 {
+        tx.send(&tx_qp, &[b'm', b'c', b'0' + i], to.ah(), to.qp_num(), to.qkey(), tx_qp.qp_num());
+    }
+    for (i, r) in recvs.into_iter().enumerate() {
+        let (c, chunk) = r.wait(WAIT).map_err(|e| e.error).expect("a datagram to the group");
+        assert_eq!((c.status(), c.byte_len(), c.src_qp()), (WcStatus::Success, (GRH + 3) as u32, tx_qp.qp_num()));
+        assert_eq!(&chunk.as_slice()[GRH..GRH + 3], &[b'm', b'c', b'0' + i as u8]);
+    }
+
+    // Left and detached: a datagram to the group no longer reaches the former member.
+    let late = rx.recv(&rx_qp, 64);
+    rx_group.leave().expect("detach and leave");
+    tx.send(&tx_qp, b"gone", to.ah(), to.qp_num(), to.qkey(), tx_qp.qp_num());
+    match late.wait(Duration::from_secs(2)) {
+        Err(e) => assert!(matches!(e.error, Error::Timeout { .. }), "{:?}", e.error),
+        Ok((c, _)) => panic!("a datagram after leaving: {c:?}"),
+    }
+    drop(tx_group);
+}
+
+#[test]
+fn a_multicast_join_refuses_a_unicast_address_and_a_qp_of_another_qkey() {
+    let side = Side::on(&device_name());
+    let (id, qp) = member_of(&side, group(2));
+    match id.join_multicast(local_ip(), &qp, &side.pd, WAIT) {
+        Err(Error::InvalidArgument { verb: "rdma_join_multicast", reason }) => {
+            assert!(reason.contains("not a multicast"), "{reason}")
+        }
+        other => panic!("a join of a unicast address: {other:?}"),
+    }
+    // ibv_ud_pingpong's Q_Key, not the group's: refused before the QP is attached (and the
+    // group left again: a second member joins it afterwards).
+    let (id, _) = member_of(&side, group(2));
+    let wrong = ud_qp(&side.pd, &side.cq, QpCaps::default());
+    match id.join_multicast(group(2), &wrong, &side.pd, WAIT) {
+        Err(Error::InvalidArgument { verb: "rdma_join_multicast", reason }) => {
+            assert!(reason.contains("Q_Key"), "{reason}")
+        }
+        other => panic!("a QP of Q_Key {QKEY:#x} joined: {other:?}"),
+    }
+    let (id, qp) = member_of(&side, group(2));
+    let joined = id.join_multicast(group(2), &qp, &side.pd, WAIT).expect("the group can be joined again");
+    joined.leave().expect("and left");
+}
+
+#[test]
+fn our_multicast_member_receives_rdma_cores_mckey_sender() {
+    let g = group(3);
+    let rx = Side::on(&device_name());
+    let (id, qp) = member_of(&rx, g);
+    let recvs: Vec<_> = (0..5).map(|_| rx.recv(&qp, 100)).collect();
+    let joined = id.join_multicast(g, &qp, &rx.pd, WAIT).expect("joined");
+    // mckey sends 5 datagrams of 100 bytes, SEND_WITH_IMM carrying its QP number.
+    let args =
+        ["-m".to_string(), g.to_string(), "-b".into(), local_ip().to_string(), "-s".into(), "-C".into(), "5".into()];
+    let mut sender = Proc::spawn("mckey -s (rdma-core)", &c_tool("mckey"), &args);
+    for r in recvs {
+        let (c, _) = r.wait(WAIT).map_err(|e| e.error).unwrap_or_else(|e| panic!("{e}\n{}", sender.output()));
+        assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, (GRH + 100) as u32), "{c:?}");
+        assert_eq!(c.imm(), Some(c.src_qp()), "mckey's immediate is its QP number");
+    }
+    let out = sender.expect_success(WAIT);
+    assert!(out.contains("data transfers complete"), "{out}");
+    joined.leave().expect("detach and leave");
+}
+
+#[test]
+fn rdma_cores_mckey_receives_our_multicast_sends() {
+    let g = group(4);
+    // Line-buffered, so that its "joined" line is seen before it exits.
+    let args = [
+        "-oL".to_string(),
+        c_tool("mckey").display().to_string(),
+        "-m".into(),
+        g.to_string(),
+        "-b".into(),
+        local_ip().to_string(),
+        "-C".into(),
+        "5".into(),
+    ];
+    let mut receiver = Proc::spawn("mckey (rdma-core)", &c_tool("stdbuf"), &args);
+    receiver.wait_for_line("mckey: joined", WAIT).expect("the C receiver joins");
+    let tx = Side::on(&device_name());
+    let (id, qp) = member_of(&tx, g);
+    let joined = id.join_multicast(g, &qp, &tx.pd, WAIT).expect("joined");
+    let to = joined.peer();
+    for _ in 0..5 {
+        tx.send(&qp, &[0x6d; 100], to.ah(), to.qp_num(), to.qkey(), qp.qp_num());
+    }
+    let out = receiver.expect_success(WAIT);
+    assert!(out.contains("data transfers complete") && out.contains("return status 0"), "{out}");
+    joined.leave().expect("detach and leave");
+}
