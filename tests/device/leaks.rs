@@ -1,6 +1,7 @@
 //! No leaks: a representative subset of this binary's device tests, run again under valgrind
 //! memcheck (PD, MR, CQ, QPs and their transitions, scopes, owned tokens and chunks, parked
-//! buffers, memory windows, SRQ). A definite leak, or any memcheck error, fails.
+//! buffers, memory windows, SRQ, connection manager identifiers dropped in every state, RC and
+//! UD, and a multicast membership). A definite leak, or any memcheck error, fails.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,6 +12,9 @@ const SUBSET: &[&str] = &[
     "ownership::a_dropped_owned_token_parks_its_buffer_until_the_device_is_done",
     "ownership::an_srq_shared_by_two_qps",
     "windows::type2_bind_by_work_request_then_write_then_local_inv_revokes",
+    "cm::identifiers_dropped_in_every_state_end_cleanly",
+    "cm_ud::ud_identifiers_dropped_in_every_state_leave_the_peer_a_bounded_failure",
+    "cm_ud::a_multicast_group_joined_through_the_cm_delivers_a_members_datagrams_until_it_leaves",
 ];
 
 /// Set in the child run: the leak test itself must never run under valgrind.
