@@ -19,15 +19,13 @@ use std::process::ExitCode;
 
 use typed_verbs::prelude::*;
 
-use pingpong::{address_vector, Options};
+use pingpong::Options;
 
-/// RTR: path MTU from `-m`, the peer's QPN and first PSN, the address. RTS: only the first
-/// send PSN; UC has no timeouts, retries or RDMA READ/atomics. These are `ibv_uc_pingpong`'s
-/// values.
+/// The library's `connect_path` along the C tools' path (`-m`, `-g`, `-l`): RTR with the peer's
+/// QPN and first PSN, RTS with only the first send PSN (UC has no timeouts, retries or RDMA
+/// READ/atomics), as `ibv_uc_pingpong` sets them.
 fn connect(qp: Qp<UC, INIT>, opts: &Options, me: &Endpoint, peer: &Endpoint) -> typed_verbs::Result<Qp<UC, RTS>> {
-    let rtr = UcRtr { path_mtu: opts.mtu, dest_qp_num: peer.qp_num, rq_psn: peer.psn, av: address_vector(opts, peer) };
-    let qp = qp.to_rtr(&rtr)?;
-    Ok(qp.to_rts(&SqPsn { sq_psn: me.psn })?)
+    qp.connect_path(me, peer, &pingpong::path(opts, peer))
 }
 
 fn main() -> ExitCode {

@@ -862,11 +862,34 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     }
 }
 
+/// Where a connected QP's packets go (what INIT → RTR sets besides the peer's QP number and
+/// PSN): the address vector towards the peer and the path MTU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerPath {
+    /// How to reach the peer.
+    pub av: AddressVector,
+    /// The path MTU (at most the port's active MTU).
+    pub mtu: Mtu,
+}
+
+impl<T: Transport, S: QpState> Qp<T, S> {
+    /// The path towards `peer` from `link`, as [`Qp::<RC, RESET>::connect`] takes it: a GRH
+    /// from `link`'s GID index (hop limit 64) to the peer's GID, the peer's LID, and the port's
+    /// active MTU.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a GID index above 255 or a port without an active MTU;
+    /// [`Error::Verb`] with `ibv_query_port`.
+    pub fn path_to(&self, link: Link, peer: &Endpoint) -> Result<PeerPath> {
+        Ok(PeerPath { av: link_av(link, peer)?, mtu: self.path_mtu(link.port)? })
+    }
+}
+
 impl Qp<RC, RESET> {
     /// RESET → INIT → RTR → RTS towards `peer`, from `me` (this QP's endpoint on `link`, from
     /// [`Qp::local_endpoint`]), granting the peer `access`: the transitions every RC program
-    /// writes, with the path MTU of the port's active MTU, a GRH from `link`'s GID, one
-    /// outstanding RDMA READ/atomic each way, ACK timeout 14, 7 retries and 7 RNR retries.
+    /// writes, along [`Qp::path_to`]'s path (the port's active MTU, a GRH from `link`'s GID),
+    /// with [`Qp::<RC, INIT>::connect_path`]'s timers.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `me` is not this QP's endpoint, or for out-of-range
@@ -883,11 +906,28 @@ impl Qp<RC, RESET> {
         peer: &Endpoint,
     ) -> Result<Qp<RC, transport::RTS>> {
         self.check_endpoint(me)?;
-        let mut rtr = RcRtr::new(link_av(link, peer)?, peer.qp_num, peer.psn);
-        rtr.path_mtu = self.path_mtu(link.port)?;
-        let qp = self.to_init(&ConnectedInit::new(link.port, access))?;
-        let qp = qp.to_rtr(&rtr)?;
-        Ok(qp.to_rts(&RcRts::new(me.psn))?)
+        let path = self.path_to(link, peer)?;
+        self.to_init(&ConnectedInit::new(link.port, access))?.connect_path(me, peer, &path)
+    }
+}
+
+impl Qp<RC, transport::INIT> {
+    /// INIT → RTR → RTS towards `peer` along `path`, from `me` (this QP's endpoint): the
+    /// attributes the rdma-core examples use, one outstanding RDMA READ/atomic each way, RNR
+    /// NAK timer code 12, ACK timeout code 14, 7 retries and 7 RNR retries. For a QP whose
+    /// receives were posted in INIT, before the endpoints were exchanged (as the pingpong tools
+    /// do), or a path of the program's choosing (`-g`, `-m`, `-l` of the C tools).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `me` is not this QP's endpoint, or for out-of-range
+    /// attributes; [`Error::Verb`] with `ibv_modify_qp`. The QP is dropped with an error.
+    ///
+    /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn connect_path(self, me: &Endpoint, peer: &Endpoint, path: &PeerPath) -> Result<Qp<RC, transport::RTS>> {
+        self.check_endpoint(me)?;
+        let rtr = RcRtr { path_mtu: path.mtu, ..RcRtr::new(path.av, peer.qp_num, peer.psn) };
+        Ok(self.to_rtr(&rtr)?.to_rts(&RcRts::new(me.psn))?)
     }
 }
 
@@ -908,11 +948,23 @@ impl Qp<UC, RESET> {
         peer: &Endpoint,
     ) -> Result<Qp<UC, transport::RTS>> {
         self.check_endpoint(me)?;
-        let mut rtr = UcRtr::new(link_av(link, peer)?, peer.qp_num, peer.psn);
-        rtr.path_mtu = self.path_mtu(link.port)?;
-        let qp = self.to_init(&ConnectedInit::new(link.port, access))?;
-        let qp = qp.to_rtr(&rtr)?;
-        Ok(qp.to_rts(&SqPsn { sq_psn: me.psn })?)
+        let path = self.path_to(link, peer)?;
+        self.to_init(&ConnectedInit::new(link.port, access))?.connect_path(me, peer, &path)
+    }
+}
+
+impl Qp<UC, transport::INIT> {
+    /// INIT → RTR → RTS towards `peer` along `path`, as [`Qp::<RC, INIT>::connect_path`] for UC.
+    ///
+    /// # Errors
+    /// As [`Qp::<RC, INIT>::connect_path`].
+    ///
+    /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn connect_path(self, me: &Endpoint, peer: &Endpoint, path: &PeerPath) -> Result<Qp<UC, transport::RTS>> {
+        self.check_endpoint(me)?;
+        let rtr = UcRtr { path_mtu: path.mtu, ..UcRtr::new(path.av, peer.qp_num, peer.psn) };
+        Ok(self.to_rtr(&rtr)?.to_rts(&SqPsn { sq_psn: me.psn })?)
     }
 }
 

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use typed_verbs::device::LinkLayer;
 use typed_verbs::prelude::*;
-use typed_verbs::qp::{random_psn, Transitions};
+use typed_verbs::qp::{random_psn, PeerPath, Transitions};
 use typed_verbs::transport::{SupportsSend, Unaddressed};
 
 /// The length of the address message on the wire, NUL included.
@@ -684,26 +684,21 @@ pub fn parse_args_for<I: IntoIterator<Item = String>>(tool: Tool, args: I) -> Re
 pub type Connect<T> = fn(Qp<T, INIT>, &Options, &Endpoint, &Endpoint) -> typed_verbs::Result<Qp<T, RTS>>;
 
 /// Connects an RC QP to `peer` with `ibv_rc_pingpong`'s attributes (`ibv_srq_pingpong` uses the
-/// same ones, per QP). RTR: path MTU from `-m`, one incoming RDMA READ/atomic, RNR NAK timer
-/// code 12 (0.64 ms). RTS: ACK timeout code 14 (67 ms), 7 retries, 7 RNR retries (infinite),
-/// one outstanding RDMA READ/atomic.
+/// same ones, per QP): the library's `connect_path`, whose timers are the C tools' (one incoming
+/// and one outstanding RDMA READ/atomic, RNR NAK timer code 12, ACK timeout code 14, 7 retries,
+/// 7 RNR retries), along the C tools' path ([`path`]: `-m`, `-g`, `-l`).
 pub fn connect_rc(
     qp: Qp<RC, INIT>,
     opts: &Options,
     me: &Endpoint,
     peer: &Endpoint,
 ) -> typed_verbs::Result<Qp<RC, RTS>> {
-    let rtr = RcRtr {
-        path_mtu: opts.mtu,
-        dest_qp_num: peer.qp_num,
-        rq_psn: peer.psn,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        av: address_vector(opts, peer),
-    };
-    let qp = qp.to_rtr(&rtr)?;
-    let rts = RcRts { sq_psn: me.psn, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1 };
-    Ok(qp.to_rts(&rts)?)
+    qp.connect_path(me, peer, &path(opts, peer))
+}
+
+/// The path the C tools set at RTR: MTU from `-m`, the address of [`address_vector`].
+pub fn path(opts: &Options, peer: &Endpoint) -> PeerPath {
+    PeerPath { av: address_vector(opts, peer), mtu: opts.mtu }
 }
 
 /// The address vector the C tools use (at RTR for rc/uc/srq, for the address handle in ud):

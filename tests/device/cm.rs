@@ -284,6 +284,11 @@ fn the_verbs_connect_helper_picks_the_roce_v2_gid_and_random_psns() {
     );
     let a = r.pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.local_endpoint(link).unwrap();
+    // The path `connect` takes: the port's active MTU, a GRH from the link's GID to the peer's.
+    let path = a.path_to(link, &eb).unwrap();
+    let grh = path.av.grh.expect("a GRH on RoCE");
+    assert_eq!(Some(path.mtu), ctx.query_port(PORT).unwrap().active_mtu());
+    assert_eq!((grh.dgid, u32::from(grh.sgid_index), path.av.port), (eb.gid, index, PORT));
     let a = a.connect(link, QpAccess::REMOTE_WRITE, &ea, &eb).expect("RC connect a");
     let b = b.connect(link, QpAccess::REMOTE_WRITE, &eb, &ea).expect("RC connect b");
     let (ua, ub) =
