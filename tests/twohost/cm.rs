@@ -1,5 +1,6 @@
-//! The RDMA connection manager across the wire: our `rdma_server` / `rdma_client` and `rping`
-//! examples on host A against rdma-core's on host B, both roles. Neither `rdma_client` retries
+//! The RDMA connection manager across the wire: our `rdma_server` / `rdma_client`, `rping` and
+//! `udaddy` examples on host A against rdma-core's on host B, both roles, and a multicast group
+//! joined on A whose datagrams rdma-core's `mckey` receives on B. Neither `rdma_client` retries
 //! a refused connect (it exits 1), nor does the C `rping` client: they are re-run until the
 //! server listens, bounded (our `rping` client retries by itself).
 
@@ -119,4 +120,115 @@ fn our_rping_client_on_a_pings_rdma_cores_rping_server_on_b() {
     assert_eq!(server.wait_exit(DEADLINE), Some(0), "rping -s on B:\n{}", server.output());
     let out = server.output();
     assert_eq!(lines_with(&out, "server ping data: "), expected_pings("server ping data: ", 5, 200), "{out}");
+}
+
+/// `udaddy`'s progress lines, in order, in `out`.
+fn assert_udaddy_lines(out: &str, lines: &[&str]) {
+    let mut rest = out;
+    for l in lines {
+        let at = rest.find(l).unwrap_or_else(|| panic!("{l:?} missing (or out of order) in:\n{out}"));
+        rest = &rest[at + l.len()..];
+    }
+}
+
+#[test]
+fn our_udaddy_server_on_a_answers_rdma_cores_udaddy_client_on_b() {
+    let peer = Peer::get();
+    // udaddy's port is fixed (7174, of RDMA_PS_UDP); one such test runs at a time here.
+    let mut server = Proc::spawn("udaddy (ours, host A)", &example("udaddy"), &["-C".into(), "5".into()]);
+    server.wait_for_line("udaddy: starting server", DEADLINE).unwrap_or_else(|e| panic!("{e}"));
+    let udaddy = c_tool("udaddy").display().to_string();
+    let client = [udaddy.as_str(), "-s", &local_addr(), "-C", "5"];
+    let start = Instant::now();
+    let out = loop {
+        // The first resolution across the wire may fail before it reaches our server.
+        let (status, out) = peer.run(&client, DEADLINE);
+        if status == 0 {
+            break out;
+        }
+        assert!(server.poll().is_none(), "our server ended after a failed client:\n{out}\n{}", server.output());
+        assert!(start.elapsed() < DEADLINE, "udaddy -s on B kept failing:\n{out}\n{}", server.output());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_udaddy_lines(
+        &out,
+        &["initiating data transfers", "receiving data transfers", "data transfers complete", "return status 0"],
+    );
+    let out = server.expect_success(DEADLINE);
+    assert_udaddy_lines(
+        &out,
+        &["receiving data transfers", "sending replies", "data transfers complete", "return status 0"],
+    );
+}
+
+#[test]
+fn our_udaddy_client_on_a_talks_to_rdma_cores_udaddy_server_on_b() {
+    let peer = Peer::get();
+    let server = [c_tool("udaddy").display().to_string(), "-C".into(), "5".into()];
+    let mut server = peer.spawn("udaddy (rdma-core, host B)", &server);
+    let start = Instant::now();
+    // The C server listens a moment after it starts: a resolution that finds nobody is re-run.
+    let out = loop {
+        let args = ["-s".to_string(), peer_addr(), "-C".into(), "5".into(), "--timeout".into(), "30".into()];
+        let mut client = Proc::spawn("udaddy (ours, host A)", &example("udaddy"), &args);
+        let Some((status, _)) = client.wait_exit(DEADLINE) else {
+            client.stop();
+            panic!("our udaddy client did not exit:\n{}", client.output());
+        };
+        if status.success() {
+            break client.output();
+        }
+        assert!(start.elapsed() < DEADLINE, "our udaddy kept failing:\n{}\n{}", client.output(), server.output());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_udaddy_lines(
+        &out,
+        &["initiating data transfers", "receiving data transfers", "data transfers complete", "return status 0"],
+    );
+    assert_eq!(server.wait_exit(DEADLINE), Some(0), "udaddy on B:\n{}", server.output());
+    assert_udaddy_lines(&server.output(), &["sending replies", "data transfers complete", "return status 0"]);
+}
+
+#[test]
+fn rdma_cores_mckey_on_b_receives_our_multicast_sends_from_a() {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    use typed_verbs::cm::CmId;
+    use typed_verbs::prelude::*;
+
+    let peer = Peer::get();
+    let group = IpAddr::V4(Ipv4Addr::new(239, 7, 0, 200));
+    // Line-buffered, so that its "joined" line is seen before it exits.
+    let receiver = ["stdbuf", "-oL", "mckey", "-m", &group.to_string(), "-b", &peer_addr(), "-C", "5"].map(|s| {
+        if s == "mckey" {
+            c_tool("mckey").display().to_string()
+        } else {
+            s.to_string()
+        }
+    });
+    let mut receiver = peer.spawn("mckey (rdma-core, host B)", &receiver);
+    receiver.wait_for_line("mckey: joined", DEADLINE).unwrap_or_else(|e| panic!("{e}"));
+
+    let local: IpAddr = local_addr().parse().expect("host A's address");
+    let id = CmId::new_ud()
+        .unwrap()
+        .resolve_addr(Some(SocketAddr::new(local, 0)), SocketAddr::new(group, 0), Duration::from_secs(10))
+        .expect("the group's address resolved from host A's");
+    let ctx = Context::open(&id.device_name().expect("a device")).unwrap();
+    let (pd, cq) = (ctx.alloc_pd().unwrap(), ctx.create_cq(256).unwrap());
+    let qp = id.ready_qp(pd.create_qp::<UD>(&QpConfig::new(&cq)).unwrap()).unwrap();
+    let joined = id.join_multicast(group, &qp, &pd, Duration::from_secs(30)).expect("joined on host A");
+    let to = joined.peer();
+    let src = pd.alloc_mr(100, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        for _ in 0..5 {
+            let wr = SendImm::new(src.slice(..).unwrap(), qp.qp_num()).to(to.ah(), to.qp_num(), to.qkey());
+            let t = s.post_send(&qp, wr).unwrap();
+            assert!(s.wait(t, DEADLINE).unwrap().0.is_success());
+        }
+    })
+    .unwrap();
+    assert_eq!(receiver.wait_exit(DEADLINE), Some(0), "mckey on B:\n{}", receiver.output());
+    let out = receiver.output();
+    assert!(out.contains("data transfers complete") && out.contains("return status 0"), "{out}");
+    joined.leave().expect("detach and leave");
 }
