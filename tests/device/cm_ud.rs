@@ -3,7 +3,8 @@
 //! answering with an address handle made from the client's first datagram; a reject; nobody
 //! listening; a QP of the wrong Q_Key refused before the CM sees it; private data above the
 //! limits; identifiers dropped in every state; rdma-core's `udaddy` against our
-//! `examples/udaddy.rs` in both roles. Every wait bounded.
+//! `examples/udaddy.rs` in both roles; a multicast group joined through the CM, with rdma-core's
+//! `mckey` receiving our sends. Every wait bounded.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
@@ -250,15 +251,6 @@ fn ud_identifiers_dropped_in_every_state_leave_the_peer_a_bounded_failure() {
     assert!(took <= WAIT + Duration::from_secs(1), "bounded: {took:?}");
 }
 
-/// `udaddy`'s progress lines, in order, in `out`.
-fn assert_udaddy_lines(out: &str, lines: &[&str]) {
-    let mut rest = out;
-    for l in lines {
-        let at = rest.find(l).unwrap_or_else(|| panic!("{l:?} missing (or out of order) in:\n{out}"));
-        rest = &rest[at + l.len()..];
-    }
-}
-
 #[test]
 fn our_udaddy_server_answers_rdma_cores_udaddy_client() {
     let _port = UDADDY.lock().unwrap_or_else(|e| e.into_inner());
@@ -269,15 +261,9 @@ fn our_udaddy_server_answers_rdma_cores_udaddy_client() {
     let args = ["-s".to_string(), ip, "-C".into(), "5".into(), "-S".into(), "200".into()];
     let mut client = Proc::spawn("udaddy (rdma-core)", &c_tool("udaddy"), &args);
     let out = client.expect_success(WAIT);
-    assert_udaddy_lines(
-        &out,
-        &["initiating data transfers", "receiving data transfers", "data transfers complete", "return status 0"],
-    );
+    assert_lines_in_order(&out, UDADDY_CLIENT_LINES);
     let out = server.expect_success(WAIT);
-    assert_udaddy_lines(
-        &out,
-        &["receiving data transfers", "sending replies", "data transfers complete", "return status 0"],
-    );
+    assert_lines_in_order(&out, UDADDY_SERVER_LINES);
 }
 
 #[test]
@@ -302,15 +288,9 @@ fn our_udaddy_client_talks_to_rdma_cores_udaddy_server() {
             }
         }
     };
-    assert_udaddy_lines(
-        &out,
-        &["initiating data transfers", "receiving data transfers", "data transfers complete", "return status 0"],
-    );
+    assert_lines_in_order(&out, UDADDY_CLIENT_LINES);
     let out = server.expect_success(WAIT);
-    assert_udaddy_lines(
-        &out,
-        &["receiving data transfers", "sending replies", "data transfers complete", "return status 0"],
-    );
+    assert_lines_in_order(&out, UDADDY_SERVER_LINES);
 }
 
 #[test]
@@ -323,9 +303,9 @@ fn our_udaddy_pair_runs_two_connections() {
     let mut args = vec!["-s".to_string(), ip];
     args.extend(common.iter().cloned());
     let out = Proc::spawn("udaddy client", &example("udaddy"), &args).expect_success(WAIT);
-    assert_udaddy_lines(&out, &["initiating data transfers", "data transfers complete", "return status 0"]);
+    assert_lines_in_order(&out, UDADDY_CLIENT_LINES);
     let out = server.expect_success(WAIT);
-    assert_udaddy_lines(&out, &["sending replies", "data transfers complete", "return status 0"]);
+    assert_lines_in_order(&out, UDADDY_SERVER_LINES);
 }
 
 // --- multicast --------------------------------------------------------------------------------
@@ -409,26 +389,10 @@ fn a_multicast_join_refuses_a_unicast_address_and_a_qp_of_another_qkey() {
     joined.leave().expect("and left");
 }
 
-#[test]
-fn our_multicast_member_receives_rdma_cores_mckey_sender() {
-    let g = group(3);
-    let rx = Side::on(&device_name());
-    let (id, qp) = member_of(&rx, g);
-    let recvs: Vec<_> = (0..5).map(|_| rx.recv(&qp, 100)).collect();
-    let joined = id.join_multicast(g, &qp, &rx.pd, WAIT).expect("joined");
-    // mckey sends 5 datagrams of 100 bytes, SEND_WITH_IMM carrying its QP number.
-    let args =
-        ["-m".to_string(), g.to_string(), "-b".into(), local_ip().to_string(), "-s".into(), "-C".into(), "5".into()];
-    let mut sender = Proc::spawn("mckey -s (rdma-core)", &c_tool("mckey"), &args);
-    for r in recvs {
-        let (c, _) = r.wait(WAIT).map_err(|e| e.error).unwrap_or_else(|e| panic!("{e}\n{}", sender.output()));
-        assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, (GRH + 100) as u32), "{c:?}");
-        assert_eq!(c.imm(), Some(c.src_qp()), "mckey's immediate is its QP number");
-    }
-    let out = sender.expect_success(WAIT);
-    assert!(out.contains("data transfers complete"), "{out}");
-    joined.leave().expect("detach and leave");
-}
+// rdma-core's `mckey` as the sender is not among these tests: it posts its datagrams
+// unsignaled and leaves and destroys its QP right after posting, and rxe sends them after
+// `ibv_post_send` returns, so they are lost with the QP (0 or 1 of 5 or 20 leave the device,
+// by rxe's `sent_pkts`; DESIGN §9). Our member receiving our own sends is tested above.
 
 #[test]
 fn rdma_cores_mckey_receives_our_multicast_sends() {

@@ -500,3 +500,19 @@ fn no_test_names_a_tcp_port_literally() {
     assert_eq!(ports.len(), all.len(), "{all:?}");
     assert!(ports.iter().all(|p| (18600..=18699).contains(p)), "{ports:?}");
 }
+
+/// The progress lines `udaddy` (rdma-core's, and `examples/udaddy.rs`) prints as a client.
+pub const UDADDY_CLIENT_LINES: &[&str] =
+    &["initiating data transfers", "receiving data transfers", "data transfers complete", "return status 0"];
+/// The progress lines `udaddy` prints as a server.
+pub const UDADDY_SERVER_LINES: &[&str] =
+    &["receiving data transfers", "sending replies", "data transfers complete", "return status 0"];
+
+/// Asserts that `lines` appear in `out` in this order (other lines between them).
+pub fn assert_lines_in_order(out: &str, lines: &[&str]) {
+    let mut rest = out;
+    for l in lines {
+        let at = rest.find(l).unwrap_or_else(|| panic!("{l:?} missing (or out of order) in:\n{out}"));
+        rest = &rest[at + l.len()..];
+    }
+}

@@ -6,7 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{c_tool, example, expected_pings, lines_with, Proc, TcpPort};
+use crate::common::{
+    assert_lines_in_order, c_tool, example, expected_pings, lines_with, Proc, TcpPort, UDADDY_CLIENT_LINES,
+    UDADDY_SERVER_LINES,
+};
 use crate::peer::{local_addr, peer_addr, Peer};
 
 /// Bound on one whole exchange (both processes, the client's re-runs included).
@@ -64,6 +67,22 @@ fn our_rdma_client_on_a_talks_to_rdma_cores_rdma_server_on_b() {
     assert_eq!(server.wait_exit(DEADLINE), Some(0), "rdma_server on B:\n{}", server.output());
 }
 
+/// Runs the C client `client` on host B until it exits 0, and its output: a run may fail before
+/// it reaches our `server` on A (the first address resolution across the wire), which then must
+/// still be waiting for it. Bounded by [`DEADLINE`].
+fn run_on_b_until_it_succeeds(peer: &Peer, client: &[&str], server: &mut Proc) -> String {
+    let start = Instant::now();
+    loop {
+        let (status, out) = peer.run(client, DEADLINE);
+        if status == 0 {
+            return out;
+        }
+        assert!(server.poll().is_none(), "our server ended after a failed client:\n{out}\n{}", server.output());
+        assert!(start.elapsed() < DEADLINE, "{} on B kept failing:\n{out}\n{}", client[0], server.output());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// `rping`'s address and port options for `addr` and `port`, then `rest`.
 fn rping_args(addr: &str, port: TcpPort, rest: &[&str]) -> Vec<String> {
     let head = ["-a", addr, "-p", &port.get().to_string()].map(String::from);
@@ -81,18 +100,7 @@ fn our_rping_server_on_a_serves_rdma_cores_rping_client_on_b() {
     let client: Vec<String> =
         std::iter::once(rping).chain(rping_args(&local_addr(), port, &["-c", "-v", "-V", "-C", "5"])).collect();
     let client: Vec<&str> = client.iter().map(String::as_str).collect();
-    // Re-run while it fails before reaching our server (the first address resolution across
-    // the wire), which then still waits for a request.
-    let start = Instant::now();
-    let out = loop {
-        let (status, out) = peer.run(&client, DEADLINE);
-        if status == 0 {
-            break out;
-        }
-        assert!(server.poll().is_none(), "our server ended after a failed client:\n{out}\n{}", server.output());
-        assert!(start.elapsed() < DEADLINE, "rping -c on B kept failing:\n{out}\n{}", server.output());
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let out = run_on_b_until_it_succeeds(&peer, &client, &mut server);
     // The C client validated (-V) and printed each ping.
     assert_eq!(lines_with(&out, "ping data: "), expected_pings("ping data: ", 5, 64), "{out}");
     let Some((status, _)) = server.wait_exit(DEADLINE) else {
@@ -122,15 +130,6 @@ fn our_rping_client_on_a_pings_rdma_cores_rping_server_on_b() {
     assert_eq!(lines_with(&out, "server ping data: "), expected_pings("server ping data: ", 5, 200), "{out}");
 }
 
-/// `udaddy`'s progress lines, in order, in `out`.
-fn assert_udaddy_lines(out: &str, lines: &[&str]) {
-    let mut rest = out;
-    for l in lines {
-        let at = rest.find(l).unwrap_or_else(|| panic!("{l:?} missing (or out of order) in:\n{out}"));
-        rest = &rest[at + l.len()..];
-    }
-}
-
 #[test]
 fn our_udaddy_server_on_a_answers_rdma_cores_udaddy_client_on_b() {
     let peer = Peer::get();
@@ -139,26 +138,10 @@ fn our_udaddy_server_on_a_answers_rdma_cores_udaddy_client_on_b() {
     server.wait_for_line("udaddy: starting server", DEADLINE).unwrap_or_else(|e| panic!("{e}"));
     let udaddy = c_tool("udaddy").display().to_string();
     let client = [udaddy.as_str(), "-s", &local_addr(), "-C", "5"];
-    let start = Instant::now();
-    let out = loop {
-        // The first resolution across the wire may fail before it reaches our server.
-        let (status, out) = peer.run(&client, DEADLINE);
-        if status == 0 {
-            break out;
-        }
-        assert!(server.poll().is_none(), "our server ended after a failed client:\n{out}\n{}", server.output());
-        assert!(start.elapsed() < DEADLINE, "udaddy -s on B kept failing:\n{out}\n{}", server.output());
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert_udaddy_lines(
-        &out,
-        &["initiating data transfers", "receiving data transfers", "data transfers complete", "return status 0"],
-    );
+    let out = run_on_b_until_it_succeeds(&peer, &client, &mut server);
+    assert_lines_in_order(&out, UDADDY_CLIENT_LINES);
     let out = server.expect_success(DEADLINE);
-    assert_udaddy_lines(
-        &out,
-        &["receiving data transfers", "sending replies", "data transfers complete", "return status 0"],
-    );
+    assert_lines_in_order(&out, UDADDY_SERVER_LINES);
 }
 
 #[test]
@@ -181,12 +164,9 @@ fn our_udaddy_client_on_a_talks_to_rdma_cores_udaddy_server_on_b() {
         assert!(start.elapsed() < DEADLINE, "our udaddy kept failing:\n{}\n{}", client.output(), server.output());
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert_udaddy_lines(
-        &out,
-        &["initiating data transfers", "receiving data transfers", "data transfers complete", "return status 0"],
-    );
+    assert_lines_in_order(&out, UDADDY_CLIENT_LINES);
     assert_eq!(server.wait_exit(DEADLINE), Some(0), "udaddy on B:\n{}", server.output());
-    assert_udaddy_lines(&server.output(), &["sending replies", "data transfers complete", "return status 0"]);
+    assert_lines_in_order(&server.output(), UDADDY_SERVER_LINES);
 }
 
 #[test]
