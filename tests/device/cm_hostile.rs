@@ -138,6 +138,29 @@ fn a_qp_that_joined_one_group_twice_stays_attached_until_its_last_membership_lea
 }
 
 #[test]
+fn a_qp_in_two_groups_leaving_one_keeps_receiving_the_other() {
+    let (ga, gb) = (group(5), group(6));
+    let rx = Side::new();
+    let (ida, qp) = member(&rx, ga);
+    let a = ida.join_multicast(ga, &qp, &rx.pd, WAIT).expect("group a");
+    let b = bound_to(gb).join_multicast(gb, &qp, &rx.pd, WAIT).expect("group b, same QP");
+    let tx = Side::new();
+    let (tx_ida, tx_qp) = member(&tx, ga);
+    let to_a = tx_ida.join_multicast(ga, &tx_qp, &tx.pd, WAIT).expect("the sender joins a");
+    let to_b = bound_to(gb).join_multicast(gb, &tx_qp, &tx.pd, WAIT).expect("the sender joins b");
+    a.leave().expect("a left");
+    let r = rx.recv(&qp, 4);
+    let (pa, pb) = (to_a.peer().clone(), to_b.peer().clone());
+    assert!(tx.send(&tx_qp, b"to-a", pa.ah(), pa.qp_num(), pa.qkey()).is_success());
+    assert!(tx.send(&tx_qp, b"to-b", pb.ah(), pb.qp_num(), pb.qkey()).is_success());
+    assert_eq!(arrived(r, WAIT, 4).as_deref(), Some(&b"to-b"[..]), "only group b's datagram");
+    let r = rx.recv(&qp, 4);
+    assert_eq!(arrived(r, Duration::from_secs(2), 4), None, "nothing more: group a's datagram was not delivered");
+    b.leave().expect("b left");
+    drop((to_a, to_b));
+}
+
+#[test]
 fn a_leaked_membership_keeps_its_qp_and_buffers_and_misroutes_nothing_on_the_shared_cq() {
     let g = group(2);
     let rx = Side::new();
@@ -313,6 +336,73 @@ fn a_ud_peer_outlives_its_pd_and_context_and_is_refused_by_a_qp_of_another_pd() 
     .unwrap();
     assert_eq!(server.join().unwrap(), None, "nothing was sent");
     drop(peer);
+}
+
+#[test]
+fn the_two_port_spaces_never_meet_a_ud_resolution_finds_no_rc_listener_and_back() {
+    // An RC listener (RDMA_PS_TCP): a UD resolution (RDMA_PS_UDP) of its port finds no service.
+    let rc = CmListener::bind(SocketAddr::new(local_ip(), 0), 4).expect("an RC listener");
+    let rc_addr = SocketAddr::new(local_ip(), rc.port());
+    let side = Side::new();
+    let t = Instant::now();
+    let e = resolve_ud(rc_addr).resolve_peer(&side.pd, b"ud?", WAIT).expect_err("no UD service there");
+    assert!(matches!(e, Error::Cm { event: CmEvent::Unreachable, .. }), "{e:?}");
+    assert!(t.elapsed() < Duration::from_secs(10), "bounded: {:?}", t.elapsed());
+    match rc.next_request(Duration::from_millis(500)) {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("the RC listener saw a UD resolution: {:?}", other.map(|_| ())),
+    }
+    // A UD listener: an RC connect to its port is refused; the UD listener sees nothing.
+    let (ud, ud_addr) = listen_ud();
+    let rc_side = crate::cm::Side::on(&device_name());
+    let id = CmId::new().unwrap().resolve_addr(None, ud_addr, WAIT).unwrap().resolve_route(WAIT).unwrap();
+    let r = id.connect(rc_side.qp(), QpAccess::empty(), &typed_verbs::cm::ConnParam::default(), WAIT);
+    assert!(matches!(r, Err(Error::Rejected { .. })), "an RC connect to a UD port: {:?}", r.map(|_| ()));
+    match ud.next_request(Duration::from_millis(500)) {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("the UD listener saw an RC connect: {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn rc_private_data_and_retry_counts_above_the_limits_are_refused_and_flush_the_qp() {
+    use typed_verbs::cm::ConnParam;
+    let listener = CmListener::bind(SocketAddr::new(local_ip(), 0), 4).unwrap();
+    let to = SocketAddr::new(local_ip(), listener.port());
+    let side = crate::cm::Side::on(&device_name());
+    for (param, what) in [
+        (ConnParam { private_data: vec![1; 57], ..ConnParam::default() }, "at most 56"),
+        (ConnParam { retry_count: 8, ..ConnParam::default() }, "0..=7"),
+        (ConnParam { rnr_retry_count: 255, ..ConnParam::default() }, "0..=7"),
+    ] {
+        let id = CmId::new().unwrap().resolve_addr(None, to, WAIT).unwrap().resolve_route(WAIT).unwrap();
+        let connecting = id.prepare(side.qp(), QpAccess::empty()).unwrap();
+        let recv =
+            connecting.qp().post_recv_owned(Recv::new(crate::cm::recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        match connecting.connect(&param, WAIT) {
+            Err(Error::InvalidArgument { verb: "rdma_connect", reason }) => assert!(reason.contains(what), "{reason}"),
+            other => panic!("{param:?}: {:?}", other.map(|_| ())),
+        }
+        let (c, _) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the receive back");
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+    }
+    // Nothing reached the listener.
+    assert!(matches!(listener.next_request(Duration::from_millis(300)), Err(Error::Timeout { .. })));
+    // A reject above 148 bytes is refused; the request, consumed, goes unanswered.
+    let client = std::thread::spawn(move || {
+        let side = crate::cm::Side::on(&device_name());
+        let id = CmId::new().unwrap().resolve_addr(None, to, WAIT).unwrap().resolve_route(WAIT).unwrap();
+        id.connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT).map(|_| ())
+    });
+    let req = listener.next_request(WAIT).expect("the request");
+    match req.reject(&[0u8; 149]) {
+        Err(Error::InvalidArgument { verb: "rdma_reject", reason }) => {
+            assert!(reason.contains("at most 148"), "{reason}")
+        }
+        other => panic!("149 bytes of reject private data: {other:?}"),
+    }
+    let r = client.join().unwrap();
+    assert!(matches!(r, Err(Error::Rejected { .. } | Error::Timeout { .. })), "{r:?}");
 }
 
 // --- create_ah_from_wc ------------------------------------------------------------------------
@@ -590,6 +680,38 @@ mod async_waits {
         let (wc, chunk) = recv.wait(WAIT).map_err(|e| e.error).expect("the receive of the leaked QP");
         assert_eq!((wc.status(), chunk.as_slice()), (WcStatus::Success, &b"into a leaked QP"[..]));
         drop(conn);
+    }
+
+    #[test]
+    fn a_resolve_peer_future_dropped_before_the_answer_leaves_the_service_a_typed_outcome() {
+        let (listener, addr) = super::listen_ud();
+        let rt = runtime();
+        let side = super::Side::new();
+        let id = super::resolve_ud(addr);
+        let mut fut = Box::pin(id.resolve_peer_async(&side.pd, b"gone"));
+        assert!(within(&rt, Duration::from_millis(50), &mut fut).is_err(), "no answer yet");
+        drop(fut);
+        // The service answers a requester whose identifier is gone: the SIDR reply goes
+        // nowhere, the accept itself succeeds or fails typed.
+        let req = listener.next_request(WAIT).expect("the request was sent before the drop");
+        assert_eq!(req.private_data().get(..4), Some(&b"gone"[..]));
+        let qp = req.ready_qp(side.qp()).unwrap();
+        match req.accept(&qp, &[]) {
+            Ok(()) | Err(Error::Verb { .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+        // And the next resolution is answered as usual.
+        let server = std::thread::spawn(move || {
+            let req = listener.next_request(WAIT).expect("the second request");
+            let side = super::Side::new();
+            let qp = req.ready_qp(side.qp()).unwrap();
+            req.accept(&qp, b"again").unwrap();
+        });
+        let peer = within(&rt, WAIT, super::resolve_ud(addr).resolve_peer_async(&side.pd, &[]))
+            .expect("bounded")
+            .expect("the second resolution");
+        assert_eq!(peer.private_data().get(..5), Some(&b"again"[..]));
+        server.join().unwrap();
     }
 
     #[test]
