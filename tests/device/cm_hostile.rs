@@ -520,6 +520,11 @@ mod async_waits {
         rt.block_on(async move { timeout(d, f).await })
     }
 
+    /// Polls `f` once, inside `rt`'s context (its reactor registers what it waits for).
+    fn poll_once_in<F: Future + Unpin>(rt: &tokio::runtime::Runtime, f: &mut F) -> Poll<F::Output> {
+        rt.block_on(std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *f).poll(cx))))
+    }
+
     /// Polls `f` once, outside any runtime.
     fn poll_once<F: Future>(f: F) -> Poll<F::Output> {
         let mut f = pin!(f);
@@ -623,8 +628,9 @@ mod async_waits {
         let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
         let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         // Polled once (rdma_accept sent, ESTABLISHED not yet there), then dropped.
-        let r = within(&rt, Duration::ZERO, accepting.accept_async());
-        assert!(r.is_err(), "ESTABLISHED cannot have arrived within the first poll");
+        let mut accept = Box::pin(accepting.accept_async());
+        assert!(poll_once_in(&rt, &mut accept).is_pending(), "ESTABLISHED cannot have arrived within the first poll");
+        drop(accept);
         let (wc, chunk) = recv.wait(WAIT).map_err(|e| e.error).expect("the receive comes back");
         assert_eq!((wc.status(), chunk.len()), (WcStatus::WrFlushErr, 16), "{wc:?}");
         // The client ends one way or another, bounded; a connection it got sees its end.
@@ -665,7 +671,7 @@ mod async_waits {
         let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
         let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let mut fut = Box::pin(accepting.accept_async());
-        let _ = within(&rt, Duration::ZERO, &mut fut);
+        assert!(poll_once_in(&rt, &mut fut).is_pending(), "rdma_accept sent, ESTABLISHED not there yet");
         std::mem::forget(fut);
         // The client's connect completes (its RTU reaches a live identifier) and it sends.
         let (client_side, conn) = c.join().unwrap().expect("the client connects to the leaked accept");
@@ -712,6 +718,37 @@ mod async_waits {
             .expect("the second resolution");
         assert_eq!(peer.private_data().get(..5), Some(&b"again"[..]));
         server.join().unwrap();
+    }
+
+    #[test]
+    fn waits_polled_first_on_a_runtime_that_is_gone_fail_typed_on_the_next_and_flush_the_qp() {
+        let (_listener, addr) = listen(); // never answers
+        let (idle, _) = listen(); // nobody connects to
+        let side = Side::on(&device_name());
+        let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
+        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let param = ConnParam::default();
+        let mut connect = Box::pin(connecting.connect_async(&param));
+        let mut request = Box::pin(idle.next_request_async());
+        let first = runtime();
+        assert!(within(&first, Duration::from_millis(50), &mut connect).is_err(), "waiting");
+        assert!(within(&first, Duration::from_millis(50), &mut request).is_err(), "waiting");
+        drop(first); // the reactor their descriptors are registered with is gone
+        let second = runtime();
+        let t = Instant::now();
+        match within(&second, Duration::from_secs(10), &mut connect) {
+            Ok(Err(Error::Verb { verb: Verb::GetCmEvent, .. })) => {}
+            Ok(other) => panic!("{:?}", other.map(|_| ())),
+            Err(_) => panic!("the connect's wait hangs on a reactor that is gone"),
+        }
+        match within(&second, Duration::from_secs(10), &mut request) {
+            Ok(Err(Error::Verb { verb: Verb::GetCmEvent, .. })) => {}
+            Ok(other) => panic!("{:?}", other.map(|_| ())),
+            Err(_) => panic!("the listener's wait hangs on a reactor that is gone"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(20));
+        let (c, _) = recv.wait(WAIT).map_err(|e| e.error).expect("the receive comes back");
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
     }
 
     #[test]
