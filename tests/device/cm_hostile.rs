@@ -572,6 +572,30 @@ mod async_waits {
     }
 
     #[test]
+    fn an_accept_polled_outside_a_runtime_fails_before_it_answers_the_peer() {
+        let (listener, addr) = listen();
+        let c = client(addr, b"hello");
+        let req = listener.next_request(WAIT).expect("the request");
+        let side = Side::on(&req.device_name().unwrap());
+        let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
+        let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        match poll_once(accepting.accept_async()) {
+            Poll::Ready(Err(Error::Verb { verb: Verb::GetCmEvent, context, .. })) => {
+                assert!(context.contains("outside a tokio runtime"), "{context}")
+            }
+            other => panic!("accept_async outside a runtime: {:?}", other.map(|r| r.map(|_| ()))),
+        }
+        let (wc, _) = recv.wait(WAIT).map_err(|e| e.error).expect("the receive comes back");
+        assert_eq!(wc.status(), WcStatus::WrFlushErr, "{wc:?}");
+        // The step failed before rdma_accept: the peer was never told it is accepted, its
+        // request went unanswered (rejected), it got no connection.
+        match c.join().unwrap() {
+            Err(Error::Rejected { .. }) => {}
+            other => panic!("the peer of a failed accept: {:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
     fn two_tasks_waiting_on_one_listener_each_get_one_request() {
         let (listener, addr) = listen();
         let listener = Arc::new(listener);
