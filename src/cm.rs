@@ -345,6 +345,21 @@ impl RawId {
         }
     }
 
+    /// An async step's check, before its librdmacm call: a tokio runtime to wait in. Without
+    /// one the step fails before it asks anything of the CM (an accept would otherwise be
+    /// sent, and the peer connected, before the wait fails).
+    #[cfg(feature = "tokio")]
+    fn runtime_check(what: impl FnOnce() -> String) -> Result<()> {
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => Ok(()),
+            Err(e) => Err(Error::verb(
+                Verb::GetCmEvent,
+                format!("{}: an async wait outside a tokio runtime", what()),
+                std::io::Error::other(e),
+            )),
+        }
+    }
+
     /// The asynchronous [`next_event`](Self::next_event): waits for the channel's descriptor
     /// with tokio's reactor. Cancel-safe: an event is read (and acknowledged) only in the poll
     /// that resolves the future, and the caller handles it in that same poll.
@@ -354,9 +369,7 @@ impl RawId {
         use tokio::io::{unix::AsyncFd, Interest};
 
         let err = |doing: &str, e: std::io::Error| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e);
-        if let Err(e) = tokio::runtime::Handle::try_current() {
-            return Err(err("an async wait outside a tokio runtime", std::io::Error::other(e)));
-        }
+        Self::runtime_check(&what)?;
         // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
         let dup = fd.try_clone_to_owned().map_err(|e| err("duplicating the channel's descriptor", e))?;
@@ -708,6 +721,7 @@ impl<T: CmTransport> CmId<Idle, T> {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<CmId<AddrResolved, T>> {
+        RawId::runtime_check(|| format!("{}: the AddrResolved event", Verb::ResolveAddr))?;
         self.start_resolve_addr(src, dst, timeout)?;
         self.raw.expect_async(Verb::ResolveAddr, CmEvent::AddrResolved).await?;
         Ok(CmId { raw: self.raw, _state: PhantomData })
@@ -755,6 +769,7 @@ impl<T: CmTransport> CmId<AddrResolved, T> {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_resolve_route")]
     pub async fn resolve_route_async(self, timeout: Duration) -> Result<CmId<RouteResolved, T>> {
+        RawId::runtime_check(|| format!("{}: the RouteResolved event", Verb::ResolveRoute))?;
         self.start_resolve_route(timeout)?;
         self.raw.expect_async(Verb::ResolveRoute, CmEvent::RouteResolved).await?;
         Ok(CmId { raw: self.raw, _state: PhantomData })
@@ -1042,6 +1057,7 @@ impl CmId<RouteResolved, UD> {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_connect")]
     pub async fn resolve_peer_async(self, pd: &Pd, private_data: &[u8]) -> Result<UdPeer> {
+        RawId::runtime_check(|| format!("{}: the Established event", Verb::Connect))?;
         self.start_resolve_peer(pd, private_data)?;
         peer(pd, self.raw.expect_async(Verb::Connect, CmEvent::Established).await?)
     }
@@ -1179,6 +1195,7 @@ impl Connecting {
     #[doc(alias = "rdma_connect")]
     pub async fn connect_async(self, param: &ConnParam) -> Result<Connection> {
         let Connecting { raw: id, qp } = self;
+        or_flush!(RawId::runtime_check(|| format!("{}: the ConnectResponse event", Verb::Connect)), qp);
         or_flush!(Self::start(&id, &qp, param), qp);
         let held = FlushOnDrop(Some(qp));
         let reply = id.expect_async(Verb::Connect, CmEvent::ConnectResponse).await;
@@ -1539,6 +1556,7 @@ impl Accepting {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_accept")]
     pub async fn accept_async(self) -> Result<Connection> {
+        or_flush!(RawId::runtime_check(|| format!("{}: the Established event", Verb::Accept)), self.qp);
         let (id, qp, private_data) = self.start()?;
         let held = FlushOnDrop(Some(qp));
         let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
