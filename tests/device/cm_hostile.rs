@@ -161,6 +161,27 @@ fn a_qp_in_two_groups_leaving_one_keeps_receiving_the_other() {
 }
 
 #[test]
+fn a_join_that_times_out_leaves_the_group_in_bounded_time_and_it_can_be_joined_again() {
+    let g = group(7);
+    let side = Side::new();
+    for _ in 0..3 {
+        let (id, qp) = member(&side, g);
+        let t = Instant::now();
+        // No time at all for the MULTICAST_JOIN event: a timeout (or, on a fast machine, the
+        // join); either way the membership ends without waiting for an unread event.
+        match id.join_multicast(g, &qp, &side.pd, Duration::ZERO) {
+            Err(Error::Timeout { .. }) => {}
+            Ok(joined) => joined.leave().expect("left"),
+            Err(e) => panic!("{e:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "bounded: {:?}", t.elapsed());
+    }
+    let (id, qp) = member(&side, g);
+    let joined = id.join_multicast(g, &qp, &side.pd, WAIT).expect("the group is joined again");
+    joined.leave().expect("and left");
+}
+
+#[test]
 fn a_leaked_membership_keeps_its_qp_and_buffers_and_misroutes_nothing_on_the_shared_cq() {
     let g = group(2);
     let rx = Side::new();
