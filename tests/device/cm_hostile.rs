@@ -699,6 +699,31 @@ mod async_waits {
     }
 
     #[test]
+    fn connect_and_accept_futures_dropped_before_their_first_poll_hand_the_receives_back_flushed() {
+        // As in a `tokio::select!` whose other branch is ready first: the step's future is
+        // dropped without ever being polled. It holds the QP the receive was posted on.
+        let (_listener, addr) = listen(); // never answers
+        let side = Side::on(&device_name());
+        let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
+        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let param = ConnParam::default();
+        drop(connecting.connect_async(&param));
+        let (c, _) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the connect's receive back");
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+
+        let (listener, addr) = listen();
+        let client = client(addr, b"hello");
+        let req = listener.next_request(WAIT).expect("the request");
+        let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
+        let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        drop(accepting.accept_async());
+        let (c, _) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the accept's receive back");
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+        // The request went unanswered: the peer is refused.
+        assert!(matches!(client.join().unwrap(), Err(Error::Rejected { .. })));
+    }
+
+    #[test]
     fn a_forgotten_connect_future_keeps_its_qp_and_never_hands_the_receive_back() {
         let (_listener, addr) = listen(); // never answers
         let side = Side::on(&device_name());
