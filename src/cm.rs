@@ -508,6 +508,10 @@ impl<S: crate::transport::QpState> FlushOnDrop<S> {
     fn take(mut self) -> Qp<RC, S> {
         self.0.take().expect("taken once")
     }
+
+    fn qp(&self) -> &Qp<RC, S> {
+        self.0.as_ref().expect("held until taken")
+    }
 }
 
 #[cfg(feature = "tokio")]
@@ -1184,8 +1188,9 @@ impl Connecting {
 
     /// The asynchronous [`connect`](Self::connect) (`tokio` feature): the CM gives up on a peer
     /// that does not answer by itself (`UNREACHABLE` or `CONNECT_ERROR`); bound it with
-    /// `tokio::time::timeout`. Dropping the future while it waits moves the QP to ERR (receives
-    /// posted on it come back flushed) and destroys the identifier.
+    /// `tokio::time::timeout`. Dropping the future before it is done (while it waits, or
+    /// before it was ever polled) moves the QP to ERR (receives posted on it come back flushed)
+    /// and destroys the identifier.
     ///
     /// # Errors
     /// As [`connect`](Self::connect), without [`Error::Timeout`].
@@ -1193,15 +1198,19 @@ impl Connecting {
     /// See rdma_connect(3), rdma_establish(3).
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_connect")]
-    pub async fn connect_async(self, param: &ConnParam) -> Result<Connection> {
+    pub fn connect_async(self, param: &ConnParam) -> impl std::future::Future<Output = Result<Connection>> + '_ {
         let Connecting { raw: id, qp } = self;
-        or_flush!(RawId::runtime_check(|| format!("{}: the ConnectResponse event", Verb::Connect)), qp);
-        or_flush!(Self::start(&id, &qp, param), qp);
+        // In the guard before the future exists: an unpolled future dropped flushes it too
+        // (device `cm_hostile::async_waits::connect_and_accept_futures_dropped_before_their_first_poll_hand_the_receives_back_flushed`).
         let held = FlushOnDrop(Some(qp));
-        let reply = id.expect_async(Verb::Connect, CmEvent::ConnectResponse).await;
-        let qp = held.take();
-        let reply = or_flush!(reply, qp);
-        Self::finish(id, qp, param, reply)
+        async move {
+            or_flush!(RawId::runtime_check(|| format!("{}: the ConnectResponse event", Verb::Connect)), held.take());
+            or_flush!(Self::start(&id, held.qp(), param), held.take());
+            let reply = id.expect_async(Verb::Connect, CmEvent::ConnectResponse).await;
+            let qp = held.take();
+            let reply = or_flush!(reply, qp);
+            Self::finish(id, qp, param, reply)
+        }
     }
 
     /// `rdma_connect` with `param` naming `qp`.
@@ -1546,8 +1555,9 @@ impl Accepting {
     }
 
     /// The asynchronous [`accept`](Self::accept) (`tokio` feature); bound it with
-    /// `tokio::time::timeout`. Dropping the future while it waits moves the QP to ERR (receives
-    /// posted on it come back flushed) and destroys the identifier.
+    /// `tokio::time::timeout`. Dropping the future before it is done (while it waits, or
+    /// before it was ever polled) moves the QP to ERR (receives posted on it come back flushed)
+    /// and destroys the identifier (an unanswered request is refused).
     ///
     /// # Errors
     /// As [`accept`](Self::accept), without [`Error::Timeout`].
@@ -1555,14 +1565,19 @@ impl Accepting {
     /// See rdma_accept(3).
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_accept")]
-    pub async fn accept_async(self) -> Result<Connection> {
-        or_flush!(RawId::runtime_check(|| format!("{}: the Established event", Verb::Accept)), self.qp);
-        let (id, qp, private_data) = self.start()?;
+    pub fn accept_async(self) -> impl std::future::Future<Output = Result<Connection>> {
+        let Accepting { raw, qp, param, private_data } = self;
+        // In the guard before the future exists, as in `Connecting::connect_async`.
         let held = FlushOnDrop(Some(qp));
-        let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
-        let qp = held.take();
-        or_flush!(established, qp);
-        Ok(Connection { raw: id, qp, private_data })
+        async move {
+            or_flush!(RawId::runtime_check(|| format!("{}: the Established event", Verb::Accept)), held.take());
+            let (id, qp, private_data) = Self::start(Accepting { raw, qp: held.take(), param, private_data })?;
+            let held = FlushOnDrop(Some(qp));
+            let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
+            let qp = held.take();
+            or_flush!(established, qp);
+            Ok(Connection { raw: id, qp, private_data })
+        }
     }
 
     /// The QP to RTS and `rdma_accept` (the QP flushed on failure).
