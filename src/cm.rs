@@ -345,6 +345,21 @@ impl RawId {
         }
     }
 
+    /// An async step's check, before its librdmacm call: a tokio runtime to wait in. Without
+    /// one the step fails before it asks anything of the CM (an accept would otherwise be
+    /// sent, and the peer connected, before the wait fails).
+    #[cfg(feature = "tokio")]
+    fn runtime_check(what: impl FnOnce() -> String) -> Result<()> {
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => Ok(()),
+            Err(e) => Err(Error::verb(
+                Verb::GetCmEvent,
+                format!("{}: an async wait outside a tokio runtime", what()),
+                std::io::Error::other(e),
+            )),
+        }
+    }
+
     /// The asynchronous [`next_event`](Self::next_event): waits for the channel's descriptor
     /// with tokio's reactor. Cancel-safe: an event is read (and acknowledged) only in the poll
     /// that resolves the future, and the caller handles it in that same poll.
@@ -354,9 +369,7 @@ impl RawId {
         use tokio::io::{unix::AsyncFd, Interest};
 
         let err = |doing: &str, e: std::io::Error| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e);
-        if let Err(e) = tokio::runtime::Handle::try_current() {
-            return Err(err("an async wait outside a tokio runtime", std::io::Error::other(e)));
-        }
+        Self::runtime_check(&what)?;
         // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
         let dup = fd.try_clone_to_owned().map_err(|e| err("duplicating the channel's descriptor", e))?;
@@ -494,6 +507,10 @@ struct FlushOnDrop<S: crate::transport::QpState>(Option<Qp<RC, S>>);
 impl<S: crate::transport::QpState> FlushOnDrop<S> {
     fn take(mut self) -> Qp<RC, S> {
         self.0.take().expect("taken once")
+    }
+
+    fn qp(&self) -> &Qp<RC, S> {
+        self.0.as_ref().expect("held until taken")
     }
 }
 
@@ -708,6 +725,7 @@ impl<T: CmTransport> CmId<Idle, T> {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<CmId<AddrResolved, T>> {
+        RawId::runtime_check(|| format!("{}: the AddrResolved event", Verb::ResolveAddr))?;
         self.start_resolve_addr(src, dst, timeout)?;
         self.raw.expect_async(Verb::ResolveAddr, CmEvent::AddrResolved).await?;
         Ok(CmId { raw: self.raw, _state: PhantomData })
@@ -755,6 +773,7 @@ impl<T: CmTransport> CmId<AddrResolved, T> {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_resolve_route")]
     pub async fn resolve_route_async(self, timeout: Duration) -> Result<CmId<RouteResolved, T>> {
+        RawId::runtime_check(|| format!("{}: the RouteResolved event", Verb::ResolveRoute))?;
         self.start_resolve_route(timeout)?;
         self.raw.expect_async(Verb::ResolveRoute, CmEvent::RouteResolved).await?;
         Ok(CmId { raw: self.raw, _state: PhantomData })
@@ -1042,6 +1061,7 @@ impl CmId<RouteResolved, UD> {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_connect")]
     pub async fn resolve_peer_async(self, pd: &Pd, private_data: &[u8]) -> Result<UdPeer> {
+        RawId::runtime_check(|| format!("{}: the Established event", Verb::Connect))?;
         self.start_resolve_peer(pd, private_data)?;
         peer(pd, self.raw.expect_async(Verb::Connect, CmEvent::Established).await?)
     }
@@ -1168,8 +1188,9 @@ impl Connecting {
 
     /// The asynchronous [`connect`](Self::connect) (`tokio` feature): the CM gives up on a peer
     /// that does not answer by itself (`UNREACHABLE` or `CONNECT_ERROR`); bound it with
-    /// `tokio::time::timeout`. Dropping the future while it waits moves the QP to ERR (receives
-    /// posted on it come back flushed) and destroys the identifier.
+    /// `tokio::time::timeout`. Dropping the future before it is done (while it waits, or
+    /// before it was ever polled) moves the QP to ERR (receives posted on it come back flushed)
+    /// and destroys the identifier.
     ///
     /// # Errors
     /// As [`connect`](Self::connect), without [`Error::Timeout`].
@@ -1177,14 +1198,19 @@ impl Connecting {
     /// See rdma_connect(3), rdma_establish(3).
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_connect")]
-    pub async fn connect_async(self, param: &ConnParam) -> Result<Connection> {
+    pub fn connect_async(self, param: &ConnParam) -> impl std::future::Future<Output = Result<Connection>> + '_ {
         let Connecting { raw: id, qp } = self;
-        or_flush!(Self::start(&id, &qp, param), qp);
+        // In the guard before the future exists: an unpolled future dropped flushes it too
+        // (device `cm_hostile::async_waits::connect_and_accept_futures_dropped_before_their_first_poll_hand_the_receives_back_flushed`).
         let held = FlushOnDrop(Some(qp));
-        let reply = id.expect_async(Verb::Connect, CmEvent::ConnectResponse).await;
-        let qp = held.take();
-        let reply = or_flush!(reply, qp);
-        Self::finish(id, qp, param, reply)
+        async move {
+            or_flush!(RawId::runtime_check(|| format!("{}: the ConnectResponse event", Verb::Connect)), held.take());
+            or_flush!(Self::start(&id, held.qp(), param), held.take());
+            let reply = id.expect_async(Verb::Connect, CmEvent::ConnectResponse).await;
+            let qp = held.take();
+            let reply = or_flush!(reply, qp);
+            Self::finish(id, qp, param, reply)
+        }
     }
 
     /// `rdma_connect` with `param` naming `qp`.
@@ -1529,8 +1555,9 @@ impl Accepting {
     }
 
     /// The asynchronous [`accept`](Self::accept) (`tokio` feature); bound it with
-    /// `tokio::time::timeout`. Dropping the future while it waits moves the QP to ERR (receives
-    /// posted on it come back flushed) and destroys the identifier.
+    /// `tokio::time::timeout`. Dropping the future before it is done (while it waits, or
+    /// before it was ever polled) moves the QP to ERR (receives posted on it come back flushed)
+    /// and destroys the identifier (an unanswered request is refused).
     ///
     /// # Errors
     /// As [`accept`](Self::accept), without [`Error::Timeout`].
@@ -1538,13 +1565,19 @@ impl Accepting {
     /// See rdma_accept(3).
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_accept")]
-    pub async fn accept_async(self) -> Result<Connection> {
-        let (id, qp, private_data) = self.start()?;
+    pub fn accept_async(self) -> impl std::future::Future<Output = Result<Connection>> {
+        let Accepting { raw, qp, param, private_data } = self;
+        // In the guard before the future exists, as in `Connecting::connect_async`.
         let held = FlushOnDrop(Some(qp));
-        let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
-        let qp = held.take();
-        or_flush!(established, qp);
-        Ok(Connection { raw: id, qp, private_data })
+        async move {
+            or_flush!(RawId::runtime_check(|| format!("{}: the Established event", Verb::Accept)), held.take());
+            let (id, qp, private_data) = Self::start(Accepting { raw, qp: held.take(), param, private_data })?;
+            let held = FlushOnDrop(Some(qp));
+            let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
+            let qp = held.take();
+            or_flush!(established, qp);
+            Ok(Connection { raw: id, qp, private_data })
+        }
     }
 
     /// The QP to RTS and `rdma_accept` (the QP flushed on failure).

@@ -119,6 +119,11 @@ pub(crate) struct QpShared {
     /// What the QP reserved on its send CQ and on its receive CQ (all on the receive CQ when
     /// they are one), freed once its completions are off them.
     reserved: [AtomicU64; 2],
+    /// The multicast groups the QP is attached to (GID, LID) and how many memberships hold
+    /// each: the kernel attaches a QP to a group once (a second `ibv_attach_mcast` is a no-op)
+    /// and the first `ibv_detach_mcast` detaches it, so the verbs are called on the first
+    /// attach and the last detach only.
+    mcast: std::sync::Mutex<Vec<(Gid, u16, usize)>>,
 }
 
 // SAFETY: QPs may be used from any thread (libibverbs is thread-safe); our book-keeping is
@@ -287,6 +292,7 @@ impl Pd {
             srq: config.srq.map(|s| Arc::clone(&s.shared)),
             broken: AtomicBool::new(false),
             reserved: [AtomicU64::new(0), AtomicU64::new(0)],
+            mcast: std::sync::Mutex::new(Vec::new()),
         });
         // Room on the CQs for every completion the queues can have outstanding (their depths,
         // as the library counts them), or a typed error: a CQ cannot overrun (DESIGN.md §6).
@@ -755,19 +761,41 @@ impl<S: QpState> Qp<UD, S> {
     /// `ibv_attach_mcast`: datagrams to the multicast group `gid` (`lid` on InfiniBand, 0 on
     /// RoCE) are delivered to this QP's receive queue. Done and undone by the connection
     /// manager's group membership ([`McGroup`](crate::cm::McGroup)), which keeps the QP
-    /// borrowed while it is attached.
+    /// borrowed while it is attached. Counted: the QP stays attached until as many
+    /// [`detach_mcast`](Self::detach_mcast) calls as attaches (two memberships of one QP in one
+    /// group, device `cm_hostile::a_qp_that_joined_one_group_twice_stays_attached_until_its_last_membership_leaves`).
     pub(crate) fn attach_mcast(&self, gid: Gid, lid: u16) -> Result<()> {
+        let mut groups = self.shared.mcast.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = groups.iter_mut().find(|g| (g.0, g.1) == (gid, lid)) {
+            g.2 += 1;
+            return Ok(());
+        }
         let raw = gid.to_raw();
         // SAFETY: the QP is alive; `raw` is a valid GID for the call (the verb copies it).
         let ret = unsafe { sys::ibv_attach_mcast(self.shared.qp.as_ptr(), &raw, lid) };
         if ret != 0 {
             return Err(Error::from_ret(Verb::AttachMcast, format!("QP {:#x} to group {gid:?}", self.qp_num()), ret));
         }
+        groups.push((gid, lid, 1));
         Ok(())
     }
 
-    /// `ibv_detach_mcast`: undoes [`attach_mcast`](Self::attach_mcast).
+    /// `ibv_detach_mcast`: undoes [`attach_mcast`](Self::attach_mcast); the verb is called by
+    /// the last detach of the group only (its entry is gone afterwards even if the verb fails,
+    /// so that a later attach attaches again).
     pub(crate) fn detach_mcast(&self, gid: Gid, lid: u16) -> Result<()> {
+        let mut groups = self.shared.mcast.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = groups.iter().position(|g| (g.0, g.1) == (gid, lid)) else {
+            return Err(Error::invalid(
+                "ibv_detach_mcast",
+                format!("QP {:#x} is not attached to {gid:?}", self.qp_num()),
+            ));
+        };
+        if groups[i].2 > 1 {
+            groups[i].2 -= 1;
+            return Ok(());
+        }
+        groups.swap_remove(i);
         let raw = gid.to_raw();
         // SAFETY: the QP is alive; `raw` is a valid GID for the call.
         let ret = unsafe { sys::ibv_detach_mcast(self.shared.qp.as_ptr(), &raw, lid) };

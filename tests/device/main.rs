@@ -13,6 +13,7 @@ mod channels;
 mod cm;
 #[cfg(feature = "tokio")]
 mod cm_async;
+mod cm_hostile;
 mod cm_ud;
 mod dmabuf;
 mod events;
