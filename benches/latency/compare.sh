@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compare.sh: the latency control of BENCHMARKS.md ("Latency: the arrangement and the library").
+# compare.sh: the latency control of BENCHMARKS.md ("What is compared", "How to run").
 #
 # Four programs, same parameters (2 bytes, 1000 round trips, every request signaled, no inline,
 # busy-polling unless said), ROUNDS rounds whose order rotates, for RDMA WRITE and SEND:
@@ -12,7 +12,7 @@
 # Prints every round's t_typical/t_min (usec) and the medians of each, with each program's ratio
 # to perftest two ways (ratio of medians; median of the per-round ratios), each with a 95 %
 # bootstrap interval. t_min is the fastest round trip of a run: the path's own cost, with the
-# least of the emulator's mix of fast and slow iterations (BENCHMARKS.md, "Receive lanes").
+# least of the emulator's mix of fast and slow iterations (BENCHMARKS.md, "Caveats of emulation").
 # Every program also lists its iterations (-H; kept in target/latency-compare/<stamp>/runs/),
 # from which the summary adds each one's 10th percentile paired with perftest's and its share of
 # iterations below perftest's 25th percentile (the fast mode). Printed, never asserted.
@@ -120,7 +120,7 @@ for test, rs in rows.items():
         print(f"  {test} {stat}: " + "; ".join(cells))
 # The per-iteration latencies (every program's -H list): t_typical is the median of one run's
 # iterations, which under emulation fall in a fast and a slower mode whose mix moves from run to
-# run (BENCHMARKS.md). Two views that separate the path's cost from that mix:
+# run (BENCHMARKS.md, "Caveats of emulation"). Two views that separate the path's cost from that mix:
 #   p10: a run's 10th percentile (the fast mode's cost, steadier than t_min, one iteration),
 #        paired with perftest's in the same round;
 #   fast share: the share of a program's iterations below perftest's 25th percentile (pooled
