@@ -498,12 +498,11 @@ fn expected(step: Verb, want: CmEvent, e: Event) -> Result<Event> {
     })
 }
 
-/// A QP held across an async wait: moved to ERR if the future is dropped there, so owned
-/// receives posted on it come back flushed (as after a failed step).
-#[cfg(feature = "tokio")]
+/// A QP held by a CM step that has not finished (`Connecting`, `Accepting`, an async step's
+/// future): moved to ERR if it is dropped unfinished, so owned receives posted on it come back
+/// flushed (as after a failed step) instead of waiting on a QP in INIT or RTR forever.
 struct FlushOnDrop<S: crate::transport::QpState>(Option<Qp<RC, S>>);
 
-#[cfg(feature = "tokio")]
 impl<S: crate::transport::QpState> FlushOnDrop<S> {
     fn take(mut self) -> Qp<RC, S> {
         self.0.take().expect("taken once")
@@ -514,7 +513,6 @@ impl<S: crate::transport::QpState> FlushOnDrop<S> {
     }
 }
 
-#[cfg(feature = "tokio")]
 impl<S: crate::transport::QpState> Drop for FlushOnDrop<S> {
     fn drop(&mut self) {
         if let Some(qp) = self.0.take() {
@@ -811,7 +809,7 @@ impl CmId<RouteResolved, RC> {
     #[doc(alias = "rdma_init_qp_attr")]
     pub fn prepare(self, qp: Qp<RC, RESET>, access: QpAccess) -> Result<Connecting> {
         let qp = self.raw.qp_to_init(qp, access)?;
-        Ok(Connecting { raw: self.raw, qp })
+        Ok(Connecting { raw: self.raw, qp: FlushOnDrop(Some(qp)) })
     }
 
     /// [`CmId::prepare`] then [`Connecting::connect`]: connects `qp` to the peer.
@@ -1141,15 +1139,17 @@ const UD_CONNECT_PRIVATE: usize = 180;
 const UD_ACCEPT_PRIVATE: usize = 136;
 
 /// The active side between [`CmId::prepare`] and [`Connecting::connect`]: the QP in INIT,
-/// where receives may be posted before the peer can send.
+/// where receives may be posted before the peer can send. Dropped without connecting, it moves
+/// the QP to ERR (receives posted on it come back flushed) and destroys the identifier.
 pub struct Connecting {
+    /// Flushed if the connection is dropped unmade (before the identifier is destroyed).
+    qp: FlushOnDrop<INIT>,
     raw: RawId,
-    qp: Qp<RC, INIT>,
 }
 
 impl fmt::Debug for Connecting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connecting").field("qp", &self.qp).finish()
+        f.debug_struct("Connecting").field("qp", self.qp.qp()).finish()
     }
 }
 
@@ -1157,7 +1157,7 @@ impl Connecting {
     /// The QP, in INIT: post receives on it ([`Qp::post_recv_owned`]; they stay posted
     /// through the connection's transitions).
     pub fn qp(&self) -> &Qp<RC, INIT> {
-        &self.qp
+        self.qp.qp()
     }
 
     /// `rdma_connect`: asks the peer to connect, and on its acceptance moves the QP to RTR
@@ -1181,6 +1181,7 @@ impl Connecting {
     #[doc(alias = "rdma_establish")]
     pub fn connect(self, param: &ConnParam, timeout: Duration) -> Result<Connection> {
         let Connecting { raw: id, qp } = self;
+        let qp = qp.take();
         or_flush!(Self::start(&id, &qp, param), qp);
         let reply = or_flush!(id.expect(Verb::Connect, CmEvent::ConnectResponse, timeout), qp);
         Self::finish(id, qp, param, reply)
@@ -1199,10 +1200,9 @@ impl Connecting {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_connect")]
     pub fn connect_async(self, param: &ConnParam) -> impl std::future::Future<Output = Result<Connection>> + '_ {
-        let Connecting { raw: id, qp } = self;
-        // In the guard before the future exists: an unpolled future dropped flushes it too
+        // Still in its guard when the future exists: an unpolled future dropped flushes it too
         // (device `cm_hostile::async_waits::connect_and_accept_futures_dropped_before_their_first_poll_hand_the_receives_back_flushed`).
-        let held = FlushOnDrop(Some(qp));
+        let Connecting { raw: id, qp: held } = self;
         async move {
             or_flush!(RawId::runtime_check(|| format!("{}: the ConnectResponse event", Verb::Connect)), held.take());
             or_flush!(Self::start(&id, held.qp(), param), held.take());
@@ -1478,7 +1478,7 @@ impl ConnRequest<RC> {
     #[doc(alias = "rdma_init_qp_attr")]
     pub fn prepare(self, qp: Qp<RC, RESET>, access: QpAccess, param: ConnParam) -> Result<Accepting> {
         let qp = self.raw.qp_to_rtr(qp, access, &param)?;
-        Ok(Accepting { raw: self.raw, qp, param, private_data: self.private_data })
+        Ok(Accepting { raw: self.raw, qp: FlushOnDrop(Some(qp)), param, private_data: self.private_data })
     }
 
     /// [`ConnRequest::prepare`] then [`Accepting::accept`]: accepts the request on `qp`.
@@ -1513,16 +1513,19 @@ impl ConnRequest<RC> {
 
 /// The passive side between [`ConnRequest::prepare`] and [`Accepting::accept`]: the QP in RTR,
 /// where receives may be posted before the peer can send (sends wait for the connection).
+/// Dropped without accepting, it moves the QP to ERR (receives posted on it come back flushed)
+/// and destroys the request's identifier (the peer's connect fails).
 pub struct Accepting {
+    /// Flushed if the request is dropped unaccepted (before the identifier is destroyed).
+    qp: FlushOnDrop<RTR>,
     raw: RawId,
-    qp: Qp<RC, RTR>,
     param: ConnParam,
     private_data: Vec<u8>,
 }
 
 impl fmt::Debug for Accepting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Accepting").field("qp", &self.qp).finish()
+        f.debug_struct("Accepting").field("qp", self.qp.qp()).finish()
     }
 }
 
@@ -1530,7 +1533,7 @@ impl Accepting {
     /// The QP, in RTR: post receives on it ([`Qp::post_recv_owned`]; they stay posted through
     /// the connection's transitions).
     pub fn qp(&self) -> &Qp<RC, RTR> {
-        &self.qp
+        self.qp.qp()
     }
 
     /// `rdma_accept`: moves the QP to RTS, accepts with the parameters given to
@@ -1566,12 +1569,11 @@ impl Accepting {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_accept")]
     pub fn accept_async(self) -> impl std::future::Future<Output = Result<Connection>> {
-        let Accepting { raw, qp, param, private_data } = self;
-        // In the guard before the future exists, as in `Connecting::connect_async`.
-        let held = FlushOnDrop(Some(qp));
+        // Still in its guard when the future exists, as in `Connecting::connect_async`.
+        let Accepting { raw, qp: held, param, private_data } = self;
         async move {
             or_flush!(RawId::runtime_check(|| format!("{}: the Established event", Verb::Accept)), held.take());
-            let (id, qp, private_data) = Self::start(Accepting { raw, qp: held.take(), param, private_data })?;
+            let (id, qp, private_data) = Self::start(Accepting { raw, qp: held, param, private_data })?;
             let held = FlushOnDrop(Some(qp));
             let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
             let qp = held.take();
@@ -1583,6 +1585,7 @@ impl Accepting {
     /// The QP to RTS and `rdma_accept` (the QP flushed on failure).
     fn start(self) -> Result<(RawId, Qp<RC, RTS>, Vec<u8>)> {
         let Accepting { raw: id, qp, param, private_data } = self;
+        let qp = qp.take();
         let mut raw = or_flush!(param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept"), qp);
         let qp = id.qp_to_rts(qp, param.initiator_depth)?;
         // SAFETY: the identifier is alive (a connection request's); `raw` and its private data

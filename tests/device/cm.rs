@@ -525,6 +525,36 @@ fn receives_posted_before_a_failed_connect_come_back_flushed() {
     assert_eq!(chunk.len(), 16);
 }
 
+/// A `Connecting` and an `Accepting` dropped without connecting or accepting hand the receives
+/// posted on their QPs back, flushed (the QP moves to ERR), as a failed step does; the peer of
+/// the dropped request fails in bounded time.
+#[test]
+fn receives_posted_before_a_step_never_taken_come_back_flushed() {
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 4).unwrap();
+    let to = SocketAddr::new(IpAddr::V4(local_ip()), listener.port());
+    let side = Side::on(&device_name());
+    let flushed = |recv: typed_verbs::owned::OwnedToken<Chunk<access::LocalRw>>| {
+        let (c, chunk) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the receive back, flushed");
+        assert_eq!((c.status(), chunk.len()), (WcStatus::WrFlushErr, 16), "{c:?}");
+    };
+    let connecting = resolve(to).prepare(side.qp(), QpAccess::empty()).unwrap();
+    let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+    drop(connecting);
+    flushed(recv);
+
+    let client = std::thread::spawn(move || {
+        let side = Side::on(&device_name());
+        resolve(to).connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT).map(|_| ())
+    });
+    let req = listener.next_request(WAIT).expect("a request");
+    let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).expect("prepare");
+    let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+    drop(accepting);
+    flushed(recv);
+    let r = client.join().expect("the client thread");
+    assert!(matches!(r, Err(Error::Rejected { .. } | Error::Cm { .. })), "{r:?}");
+}
+
 /// The same on the passive side: a receive posted on `Accepting::qp`, then an accept that
 /// fails (private data above the REP's 196 bytes, refused typed after the QP went to RTR).
 #[test]
