@@ -81,7 +81,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // 1. Compare-and-swap: "if the word is 100, make it 200". It is 100: swapped.
     scope(|s| -> typed_verbs::Result<()> {
-        let t = s.post_send(&client, CompareSwap::new(result.slice_mut(..)?, target, 100, 200))?;
+        let t = s.post_send(&client, wr::CompareSwap::new(result.slice_mut(..)?, target, 100, 200))?;
         s.wait(t, WAIT)?.0.ok()?;
         Ok(())
     })??;
@@ -90,7 +90,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // 2. The same again: the word is 200 now, not 100, so nothing changes; the client learns
     //    the current value from the result.
     scope(|s| -> typed_verbs::Result<()> {
-        let t = s.post_send(&client, CompareSwap::new(result.slice_mut(..)?, target, 100, 300))?;
+        let t = s.post_send(&client, wr::CompareSwap::new(result.slice_mut(..)?, target, 100, 300))?;
         s.wait(t, WAIT)?.0.ok()?;
         Ok(())
     })??;
@@ -102,7 +102,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // 3. Fetch-and-add: add 5 and return what was there.
     scope(|s| -> typed_verbs::Result<()> {
-        let t = s.post_send(&client, FetchAdd::new(result.slice_mut(..)?, target, 5))?;
+        let t = s.post_send(&client, wr::FetchAdd::new(result.slice_mut(..)?, target, 5))?;
         s.wait(t, WAIT)?.0.ok()?;
         Ok(())
     })??;

@@ -119,7 +119,7 @@ fn run<B: StableBuffer>(dev: Option<String>, gid: Option<u32>, arena: B) -> type
         let mut receives = Vec::new();
         for _ in 0..=SLOTS {
             let (slot, tail) = rest.split_at(2 * SLOT)?;
-            receives.push(s.post_recv(&b, Recv::new(slot))?);
+            receives.push(s.post_recv(&b, wr::Recv::new(slot))?);
             rest = tail;
         }
         // 8 SENDs and 8 RDMA WRITEs from the pool's slots, all in flight at once; then one SEND
@@ -127,13 +127,13 @@ fn run<B: StableBuffer>(dev: Option<String>, gid: Option<u32>, arena: B) -> type
         let mut sends = Vec::new();
         for slot in 0..SLOTS {
             let view = pool.slice(slot * SLOT..(slot + 1) * SLOT)?;
-            sends.push(s.post_send(&a, Send::new(view))?);
+            sends.push(s.post_send(&a, wr::Send::new(view))?);
             let dst = target.remote(slot * SLOT..(slot + 1) * SLOT)?;
-            sends.push(s.post_send(&a, Write::new(view, dst))?);
+            sends.push(s.post_send(&a, wr::Write::new(view, dst))?);
         }
         let header = pool.slice(SLOTS * SLOT..SLOTS * SLOT + 64)?;
         let body = pool.slice((SLOTS + 1) * SLOT..(SLOTS + 2) * SLOT)?;
-        let gathered = s.post_send(&a, Send::new((header, body)))?;
+        let gathered = s.post_send(&a, wr::Send::new((header, body)))?;
         for t in sends {
             s.wait(t, WAIT)?.0.ok()?;
         }
@@ -172,8 +172,8 @@ fn run<B: StableBuffer>(dev: Option<String>, gid: Option<u32>, arena: B) -> type
     let mut in_flight = Vec::new();
     for (k, mut chunk) in chunks.by_ref().take(4).enumerate() {
         chunk.as_mut_slice().fill(0xa0 + k as u8);
-        let recv = b.post_recv_owned(Recv::new(sink.remove(0))).map_err(|e| e.error)?;
-        let send = a.post_send_owned(Send::new(chunk)).map_err(|e| e.error)?;
+        let recv = b.post_recv_owned(wr::Recv::new(sink.remove(0))).map_err(|e| e.error)?;
+        let send = a.post_send_owned(wr::Send::new(chunk)).map_err(|e| e.error)?;
         in_flight.push((send, recv));
     }
     for (k, (send, recv)) in in_flight.into_iter().enumerate() {

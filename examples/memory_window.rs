@@ -115,7 +115,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let peers = Peers { server: connect(server, &es, &ec)?, client: connect(client, &ec, &es)? };
     println!("device {name}: server QP {:#x} <-> client QP {:#x} (RC, loopback)", es.qp_num, ec.qp_num);
 
-    // The server's buffer: LOCAL_WRITE and MW_BIND, no remote rights. `Write::new` would not
+    // The server's buffer: LOCAL_WRITE and MW_BIND, no remote rights. `wr::Write::new` would not
     // even compile with `buffer.remote(..)` as its target: the region's type lacks
     // REMOTE_WRITE. Its contents are read with copies (`read_volatile_into`), since a window
     // may let a peer write it at any time.
@@ -197,8 +197,8 @@ fn bind_type1<'m>(
         let remote = bound.remote(..)?;
         let advert = WindowAdvert { addr: remote.addr(), len: remote.len(), rkey: remote.rkey(), zero_based: false };
         let bytes = advert.encode();
-        let r = s.post_recv(&peers.client, Recv::new(inbox.slice_mut(..)?))?;
-        let t = s.post_inline(&peers.server, InlineSend::new(&bytes))?;
+        let r = s.post_recv(&peers.client, wr::Recv::new(inbox.slice_mut(..)?))?;
+        let t = s.post_inline(&peers.server, wr::InlineSend::new(&bytes))?;
         s.wait(t, WAIT)?.0.ok()?;
         println!("  server: sent the window's address, length and rkey to the client ({} bytes)", bytes.len());
         s.wait(r, WAIT)?.0.ok()?;
@@ -219,7 +219,7 @@ fn bind_type2<'m>(
     let mw = pd.alloc_mw::<Type2>()?;
     println!("  server: allocated a type 2 window, rkey {:#x} (grants nothing yet)", mw.raw_rkey());
     let window = scope(|s| -> typed_verbs::Result<_> {
-        let r = s.post_recv(&peers.client, Recv::new(inbox.slice_mut(..)?))?;
+        let r = s.post_recv(&peers.client, wr::Recv::new(inbox.slice_mut(..)?))?;
         let bind = s.post_send(&peers.server, BindMw::new(mw, buffer, OFFSET, LEN, window::WRITE))?;
         println!("  server: posted BIND_MW for buffer[{OFFSET}..{}], REMOTE_WRITE", OFFSET + LEN);
         // `bind.rkey()` does not compile here: the bind has not completed. This SEND may carry
@@ -307,7 +307,7 @@ fn write(
     remote: RemoteSlice<window::Write>,
 ) -> typed_verbs::Result<WcStatus> {
     scope(|s| -> typed_verbs::Result<_> {
-        let t = s.post_send(&peers.client, Write::new(src.slice(..)?, remote))?;
+        let t = s.post_send(&peers.client, wr::Write::new(src.slice(..)?, remote))?;
         Ok(s.wait(t, WAIT)?.0.status())
     })?
 }

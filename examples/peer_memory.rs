@@ -186,7 +186,7 @@ fn serve(o: &Opts) -> Result<(), Error> {
     let qp = connect(qp, o, rights, &me, &peer, mtu)?;
 
     scope(|s| -> Result<(), Error> {
-        let done = s.post_recv(&qp, Recv::new(inbox.slice_mut(..)?)).map_err(|e| e.error)?;
+        let done = s.post_recv(&qp, wr::Recv::new(inbox.slice_mut(..)?)).map_err(|e| e.error)?;
         let mw = if o.window { Some(pd.alloc_mw::<Type1>()?) } else { None };
         let (advert, _window) = match mw {
             Some(mw) => {
@@ -259,9 +259,9 @@ fn access(o: &Opts) -> Result<(), Error> {
 
     // 1. WRITE, then READ it back.
     scope(|s| -> Result<(), Error> {
-        let t = s.post_send(&qp, Write::new(src.slice(..)?, target.slice(0, 64)?)).map_err(|e| e.error)?;
+        let t = s.post_send(&qp, wr::Write::new(src.slice(..)?, target.slice(0, 64)?)).map_err(|e| e.error)?;
         check(&s.wait(t, o.timeout).map_err(|e| e.error)?.0, "write 64 bytes at 0")?;
-        let t = s.post_send(&qp, Read::new(back.slice_mut(..)?, target.slice(0, 64)?)).map_err(|e| e.error)?;
+        let t = s.post_send(&qp, wr::Read::new(back.slice_mut(..)?, target.slice(0, 64)?)).map_err(|e| e.error)?;
         check(&s.wait(t, o.timeout).map_err(|e| e.error)?.0, "read 64 bytes at 0")?;
         Ok(())
     })??;
@@ -270,7 +270,7 @@ fn access(o: &Opts) -> Result<(), Error> {
     }
     // 2. READ the untouched pattern.
     scope(|s| -> Result<(), Error> {
-        let t = s.post_send(&qp, Read::new(back.slice_mut(..)?, target.slice(256, 64)?)).map_err(|e| e.error)?;
+        let t = s.post_send(&qp, wr::Read::new(back.slice_mut(..)?, target.slice(256, 64)?)).map_err(|e| e.error)?;
         check(&s.wait(t, o.timeout).map_err(|e| e.error)?.0, "read 64 bytes at 256")?;
         Ok(())
     })??;
@@ -283,10 +283,10 @@ fn access(o: &Opts) -> Result<(), Error> {
         let old = remote::pattern_word(offset as usize);
         scope(|s| -> Result<(), Error> {
             let t = if offset == 128 {
-                s.post_send(&qp, FetchAdd::new(word.slice_mut(..)?, target.slice(offset, 8)?, 5))
+                s.post_send(&qp, wr::FetchAdd::new(word.slice_mut(..)?, target.slice(offset, 8)?, 5))
                     .map_err(|e| e.error)?
             } else {
-                s.post_send(&qp, CompareSwap::new(word.slice_mut(..)?, target.slice(offset, 8)?, old, SWAPPED))
+                s.post_send(&qp, wr::CompareSwap::new(word.slice_mut(..)?, target.slice(offset, 8)?, old, SWAPPED))
                     .map_err(|e| e.error)?
             };
             check(&s.wait(t, o.timeout).map_err(|e| e.error)?.0, what)?;
@@ -300,7 +300,7 @@ fn access(o: &Opts) -> Result<(), Error> {
     }
     // 5. SEND "done": the owner shows its region.
     scope(|s| -> Result<(), Error> {
-        let t = s.post_inline(&qp, InlineSend::new(b"done")).map_err(|e| e.error)?;
+        let t = s.post_inline(&qp, wr::InlineSend::new(b"done")).map_err(|e| e.error)?;
         check(&s.wait(t, o.timeout).map_err(|e| e.error)?.0, "send done")?;
         Ok(())
     })??;

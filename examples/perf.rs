@@ -563,7 +563,7 @@ struct WriteOps<'scope, 'env, 'a> {
 impl<'scope, 'a: 'scope> BwOps<'scope> for WriteOps<'scope, '_, 'a> {
     type B = LocalBuf<'a>;
     fn post(&mut self, q: usize, signaled: bool) -> Result<Token<'scope, LocalBuf<'a>>> {
-        let wr = Write::new(self.src[q], self.dst[q]);
+        let wr = wr::Write::new(self.src[q], self.dst[q]);
         Ok(if signaled {
             self.s.post_send(&self.qps[q], wr)?
         } else {
@@ -582,7 +582,7 @@ struct SendOps<'scope, 'env, 'a> {
 impl<'scope, 'a: 'scope> BwOps<'scope> for SendOps<'scope, '_, 'a> {
     type B = LocalBuf<'a>;
     fn post(&mut self, q: usize, signaled: bool) -> Result<Token<'scope, LocalBuf<'a>>> {
-        let wr = Send::new(self.src[q]);
+        let wr = wr::Send::new(self.src[q]);
         Ok(if signaled {
             self.s.post_send(&self.qps[q], wr)?
         } else {
@@ -604,7 +604,7 @@ impl<'scope, 'a: 'scope> BwOps<'scope> for ReadOps<'scope, '_, 'a> {
     type B = LocalBufMut<'a>;
     fn post(&mut self, q: usize, signaled: bool) -> Result<Token<'scope, LocalBufMut<'a>>> {
         let buf = self.free[q].pop().ok_or_else(|| bad("no free READ buffer (TX_DEPTH exceeded)"))?;
-        let wr = Read::new(buf, self.remote[q]);
+        let wr = wr::Read::new(buf, self.remote[q]);
         Ok(if signaled {
             self.s.post_send(&self.qps[q], wr)?
         } else {
@@ -1102,9 +1102,10 @@ fn bw_with<M: Memory>(
                     bw_loop(p, &mut TokenPoster::new(s, p, WriteOps { s, qps: &a, src: srcs, dst: dsts }))
                 } else {
                     // One WRITE per QP, re-posted.
-                    let mut lanes =
-                        LanePoster::open(s, &mut a, p, 1, |lane, q| Ok(lane.prepare(Write::new(srcs[q], dsts[q]))?))?
-                            .with_lists(p, 1, |q| Ok(Write::new(srcs[q], dsts[q])))?;
+                    let mut lanes = LanePoster::open(s, &mut a, p, 1, |lane, q| {
+                        Ok(lane.prepare(wr::Write::new(srcs[q], dsts[q]))?)
+                    })?
+                    .with_lists(p, 1, |q| Ok(wr::Write::new(srcs[q], dsts[q])))?;
                     bw_loop(p, &mut lanes)
                 }
             })??;
@@ -1127,11 +1128,11 @@ fn bw_with<M: Memory>(
                     let singles = if p.post_list > 1 { 0 } else { p.tx_depth };
                     let mut lanes = LanePoster::open(s, &mut a, p, singles, |lane, q| {
                         let buf = free[q].pop().ok_or_else(|| bad("internal: too few READ buffers"))?;
-                        Ok(lane.prepare(Read::new(buf, remotes[q]))?)
+                        Ok(lane.prepare(wr::Read::new(buf, remotes[q]))?)
                     })?
                     .with_lists(p, p.tx_depth / p.post_list, |q| {
                         let buf = free[q].pop().ok_or_else(|| bad("internal: too few READ buffers"))?;
-                        Ok(Read::new(buf, remotes[q]))
+                        Ok(wr::Read::new(buf, remotes[q]))
                     })?;
                     bw_loop(p, &mut lanes)
                 }
@@ -1164,8 +1165,8 @@ fn bw_with<M: Memory>(
                         } else {
                             // One SEND per QP, re-posted.
                             let mut lanes =
-                                LanePoster::open(s, a, p, 1, |lane, q| Ok(lane.prepare(Send::new(srcs[q]))?))?
-                                    .with_lists(p, 1, |q| Ok(Send::new(srcs[q])))?;
+                                LanePoster::open(s, a, p, 1, |lane, q| Ok(lane.prepare(wr::Send::new(srcs[q]))?))?
+                                    .with_lists(p, 1, |q| Ok(wr::Send::new(srcs[q])))?;
                             send_bw_sender(p, &mut lanes, &sh)
                         }
                     })??;
@@ -1346,7 +1347,7 @@ impl<'scope, 'a: 'scope> LatReceiver for TokenRecv<'scope, '_, 'a> {
     }
     fn post(&mut self, i: usize) -> Result<()> {
         let buf = self.bufs[i].take().ok_or_else(|| bad("internal: receive slot posted twice"))?;
-        self.tokens[i] = Some(self.s.post_recv(self.qp, Recv::new(buf))?);
+        self.tokens[i] = Some(self.s.post_recv(self.qp, wr::Recv::new(buf))?);
         Ok(())
     }
     fn wait(&mut self, i: usize, spin: bool, slice: Duration) -> Result<Option<Completion>> {
@@ -1375,7 +1376,7 @@ struct LaneRecv<'scope, 'a> {
 impl<'scope, 'a: 'scope> LaneRecv<'scope, 'a> {
     /// Prepares one receive per buffer on `lane`.
     fn new(lane: RecvLane<'scope, RC>, bufs: Vec<LocalBufMut<'a>>) -> Result<Self> {
-        let prepared = bufs.into_iter().map(|b| Ok(lane.prepare(Recv::new(b))?)).collect::<Result<Vec<_>>>()?;
+        let prepared = bufs.into_iter().map(|b| Ok(lane.prepare(wr::Recv::new(b))?)).collect::<Result<Vec<_>>>()?;
         let tokens = prepared.iter().map(|_| None).collect();
         Ok(LaneRecv { lane, prepared, tokens })
     }
@@ -1480,14 +1481,14 @@ fn write_lat_side(
         if side.p.tokens {
             let qp = &*qp;
             let post = |k: u64, signaled: bool| {
-                let wr = Write::new(slots[slot_of(k)], peer);
+                let wr = wr::Write::new(slots[slot_of(k)], peer);
                 Ok(if signaled { s.post_send(qp, wr)? } else { s.post_send(qp, wr.unsignaled())? })
             };
             write_lat_loop(side, &mut TokenLat::new(s, side, post), mine, &mut stamps)
         } else {
             // One WRITE per source slot, in the order of `slot_of`.
             let lane = s.send_lane(qp)?;
-            let wrs = slots.iter().map(|&v| Ok(lane.prepare(Write::new(v, peer))?)).collect::<Result<Vec<_>>>()?;
+            let wrs = slots.iter().map(|&v| Ok(lane.prepare(wr::Write::new(v, peer))?)).collect::<Result<Vec<_>>>()?;
             write_lat_loop(side, &mut LaneLat { lane, wrs, side }, mine, &mut stamps)
         }
     })?;
@@ -1559,13 +1560,13 @@ fn send_lat_side(
         if side.p.tokens {
             let qp = &*qp;
             let post = |_: u64, signaled: bool| {
-                let wr = Send::new(src);
+                let wr = wr::Send::new(src);
                 Ok(if signaled { s.post_send(qp, wr)? } else { s.post_send(qp, wr.unsignaled())? })
             };
             send_lat_loop(side, &mut TokenLat::new(s, side, post), &mut TokenRecv::new(s, qp, bufs), &mut stamps)
         } else {
             let (lane, recv_lane) = s.lanes(qp)?;
-            let wrs = vec![lane.prepare(Send::new(src))?];
+            let wrs = vec![lane.prepare(wr::Send::new(src))?];
             send_lat_loop(side, &mut LaneLat { lane, wrs, side }, &mut LaneRecv::new(recv_lane, bufs)?, &mut stamps)
         }
     })?;

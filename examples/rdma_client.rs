@@ -42,11 +42,11 @@ fn run(opts: &cm_args::Options) -> typed_verbs::Result<()> {
     let qp = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let connecting = id.prepare(qp, QpAccess::empty())?;
     let recv_buf = pd.alloc_mr(16, access::LOCAL_RW)?.into_chunks(16)?.remove(0);
-    let recv = connecting.qp().post_recv_owned(Recv::new(recv_buf)).map_err(|e| e.error)?;
+    let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_buf)).map_err(|e| e.error)?;
     let conn = connecting.connect(&ConnParam::default(), opts.timeout)?;
     let msg = [0u8; 16];
     scope(|s| -> typed_verbs::Result<()> {
-        let t = s.post_inline(conn.qp(), InlineSend::new(&msg)).map_err(|e| e.error)?;
+        let t = s.post_inline(conn.qp(), wr::InlineSend::new(&msg)).map_err(|e| e.error)?;
         s.wait(t, opts.timeout)?.0.ok()?;
         Ok(())
     })??;

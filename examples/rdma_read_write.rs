@@ -58,12 +58,12 @@ fn main() -> typed_verbs::Result<()> {
 
     scope(|s| -> typed_verbs::Result<()> {
         // WRITE src -> target. `src` stays borrowed until the completion hands it back.
-        let t = s.post_send(&a, Write::new(src.slice(..26)?, target.remote(..)?))?;
+        let t = s.post_send(&a, wr::Write::new(src.slice(..26)?, target.remote(..)?))?;
         let (c, _src) = s.wait(t, Duration::from_secs(30))?;
         println!("RDMA WRITE completed: {:?}", c.ok()?.status());
 
         // READ target -> back.
-        let t = s.post_send(&a, Read::new(back.slice_mut(..26)?, target.remote(..26)?))?;
+        let t = s.post_send(&a, wr::Read::new(back.slice_mut(..26)?, target.remote(..26)?))?;
         let (c, _back) = s.wait(t, Duration::from_secs(30))?;
         println!("RDMA READ completed: {:?}", c.ok()?.status());
         Ok(())

@@ -42,13 +42,13 @@ fn run(opts: &cm_args::Options) -> typed_verbs::Result<()> {
     let accepting = req.prepare(qp, QpAccess::empty(), ConnParam::default())?;
     // The client sends as soon as it is connected: the receive is posted first.
     let recv_buf = pd.alloc_mr(16, access::LOCAL_RW)?.into_chunks(16)?.remove(0);
-    let recv = accepting.qp().post_recv_owned(Recv::new(recv_buf)).map_err(|e| e.error)?;
+    let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_buf)).map_err(|e| e.error)?;
     let conn = accepting.accept(opts.timeout)?;
     let (c, _msg) = recv.wait(opts.timeout).map_err(|e| e.error)?;
     c.ok()?;
     let answer = [0u8; 16];
     scope(|s| -> typed_verbs::Result<()> {
-        let t = s.post_inline(conn.qp(), InlineSend::new(&answer)).map_err(|e| e.error)?;
+        let t = s.post_inline(conn.qp(), wr::InlineSend::new(&answer)).map_err(|e| e.error)?;
         s.wait(t, opts.timeout)?.0.ok()?;
         Ok(())
     })??;

@@ -127,7 +127,7 @@ impl Resources {
 
 /// Posts the receive of the peer's next message on `qp` (in INIT, RTR or RTS).
 fn post_recv<S: typed_verbs::transport::CanPostRecv>(qp: &Qp<RC, S>, buf: RecvBuf) -> typed_verbs::Result<PostedRecv> {
-    qp.post_recv_owned(Recv::new(buf)).map_err(|e| e.error)
+    qp.post_recv_owned(wr::Recv::new(buf)).map_err(|e| e.error)
 }
 
 /// The advertisement of `region` (where the peer may read or write, by its rights).
@@ -138,7 +138,7 @@ fn advertise<A>(region: RemoteSlice<A>) -> Info {
 /// SENDs `msg` (an advertisement or a go-ahead, inline) and waits for its completion.
 fn send_msg(conn: &Connection, msg: &[u8; INFO_LEN], timeout: Duration) -> typed_verbs::Result<()> {
     scope(|s| -> typed_verbs::Result<()> {
-        let t = s.post_inline(conn.qp(), InlineSend::new(msg)).map_err(|e| e.error)?;
+        let t = s.post_inline(conn.qp(), wr::InlineSend::new(msg)).map_err(|e| e.error)?;
         s.wait(t, timeout)?.0.ok()?;
         Ok(())
     })?
@@ -246,7 +246,7 @@ fn server(o: &Options) -> AppResult<()> {
         // false claim fails at the client's device, it cannot corrupt this side).
         let start = RemoteSlice::<access::RemoteReadOnly>::from_wire(src.addr, len as u64, src.rkey);
         scope(|s| -> typed_verbs::Result<()> {
-            let t = s.post_send(conn.qp(), Read::new(buf.slice_mut(..len)?, start)).map_err(|e| e.error)?;
+            let t = s.post_send(conn.qp(), wr::Read::new(buf.slice_mut(..len)?, start)).map_err(|e| e.error)?;
             s.wait(t, o.timeout)?.0.ok()?;
             Ok(())
         })??;
@@ -268,7 +268,7 @@ fn server(o: &Options) -> AppResult<()> {
         }
         let sink = RemoteSlice::<access::LocalRemoteWrite>::from_wire(sink.addr, echo_len as u64, sink.rkey);
         scope(|s| -> typed_verbs::Result<()> {
-            let t = s.post_send(conn.qp(), Write::new(buf.slice(..echo_len)?, sink)).map_err(|e| e.error)?;
+            let t = s.post_send(conn.qp(), wr::Write::new(buf.slice(..echo_len)?, sink)).map_err(|e| e.error)?;
             s.wait(t, o.timeout)?.0.ok()?;
             Ok(())
         })??;

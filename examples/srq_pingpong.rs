@@ -64,7 +64,7 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
     let ring = pd.alloc_mr(size * opts.rx_depth as usize, access::LOCAL_RW)?.into_chunks(size)?;
     let mut recvs: Vec<Option<OwnedToken<RecvChunk>>> = Vec::with_capacity(ring.len());
     for chunk in ring {
-        recvs.push(Some(srq.post_recv_owned(Recv::new(chunk)).map_err(|e| e.error)?));
+        recvs.push(Some(srq.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error)?));
     }
     // One send buffer per QP (each QP has at most one send in flight).
     let send_bufs: Vec<SendChunk> = pd.alloc_mr(size * num_qp, access::LOCAL_READ)?.into_chunks(size)?;
@@ -117,7 +117,7 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
                      busy: &mut [Option<OwnedToken<SendChunk>>]|
      -> Result<(), Box<dyn StdError>> {
         let buf = idle[i].take().ok_or("the send buffer is in use")?;
-        busy[i] = Some(qps[i].post_send_owned(Send::new(buf)).map_err(|e| e.error)?);
+        busy[i] = Some(qps[i].post_send_owned(wr::Send::new(buf)).map_err(|e| e.error)?);
         Ok(())
     };
 
@@ -155,7 +155,7 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
                 Ok((c, chunk)) => {
                     let i = *index.get(&c.qp_num()).ok_or_else(|| format!("couldn't find QPN {:#08x}", c.qp_num()))?;
                     c.ok().map_err(|e| format!("receive on QP {i} ({:#08x}): {e}", c.qp_num()))?;
-                    *slot = Some(srq.post_recv_owned(Recv::new(chunk)).map_err(|e| e.error)?);
+                    *slot = Some(srq.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error)?);
                     rcnt += 1;
                     done.push((i, RECV));
                 }

@@ -7,7 +7,7 @@
 //! - there is no connection: each QP only moves INIT → RTR → RTS (with a Q_Key, here
 //!   `ibv_ud_pingpong`'s 0x11111111), and every send names its destination: an address handle
 //!   built from the peer's GID (or LID), the peer's QP number and its Q_Key
-//!   (`Send::new(buf).to(&ah, qpn, qkey)`);
+//!   (`wr::Send::new(buf).to(&ah, qpn, qkey)`);
 //! - a message is one packet: `-s` must fit the port's active MTU (1024 on Soft-RoCE over
 //!   veth), so the default size is 1024 and there is no `-m`;
 //! - the receiver gets a 40-byte Global Route Header in front of the payload, so each receive
@@ -66,7 +66,7 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
     let ring = pd.alloc_mr((GRH_LEN + size) * opts.rx_depth as usize, access::LOCAL_RW)?.into_chunks(GRH_LEN + size)?;
     let mut posted = VecDeque::with_capacity(ring.len());
     for chunk in ring {
-        posted.push_back(qp.post_recv_owned(Recv::new(chunk)).map_err(|e| e.error)?);
+        posted.push_back(qp.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error)?);
     }
     // The send buffer (the C tool sends the bytes after its receive buffer's GRH room).
     let mut send_mr = pd.alloc_mr(size, access::LOCAL_READ)?;
@@ -99,7 +99,7 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
     let wait = opts.timeout;
     let mut send = |i: u32| -> Result<(), Box<dyn StdError>> {
         let buf = send_buf.take().ok_or("the send buffer is in use")?;
-        let token = qp.post_send_owned(Send::new(buf).to(&ah, peer.qp_num, QKEY)).map_err(|e| e.error)?;
+        let token = qp.post_send_owned(wr::Send::new(buf).to(&ah, peer.qp_num, QKEY)).map_err(|e| e.error)?;
         let (c, buf) = token.wait(wait).map_err(|e| format!("send {i}: {}", e.error))?;
         send_buf = Some(buf);
         c.ok().map_err(|e| format!("send {i}: {e}"))?;
@@ -111,7 +111,7 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
         let (c, chunk) = token.wait(wait).map_err(|e| format!("receive {i}: {}", e.error))?;
         c.ok().map_err(|e| format!("receive {i}: {e}"))?;
         // The buffer goes straight back into the ring.
-        posted.push_back(qp.post_recv_owned(Recv::new(chunk)).map_err(|e| e.error)?);
+        posted.push_back(qp.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error)?);
         Ok(())
     };
 

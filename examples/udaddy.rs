@@ -141,7 +141,10 @@ impl Node {
         }
         let len = GRH_LEN + opts.size;
         let chunks = pd.alloc_mr(len * opts.count, access::LOCAL_RW)?.into_chunks(len)?;
-        Ok(chunks.into_iter().map(|c| qp.post_recv_owned(Recv::new(c)).map_err(|e| e.error)).collect::<Result<_>>()?)
+        Ok(chunks
+            .into_iter()
+            .map(|c| qp.post_recv_owned(wr::Recv::new(c)).map_err(|e| e.error))
+            .collect::<Result<_>>()?)
     }
 
     /// Waits for every posted receive; the first one's completion and GRH.
@@ -170,7 +173,7 @@ impl Node {
         scope(|s| -> Result<()> {
             let mut tokens = Vec::with_capacity(opts.count);
             for _ in 0..opts.count {
-                let wr = SendImm::new(src.slice(..opts.size)?, me).to(ah, qpn, qkey);
+                let wr = wr::SendImm::new(src.slice(..opts.size)?, me).to(ah, qpn, qkey);
                 tokens.push(s.post_send(&self.qp, wr).map_err(|e| e.error)?);
             }
             for t in tokens {

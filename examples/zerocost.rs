@@ -60,7 +60,7 @@ fn lane_body<A: HasRemoteWrite>(
 ) -> typed_verbs::Result<()> {
     scope(move |s| -> typed_verbs::Result<()> {
         let mut lane = s.send_lane(qp)?;
-        let mut wr = lane.prepare(Write::new(src, dst))?;
+        let mut wr = lane.prepare(wr::Write::new(src, dst))?;
         for i in 0..N {
             if (i + 1) % SIGNAL_EVERY == 0 || i == N - 1 {
                 let token = lane.post(&mut wr)?;
@@ -81,7 +81,7 @@ fn scope_body<A: HasRemoteWrite>(qp: &Qp<RC, RTS>, src: LocalBuf<'_>, dst: Remot
     scope(move |s| -> typed_verbs::Result<()> {
         let mut unsignaled = Vec::with_capacity(SIGNAL_EVERY);
         for i in 0..N {
-            let wr = Write::new(src, dst);
+            let wr = wr::Write::new(src, dst);
             if (i + 1) % SIGNAL_EVERY == 0 || i == N - 1 {
                 let token = s.post_send(qp, wr)?;
                 settle();
@@ -112,8 +112,8 @@ fn send_body(
     scope(move |s| -> typed_verbs::Result<()> {
         let mut lane = s.send_lane(a)?;
         let mut recv_lane = s.recv_lane(b)?;
-        let mut wr = lane.prepare(Send::new(src))?;
-        let mut rwr = recv_lane.prepare(Recv::new(dst))?;
+        let mut wr = lane.prepare(wr::Send::new(src))?;
+        let mut rwr = recv_lane.prepare(wr::Recv::new(dst))?;
         let mut receives = Vec::with_capacity(SIGNAL_EVERY);
         for i in 0..N {
             receives.push(recv_lane.post(&mut rwr)?);
@@ -148,8 +148,8 @@ fn pingpong_body(qps: [&mut Qp<RC, RTS>; 2], src: LocalBuf<'_>, dsts: [LocalBufM
         let ((la, ra), (lb, rb)) = (s.lanes(qa)?, s.lanes(qb)?);
         let (mut lanes, mut rlanes) = ([la, lb], [ra, rb]);
         let [da, db] = dsts;
-        let mut wrs = [lanes[0].prepare(Send::new(src))?, lanes[1].prepare(Send::new(src))?];
-        let mut rwrs = [rlanes[0].prepare(Recv::new(da))?, rlanes[1].prepare(Recv::new(db))?];
+        let mut wrs = [lanes[0].prepare(wr::Send::new(src))?, lanes[1].prepare(wr::Send::new(src))?];
+        let mut rwrs = [rlanes[0].prepare(wr::Recv::new(da))?, rlanes[1].prepare(wr::Recv::new(db))?];
         let mut tokens: [[Option<RecvToken<'_>>; PP_DEPTH]; 2] = Default::default();
         let (mut posted, mut got) = ([0usize; 2], [0usize; 2]);
         for side in 0..2 {

@@ -308,7 +308,7 @@ pub fn udmabuf(len: usize) -> Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wr::{Read, Send, SendRequest};
+    use crate::wr::{self, SendRequest};
 
     /// Device views name their memory by iova and lkey in a request, beside host views in the
     /// same list, and an RDMA READ may land in one.
@@ -318,13 +318,13 @@ mod tests {
         let dev = DeviceBuf { addr: 0x10_0000_0000, len: 64, lkey: 0x77, pd, _borrow: PhantomData };
         let host = crate::mr::LocalBuf::from_parts(0x1000, 16, 0x11, OdpTag::default(), pd);
         let mut raw = crate::wr::RawSendWr::new();
-        Send::new((host, dev)).build(&mut raw).expect("one PD");
+        wr::Send::new((host, dev)).build(&mut raw).expect("one PD");
         let entries: Vec<_> = raw.used_sges().iter().map(|s| (s.addr, s.length, s.lkey)).collect();
         assert_eq!(entries, [(0x1000, 16, 0x11), (0x10_0000_0000, 64, 0x77)]);
         let sink = DeviceBufMut { addr: 0x20_0000_0000, len: 8, lkey: 0x78, pd, _borrow: PhantomData };
         let remote = RemoteSlice::<crate::access::RemoteAll>::new(0x9000, 8, 2);
         let mut raw = crate::wr::RawSendWr::new();
-        Read::new(sink, remote).build(&mut raw).expect("8 bytes fit 8");
+        wr::Read::new(sink, remote).build(&mut raw).expect("8 bytes fit 8");
         assert_eq!((raw.sges[0].addr, raw.sges[0].lkey, raw.num_sge), (0x20_0000_0000, 0x78, 1));
     }
 }

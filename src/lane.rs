@@ -1174,7 +1174,7 @@ mod tests {
     use super::*;
     use crate::mr::{LocalBuf, LocalBufMut, OdpTag, RemoteSlice};
     use crate::pd::PdId;
-    use crate::wr::{Read, Send, SendRequest};
+    use crate::wr::{self, SendRequest};
 
     /// What a prepared request reports on success: an RDMA READ scattered over a list reports
     /// the bytes of all its entries (the empty ones add nothing), a SEND gathered from a list
@@ -1185,11 +1185,11 @@ mod tests {
         let sink = |addr, len| LocalBufMut::from_parts(addr, len, 4, OdpTag::default(), pd);
         let remote = RemoteSlice::<crate::access::RemoteAll>::new(0x9000, 64, 2);
         let mut raw = RawSendWr::new();
-        Read::new((sink(0x1000, 8), sink(0x2000, 0), sink(0x3000, 9)), remote).build(&mut raw).expect("17 fit 64");
+        wr::Read::new((sink(0x1000, 8), sink(0x2000, 0), sink(0x3000, 9)), remote).build(&mut raw).expect("17 fit 64");
         assert_eq!(success_report(&raw), (sys::IBV_WC_RDMA_READ, 17));
         let view = LocalBuf::from_parts(0x1000, 100, 3, OdpTag::default(), pd);
         let mut raw = RawSendWr::new();
-        Send::new([view; 3]).build(&mut raw).expect("valid");
+        wr::Send::new([view; 3]).build(&mut raw).expect("valid");
         assert_eq!(success_report(&raw), (sys::IBV_WC_SEND, 0));
     }
 }

@@ -22,7 +22,7 @@
 //! let dst = pd.alloc_mr(4096, access::REMOTE_RW)?;
 //! # let qp: Qp<RC, RTS> = todo!();
 //! scope(|s| -> typed_verbs::Result<()> {
-//!     let token = s.post_send(&qp, Write::new(src.slice(..)?, dst.remote(..)?))?;
+//!     let token = s.post_send(&qp, wr::Write::new(src.slice(..)?, dst.remote(..)?))?;
 //!     let (completion, _src) = s.wait(token, Duration::from_secs(10))?;
 //!     completion.ok()?;
 //!     Ok(())
@@ -74,6 +74,14 @@ pub use typed_verbs_sys as sys;
 pub struct ReadmeDoctests;
 
 /// The names most programs need, for `use typed_verbs::prelude::*`.
+///
+/// Safe to glob-import next to std: no name here shadows an item of the std prelude or a
+/// common std trait. The work requests, one struct per opcode, are reached through their
+/// module, [`wr`] (`wr::Send::new(..)`, `wr::Write::new(..)`, `wr::Read::new(..)`),
+/// as `io::Write` and `fmt::Write` are: imported bare, `Send` would hide the auto trait
+/// (`T: Send`) and `Read`/`Write` would collide with `std::io`'s. [`Result`]
+/// defaults its error type to [`Error`] and takes another as its second
+/// parameter, so `Result<(), String>` still means std's.
 pub mod prelude {
     pub use crate::access::{self, Access};
     pub use crate::ah::{AddressVector, Ah, Grh};
@@ -94,8 +102,5 @@ pub mod prelude {
     pub use crate::srq::Srq;
     pub use crate::transport::{ERR, INIT, RAW_PACKET, RC, RESET, RTR, RTS, UC, UD, XRC_SEND};
     pub use crate::wc::{Completion, WcOpcode, WcStatus};
-    pub use crate::wr::{
-        CompareSwap, FetchAdd, InlineSend, InlineSendImm, InlineWrite, InlineWriteImm, Read, Recv, Send, SendImm,
-        SendRequest, Write, WriteImm,
-    };
+    pub use crate::wr::{self, SendRequest};
 }

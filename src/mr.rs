@@ -831,7 +831,7 @@ impl<'a> LocalBufMut<'a> {
     ///
     /// It cannot be posted in a [scope](crate::scope): a post needs memory borrowed for the
     /// whole scope, and this view lives only as long as the borrow of `self`. To send what was
-    /// received, post the view itself (`Send::new(buf)`: a `LocalBufMut` is also memory the
+    /// received, post the view itself (`wr::Send::new(buf)`: a `LocalBufMut` is also memory the
     /// device may read), or turn it into a [`LocalBuf`] of the same lifetime with
     /// [`LocalBufMut::into_local`].
     pub fn as_local(&self) -> LocalBuf<'_> {

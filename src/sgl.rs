@@ -24,7 +24,7 @@
 //! # fn f(qp: &Qp<RC, RTS>, head: &Mr<access::LocalRw>, body: &Mr<access::LocalRw>) -> typed_verbs::Result<()> {
 //! scope(|s| -> typed_verbs::Result<()> {
 //!     // One SEND gathered from two regions.
-//!     let t = s.post_send(qp, Send::new((head.slice(..64)?, body.slice(..)?)))?;
+//!     let t = s.post_send(qp, wr::Send::new((head.slice(..64)?, body.slice(..)?)))?;
 //!     let (c, (_head, _body)) = s.wait(t, Duration::from_secs(5))?;
 //!     c.ok()?;
 //!     Ok(())

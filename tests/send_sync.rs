@@ -33,8 +33,7 @@ use typed_verbs::srq::Srq;
 use typed_verbs::transport::{ERR, INIT, RAW_PACKET, RC, RESET, RTR, RTS, UC, UD, XRC_SEND};
 use typed_verbs::wc::{Completion, CompletionError, CompletionSource, WcOpcode, WcStatus};
 use typed_verbs::wr::{
-    BindMw, Checksummed, CompareSwap, Fenced, FetchAdd, InlineSend, InlineSendImm, InlineWrite, InlineWriteImm,
-    LocalInv, RawSendWr, Read, Recv, Send as SendOp, SendImm, SendInv, Solicited, To, Tso, Unsignaled, Write, WriteImm,
+    self, BindMw, Checksummed, Fenced, LocalInv, RawSendWr, SendInv, Solicited, To, Tso, Unsignaled,
 };
 
 // Verbs objects: thread-safe handles.
@@ -81,15 +80,15 @@ assert_impl_all!(OwnedToken<()>: Send, Sync, Unpin);
 assert_impl_all!(OwnedWaitError<Chunk<access::LocalRw>>: Send, Sync, Unpin);
 assert_impl_all!(Token<'static, LocalBuf<'static>>: Send, Sync, Unpin);
 assert_impl_all!(Scope<'static, 'static>: Send, Sync, Unpin);
-assert_impl_all!(PostError<SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(PostError<wr::Send<LocalBuf<'static>>>: Send, Sync, Unpin);
 assert_impl_all!(WaitError<'static, LocalBufMut<'static>>: Send, Sync, Unpin);
 
 // Send lanes: a lane and its prepared requests may move to another thread of the scope.
 assert_impl_all!(SendLane<'static, RC, RTS>: Send, Sync, Unpin);
 assert_impl_all!(SendLane<'static, UD, RTS>: Send, Sync, Unpin);
-assert_impl_all!(Prepared<'static, Write<LocalBuf<'static>, access::RemoteRw>>: Send, Sync, Unpin);
-assert_impl_all!(Prepared<'static, Read<LocalBufMut<'static>, access::RemoteRw>>: Send, Sync, Unpin);
-assert_impl_all!(PreparedList<'static, Write<LocalBuf<'static>, access::RemoteRw>>: Send, Sync, Unpin);
+assert_impl_all!(Prepared<'static, wr::Write<LocalBuf<'static>, access::RemoteRw>>: Send, Sync, Unpin);
+assert_impl_all!(Prepared<'static, wr::Read<LocalBufMut<'static>, access::RemoteRw>>: Send, Sync, Unpin);
+assert_impl_all!(PreparedList<'static, wr::Write<LocalBuf<'static>, access::RemoteRw>>: Send, Sync, Unpin);
 assert_impl_all!(LaneToken<'static>: Send, Sync, Unpin);
 assert_impl_all!(LaneWaitError<'static>: Send, Sync, Unpin);
 assert_impl_all!(RecvLane<'static, RC>: Send, Sync, Unpin);
@@ -100,26 +99,26 @@ assert_impl_all!(RecvWaitError<'static>: Send, Sync, Unpin);
 
 // Work requests.
 type Rw = access::RemoteRw;
-assert_impl_all!(SendOp<LocalBuf<'static>>: Send, Sync, Unpin);
-assert_impl_all!(SendImm<Chunk<access::LocalRead>>: Send, Sync, Unpin);
+assert_impl_all!(wr::Send<LocalBuf<'static>>: Send, Sync, Unpin);
+assert_impl_all!(wr::SendImm<Chunk<access::LocalRead>>: Send, Sync, Unpin);
 assert_impl_all!(SendInv<LocalBuf<'static>>: Send, Sync, Unpin);
-assert_impl_all!(Write<LocalBuf<'static>, Rw>: Send, Sync, Unpin);
-assert_impl_all!(WriteImm<LocalBuf<'static>, Rw>: Send, Sync, Unpin);
-assert_impl_all!(Read<LocalBufMut<'static>, Rw>: Send, Sync, Unpin);
-assert_impl_all!(CompareSwap<LocalBufMut<'static>, access::RemoteAll>: Send, Sync, Unpin);
-assert_impl_all!(FetchAdd<Chunk<access::LocalRw>, access::RemoteAll>: Send, Sync, Unpin);
-assert_impl_all!(InlineSend<'static>: Send, Sync, Unpin);
-assert_impl_all!(InlineSend<'static, 3>: Send, Sync, Unpin);
-assert_impl_all!(InlineWrite<'static, Rw, 2>: Send, Sync, Unpin);
-assert_impl_all!(InlineSendImm<'static>: Send, Sync, Unpin);
-assert_impl_all!(InlineWrite<'static, Rw>: Send, Sync, Unpin);
-assert_impl_all!(InlineWriteImm<'static, Rw>: Send, Sync, Unpin);
-assert_impl_all!(Recv<LocalBufMut<'static>>: Send, Sync, Unpin);
-assert_impl_all!(Unsignaled<SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
-assert_impl_all!(Fenced<Write<LocalBuf<'static>, Rw>>: Send, Sync, Unpin);
-assert_impl_all!(Solicited<SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
-assert_impl_all!(Checksummed<SendOp<LocalBuf<'static>>, UD>: Send, Sync, Unpin);
-assert_impl_all!(To<'static, SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(wr::Write<LocalBuf<'static>, Rw>: Send, Sync, Unpin);
+assert_impl_all!(wr::WriteImm<LocalBuf<'static>, Rw>: Send, Sync, Unpin);
+assert_impl_all!(wr::Read<LocalBufMut<'static>, Rw>: Send, Sync, Unpin);
+assert_impl_all!(wr::CompareSwap<LocalBufMut<'static>, access::RemoteAll>: Send, Sync, Unpin);
+assert_impl_all!(wr::FetchAdd<Chunk<access::LocalRw>, access::RemoteAll>: Send, Sync, Unpin);
+assert_impl_all!(wr::InlineSend<'static>: Send, Sync, Unpin);
+assert_impl_all!(wr::InlineSend<'static, 3>: Send, Sync, Unpin);
+assert_impl_all!(wr::InlineWrite<'static, Rw, 2>: Send, Sync, Unpin);
+assert_impl_all!(wr::InlineSendImm<'static>: Send, Sync, Unpin);
+assert_impl_all!(wr::InlineWrite<'static, Rw>: Send, Sync, Unpin);
+assert_impl_all!(wr::InlineWriteImm<'static, Rw>: Send, Sync, Unpin);
+assert_impl_all!(wr::Recv<LocalBufMut<'static>>: Send, Sync, Unpin);
+assert_impl_all!(Unsignaled<wr::Send<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(Fenced<wr::Write<LocalBuf<'static>, Rw>>: Send, Sync, Unpin);
+assert_impl_all!(Solicited<wr::Send<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(Checksummed<wr::Send<LocalBuf<'static>>, UD>: Send, Sync, Unpin);
+assert_impl_all!(To<'static, wr::Send<LocalBuf<'static>>>: Send, Sync, Unpin);
 assert_impl_all!(BindMw<'static, Type2, access::WindowBindable, window::Write>: Send, Sync, Unpin);
 assert_impl_all!(LocalInv<'static, Type2, window::Write>: Send, Sync, Unpin);
 
@@ -176,7 +175,7 @@ assert_impl_all!(Pinned: Send, Sync, Unpin, Copy);
 assert_impl_all!(Odp: Send, Sync, Unpin, Copy);
 
 // The types the table above did not list.
-assert_impl_all!(PostListError<'static, SendOp<LocalBuf<'static>>>: Send, Sync, Unpin);
+assert_impl_all!(PostListError<'static, wr::Send<LocalBuf<'static>>>: Send, Sync, Unpin);
 assert_impl_all!(Tso<'static, LocalBuf<'static>, UD>: Send, Sync, Unpin);
 assert_impl_all!(TsoCap<UD>: Send, Sync, Unpin, Copy);
 assert_impl_all!(OdpTag: Send, Sync, Unpin, Copy);
@@ -218,10 +217,10 @@ assert_not_impl_any!(PendingUnbind<'static, Type2, window::All>: Clone, Copy);
 assert_not_impl_any!(Scope<'static, 'static>: Clone, Copy);
 assert_not_impl_any!(SendLane<'static, RC, RTS>: Clone, Copy);
 assert_not_impl_any!(RecvLane<'static, RC>: Clone, Copy);
-assert_not_impl_any!(Prepared<'static, Write<LocalBuf<'static>, access::RemoteRw>>: Clone, Copy);
+assert_not_impl_any!(Prepared<'static, wr::Write<LocalBuf<'static>, access::RemoteRw>>: Clone, Copy);
 assert_not_impl_any!(PreparedRecv<'static, LocalBufMut<'static>>: Clone, Copy);
-assert_not_impl_any!(Recv<LocalBufMut<'static>>: Clone, Copy);
-assert_not_impl_any!(Read<LocalBufMut<'static>, Rw>: Clone, Copy);
+assert_not_impl_any!(wr::Recv<LocalBufMut<'static>>: Clone, Copy);
+assert_not_impl_any!(wr::Read<LocalBufMut<'static>, Rw>: Clone, Copy);
 assert_not_impl_any!(WaitError<'static, LocalBufMut<'static>>: Clone, Copy);
 assert_not_impl_any!(OwnedWaitError<Chunk<access::LocalRw>>: Clone, Copy);
 

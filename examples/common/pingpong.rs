@@ -845,7 +845,7 @@ where
             let mut posted = VecDeque::with_capacity(nbufs);
             let mut to_post = iters;
             for buf in free.drain(..) {
-                posted.push_back(s.post_recv(&qp, Recv::new(buf)).map_err(|e| e.error)?);
+                posted.push_back(s.post_recv(&qp, wr::Recv::new(buf)).map_err(|e| e.error)?);
                 to_post -= 1;
             }
             if let Some(conn) = server_conn {
@@ -860,13 +860,13 @@ where
                     let (c, buf) = s.wait(token, wait).map_err(|e| e.error)?;
                     c.ok().map_err(|e| format!("receive {}: {e}", i + 1))?;
                     if to_post > 0 {
-                        posted.push_back(s.post_recv(&qp, Recv::new(buf)).map_err(|e| e.error)?);
+                        posted.push_back(s.post_recv(&qp, wr::Recv::new(buf)).map_err(|e| e.error)?);
                         to_post -= 1;
                     }
                     Ok(())
                 };
                 let send = || -> Result<(), Box<dyn std::error::Error>> {
-                    let token = s.post_send(&qp, Send::new(send_buf)).map_err(|e| e.error)?;
+                    let token = s.post_send(&qp, wr::Send::new(send_buf)).map_err(|e| e.error)?;
                     let (c, _buf) = s.wait(token, wait).map_err(|e| e.error)?;
                     c.ok().map_err(|e| format!("send {}: {e}", i + 1))?;
                     Ok(())

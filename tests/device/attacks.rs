@@ -79,10 +79,10 @@ fn memory_of_another_context_or_pd_is_refused_before_the_provider() {
     scope(|s| {
         for (what, src, dst) in [("context", &src_ctx, &mut dst_ctx), ("PD", &src_pd, &mut dst_pd)] {
             // A send source, a receive buffer: refused, and handed back (nothing was posted).
-            let e = s.post_send(&pair.a, Send::new(src.slice(..8).unwrap())).expect_err(what);
+            let e = s.post_send(&pair.a, wr::Send::new(src.slice(..8).unwrap())).expect_err(what);
             assert!(is_invalid(&e.error), "{what}: {:?}", e.error);
             assert!(e.wr.is_some(), "{what}: the request comes back");
-            let e = s.post_recv(&pair.b, Recv::new(dst.slice_mut(..8).unwrap())).expect_err(what);
+            let e = s.post_recv(&pair.b, wr::Recv::new(dst.slice_mut(..8).unwrap())).expect_err(what);
             assert!(is_invalid(&e.error), "{what}: {:?}", e.error);
             assert!(e.wr.is_some(), "{what}: the request comes back");
         }
@@ -90,7 +90,7 @@ fn memory_of_another_context_or_pd_is_refused_before_the_provider() {
         assert_eq!(pair.a.outstanding(), (0, 0));
         assert_eq!(pair.b.outstanding(), (0, 0));
         // The region of the QP's own PD is accepted.
-        let t = s.post_recv(&pair.b, Recv::new(own.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_recv(&pair.b, wr::Recv::new(own.slice_mut(..).unwrap())).unwrap();
         s.flush(&pair.b, WAIT).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!(c.status(), WcStatus::WrFlushErr);
@@ -123,11 +123,11 @@ fn chunk_rig() -> ChunkRig {
 fn an_owned_chunk_survives_its_dropped_scope_token() {
     let ChunkRig { r, pair, src, chunk } = chunk_rig();
     scope(|s| {
-        let t = s.post_recv(&pair.b, Recv::new(chunk)).unwrap();
+        let t = s.post_recv(&pair.b, wr::Recv::new(chunk)).unwrap();
         drop(t);
         assert_eq!(pair.b.parked_buffers(), 1, "the dropped token's chunk is kept with the queue");
         // Only now does a message arrive for the receive.
-        let sent = s.post_send(&pair.a, Send::new(src.slice(..).unwrap())).unwrap();
+        let sent = s.post_send(&pair.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         let (c, _) = s.wait(sent, WAIT).unwrap();
         assert!(c.is_success(), "the receive buffer was still registered: {c:?}");
     })
@@ -142,14 +142,14 @@ fn an_owned_chunk_survives_a_timed_out_wait_dropped_by_question_mark() {
     let ChunkRig { r: _r, pair, src, chunk } = chunk_rig();
     let outcome = scope(|s| -> typed_verbs::Result<()> {
         let inner = || -> typed_verbs::Result<()> {
-            let t = s.post_recv(&pair.b, Recv::new(chunk)).unwrap();
+            let t = s.post_recv(&pair.b, wr::Recv::new(chunk)).unwrap();
             // Nothing was sent yet: the wait runs out, and `?` drops the error and its token.
             s.wait(t, Duration::from_millis(1))?;
             Ok(())
         };
         let e = inner().expect_err("no message was sent");
         assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
-        let sent = s.post_send(&pair.a, Send::new(src.slice(..).unwrap())).unwrap();
+        let sent = s.post_send(&pair.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         let (c, _) = s.wait(sent, WAIT).unwrap();
         assert!(c.is_success(), "the receive buffer was still registered: {c:?}");
         Ok(())
@@ -169,9 +169,9 @@ fn a_new_qp_never_inherits_a_destroyed_qps_completions() {
     let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap().into_chunks(64).unwrap().remove(0);
     src.as_mut_slice().fill(1);
     let dst = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
-    let recv = pair.b.post_recv_owned(Recv::new(dst)).unwrap();
+    let recv = pair.b.post_recv_owned(wr::Recv::new(dst)).unwrap();
     stale_cq.req_notify(false).unwrap();
-    let sent = pair.a.post_send_owned(Send::new(src)).unwrap();
+    let sent = pair.a.post_send_owned(wr::Send::new(src)).unwrap();
     // The send's completion is in `stale_cq` (the channel says so without taking it off).
     let ev = ch.wait(WAIT).expect("the send's completion event");
     assert!(ev.is_for(&stale_cq));

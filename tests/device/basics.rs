@@ -155,9 +155,10 @@ fn hugepage_backed_regions_carry_traffic() {
     fill(&mut src, 77);
     let whole = |from: usize| from..from + LEN / 2;
     scope(|s| {
-        let t = s.post_send(&p.a, Write::new(src.slice(whole(0)).unwrap(), target.remote(whole(LEN / 2)).unwrap()));
+        let t = s.post_send(&p.a, wr::Write::new(src.slice(whole(0)).unwrap(), target.remote(whole(LEN / 2)).unwrap()));
         assert!(s.wait(t.unwrap(), WAIT).unwrap().0.is_success());
-        let t = s.post_send(&p.b, Read::new(back.slice_mut(whole(0)).unwrap(), target.remote(whole(LEN / 2)).unwrap()));
+        let t =
+            s.post_send(&p.b, wr::Read::new(back.slice_mut(whole(0)).unwrap(), target.remote(whole(LEN / 2)).unwrap()));
         assert!(s.wait(t.unwrap(), WAIT).unwrap().0.is_success());
     })
     .unwrap();

@@ -32,7 +32,7 @@ fn pair() -> (Rig, RcPair) {
 /// its completion status.
 fn peer_write<R: HasRemoteWrite>(p: &RcPair, src: LocalBuf<'_>, to: RemoteSlice<R>) -> WcStatus {
     scope(|s| {
-        let t = s.post_send(&p.a, Write::new(src, to)).expect("post the RDMA WRITE");
+        let t = s.post_send(&p.a, wr::Write::new(src, to)).expect("post the RDMA WRITE");
         s.wait(t, WAIT).expect("the RDMA WRITE completes").0.status()
     })
     .expect("scope")
@@ -58,7 +58,7 @@ fn leaked_memory_still_serves_the_peer<R: HasRemoteWrite + typed_verbs::access::
     }
     assert_eq!(peer_write(p, src.slice(..).unwrap(), remote), WcStatus::Success, "the leaked memory is reachable");
     scope(|s| {
-        let t = s.post_send(&p.a, Read::new(back.slice_mut(..).unwrap(), remote)).unwrap();
+        let t = s.post_send(&p.a, wr::Read::new(back.slice_mut(..).unwrap(), remote)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
@@ -87,9 +87,9 @@ fn owned_buffers_carry_traffic<B: StableBuffer>(kind: &str, len: usize, mut make
     assert_eq!((back.addr(), back.len()), (back_at, len), "{kind}");
     assert_eq!(src.as_slice(), &want[..], "{kind}: the region reads the buffer's bytes");
     scope(|s| {
-        let t = s.post_send(&p.a, Write::new(src.slice(..).unwrap(), target.remote(..).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Write::new(src.slice(..).unwrap(), target.remote(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success(), "{kind}: RDMA WRITE");
-        let t = s.post_send(&p.b, Read::new(back.slice_mut(..).unwrap(), target.remote(..).unwrap())).unwrap();
+        let t = s.post_send(&p.b, wr::Read::new(back.slice_mut(..).unwrap(), target.remote(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success(), "{kind}: RDMA READ");
     })
     .unwrap();
@@ -208,15 +208,15 @@ fn a_borrowed_local_registration_carries_traffic_and_gives_the_slice_back() {
     let mut mr = r.pd.register_borrowed(&mut storage, access::LOCAL_RW).unwrap();
     assert_eq!((mr.addr(), mr.len()), (at, LEN));
     scope(|s| {
-        let t = s.post_send(&p.b, Read::new(mr.slice_mut(..).unwrap(), source.remote(..).unwrap())).unwrap();
+        let t = s.post_send(&p.b, wr::Read::new(mr.slice_mut(..).unwrap(), source.remote(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success(), "RDMA READ into borrowed memory");
     })
     .unwrap();
     assert!(mr.as_slice() == &want[..], "every byte of the READ");
     mr.as_mut_slice()[0] ^= 0xFF;
     scope(|s| {
-        let rt = s.post_recv(&p.a, Recv::new(received.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(&p.b, Send::new(mr.slice(..).unwrap())).unwrap();
+        let rt = s.post_recv(&p.a, wr::Recv::new(received.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&p.b, wr::Send::new(mr.slice(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success(), "SEND from borrowed memory");
         let (c, _) = s.wait(rt, WAIT).unwrap();
         assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, LEN as u32));
@@ -405,7 +405,7 @@ fn bind_tokens_dropped_inside_the_closure_leave_no_window_behind() {
     let advert =
         r.pd.with_registered(&mut storage, access::WINDOW_BINDABLE, |mr| {
             scope(|s| {
-                let rt = s.post_recv(&p.a, Recv::new(advert_buf.slice_mut(..).unwrap())).unwrap();
+                let rt = s.post_recv(&p.a, wr::Recv::new(advert_buf.slice_mut(..).unwrap())).unwrap();
                 let t1 = s.bind_mw(&p.b, mw1, mr, 0, LEN as u64, window::WRITE).unwrap();
                 drop(t1);
                 let t2 = s.post_send(&p.b, BindMw::new(mw2, mr, LEN as u64, LEN as u64, window::WRITE)).unwrap();
@@ -540,7 +540,7 @@ fn raw_memory_carries_traffic() {
     assert_eq!((mr.addr(), mr.len()), (ptr as u64, LEN));
     assert_eq!(peer_write(&p, src.slice(..).unwrap(), mr.remote(..).unwrap()), WcStatus::Success);
     scope(|s| {
-        let t = s.post_send(&p.a, Read::new(back.slice_mut(..).unwrap(), mr.remote(..).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Read::new(back.slice_mut(..).unwrap(), mr.remote(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success(), "RDMA READ out of raw memory");
     })
     .unwrap();
@@ -581,7 +581,7 @@ fn a_forgotten_raw_region_stays_registered_and_frees_nothing() {
     let fresh: Vec<Vec<u8>> = (0..16).map(|_| vec![0x5Au8; LEN]).collect();
     assert_eq!(peer_write(&p, src.slice(..).unwrap(), remote), WcStatus::Success, "still registered");
     scope(|s| {
-        let t = s.post_send(&p.a, Read::new(back.slice_mut(..).unwrap(), remote)).unwrap();
+        let t = s.post_send(&p.a, wr::Read::new(back.slice_mut(..).unwrap(), remote)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();

@@ -24,8 +24,8 @@ fn assert_no_event_then_marker<'s>(
     rview: LocalBufMut<'s>,
 ) -> LocalBufMut<'s> {
     cq_a.req_notify(false).unwrap();
-    let r = s.post_recv(&pair.b, Recv::new(rview)).unwrap();
-    let t = s.post_send(&pair.a, Send::new(src)).unwrap();
+    let r = s.post_recv(&pair.b, wr::Recv::new(rview)).unwrap();
+    let t = s.post_send(&pair.a, wr::Send::new(src)).unwrap();
     let ev = ch.wait(WAIT).expect("the marker's event");
     assert!(ev.is_for(cq_a), "an event was pending before the marker's: {ev:?}");
     s.wait(t, WAIT).unwrap().0.ok().unwrap();
@@ -79,9 +79,9 @@ fn a_receive_completion_fires_the_channel_and_names_the_receive_cq() {
 
     scope(|s| {
         let (d1, marker) = dst.slice_mut(..).unwrap().split_at(64).unwrap();
-        let r = s.post_recv(&pair.b, Recv::new(d1)).unwrap();
+        let r = s.post_recv(&pair.b, wr::Recv::new(d1)).unwrap();
         cq_b.req_notify(false).unwrap();
-        let t = s.post_send(&pair.a, Send::new(src.slice(..5).unwrap())).unwrap();
+        let t = s.post_send(&pair.a, wr::Send::new(src.slice(..5).unwrap())).unwrap();
 
         let ev = ch.wait(WAIT).unwrap();
         assert!(ev.is_for(&cq_b), "the event must name the receive CQ: {ev:?}");
@@ -110,10 +110,10 @@ fn two_armed_cqs_on_one_channel_each_fire_once() {
 
     scope(|s| {
         let (d1, marker) = dst.slice_mut(..).unwrap().split_at(64).unwrap();
-        let r = s.post_recv(&pair.b, Recv::new(d1)).unwrap();
+        let r = s.post_recv(&pair.b, wr::Recv::new(d1)).unwrap();
         cq_a.req_notify(false).unwrap();
         cq_b.req_notify(false).unwrap();
-        let t = s.post_send(&pair.a, Send::new(src.slice(..8).unwrap())).unwrap();
+        let t = s.post_send(&pair.a, wr::Send::new(src.slice(..8).unwrap())).unwrap();
         let first = ch.wait(WAIT).unwrap();
         let second = ch.wait(WAIT).unwrap();
         let fired_a = [&first, &second].iter().filter(|e| e.is_for(&cq_a)).count();
@@ -158,11 +158,11 @@ fn solicited_only_arming_fires_for_a_solicited_send_and_not_for_an_unsolicited_o
     scope(|s| {
         let (d1, rest) = dst.slice_mut(..).unwrap().split_at(64).unwrap();
         let (d2, marker) = rest.split_at(64).unwrap();
-        let r1 = s.post_recv(&pair.b, Recv::new(d1)).unwrap();
+        let r1 = s.post_recv(&pair.b, wr::Recv::new(d1)).unwrap();
         cq_b.req_notify(true).unwrap();
 
         // An ordinary SEND: its receive completion is in the CQ, yet no event.
-        let t1 = s.post_send(&pair.a, Send::new(src.slice(..4).unwrap())).unwrap();
+        let t1 = s.post_send(&pair.a, wr::Send::new(src.slice(..4).unwrap())).unwrap();
         let (rc1, _) = s.wait(r1, WAIT).unwrap();
         assert_eq!(rc1.status(), WcStatus::Success, "{rc1:?}");
         s.wait(t1, WAIT).unwrap().0.ok().unwrap();
@@ -170,8 +170,8 @@ fn solicited_only_arming_fires_for_a_solicited_send_and_not_for_an_unsolicited_o
         assert_no_event_then_marker(s, &ch, &cq_a, &pair, src.slice(..4).unwrap(), marker);
 
         // A solicited SEND wakes the waiter (the arming survived the unsolicited completions).
-        let r2 = s.post_recv(&pair.b, Recv::new(d2)).unwrap();
-        let t2 = s.post_send(&pair.a, Send::new(src.slice(..4).unwrap()).solicited()).unwrap();
+        let r2 = s.post_recv(&pair.b, wr::Recv::new(d2)).unwrap();
+        let t2 = s.post_send(&pair.a, wr::Send::new(src.slice(..4).unwrap()).solicited()).unwrap();
         let ev = ch.wait(WAIT).unwrap();
         assert!(ev.is_for(&cq_b), "{ev:?}");
         let (rc2, _) = s.wait(r2, WAIT).unwrap();
@@ -190,9 +190,9 @@ fn an_unread_event_dies_with_its_cq() {
     let src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     let mut dst = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
-        let r = s.post_recv(&pair.b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let r = s.post_recv(&pair.b, wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
         cq_b.req_notify(false).unwrap();
-        let t = s.post_send(&pair.a, Send::new(src.slice(..8).unwrap())).unwrap();
+        let t = s.post_send(&pair.a, wr::Send::new(src.slice(..8).unwrap())).unwrap();
         s.wait(r, WAIT).unwrap().0.ok().unwrap();
         s.wait(t, WAIT).unwrap().0.ok().unwrap();
     })
@@ -252,8 +252,8 @@ fn wait_async_resolves_on_the_receive_completion() {
         });
         assert!(idle, "no completion yet, the future must still be pending");
 
-        let r = s.post_recv(&pair.b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(&pair.a, Send::new(src.slice(..5).unwrap())).unwrap();
+        let r = s.post_recv(&pair.b, wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&pair.a, wr::Send::new(src.slice(..5).unwrap())).unwrap();
         let ev = rt.block_on(async { tokio::time::timeout(WAIT, ch.wait_async()).await }).expect("timed out").unwrap();
         assert!(ev.is_for(&cq_b), "{ev:?}");
         let (rc, _) = s.wait(r, WAIT).unwrap();

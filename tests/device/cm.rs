@@ -85,10 +85,10 @@ fn an_rc_connection_by_ip_address_carries_traffic_and_sees_the_peers_disconnect(
     let target = peer_side.pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
     let mut inbox = peer_side.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
     scope(|s| {
-        let rt = s.post_recv(peer.qp(), Recv::new(inbox.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(conn.qp(), Write::new(src.slice(..).unwrap(), target.remote(..).unwrap())).unwrap();
+        let rt = s.post_recv(peer.qp(), wr::Recv::new(inbox.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(conn.qp(), wr::Write::new(src.slice(..).unwrap(), target.remote(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
-        let t = s.post_send(conn.qp(), Send::new(src.slice(..100).unwrap())).unwrap();
+        let t = s.post_send(conn.qp(), wr::Send::new(src.slice(..100).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         let (c, _) = s.wait(rt, WAIT).unwrap();
         assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 100));
@@ -181,7 +181,7 @@ fn exchange(
     let mut src = side.pd.alloc_mr(16, access::LOCAL_RW).unwrap();
     src.as_mut_slice().copy_from_slice(msg);
     scope(|s| {
-        let t = s.post_send(conn.qp(), Send::new(src.slice(..).unwrap())).unwrap();
+        let t = s.post_send(conn.qp(), wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
@@ -206,7 +206,7 @@ fn our_listener_serves_rdma_cores_rdma_client() {
     let side = Side::on(&req.device_name().expect("the request's device"));
     let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).expect("INIT, RTR");
     // rdma_client sends as soon as it is connected: the receive goes first.
-    let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+    let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
     let conn = accepting.accept(WAIT).expect("rdma_accept");
     let got = exchange(&conn, &side, recv, b"from typed-verbs");
     assert_eq!(got.len(), 16, "rdma_client's message");
@@ -229,7 +229,7 @@ fn connect_to_c_server(
     let deadline = Instant::now() + WAIT;
     loop {
         let connecting = resolve(SocketAddr::new(IpAddr::V4(ip), port)).prepare(side.qp(), QpAccess::empty()).unwrap();
-        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(side))).map_err(|e| e.error).unwrap();
+        let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(side))).map_err(|e| e.error).unwrap();
         match connecting.connect(&ConnParam::default(), WAIT) {
             Ok(conn) => return (server, conn, recv),
             Err(Error::Rejected { .. }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
@@ -302,17 +302,17 @@ fn the_verbs_connect_helper_picks_the_roce_v2_gid_and_random_psns() {
     let target = r.pd.alloc_mr(2 * 4096, access::REMOTE_RW).unwrap();
     let mut inbox = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
     scope(|s| {
-        let rt = s.post_recv(&b, Recv::new(inbox.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(&a, Send::new(src.slice(..).unwrap())).unwrap();
+        let rt = s.post_recv(&b, wr::Recv::new(inbox.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         let (c, _) = s.wait(rt, WAIT).unwrap();
         assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 4096));
         for (qp_write, at) in [(0usize, 0usize), (1, 4096)] {
             let dst = target.remote(at..at + 4096).unwrap();
             let t = if qp_write == 0 {
-                s.post_send(&a, Write::new(src.slice(..).unwrap(), dst)).unwrap()
+                s.post_send(&a, wr::Write::new(src.slice(..).unwrap(), dst)).unwrap()
             } else {
-                s.post_send(&ua, Write::new(src.slice(..).unwrap(), dst)).unwrap()
+                s.post_send(&ua, wr::Write::new(src.slice(..).unwrap(), dst)).unwrap()
             };
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
         }
@@ -517,7 +517,7 @@ fn receives_posted_before_a_failed_connect_come_back_flushed() {
     let side = Side::on(&device_name());
     let connecting =
         resolve(SocketAddr::new(IpAddr::V4(local_ip()), port)).prepare(side.qp(), QpAccess::empty()).unwrap();
-    let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+    let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
     let r = connecting.connect(&ConnParam::default(), WAIT);
     assert!(matches!(r, Err(Error::Rejected { .. })), "nobody listens: {:?}", r.map(|_| ()));
     let (c, chunk) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the receive back, flushed");
@@ -538,7 +538,7 @@ fn receives_posted_before_a_step_never_taken_come_back_flushed() {
         assert_eq!((c.status(), chunk.len()), (WcStatus::WrFlushErr, 16), "{c:?}");
     };
     let connecting = resolve(to).prepare(side.qp(), QpAccess::empty()).unwrap();
-    let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+    let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
     drop(connecting);
     flushed(recv);
 
@@ -548,7 +548,7 @@ fn receives_posted_before_a_step_never_taken_come_back_flushed() {
     });
     let req = listener.next_request(WAIT).expect("a request");
     let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).expect("prepare");
-    let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+    let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
     drop(accepting);
     flushed(recv);
     let r = client.join().expect("the client thread");
@@ -567,7 +567,7 @@ fn receives_posted_before_a_failed_accept_come_back_flushed() {
         let side = Side::on(&req.device_name().unwrap());
         let param = ConnParam { private_data: vec![7; 197], ..ConnParam::default() };
         let accepting = req.prepare(side.qp(), QpAccess::empty(), param).expect("prepare");
-        let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let r = accepting.accept(WAIT);
         assert!(matches!(r, Err(Error::InvalidArgument { .. })), "197 bytes: {:?}", r.map(|_| ()));
         let (c, chunk) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the receive back, flushed");

@@ -42,7 +42,7 @@ fn an_rc_connection_is_made_used_and_ended_with_the_async_waits() {
             assert_eq!(req.private_data().get(..5), Some(&b"hello"[..]));
             let side = Side::on(&req.device_name().unwrap());
             let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
-            let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+            let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
             let conn = timeout(WAIT, accepting.accept_async()).await.expect("bounded").expect("rdma_accept");
             let (c, chunk) = recv.wait(WAIT).map_err(|e| e.error).expect("the client's message");
             assert_eq!((c.status(), chunk.as_slice()), (WcStatus::Success, &b"sixteen bytes ok"[..]));
@@ -59,7 +59,7 @@ fn an_rc_connection_is_made_used_and_ended_with_the_async_waits() {
         let mut src = side.pd.alloc_mr(16, access::LOCAL_RW).unwrap();
         src.as_mut_slice().copy_from_slice(b"sixteen bytes ok");
         scope(|s| {
-            let t = s.post_send(conn.qp(), Send::new(src.slice(..).unwrap())).unwrap();
+            let t = s.post_send(conn.qp(), wr::Send::new(src.slice(..).unwrap())).unwrap();
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
         })
         .unwrap();
@@ -101,7 +101,7 @@ fn a_connect_future_dropped_while_it_waits_hands_the_posted_receive_back_flushed
     let side = Side::on(&device_name());
     let recv = rt.block_on(async {
         let connecting = resolve(addr).await.prepare(side.qp(), QpAccess::empty()).unwrap();
-        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let r = timeout(Duration::from_millis(500), connecting.connect_async(&ConnParam::default())).await;
         assert!(r.is_err(), "no answer within 500 ms: the future is dropped while it waits");
         recv

@@ -47,7 +47,7 @@ impl Side {
         let mut mr = self.pd.alloc_mr(GRH + len, access::LOCAL_RW).unwrap();
         mr.as_mut_slice().fill(0xEE);
         let chunk = mr.into_chunks(GRH + len).unwrap().remove(0);
-        qp.post_recv_owned(Recv::new(chunk)).map_err(|e| e.error).unwrap()
+        qp.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error).unwrap()
     }
 
     /// Sends `msg` to `(ah, qpn, qkey)` from `qp`; the send's completion.
@@ -55,7 +55,7 @@ impl Side {
         let mut src = self.pd.alloc_mr(msg.len(), access::LOCAL_RW).unwrap();
         src.as_mut_slice().copy_from_slice(msg);
         scope(|s| {
-            let t = s.post_send(qp, SendImm::new(src.slice(..).unwrap(), qp.qp_num()).to(ah, qpn, qkey)).unwrap();
+            let t = s.post_send(qp, wr::SendImm::new(src.slice(..).unwrap(), qp.qp_num()).to(ah, qpn, qkey)).unwrap();
             s.wait(t, WAIT).unwrap().0
         })
         .unwrap()
@@ -225,14 +225,16 @@ fn a_groups_address_handle_in_another_pd_is_refused_at_post_and_outlives_the_mem
     let joined = id.join_multicast(g, &qp, &other_pd, WAIT).expect("joined, the handle in another PD");
     let peer = joined.peer().clone();
     let src = side.pd.alloc_mr(8, access::LOCAL_RW).unwrap();
-    scope(|s| match s.post_send(&qp, Send::new(src.slice(..).unwrap()).to(peer.ah(), peer.qp_num(), peer.qkey())) {
-        Err(e) => match e.error {
-            Error::InvalidArgument { verb: "ibv_post_send", reason } => {
-                assert!(reason.contains("address handle"), "{reason}")
-            }
-            other => panic!("{other:?}"),
-        },
-        Ok(_) => panic!("a send through an address handle of another PD was posted"),
+    scope(|s| {
+        match s.post_send(&qp, wr::Send::new(src.slice(..).unwrap()).to(peer.ah(), peer.qp_num(), peer.qkey())) {
+            Err(e) => match e.error {
+                Error::InvalidArgument { verb: "ibv_post_send", reason } => {
+                    assert!(reason.contains("address handle"), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            },
+            Ok(_) => panic!("a send through an address handle of another PD was posted"),
+        }
     })
     .unwrap();
     // The handle outlives the membership and its PD handle: a send through it (from a QP of
@@ -243,8 +245,9 @@ fn a_groups_address_handle_in_another_pd_is_refused_at_post_and_outlives_the_mem
     let src2 = other_pd.alloc_mr(8, access::LOCAL_RW).unwrap();
     drop(other_pd);
     let c = scope(|s| {
-        let t =
-            s.post_send(&qp2, Send::new(src2.slice(..).unwrap()).to(peer.ah(), peer.qp_num(), peer.qkey())).unwrap();
+        let t = s
+            .post_send(&qp2, wr::Send::new(src2.slice(..).unwrap()).to(peer.ah(), peer.qp_num(), peer.qkey()))
+            .unwrap();
         s.wait(t, WAIT).unwrap().0
     })
     .unwrap();
@@ -346,7 +349,7 @@ fn a_ud_peer_outlives_its_pd_and_context_and_is_refused_by_a_qp_of_another_pd() 
     let side = Side::new();
     let qp = ud_qp(&side.pd, &side.cq, QpCaps::default());
     let src = side.pd.alloc_mr(8, access::LOCAL_RW).unwrap();
-    scope(|s| match s.post_send(&qp, Send::new(src.slice(..).unwrap()).to(peer.ah(), peer.qp_num(), peer.qkey())) {
+    scope(|s| match s.post_send(&qp, wr::Send::new(src.slice(..).unwrap()).to(peer.ah(), peer.qp_num(), peer.qkey())) {
         Err(e) => assert!(
             matches!(&e.error, Error::InvalidArgument { verb: "ibv_post_send", reason } if reason.contains("address handle")),
             "{:?}",
@@ -399,7 +402,7 @@ fn rc_private_data_and_retry_counts_above_the_limits_are_refused_and_flush_the_q
         let id = CmId::new().unwrap().resolve_addr(None, to, WAIT).unwrap().resolve_route(WAIT).unwrap();
         let connecting = id.prepare(side.qp(), QpAccess::empty()).unwrap();
         let recv =
-            connecting.qp().post_recv_owned(Recv::new(crate::cm::recv_chunk(&side))).map_err(|e| e.error).unwrap();
+            connecting.qp().post_recv_owned(wr::Recv::new(crate::cm::recv_chunk(&side))).map_err(|e| e.error).unwrap();
         match connecting.connect(&param, WAIT) {
             Err(Error::InvalidArgument { verb: "rdma_connect", reason }) => assert!(reason.contains(what), "{reason}"),
             other => panic!("{param:?}: {:?}", other.map(|_| ())),
@@ -583,7 +586,7 @@ mod async_waits {
         // A connect with a receive posted: the error, and the receive back flushed.
         let side = Side::on(&device_name());
         let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
-        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         match poll_once(connecting.connect_async(&ConnParam::default())) {
             Poll::Ready(Err(Error::Verb { verb: Verb::GetCmEvent, .. })) => {}
             other => panic!("connect_async outside a runtime: {:?}", other.map(|r| r.map(|_| ()))),
@@ -599,7 +602,7 @@ mod async_waits {
         let req = listener.next_request(WAIT).expect("the request");
         let side = Side::on(&req.device_name().unwrap());
         let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
-        let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         match poll_once(accepting.accept_async()) {
             Poll::Ready(Err(Error::Verb { verb: Verb::GetCmEvent, context, .. })) => {
                 assert!(context.contains("outside a tokio runtime"), "{context}")
@@ -684,7 +687,7 @@ mod async_waits {
         let req = listener.next_request(WAIT).expect("the request");
         let side = Side::on(&req.device_name().unwrap());
         let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
-        let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         // Polled once (rdma_accept sent, ESTABLISHED not yet there), then dropped.
         let mut accept = Box::pin(accepting.accept_async());
         match poll_once_in(rt, &mut accept) {
@@ -723,7 +726,7 @@ mod async_waits {
         let (_listener, addr) = listen(); // never answers
         let side = Side::on(&device_name());
         let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
-        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let param = ConnParam::default();
         drop(connecting.connect_async(&param));
         let (c, _) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the connect's receive back");
@@ -733,7 +736,7 @@ mod async_waits {
         let client = client(addr, b"hello");
         let req = listener.next_request(WAIT).expect("the request");
         let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
-        let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         drop(accepting.accept_async());
         let (c, _) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the accept's receive back");
         assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
@@ -747,7 +750,7 @@ mod async_waits {
         let side = Side::on(&device_name());
         let rt = runtime();
         let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
-        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let param = ConnParam::default();
         let mut fut = Box::pin(connecting.connect_async(&param));
         assert!(within(&rt, Duration::from_millis(100), &mut fut).is_err(), "still waiting");
@@ -768,7 +771,7 @@ mod async_waits {
         let req = listener.next_request(WAIT).expect("the request");
         let side = Side::on(&req.device_name().unwrap());
         let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
-        let recv = accepting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let mut fut = Box::pin(accepting.accept_async());
         match poll_once_in(&rt, &mut fut) {
             // rdma_accept sent, ESTABLISHED not there yet: the future is leaked mid-wait.
@@ -790,7 +793,7 @@ mod async_waits {
         let mut src = client_side.pd.alloc_mr(16, access::LOCAL_RW).unwrap();
         src.as_mut_slice().copy_from_slice(b"into a leaked QP");
         scope(|s| {
-            let t = s.post_send(conn.qp(), Send::new(src.slice(..).unwrap())).map_err(|e| e.error).unwrap();
+            let t = s.post_send(conn.qp(), wr::Send::new(src.slice(..).unwrap())).map_err(|e| e.error).unwrap();
             assert!(s.wait(t, WAIT).unwrap().0.is_success(), "the leaked QP is connected and receives");
         })
         .unwrap();
@@ -838,7 +841,7 @@ mod async_waits {
         let (idle, _) = listen(); // nobody connects to
         let side = Side::on(&device_name());
         let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
-        let recv = connecting.qp().post_recv_owned(Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let param = ConnParam::default();
         let mut connect = Box::pin(connecting.connect_async(&param));
         let mut request = Box::pin(idle.next_request_async());

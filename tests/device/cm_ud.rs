@@ -54,7 +54,7 @@ impl Side {
     /// One owned receive of GRH + `len` bytes on `qp`.
     fn recv(&self, qp: &Qp<UD, RTS>, len: usize) -> OwnedToken<Chunk<access::LocalRw>> {
         let chunk = self.pd.alloc_mr(GRH + len, access::LOCAL_RW).unwrap().into_chunks(GRH + len).unwrap().remove(0);
-        qp.post_recv_owned(Recv::new(chunk)).map_err(|e| e.error).unwrap()
+        qp.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error).unwrap()
     }
 
     /// Sends `msg` to `(ah, qpn, qkey)` with `imm`, and waits for the completion.
@@ -62,7 +62,7 @@ impl Side {
         let mut src = self.pd.alloc_mr(msg.len(), access::LOCAL_RW).unwrap();
         src.as_mut_slice().copy_from_slice(msg);
         scope(|s| {
-            let t = s.post_send(qp, SendImm::new(src.slice(..).unwrap(), imm).to(ah, qpn, qkey)).unwrap();
+            let t = s.post_send(qp, wr::SendImm::new(src.slice(..).unwrap(), imm).to(ah, qpn, qkey)).unwrap();
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
         })
         .unwrap();
@@ -220,7 +220,7 @@ fn an_address_handle_from_a_completion_that_is_not_a_receive_is_refused() {
             .unwrap();
     let src = r.pd.alloc_mr(8, access::LOCAL_RW).unwrap();
     let c = scope(|s| {
-        let t = s.post_send(&a, Send::new(src.slice(..).unwrap()).to(&ah, b.qp_num(), QKEY)).unwrap();
+        let t = s.post_send(&a, wr::Send::new(src.slice(..).unwrap()).to(&ah, b.qp_num(), QKEY)).unwrap();
         s.wait(t, WAIT).unwrap().0
     })
     .unwrap();

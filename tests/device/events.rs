@@ -58,13 +58,13 @@ fn events_until_marker(ctx: &Context) -> Vec<AsyncEvent> {
     let (es, er) = (s.endpoint(PORT, gid_index(), 11).unwrap(), r.endpoint(PORT, gid_index(), 13).unwrap());
     let (s, _r) = (connect_rc(s, QpAccess::empty(), &es, &er), connect_rc(r, QpAccess::empty(), &er, &es));
     let chunks = pd.alloc_mr(2 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
-    let _receives: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    let _receives: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     srq.arm_limit(2).unwrap();
     let want = AsyncEvent::SrqLimitReached { srq: srq.handle_id() };
     let mut src = pd.alloc_mr(8, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(1);
     scope(|sc| {
-        let t = sc.post_send(&s, Send::new(src.slice(..).unwrap())).unwrap();
+        let t = sc.post_send(&s, wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(sc.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
@@ -125,9 +125,10 @@ fn a_cq_cannot_be_overrun_its_queues_must_fit() {
     let dst = pd.alloc_mr(8, access::REMOTE_RW).unwrap();
     scope(|s| {
         let tokens: Vec<_> = (0..room)
-            .map(|_| s.post_send(&a, Write::new(src.slice(..).unwrap(), dst.remote(..).unwrap())).unwrap())
+            .map(|_| s.post_send(&a, wr::Write::new(src.slice(..).unwrap(), dst.remote(..).unwrap())).unwrap())
             .collect();
-        let e = s.post_send(&a, Write::new(src.slice(..).unwrap(), dst.remote(..).unwrap())).expect_err("one too many");
+        let e =
+            s.post_send(&a, wr::Write::new(src.slice(..).unwrap(), dst.remote(..).unwrap())).expect_err("one too many");
         assert!(matches!(e.error, Error::QueueFull { .. }), "{:?}", e.error);
         for t in tokens {
             assert!(s.wait(t, WAIT).unwrap().0.is_success());

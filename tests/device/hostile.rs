@@ -56,7 +56,7 @@ fn send_into_the_void(qp: &Qp<RC, RTS>, pd: &Pd) -> WcStatus {
     let mut src = pd.alloc_mr(16, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0x11);
     scope(|s| {
-        let t = s.post_send(qp, Send::new(src.slice(..).unwrap())).unwrap();
+        let t = s.post_send(qp, wr::Send::new(src.slice(..).unwrap())).unwrap();
         s.wait(t, WAIT).unwrap().0.status()
     })
     .unwrap()
@@ -89,7 +89,7 @@ fn a_recycled_invalidation_completion_does_not_unbind_a_rebound_window() {
     let bound = bind(pd.alloc_mw::<Type2>().unwrap());
     let first_rkey = bound.rkey();
     let (old, _) = scope(|s| {
-        let rt = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let rt = s.post_recv(&p.b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
         let t = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), first_rkey)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         s.wait(rt, WAIT).unwrap()
@@ -120,7 +120,7 @@ fn a_recycled_invalidation_completion_does_not_unbind_a_rebound_window() {
     // The window is typed unbound and the region is no longer borrowed, but a peer still
     // writes through the rkey, and the region cannot be deregistered.
     let status = scope(|s| {
-        let t = s.post_send(&p.a, Write::new(src.slice(..64).unwrap(), remote.slice(0, 64).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Write::new(src.slice(..64).unwrap(), remote.slice(0, 64).unwrap())).unwrap();
         s.wait(t, WAIT).unwrap().0.status()
     })
     .unwrap();
@@ -157,14 +157,14 @@ fn an_srq_receive_consumed_by_a_destroyed_qp_still_completes_on_its_token() {
         c.as_mut_slice().fill(fill);
         c
     };
-    let kept = srq.post_recv_owned(Recv::new(chunk(0x5a))).unwrap();
-    let dropped = srq.post_recv_owned(Recv::new(chunk(0x5a))).unwrap();
+    let kept = srq.post_recv_owned(wr::Recv::new(chunk(0x5a))).unwrap();
+    let dropped = srq.post_recv_owned(wr::Recv::new(chunk(0x5a))).unwrap();
     drop(dropped);
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     for tag in [1u8, 2] {
         src.as_mut_slice().fill(tag);
         scope(|s| {
-            let t = s.post_send(&a, Send::new(src.slice(..).unwrap())).unwrap();
+            let t = s.post_send(&a, wr::Send::new(src.slice(..).unwrap())).unwrap();
             // The send completed: the receive on b's side is complete on the device, its
             // completion sits in the CQ, unpolled by anyone but this wait.
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
@@ -195,7 +195,7 @@ fn a_forced_reset_by_another_threads_scope_never_lets_the_device_write_a_handed_
     let (mine, theirs) = std::thread::scope(|t| {
         let mine = t.spawn(|| {
             scope(|s| {
-                let rt = s.post_recv(&p.b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+                let rt = s.post_recv(&p.b, wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
                 posted.wait();
                 let (c, _buf) = s.wait(rt, WAIT).unwrap();
                 c.status()
@@ -204,7 +204,7 @@ fn a_forced_reset_by_another_threads_scope_never_lets_the_device_write_a_handed_
         let theirs = t.spawn(|| {
             posted.wait();
             // An unsignaled send ends this scope: its drain flushes and resets the shared QP.
-            scope(|s| drop(s.post_send(&p.b, Send::new(src.slice(..8).unwrap()).unsignaled()).unwrap()))
+            scope(|s| drop(s.post_send(&p.b, wr::Send::new(src.slice(..8).unwrap()).unsignaled()).unwrap()))
         });
         (mine.join().unwrap(), theirs.join().unwrap())
     });
@@ -227,12 +227,12 @@ fn a_flushed_qp_reused_in_the_same_scope_never_writes_a_handed_back_buffer() {
     // posted on the QP in ERR), so the drain ends by resetting the QP.
     let ended = scope_with_timeout(Duration::from_secs(2), |s| {
         let (first, second) = dst.slice_mut(..).unwrap().split_at(64).unwrap();
-        let t = s.post_recv(&p.b, Recv::new(first)).unwrap();
+        let t = s.post_recv(&p.b, wr::Recv::new(first)).unwrap();
         s.flush(&p.b, WAIT).unwrap();
         let (c, first) = s.wait(t, WAIT).unwrap();
         assert_eq!(c.status(), WcStatus::WrFlushErr);
         // The QP is in ERR (its type still says RTS): post again.
-        let t = s.post_recv(&p.b, Recv::new(second)).unwrap();
+        let t = s.post_recv(&p.b, wr::Recv::new(second)).unwrap();
         // A message for the flushed QP lands nowhere.
         assert_ne!(send_into_the_void(&p.a, &r.pd), WcStatus::Success);
         let mut seen = [0u8; 64];
@@ -261,7 +261,7 @@ fn a_forgotten_lane_read_has_finished_when_its_scope_returns() {
     let mut local = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
     scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
-        let mut read = lane.prepare(Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+        let mut read = lane.prepare(wr::Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
         let t = lane.post(&mut read).unwrap();
         std::mem::forget(t);
         std::mem::forget(read);
@@ -285,7 +285,7 @@ fn a_dropped_type2_bind_token_parks_its_window_until_the_bind_completed() {
     let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
     let mut advert_buf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let advert = scope(|s| {
-        let rt = s.post_recv(&p.a, Recv::new(advert_buf.slice_mut(..).unwrap())).unwrap();
+        let rt = s.post_recv(&p.a, wr::Recv::new(advert_buf.slice_mut(..).unwrap())).unwrap();
         let mw = pd.alloc_mw::<Type2>().unwrap();
         let t = s.post_send(&p.b, BindMw::new(mw, &target, 0, 4096, window::WRITE)).unwrap();
         let adv = s.advertise_window(&p.b, &t).unwrap();
@@ -306,7 +306,7 @@ fn a_dropped_type2_bind_token_parks_its_window_until_the_bind_completed() {
     let remote = advert.remote::<window::Write>().unwrap();
     let src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     let status = scope(|s| {
-        let t = s.post_send(&p.a, Write::new(src.slice(..).unwrap(), remote.slice(0, 64).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Write::new(src.slice(..).unwrap(), remote.slice(0, 64).unwrap())).unwrap();
         s.wait(t, WAIT).unwrap().0.status()
     })
     .unwrap();
@@ -325,16 +325,16 @@ fn a_prepared_receive_posted_twice_is_not_handed_out_before_its_second_post_comp
     let mut dst = r.pd.alloc_mr(16, access::LOCAL_RW).unwrap();
     scope(|s| {
         let mut recv = s.recv_lane(&mut p.b).unwrap();
-        let mut prepared = recv.prepare(Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let mut prepared = recv.prepare(wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
         let t1 = recv.post(&mut prepared).unwrap();
         let t2 = recv.post(&mut prepared).unwrap();
-        let sent = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        let sent = s.post_send(&p.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(sent, WAIT).unwrap().0.is_success());
         assert!(recv.wait(t1, WAIT).unwrap().is_success());
         // The first post completed, the second may still be written by the device.
         assert!(prepared.received().is_none(), "handed out while its second post is outstanding");
         let prepared = prepared.into_inner().expect_err("its second post is outstanding");
-        let sent = s.post_send(&p.a, Send::new(src2.slice(..).unwrap())).unwrap();
+        let sent = s.post_send(&p.a, wr::Send::new(src2.slice(..).unwrap())).unwrap();
         assert!(s.wait(sent, WAIT).unwrap().0.is_success());
         assert!(recv.wait(t2, WAIT).unwrap().is_success());
         let mut got = [0u8; 16];

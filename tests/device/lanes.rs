@@ -71,7 +71,7 @@ fn reconnect(p: RcPair, access: QpAccess, psn: u32) -> RcPair {
 fn lane_write_ok(p: &mut RcPair, src: LocalBuf<'_>, remote: RemoteSlice<typed_verbs::access::RemoteRw>) {
     scope(|s| {
         let mut lane = s.send_lane(&mut p.a).expect("open a lane");
-        let mut wr = lane.prepare(Write::new(src, remote)).unwrap();
+        let mut wr = lane.prepare(wr::Write::new(src, remote)).unwrap();
         let t = lane.post(&mut wr).unwrap();
         let c = lane.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::RdmaWrite), "{c:?}");
@@ -99,7 +99,7 @@ fn a_write_lane_moves_1000_distinct_slices_with_every_16th_signaled() {
         let mut wrs: Vec<_> = (0..N)
             .map(|i| {
                 let range = i * LEN..(i + 1) * LEN;
-                lane.prepare(Write::new(src.slice(range.clone()).unwrap(), target.remote(range).unwrap())).unwrap()
+                lane.prepare(wr::Write::new(src.slice(range.clone()).unwrap(), target.remote(range).unwrap())).unwrap()
             })
             .collect();
         let mut pending = std::collections::VecDeque::new();
@@ -147,7 +147,8 @@ fn a_read_lane_reposts_one_prepared_read_into_a_local_buf_mut() {
 
     scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
-        let mut read = lane.prepare(Read::new(local.slice_mut(..LEN).unwrap(), remote.remote(500..).unwrap())).unwrap();
+        let mut read =
+            lane.prepare(wr::Read::new(local.slice_mut(..LEN).unwrap(), remote.remote(500..).unwrap())).unwrap();
         for round in 0..4u8 {
             // The remote region changes between rounds: each post reads it anew.
             fill(&mut remote, round.wrapping_mul(50));
@@ -195,7 +196,7 @@ fn a_post_list_goes_in_one_call_signaled_every_cq_mod_and_at_its_end() {
             (0..n)
                 .map(|i| {
                     let range = i * LEN..(i + 1) * LEN;
-                    Write::new(src.slice(range.clone()).unwrap(), target.remote(range).unwrap())
+                    wr::Write::new(src.slice(range.clone()).unwrap(), target.remote(range).unwrap())
                 })
                 .collect()
         };
@@ -233,7 +234,7 @@ fn a_post_list_is_checked_whole_and_keeps_the_unsignaled_run_short() {
     let target = r.pd.alloc_mr(64, access::LOCAL_REMOTE_WRITE).unwrap();
     scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
-        let write = || Write::new(src.slice(..).unwrap(), target.remote(..).unwrap());
+        let write = || wr::Write::new(src.slice(..).unwrap(), target.remote(..).unwrap());
         let invalid = |e: typed_verbs::scope::PostError<Vec<_>>, n: usize| {
             assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
             assert_eq!(e.wr.expect("refused before the provider: handed back").len(), n, "the requests come back");
@@ -278,7 +279,7 @@ fn a_prepared_request_is_given_back_only_when_its_lane_has_nothing_outstanding()
     let mut local = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
-        let read = lane.prepare(Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+        let read = lane.prepare(wr::Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
         let mut read = lane.prepare(read.into_inner().expect("never posted")).unwrap();
         lane.post_unsignaled(&mut read).unwrap();
         let mut read = read.into_inner().expect_err("an unsignaled READ is outstanding");
@@ -308,12 +309,12 @@ fn a_send_lane_on_rc_fills_the_peers_receives() {
         let mut recvs = Vec::new();
         for _ in 0..N {
             let (slot, tail) = rest.split_at(SLOT).unwrap();
-            recvs.push(s.post_recv(&p.b, Recv::new(slot)).unwrap());
+            recvs.push(s.post_recv(&p.b, wr::Recv::new(slot)).unwrap());
             rest = tail;
         }
         let mut lane = s.send_lane(&mut p.a).unwrap();
         let mut sends: Vec<_> = (0..4)
-            .map(|k| lane.prepare(Send::new(src.slice(k * SLOT..k * SLOT + msg_len(k)).unwrap())).unwrap())
+            .map(|k| lane.prepare(wr::Send::new(src.slice(k * SLOT..k * SLOT + msg_len(k)).unwrap())).unwrap())
             .collect();
         let mut tokens = Vec::new();
         for i in 0..N {
@@ -365,11 +366,11 @@ fn a_ud_lane_posts_one_addressed_send_n_times() {
         let mut recvs = Vec::new();
         for _ in 0..N {
             let (slot, tail) = rest.split_at(SLOT).unwrap();
-            recvs.push(s.post_recv(&b, Recv::new(slot)).unwrap());
+            recvs.push(s.post_recv(&b, wr::Recv::new(slot)).unwrap());
             rest = tail;
         }
         let mut lane = s.send_lane(&mut a).unwrap();
-        let mut send = lane.prepare(Send::new(src.slice(..LEN).unwrap()).to(&ah, eb.qp_num, QKEY)).unwrap();
+        let mut send = lane.prepare(wr::Send::new(src.slice(..LEN).unwrap()).to(&ah, eb.qp_num, QKEY)).unwrap();
         let mut tokens = Vec::new();
         for i in 0..N {
             if i % 2 == 1 {
@@ -414,10 +415,10 @@ fn a_lane_write_to_a_bad_rkey_fails_and_flushes_the_later_requests() {
     let (ok, failed, flushed) = scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
         let slice = |i: usize| src.slice(i * 64..(i + 1) * 64).unwrap();
-        let mut w0 = lane.prepare(Write::new(slice(0), target.remote(0..64).unwrap())).unwrap();
-        let mut w1 = lane.prepare(Write::new(slice(1), target.remote(64..128).unwrap())).unwrap();
-        let mut wbad = lane.prepare(Write::new(slice(2), bad)).unwrap();
-        let mut later = lane.prepare(Write::new(slice(3), target.remote(192..256).unwrap())).unwrap();
+        let mut w0 = lane.prepare(wr::Write::new(slice(0), target.remote(0..64).unwrap())).unwrap();
+        let mut w1 = lane.prepare(wr::Write::new(slice(1), target.remote(64..128).unwrap())).unwrap();
+        let mut wbad = lane.prepare(wr::Write::new(slice(2), bad)).unwrap();
+        let mut later = lane.prepare(wr::Write::new(slice(3), target.remote(192..256).unwrap())).unwrap();
         // Posted back to back: the error arrives after all of them are on the send queue.
         lane.post_unsignaled(&mut w0).unwrap();
         let t_ok = lane.post(&mut w1).unwrap();
@@ -464,9 +465,9 @@ fn a_scope_ending_with_an_unsignaled_token_request_breaks_the_qp_within_the_tail
 
     let started = Instant::now();
     let res = scope(|s| {
-        let t = s.post_send(&p.a, Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
-        let wr = Write::new(src.slice(64..).unwrap(), target.remote(64..).unwrap()).unsignaled();
+        let wr = wr::Write::new(src.slice(64..).unwrap(), target.remote(64..).unwrap()).unsignaled();
         drop(s.post_send(&p.a, wr).unwrap());
     });
     assert_the_tail_broke_the_qp("a scope with an unsignaled token tail", res, started.elapsed(), &p, &target);
@@ -508,8 +509,9 @@ fn an_unsignaled_tail_breaks_the_qp_until_it_is_reset() {
     let started = Instant::now();
     let res = scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
-        let mut w0 = lane.prepare(Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())).unwrap();
-        let mut w1 = lane.prepare(Write::new(src.slice(64..128).unwrap(), target.remote(64..128).unwrap())).unwrap();
+        let mut w0 = lane.prepare(wr::Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())).unwrap();
+        let mut w1 =
+            lane.prepare(wr::Write::new(src.slice(64..128).unwrap(), target.remote(64..128).unwrap())).unwrap();
         let t = lane.post(&mut w0).unwrap();
         assert!(lane.wait(t, WAIT).unwrap().is_success());
         // The last request of the lane is unsignaled: no completion will ever say it is done.
@@ -550,11 +552,11 @@ fn a_forgotten_lane_is_still_drained_by_its_scope() {
         let mut writes: Vec<_> = (0..7)
             .map(|i| {
                 let range = i * 64..(i + 1) * 64;
-                lane.prepare(Write::new(src.slice(range.clone()).unwrap(), target.remote(range).unwrap())).unwrap()
+                lane.prepare(wr::Write::new(src.slice(range.clone()).unwrap(), target.remote(range).unwrap())).unwrap()
             })
             .collect();
         // The last request, signaled, is a 1 MiB READ: the device writes `local` for a while.
-        let mut read = lane.prepare(Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+        let mut read = lane.prepare(wr::Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
         for w in &mut writes {
             lane.post_unsignaled(w).unwrap();
         }
@@ -591,7 +593,7 @@ fn a_lane_does_not_open_while_an_owned_token_is_outstanding() {
     let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0xcd);
 
-    let token = p.a.post_send_owned(Write::new(chunk, target.remote(..256).unwrap())).unwrap();
+    let token = p.a.post_send_owned(wr::Write::new(chunk, target.remote(..256).unwrap())).unwrap();
     // Nothing polls the CQ meanwhile: the owned request stays outstanding for the library.
     assert_eq!(p.a.outstanding(), (1, 0));
     scope(|s| match s.send_lane(&mut p.a) {
@@ -621,8 +623,8 @@ fn a_request_prepared_on_one_lane_is_refused_by_another() {
     scope(|s| {
         let mut lane_a = s.send_lane(&mut a).unwrap();
         let mut lane_b = s.send_lane(&mut b).unwrap();
-        let mut wa = lane_a.prepare(Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())).unwrap();
-        let mut wb = lane_b.prepare(Write::new(src.slice(64..).unwrap(), target.remote(64..).unwrap())).unwrap();
+        let mut wa = lane_a.prepare(wr::Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())).unwrap();
+        let mut wb = lane_b.prepare(wr::Write::new(src.slice(64..).unwrap(), target.remote(64..).unwrap())).unwrap();
         match lane_b.post(&mut wa) {
             Err(Error::InvalidArgument { .. }) => {}
             other => panic!("lane B posted lane A's request: {other:?}"),
@@ -671,7 +673,7 @@ fn a_full_send_queue_is_queue_full_until_tokens_are_collected() {
         let mut wrs: Vec<_> = (0..4)
             .map(|i| {
                 let range = i * 64..(i + 1) * 64;
-                lane.prepare(Write::new(src.slice(range.clone()).unwrap(), target.remote(range).unwrap())).unwrap()
+                lane.prepare(wr::Write::new(src.slice(range.clone()).unwrap(), target.remote(range).unwrap())).unwrap()
             })
             .collect();
         // No waits: every third request signaled, the rest unsignaled, until the queue is full.
@@ -736,7 +738,7 @@ fn forced_signals_keep_an_all_unsignaled_lane_from_deadlocking() {
 
     let fulls = scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
-        let mut wr = lane.prepare(Write::new(src.slice(..).unwrap(), target.remote(..).unwrap())).unwrap();
+        let mut wr = lane.prepare(wr::Write::new(src.slice(..).unwrap(), target.remote(..).unwrap())).unwrap();
         // Only unsignaled posts, 10 queues' worth: whenever the queue is full, polling the CQ
         // (no token to wait on) finds a forced-signaled completion that makes room.
         let mut fulls = 0;
@@ -781,19 +783,19 @@ fn inline_requests_are_prepared_once_and_copied_at_each_post() {
         let mut recvs = Vec::new();
         for _ in 0..4 {
             let (slot, tail) = rest.split_at(64).unwrap();
-            recvs.push(s.post_recv(&p.b, Recv::new(slot)).unwrap());
+            recvs.push(s.post_recv(&p.b, wr::Recv::new(slot)).unwrap());
             rest = tail;
         }
         let mut lane = s.send_lane(&mut p.a).unwrap();
         // The inline size is checked once, when preparing.
-        match lane.prepare(InlineSend::new(&too_big)) {
+        match lane.prepare(wr::InlineSend::new(&too_big)) {
             Err(e) => assert!(matches!(e.error, Error::InlineTooLarge { len, .. } if len == max + 1), "{:?}", e.error),
             Ok(_) => panic!("an inline payload of {} bytes was prepared on a QP with max_inline_data {max}", max + 1),
         }
         let mut writes: Vec<_> = (0..4)
-            .map(|i| lane.prepare(InlineWrite::new(&data[..16 + 8 * i], target.remote(i * 64..).unwrap())).unwrap())
+            .map(|i| lane.prepare(wr::InlineWrite::new(&data[..16 + 8 * i], target.remote(i * 64..).unwrap())).unwrap())
             .collect();
-        let mut send = lane.prepare(InlineSend::new(&data[..40])).unwrap();
+        let mut send = lane.prepare(wr::InlineSend::new(&data[..40])).unwrap();
         for w in &mut writes {
             lane.post_unsignaled(w).unwrap();
         }
@@ -852,22 +854,25 @@ fn lane_completions_report_what_the_device_reports() {
         let (fa, rest) = rest.split_at(8).unwrap();
         let (cs, _) = rest.split_at(8).unwrap();
         let (r1, r2) = rbuf.slice_mut(..).unwrap().split_at(256).unwrap();
-        let recvs = [s.post_recv(&p.b, Recv::new(r1)).unwrap(), s.post_recv(&p.b, Recv::new(r2)).unwrap()];
+        let recvs = [s.post_recv(&p.b, wr::Recv::new(r1)).unwrap(), s.post_recv(&p.b, wr::Recv::new(r2)).unwrap()];
         let a = &p.a;
         let out = vec![
-            s.wait(s.post_send(a, Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())).unwrap(), WAIT)
-                .unwrap()
-                .0,
             s.wait(
-                s.post_send(a, WriteImm::new(src.slice(..32).unwrap(), target.remote(64..).unwrap(), 1)).unwrap(),
+                s.post_send(a, wr::Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())).unwrap(),
                 WAIT,
             )
             .unwrap()
             .0,
-            s.wait(s.post_send(a, Send::new(src.slice(..100).unwrap())).unwrap(), WAIT).unwrap().0,
-            s.wait(s.post_send(a, Read::new(rd, target.remote(..64).unwrap())).unwrap(), WAIT).unwrap().0,
-            s.wait(s.post_send(a, FetchAdd::new(fa, word(), 5)).unwrap(), WAIT).unwrap().0,
-            s.wait(s.post_send(a, CompareSwap::new(cs, word(), 5, 9)).unwrap(), WAIT).unwrap().0,
+            s.wait(
+                s.post_send(a, wr::WriteImm::new(src.slice(..32).unwrap(), target.remote(64..).unwrap(), 1)).unwrap(),
+                WAIT,
+            )
+            .unwrap()
+            .0,
+            s.wait(s.post_send(a, wr::Send::new(src.slice(..100).unwrap())).unwrap(), WAIT).unwrap().0,
+            s.wait(s.post_send(a, wr::Read::new(rd, target.remote(..64).unwrap())).unwrap(), WAIT).unwrap().0,
+            s.wait(s.post_send(a, wr::FetchAdd::new(fa, word(), 5)).unwrap(), WAIT).unwrap().0,
+            s.wait(s.post_send(a, wr::CompareSwap::new(cs, word(), 5, 9)).unwrap(), WAIT).unwrap().0,
         ];
         for t in recvs {
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
@@ -882,15 +887,15 @@ fn lane_completions_report_what_the_device_reports() {
         let (fa, rest) = rest.split_at(8).unwrap();
         let (cs, _) = rest.split_at(8).unwrap();
         let (r1, r2) = rbuf.slice_mut(..).unwrap().split_at(256).unwrap();
-        let recvs = [s.post_recv(&p.b, Recv::new(r1)).unwrap(), s.post_recv(&p.b, Recv::new(r2)).unwrap()];
+        let recvs = [s.post_recv(&p.b, wr::Recv::new(r1)).unwrap(), s.post_recv(&p.b, wr::Recv::new(r2)).unwrap()];
         let mut lane = s.send_lane(&mut p.a).unwrap();
         let out = vec![
-            lane_once!(lane, Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())),
-            lane_once!(lane, WriteImm::new(src.slice(..32).unwrap(), target.remote(64..).unwrap(), 1)),
-            lane_once!(lane, Send::new(src.slice(..100).unwrap())),
-            lane_once!(lane, Read::new(rd, target.remote(..64).unwrap())),
-            lane_once!(lane, FetchAdd::new(fa, word(), 5)),
-            lane_once!(lane, CompareSwap::new(cs, word(), 14, 20)),
+            lane_once!(lane, wr::Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())),
+            lane_once!(lane, wr::WriteImm::new(src.slice(..32).unwrap(), target.remote(64..).unwrap(), 1)),
+            lane_once!(lane, wr::Send::new(src.slice(..100).unwrap())),
+            lane_once!(lane, wr::Read::new(rd, target.remote(..64).unwrap())),
+            lane_once!(lane, wr::FetchAdd::new(fa, word(), 5)),
+            lane_once!(lane, wr::CompareSwap::new(cs, word(), 14, 20)),
         ];
         for t in recvs {
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
@@ -926,7 +931,7 @@ fn an_atomic_lane_re_posts_one_fetch_add() {
     scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
         let mut add =
-            lane.prepare(FetchAdd::new(result.slice_mut(..).unwrap(), target.remote(8..16).unwrap(), 3)).unwrap();
+            lane.prepare(wr::FetchAdd::new(result.slice_mut(..).unwrap(), target.remote(8..16).unwrap(), 3)).unwrap();
         for i in 0..N {
             if i % 8 == 7 {
                 let t = lane.post(&mut add).unwrap();
@@ -959,7 +964,8 @@ fn a_panic_with_a_lane_read_in_flight_drains_then_resumes() {
     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _ = scope(|s| {
             let mut lane = s.send_lane(&mut p.a).unwrap();
-            let mut read = lane.prepare(Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+            let mut read =
+                lane.prepare(wr::Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
             let _t = lane.post(&mut read).unwrap();
             panic!("boom with a lane READ in flight");
         });
@@ -988,11 +994,11 @@ fn two_lanes_ping_pong_sends_and_receive_on_their_own_qps() {
         let (mut buf_a, mut buf_b) = (Some(buf_a), Some(buf_b));
         let mut lane_a = s.send_lane(&mut p.a).unwrap();
         let mut lane_b = s.send_lane(&mut p.b).unwrap();
-        let mut ping = lane_a.prepare(Send::new(src.slice(..64).unwrap())).unwrap();
-        let mut pong = lane_b.prepare(Send::new(src.slice(64..).unwrap())).unwrap();
+        let mut ping = lane_a.prepare(wr::Send::new(src.slice(..64).unwrap())).unwrap();
+        let mut pong = lane_b.prepare(wr::Send::new(src.slice(64..).unwrap())).unwrap();
         for _ in 0..ROUNDS {
-            let rb = s.post_recv_lane(&lane_b, Recv::new(buf_b.take().unwrap())).unwrap();
-            let ra = s.post_recv_lane(&lane_a, Recv::new(buf_a.take().unwrap())).unwrap();
+            let rb = s.post_recv_lane(&lane_b, wr::Recv::new(buf_b.take().unwrap())).unwrap();
+            let ra = s.post_recv_lane(&lane_a, wr::Recv::new(buf_a.take().unwrap())).unwrap();
             let t = lane_a.post(&mut ping).unwrap();
             assert_eq!(lane_a.wait(t, WAIT).unwrap().status(), WcStatus::Success);
             let (c, b) = s.wait(rb, WAIT).unwrap();
@@ -1032,13 +1038,13 @@ fn spinning_waits_complete_and_stay_bounded() {
     let remote = dst.remote(..).unwrap();
     scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
-        let mut wr = lane.prepare(Write::new(src.slice(..).unwrap(), remote)).unwrap();
+        let mut wr = lane.prepare(wr::Write::new(src.slice(..).unwrap(), remote)).unwrap();
         for _ in 0..20 {
             let t = lane.post(&mut wr).unwrap();
             let c = lane.wait_spin(t, WAIT).unwrap();
             assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::RdmaWrite), "{c:?}");
         }
-        let r = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let r = s.post_recv(&p.b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
         let bound = Duration::from_millis(300);
         let started = Instant::now();
         let e = s.wait_spin(r, bound).unwrap_err();

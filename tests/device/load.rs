@@ -140,7 +140,7 @@ fn ten_thousand_mixed_requests_over_four_pairs_one_cq_one_srq() {
         .into_chunks(SLOT)
         .unwrap()
         .into_iter()
-        .map(|c| srq.post_recv_owned(Recv::new(c)).unwrap())
+        .map(|c| srq.post_recv_owned(wr::Recv::new(c)).unwrap())
         .collect();
     assert_eq!(srq.outstanding() as usize, RECV_POOL);
 
@@ -213,18 +213,21 @@ fn ten_thousand_mixed_requests_over_four_pairs_one_cq_one_srq() {
                     // Post lists where a request type repeats; SEND and WRITE unsignaled.
                     let toks: Vec<Token<'_, LocalBuf<'_>>> = match kind {
                         Kind::Send => s
-                            .post_send_list(qp, (0..M).map(|j| Send::new(src(kind, j)).unsignaled()))
+                            .post_send_list(qp, (0..M).map(|j| wr::Send::new(src(kind, j)).unsignaled()))
                             .expect("post SENDs"),
                         Kind::SendImm => s
-                            .post_send_list(qp, (0..M).map(|j| SendImm::new(src(kind, j), id_of(kind, j) as u32)))
+                            .post_send_list(qp, (0..M).map(|j| wr::SendImm::new(src(kind, j), id_of(kind, j) as u32)))
                             .expect("post SEND_WITH_IMMs"),
                         Kind::Write => s
-                            .post_send_list(qp, (0..M).map(|j| Write::new(src(kind, j), target(kind, j)).unsignaled()))
+                            .post_send_list(
+                                qp,
+                                (0..M).map(|j| wr::Write::new(src(kind, j), target(kind, j)).unsignaled()),
+                            )
                             .expect("post WRITEs"),
                         Kind::WriteImm => s
                             .post_send_list(
                                 qp,
-                                (0..M).map(|j| WriteImm::new(src(kind, j), target(kind, j), id_of(kind, j) as u32)),
+                                (0..M).map(|j| wr::WriteImm::new(src(kind, j), target(kind, j), id_of(kind, j) as u32)),
                             )
                             .expect("post WRITE_WITH_IMMs"),
                         Kind::Read => {
@@ -233,7 +236,7 @@ fn ten_thousand_mixed_requests_over_four_pairs_one_cq_one_srq() {
                                     let range = read_range(id_of(kind, j));
                                     let (dst, _) = rv.next().unwrap().split_at(range.len()).unwrap();
                                     let remote = rsrcs[p].remote(range).unwrap();
-                                    Read::new(dst, remote)
+                                    wr::Read::new(dst, remote)
                                 })
                                 .collect();
                             let toks = s.post_send_list(qp, wrs).expect("post READs");
@@ -244,7 +247,7 @@ fn ten_thousand_mixed_requests_over_four_pairs_one_cq_one_srq() {
                             // One request at a time (not a list), each signaled.
                             for j in 0..M {
                                 let remote = counters.remote(p * 8..p * 8 + 8).unwrap();
-                                let t = s.post_send(qp, FetchAdd::new(fv.next().unwrap(), remote, id_of(kind, j)));
+                                let t = s.post_send(qp, wr::FetchAdd::new(fv.next().unwrap(), remote, id_of(kind, j)));
                                 mut_tokens.push((p, id_of(kind, j), t.expect("post FETCH_AND_ADD")));
                             }
                             Vec::new()
@@ -307,7 +310,7 @@ fn ten_thousand_mixed_requests_over_four_pairs_one_cq_one_srq() {
         }
         assert!(expect_recv.is_empty());
         for chunk in repost {
-            pending.push(srq.post_recv_owned(Recv::new(chunk)).unwrap());
+            pending.push(srq.post_recv_owned(wr::Recv::new(chunk)).unwrap());
         }
 
         // The data the RDMA operations moved.

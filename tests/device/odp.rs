@@ -225,13 +225,13 @@ fn odp_buffers_the_device_writes_start_on_page_boundaries_where_it_misplaces_wri
     // Receives: the chunk at a page start is accepted, the one mid-page refused (QP and SRQ).
     let mut chunks = pd.alloc_mr_odp(4096, access::LOCAL_RW, &cap).unwrap().into_chunks(2048).unwrap();
     let (second, first) = (chunks.pop().unwrap(), chunks.pop().unwrap());
-    let e = p.b.post_recv_owned(Recv::new(second)).map(|_| ()).unwrap_err();
+    let e = p.b.post_recv_owned(wr::Recv::new(second)).map(|_| ()).unwrap_err();
     assert!(refused(&e.error), "{:?}", e.error);
     let second = e.wr.expect("handed back").into_buffer();
     let srq = pd.create_srq(4).unwrap();
-    let e = srq.post_recv_owned(Recv::new(second)).map(|_| ()).unwrap_err();
+    let e = srq.post_recv_owned(wr::Recv::new(second)).map(|_| ()).unwrap_err();
     assert!(refused(&e.error), "{:?}", e.error);
-    let token = p.b.post_recv_owned(Recv::new(first)).unwrap();
+    let token = p.b.post_recv_owned(wr::Recv::new(first)).unwrap();
     // The READ destination and the atomic result: mid-page refused.
     let target = pd.alloc_mr(4096, access::REMOTE_RW.remote_atomic()).unwrap();
     let mut local = pd.alloc_mr_odp(8192, access::LOCAL_RW, &cap).unwrap();
@@ -240,12 +240,12 @@ fn odp_buffers_the_device_writes_start_on_page_boundaries_where_it_misplaces_wri
         let (_, mid) = page0.split_at(40).unwrap();
         let (read_dst, rest) = mid.split_at(1024).unwrap();
         let (word, _) = rest.split_at(8).unwrap();
-        let e = s.post_send(&p.a, Read::new(read_dst, target.remote(..1024).unwrap())).map(|_| ()).unwrap_err();
+        let e = s.post_send(&p.a, wr::Read::new(read_dst, target.remote(..1024).unwrap())).map(|_| ()).unwrap_err();
         assert!(refused(&e.error), "{:?}", e.error);
-        let e = s.post_send(&p.a, FetchAdd::new(word, target.remote(..8).unwrap(), 1)).map(|_| ()).unwrap_err();
+        let e = s.post_send(&p.a, wr::FetchAdd::new(word, target.remote(..8).unwrap(), 1)).map(|_| ()).unwrap_err();
         assert!(refused(&e.error), "{:?}", e.error);
         let (page1, _) = page1.split_at(1024).unwrap();
-        let t = s.post_send(&p.a, Read::new(page1, target.remote(..1024).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Read::new(page1, target.remote(..1024).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success(), "a page-aligned READ destination");
     })
     .unwrap();
@@ -274,15 +274,18 @@ fn rc_odp_memory_carries_send_recv_write_read_and_atomics() {
     let mut result = pd.alloc_mr_odp(3 * 4096, access::LOCAL_RW, &cap).unwrap();
     let range = off..off + len;
     scope(|s| {
-        let r = s.post_recv(&p.b, Recv::new(recv.slice_mut(range.clone()).unwrap())).unwrap();
-        let t = s.post_send(&p.a, Send::new(src.slice(range.clone()).unwrap())).unwrap();
+        let r = s.post_recv(&p.b, wr::Recv::new(recv.slice_mut(range.clone()).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Send::new(src.slice(range.clone()).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         let (c, _) = s.wait(r, WAIT).unwrap();
         assert!(c.is_success() && c.byte_len() as usize == len, "{c:?}");
-        let t = s.post_send(&p.a, Write::new(src.slice(range.clone()).unwrap(), target.remote(range.clone()).unwrap()));
-        assert!(s.wait(t.unwrap(), WAIT).unwrap().0.is_success());
         let t =
-            s.post_send(&p.b, Read::new(back.slice_mut(range.clone()).unwrap(), target.remote(range.clone()).unwrap()));
+            s.post_send(&p.a, wr::Write::new(src.slice(range.clone()).unwrap(), target.remote(range.clone()).unwrap()));
+        assert!(s.wait(t.unwrap(), WAIT).unwrap().0.is_success());
+        let t = s.post_send(
+            &p.b,
+            wr::Read::new(back.slice_mut(range.clone()).unwrap(), target.remote(range.clone()).unwrap()),
+        );
         let (c, _) = s.wait(t.unwrap(), WAIT).unwrap();
         assert!(c.is_success(), "{c:?}");
     })
@@ -300,11 +303,11 @@ fn rc_odp_memory_carries_send_recv_write_read_and_atomics() {
         let (r0, rest) = result.slice_mut(..).unwrap().split_at(4096).unwrap();
         let (r1, r2) = rest.split_at(4096).unwrap();
         let (r0, r1, r2) = (r0.split_at(8).unwrap().0, r1.split_at(8).unwrap().0, r2.split_at(8).unwrap().0);
-        let t = s.post_send(&p.a, FetchAdd::new(r0, word_of(&target, off), 5)).unwrap();
+        let t = s.post_send(&p.a, wr::FetchAdd::new(r0, word_of(&target, off), 5)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
-        let t = s.post_send(&p.a, CompareSwap::new(r1, word_of(&target, off), first + 5, 77)).unwrap();
+        let t = s.post_send(&p.a, wr::CompareSwap::new(r1, word_of(&target, off), first + 5, 77)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
-        let t = s.post_send(&p.a, FetchAdd::new(r2, word_of(&fresh, word_at), 9)).unwrap();
+        let t = s.post_send(&p.a, wr::FetchAdd::new(r2, word_of(&fresh, word_at), 9)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
@@ -330,8 +333,8 @@ fn ud_odp_memory_carries_send_and_recv() {
     src.as_mut_slice().copy_from_slice(&data);
     let mut rbuf = pd.alloc_mr_odp(40 + 512, access::LOCAL_RW, &cap).unwrap();
     scope(|s| {
-        let r = s.post_recv(&b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(&a, Send::new(src.slice(..).unwrap()).to(&ah, eb.qp_num, QKEY)).unwrap();
+        let r = s.post_recv(&b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&a, wr::Send::new(src.slice(..).unwrap()).to(&ah, eb.qp_num, QKEY)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         let (c, _) = s.wait(r, WAIT).unwrap();
         assert_eq!((c.status(), c.byte_len(), c.src_qp()), (WcStatus::Success, 40 + 512, a.qp_num()), "{c:?}");
@@ -347,7 +350,7 @@ fn ud_odp_memory_carries_send_and_recv() {
     // The region was verified for UD: an RC QP may not use it.
     let rc = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let rc = rc.to_init(&ConnectedInit::new(PORT, QpAccess::empty())).unwrap();
-    let e = rc.post_recv_owned(Recv::new(rbuf.into_chunks(64).unwrap().pop().unwrap())).map(|_| ()).unwrap_err();
+    let e = rc.post_recv_owned(wr::Recv::new(rbuf.into_chunks(64).unwrap().pop().unwrap())).map(|_| ()).unwrap_err();
     assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
 }
 
@@ -366,7 +369,7 @@ fn srq_receives_land_in_odp_memory() {
     let (es, er) = (s.endpoint(PORT, gid_index(), 7).unwrap(), r.endpoint(PORT, gid_index(), 9).unwrap());
     let (s, _r) = (connect_rc(s, QpAccess::empty(), &es, &er), connect_rc(r, QpAccess::empty(), &er, &es));
     let chunks = pd.alloc_mr_odp(4 * 4096, access::LOCAL_RW, &cap).unwrap().into_chunks(4096).unwrap();
-    let tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    let tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     // Each receive a page; the messages fill it, or on a device with the page-offset quirk
     // take one packet.
     let msg = if odp_ignores_page_offsets(&ctx) { 1024 } else { 4096 };
@@ -375,7 +378,7 @@ fn srq_receives_land_in_odp_memory() {
     src.as_mut_slice().copy_from_slice(&data);
     scope(|sc| {
         for i in 0..4 {
-            let t = sc.post_send(&s, Send::new(src.slice(i * 4096..i * 4096 + msg).unwrap())).unwrap();
+            let t = sc.post_send(&s, wr::Send::new(src.slice(i * 4096..i * 4096 + msg).unwrap())).unwrap();
             assert!(sc.wait(t, WAIT).unwrap().0.is_success());
         }
     })
@@ -389,7 +392,7 @@ fn srq_receives_land_in_odp_memory() {
     // Verified for RC receives but not SRQ receives: refused by the library.
     let no_srq = odp_cap::<RC>(&ctx, OdpOps::RECV).expect("RECV is reported with SRQ_RECV");
     let chunk = pd.alloc_mr_odp(4096, access::LOCAL_RW, &no_srq).unwrap().into_chunks(4096).unwrap().pop().unwrap();
-    let e = srq.post_recv_owned(Recv::new(chunk)).map(|_| ()).unwrap_err();
+    let e = srq.post_recv_owned(wr::Recv::new(chunk)).map(|_| ()).unwrap_err();
     assert!(matches!(&e.error, Error::InvalidArgument { reason, .. } if reason.contains("SRQ_RECV")), "{:?}", e.error);
     assert!(e.wr.is_some(), "the refused receive is handed back");
     // The SRQ holds receives verified for RC: a UD QP may not take its receives from it.
@@ -456,11 +459,12 @@ fn a_sparse_odp_region_larger_than_memory() {
         let data = pattern(n, i as u8 + 40);
         src.as_mut_slice().copy_from_slice(&data);
         scope(|s| {
-            let t =
-                s.post_send(&p.a, Write::new(src.slice(..).unwrap(), sparse.remote(off..off + n).unwrap())).unwrap();
+            let t = s
+                .post_send(&p.a, wr::Write::new(src.slice(..).unwrap(), sparse.remote(off..off + n).unwrap()))
+                .unwrap();
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
             let t = s
-                .post_send(&p.b, Read::new(back.slice_mut(..).unwrap(), sparse.remote(off..off + n).unwrap()))
+                .post_send(&p.b, wr::Read::new(back.slice_mut(..).unwrap(), sparse.remote(off..off + n).unwrap()))
                 .unwrap();
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
         })
@@ -490,10 +494,12 @@ fn discarded_odp_pages_fault_back_in_for_write_and_read() {
         scope(|s| {
             if let Some(data) = data {
                 src.as_mut_slice().copy_from_slice(data);
-                let t = s.post_send(&p.a, Write::new(src.slice(..).unwrap(), region.remote(off..off + len).unwrap()));
+                let t =
+                    s.post_send(&p.a, wr::Write::new(src.slice(..).unwrap(), region.remote(off..off + len).unwrap()));
                 assert!(s.wait(t.unwrap(), WAIT).unwrap().0.is_success());
             }
-            let t = s.post_send(&p.b, Read::new(back.slice_mut(..).unwrap(), region.remote(off..off + len).unwrap()));
+            let t =
+                s.post_send(&p.b, wr::Read::new(back.slice_mut(..).unwrap(), region.remote(off..off + len).unwrap()));
             assert!(s.wait(t.unwrap(), WAIT).unwrap().0.is_success());
         })
         .unwrap();
@@ -551,8 +557,8 @@ fn rxe_odp_places_every_packet_at_its_page_start() {
         for &(off, len, fill) in &writes {
             src.as_mut_slice()[..len].fill(fill);
             scope(|s| {
-                let t =
-                    s.post_send(&p.a, Write::new(src.slice(..len).unwrap(), region.remote(off..off + len).unwrap()));
+                let t = s
+                    .post_send(&p.a, wr::Write::new(src.slice(..len).unwrap(), region.remote(off..off + len).unwrap()));
                 assert!(s.wait(t.unwrap(), WAIT).unwrap().0.is_success());
             })
             .unwrap();
@@ -565,7 +571,7 @@ fn rxe_odp_places_every_packet_at_its_page_start() {
         assert_bytes(&read_back(&region, 0, 4 * 4096), &want, &format!("where the WRITEs landed (touched: {touched})"));
         // A READ of the first page: four packets, each from the page start on the quirky kernel.
         scope(|s| {
-            let t = s.post_send(&p.b, Read::new(back.slice_mut(..).unwrap(), region.remote(0..4096).unwrap()));
+            let t = s.post_send(&p.b, wr::Read::new(back.slice_mut(..).unwrap(), region.remote(0..4096).unwrap()));
             assert!(s.wait(t.unwrap(), WAIT).unwrap().0.is_success());
         })
         .unwrap();
@@ -596,8 +602,8 @@ fn implicit_odp_region_lends_plain_memory_where_reported() {
     let src = vec![7u8; 4096];
     let mut dst = vec![0u8; 4096];
     scope(|s| {
-        let r = s.post_recv(&p.b, Recv::new(implicit.buf_mut(&mut dst).unwrap())).unwrap();
-        let t = s.post_send(&p.a, Send::new(implicit.buf(&src).unwrap())).unwrap();
+        let r = s.post_recv(&p.b, wr::Recv::new(implicit.buf_mut(&mut dst).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Send::new(implicit.buf(&src).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         assert!(s.wait(r, WAIT).unwrap().0.is_success());
     })

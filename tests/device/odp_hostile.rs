@@ -30,8 +30,8 @@ const LEN: usize = 64;
 /// A SEND on `p.a` from `from`, received on `p.b` into `into`; both complete successfully.
 fn send_recv(p: &RcPair, from: LocalBuf<'_>, into: LocalBufMut<'_>) {
     scope(|s| {
-        let r = s.post_recv(&p.b, Recv::new(into)).unwrap();
-        let t = s.post_send(&p.a, Send::new(from)).unwrap();
+        let r = s.post_recv(&p.b, wr::Recv::new(into)).unwrap();
+        let t = s.post_send(&p.a, wr::Send::new(from)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         assert!(s.wait(r, WAIT).unwrap().0.is_success());
     })
@@ -111,9 +111,9 @@ fn device_writes_into_read_only_odp_pages_never_reach_the_zero_page() {
     let target = pd.alloc_mr_odp(PAGE, access::REMOTE_RW, &cap).unwrap();
     src.as_mut_slice().fill(0xc3);
     scope(|s| {
-        let t = s.post_send(&p.a, Read::new(sink.slice_mut(..).unwrap(), target.remote(..LEN).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Read::new(sink.slice_mut(..).unwrap(), target.remote(..LEN).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
-        let t = s.post_send(&p.a, Write::new(src.slice(..).unwrap(), target.remote(..LEN).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Write::new(src.slice(..).unwrap(), target.remote(..LEN).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();

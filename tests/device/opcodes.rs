@@ -18,10 +18,10 @@ fn rc_send_and_send_with_immediate() {
     let mut dst = r.pd.alloc_mr(512, access::LOCAL_RW).unwrap();
     scope(|s| {
         let (d1, d2) = dst.slice_mut(..).unwrap().split_at(256).unwrap();
-        let r1 = s.post_recv(&p.b, Recv::new(d1)).unwrap();
-        let r2 = s.post_recv(&p.b, Recv::new(d2)).unwrap();
-        let t1 = s.post_send(&p.a, Send::new(src.slice(..100).unwrap())).unwrap();
-        let t2 = s.post_send(&p.a, SendImm::new(src.slice(100..256).unwrap(), 0x0102_0304)).unwrap();
+        let r1 = s.post_recv(&p.b, wr::Recv::new(d1)).unwrap();
+        let r2 = s.post_recv(&p.b, wr::Recv::new(d2)).unwrap();
+        let t1 = s.post_send(&p.a, wr::Send::new(src.slice(..100).unwrap())).unwrap();
+        let t2 = s.post_send(&p.a, wr::SendImm::new(src.slice(100..256).unwrap(), 0x0102_0304)).unwrap();
         for t in [t1, t2] {
             let (c, _) = s.wait(t, WAIT).unwrap();
             assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::Send), "{c:?}");
@@ -48,9 +48,9 @@ fn rc_write_with_immediate_consumes_a_receive() {
     let target = r.pd.alloc_mr(4096, access::LOCAL_REMOTE_WRITE).unwrap();
     let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
-        let rt = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let rt = s.post_recv(&p.b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
         let remote = target.remote(1024..).unwrap();
-        let t = s.post_send(&p.a, WriteImm::new(src.slice(..2048).unwrap(), remote, 77)).unwrap();
+        let t = s.post_send(&p.a, wr::WriteImm::new(src.slice(..2048).unwrap(), remote, 77)).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::RdmaWrite), "{c:?}");
         let (rc, _) = s.wait(rt, WAIT).unwrap();
@@ -71,7 +71,8 @@ fn rc_read_fetches_remote_memory() {
     fill(&mut remote, 5);
     let mut local = r.pd.alloc_mr(8192, access::LOCAL_RW).unwrap();
     scope(|s| {
-        let t = s.post_send(&p.a, Read::new(local.slice_mut(..5000).unwrap(), remote.remote(100..).unwrap())).unwrap();
+        let t =
+            s.post_send(&p.a, wr::Read::new(local.slice_mut(..5000).unwrap(), remote.remote(100..).unwrap())).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::RdmaRead), "{c:?}");
     })
@@ -93,15 +94,15 @@ fn rc_atomics_compare_swap_and_fetch_add_on_both_sides() {
         let (r1, rest) = rest.split_at(8).unwrap();
         let (r2, _) = rest.split_at(8).unwrap();
         // FAA: 40 + 2 = 42, returns 40.
-        let t = s.post_send(&p.a, FetchAdd::new(r0, remote, 2)).unwrap();
+        let t = s.post_send(&p.a, wr::FetchAdd::new(r0, remote, 2)).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::FetchAdd), "{c:?}");
         // CAS that fails: compare 7 != 42, returns 42, leaves 42.
-        let t = s.post_send(&p.a, CompareSwap::new(r1, remote, 7, 1000)).unwrap();
+        let t = s.post_send(&p.a, wr::CompareSwap::new(r1, remote, 7, 1000)).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::CompSwap), "{c:?}");
         // CAS that succeeds: 42 -> 99, returns 42.
-        let t = s.post_send(&p.a, CompareSwap::new(r2, remote, 42, 99)).unwrap();
+        let t = s.post_send(&p.a, wr::CompareSwap::new(r2, remote, 42, 99)).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert!(c.is_success(), "{c:?}");
     })
@@ -120,17 +121,17 @@ fn misaligned_atomics_are_refused_before_the_provider_sees_them() {
     let mut result = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
         let whole = result.slice_mut(..).unwrap();
-        let e = s.post_send(&p.a, FetchAdd::new(whole, target.remote(4..12).unwrap(), 1));
+        let e = s.post_send(&p.a, wr::FetchAdd::new(whole, target.remote(4..12).unwrap(), 1));
         let e = e.expect_err("misaligned remote");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
         // The request comes back with the error: its buffer is usable again.
         let (_, rest) = e.wr.expect("refused before the provider: handed back").into_result().split_at(1).unwrap();
         let (odd, _) = rest.split_at(8).unwrap();
-        let e = s.post_send(&p.a, FetchAdd::new(odd, target.remote(0..8).unwrap(), 1));
+        let e = s.post_send(&p.a, wr::FetchAdd::new(odd, target.remote(0..8).unwrap(), 1));
         let e = e.expect_err("misaligned result");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
         let (short, _) = e.wr.expect("refused before the provider: handed back").into_result().split_at(4).unwrap();
-        let e = s.post_send(&p.a, CompareSwap::new(short, target.remote(0..8).unwrap(), 0, 1));
+        let e = s.post_send(&p.a, wr::CompareSwap::new(short, target.remote(0..8).unwrap(), 0, 1));
         assert!(matches!(e.expect_err("short result").error, Error::InvalidArgument { .. }));
     })
     .unwrap();
@@ -145,12 +146,12 @@ fn rc_inline_send_and_write_release_the_bytes_at_once() {
     let target = r.pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
     let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
-        let rt = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let rt = s.post_recv(&p.b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
         let mut bytes = *b"inline send, not registered";
-        let t1 = s.post_inline(&p.a, InlineSend::new(&bytes)).unwrap();
+        let t1 = s.post_inline(&p.a, wr::InlineSend::new(&bytes)).unwrap();
         bytes.fill(b'X'); // the call returned: the bytes may be reused at once
         let mut bytes2 = *b"inline write";
-        let t2 = s.post_inline(&p.a, InlineWrite::new(&bytes2, target.remote(..).unwrap())).unwrap();
+        let t2 = s.post_inline(&p.a, wr::InlineWrite::new(&bytes2, target.remote(..).unwrap())).unwrap();
         bytes2.fill(0);
         for t in [t1, t2] {
             let (c, ()) = s.wait(t, WAIT).unwrap();
@@ -159,7 +160,7 @@ fn rc_inline_send_and_write_release_the_bytes_at_once() {
         let (rc, _) = s.wait(rt, WAIT).unwrap();
         assert_eq!(rc.byte_len(), 27);
         let too_big = [0u8; 65];
-        let e = s.post_inline(&p.a, InlineSend::new(&too_big)).expect_err("above max_inline_data");
+        let e = s.post_inline(&p.a, wr::InlineSend::new(&too_big)).expect_err("above max_inline_data");
         assert!(matches!(e.error, Error::InlineTooLarge { len: 65, .. }), "{:?}", e.error);
     })
     .unwrap();
@@ -189,12 +190,13 @@ fn rc_fenced_write_and_solicited_send_are_accepted_and_complete() {
     src.as_mut_slice().fill(0xCD);
     let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
-        let rt = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let rt = s.post_recv(&p.b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
         // READ the remote, then a fenced WRITE over the same remote bytes: the READ must see
         // the old bytes (as it would on rxe without the fence: see the doc comment).
-        let t1 = s.post_send(&p.a, Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
-        let t2 = s.post_send(&p.a, Write::new(src.slice(..).unwrap(), remote.remote(..64).unwrap()).fence()).unwrap();
-        let t3 = s.post_send(&p.a, Send::new(src.slice(..8).unwrap()).solicited()).unwrap();
+        let t1 = s.post_send(&p.a, wr::Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+        let t2 =
+            s.post_send(&p.a, wr::Write::new(src.slice(..).unwrap(), remote.remote(..64).unwrap()).fence()).unwrap();
+        let t3 = s.post_send(&p.a, wr::Send::new(src.slice(..8).unwrap()).solicited()).unwrap();
         assert!(s.wait(t1, WAIT).unwrap().0.is_success());
         for t in [t2, t3] {
             let (c, _) = s.wait(t, WAIT).unwrap();
@@ -221,12 +223,12 @@ fn uc_send_imm_write_and_write_imm() {
     scope(|s| {
         let (r1, rest) = rbuf.slice_mut(..).unwrap().split_at(512).unwrap();
         let (r2, r3) = rest.split_at(256).unwrap();
-        let rts = [r1, r2, r3].map(|buf| s.post_recv(&b, Recv::new(buf)).unwrap());
+        let rts = [r1, r2, r3].map(|buf| s.post_recv(&b, wr::Recv::new(buf)).unwrap());
         let sends = [
-            s.post_send(&a, Send::new(src.slice(..300).unwrap())).unwrap(),
-            s.post_send(&a, SendImm::new(src.slice(300..400).unwrap(), 5)).unwrap(),
-            s.post_send(&a, Write::new(src.slice(..512).unwrap(), target.remote(..).unwrap())).unwrap(),
-            s.post_send(&a, WriteImm::new(src.slice(512..).unwrap(), target.remote(512..).unwrap(), 6)).unwrap(),
+            s.post_send(&a, wr::Send::new(src.slice(..300).unwrap())).unwrap(),
+            s.post_send(&a, wr::SendImm::new(src.slice(300..400).unwrap(), 5)).unwrap(),
+            s.post_send(&a, wr::Write::new(src.slice(..512).unwrap(), target.remote(..).unwrap())).unwrap(),
+            s.post_send(&a, wr::WriteImm::new(src.slice(512..).unwrap(), target.remote(512..).unwrap(), 6)).unwrap(),
         ];
         for t in sends {
             let (c, _) = s.wait(t, WAIT).unwrap();
@@ -236,7 +238,7 @@ fn uc_send_imm_write_and_write_imm() {
         assert_eq!((got[0].byte_len(), got[0].imm()), (300, None));
         assert_eq!((got[1].byte_len(), got[1].imm()), (100, Some(5)));
         assert_eq!((got[2].opcode(), got[2].imm(), got[2].byte_len()), (WcOpcode::RecvRdmaWithImm, Some(6), 512));
-        let t = s.post_inline(&a, InlineSend::new(b"uc inline")).unwrap();
+        let t = s.post_inline(&a, wr::InlineSend::new(b"uc inline")).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
@@ -260,10 +262,10 @@ fn ud_send_and_send_imm_through_an_address_handle() {
     let mut rbuf = r.pd.alloc_mr(1024, access::LOCAL_RW).unwrap();
     scope(|s| {
         let (r1, r2) = rbuf.slice_mut(..).unwrap().split_at(512).unwrap();
-        let rt1 = s.post_recv(&b, Recv::new(r1)).unwrap();
-        let rt2 = s.post_recv(&b, Recv::new(r2)).unwrap();
-        let t1 = s.post_send(&a, Send::new(src.slice(..200).unwrap()).to(&ah, eb.qp_num, QKEY)).unwrap();
-        let t2 = s.post_send(&a, SendImm::new(src.slice(200..).unwrap(), 0xfeed).to(&ah, eb.qp_num, QKEY)).unwrap();
+        let rt1 = s.post_recv(&b, wr::Recv::new(r1)).unwrap();
+        let rt2 = s.post_recv(&b, wr::Recv::new(r2)).unwrap();
+        let t1 = s.post_send(&a, wr::Send::new(src.slice(..200).unwrap()).to(&ah, eb.qp_num, QKEY)).unwrap();
+        let t2 = s.post_send(&a, wr::SendImm::new(src.slice(200..).unwrap(), 0xfeed).to(&ah, eb.qp_num, QKEY)).unwrap();
         for t in [t1, t2] {
             let (c, _) = s.wait(t, WAIT).unwrap();
             assert!(c.is_success(), "{c:?}");

@@ -21,7 +21,8 @@ fn a_batch_of_1000_unsignaled_writes_with_the_last_signaled() {
     }
     let dst = pd.alloc_mr(1000 * 8, access::REMOTE_RW).unwrap();
     let sources = scope(|s| {
-        let write = |i: usize| Write::new(src.slice(i * 8..i * 8 + 8).unwrap(), dst.remote(i * 8..i * 8 + 8).unwrap());
+        let write =
+            |i: usize| wr::Write::new(src.slice(i * 8..i * 8 + 8).unwrap(), dst.remote(i * 8..i * 8 + 8).unwrap());
         // One post list of 999 unsignaled writes, then the signaled last one.
         let tokens = s.post_send_list(&p.a, (0..999).map(|i| write(i).unsignaled())).expect("post list");
         assert_eq!(tokens.len(), 999);
@@ -64,7 +65,7 @@ fn owned_receives_posted_in_init_survive_the_transitions() {
     // Pre-post receives on b in INIT, as the C pingpong examples do, then connect.
     let b = b.to_init(&ConnectedInit::new(PORT, QpAccess::empty())).unwrap();
     let chunks = pd.alloc_mr(4 * 256, access::LOCAL_RW).unwrap().into_chunks(256).unwrap();
-    let tokens: Vec<_> = chunks.into_iter().map(|c| b.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    let tokens: Vec<_> = chunks.into_iter().map(|c| b.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     let av = AddressVector::global(PORT, ea.gid, gid_index() as u8);
     let b = b.to_rtr(&RcRtr::new(av, ea.qp_num, ea.psn)).unwrap().to_rts(&RcRts::new(eb.psn)).unwrap();
     let a = connect_rc(a, QpAccess::empty(), &ea, &eb);
@@ -72,7 +73,7 @@ fn owned_receives_posted_in_init_survive_the_transitions() {
     for i in 0..4u8 {
         src.as_mut_slice().fill(b'a' + i);
         scope(|s| {
-            let t = s.post_send(&a, Send::new(src.slice(..100 + usize::from(i)).unwrap())).unwrap();
+            let t = s.post_send(&a, wr::Send::new(src.slice(..100 + usize::from(i)).unwrap())).unwrap();
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
         })
         .unwrap();
@@ -95,7 +96,7 @@ fn a_flush_hands_every_owned_buffer_back_with_a_flush_status() {
     let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
     let chunks = pd.alloc_mr(8 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
     let addrs: Vec<u64> = chunks.iter().map(|c| c.addr()).collect();
-    let tokens: Vec<_> = chunks.into_iter().map(|c| p.b.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    let tokens: Vec<_> = chunks.into_iter().map(|c| p.b.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     assert_eq!(p.b.outstanding(), (0, 8));
     // Typed transition to ERR: outstanding requests flush.
     let b = p.b.to_error().unwrap();
@@ -116,13 +117,13 @@ fn a_dropped_owned_token_parks_its_buffer_until_the_device_is_done() {
     let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
     let mut chunks = pd.alloc_mr(2 * 128, access::LOCAL_RW).unwrap().into_chunks(128).unwrap();
     let keep = chunks.pop().unwrap();
-    let t = p.b.post_recv_owned(Recv::new(chunks.pop().unwrap())).unwrap();
+    let t = p.b.post_recv_owned(wr::Recv::new(chunks.pop().unwrap())).unwrap();
     drop(t); // in flight: the QP keeps the buffer
     assert_eq!(p.b.parked_buffers(), 1);
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(1);
     scope(|s| {
-        let t = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
@@ -145,8 +146,8 @@ fn a_scope_with_receives_still_posted_ends_cleanly_after_a_flush() {
     let mut rbuf = pd.alloc_mr(1024, access::LOCAL_RW).unwrap();
     let r = scope(|s| {
         let (x, y) = rbuf.slice_mut(..).unwrap().split_at(512).unwrap();
-        let _t1 = s.post_recv(&p.b, Recv::new(x)).unwrap();
-        let _t2 = s.post_recv(&p.b, Recv::new(y)).unwrap();
+        let _t1 = s.post_recv(&p.b, wr::Recv::new(x)).unwrap();
+        let _t2 = s.post_recv(&p.b, wr::Recv::new(y)).unwrap();
         s.flush(&p.b, WAIT).unwrap();
         42
     });
@@ -161,7 +162,7 @@ fn a_bounded_wait_times_out_and_gives_the_token_back() {
     let cq = ctx.create_cq(256).unwrap();
     let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
     let chunk = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
-    let t = p.b.post_recv_owned(Recv::new(chunk)).unwrap();
+    let t = p.b.post_recv_owned(wr::Recv::new(chunk)).unwrap();
     let started = std::time::Instant::now();
     let e = t.wait(Duration::from_millis(300)).expect_err("nothing was sent");
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -170,7 +171,7 @@ fn a_bounded_wait_times_out_and_gives_the_token_back() {
     let mut src = pd.alloc_mr(8, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(3);
     scope(|s| {
-        let t = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
@@ -197,17 +198,20 @@ fn an_srq_shared_by_two_qps() {
     let (s1, r1) = (connect_rc(s1, acc, &es1, &er1), connect_rc(r1, acc, &er1, &es1));
     let (s2, r2) = (connect_rc(s2, acc, &es2, &er2), connect_rc(r2, acc, &er2, &es2));
     let chunks = pd.alloc_mr(16 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
-    let tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    let tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     assert_eq!(srq.outstanding(), 16);
     // Receiving on a QP that uses an SRQ is refused (post to the SRQ).
     let stray = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
-    assert!(matches!(r1.post_recv_owned(Recv::new(stray)).map_err(|e| e.error), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        r1.post_recv_owned(wr::Recv::new(stray)).map_err(|e| e.error),
+        Err(Error::InvalidArgument { .. })
+    ));
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     for i in 0..8u8 {
         for (sender, tag) in [(&s1, 1u8), (&s2, 2u8)] {
             src.as_mut_slice()[..2].copy_from_slice(&[tag, i]);
             scope(|s| {
-                let t = s.post_send(sender, Send::new(src.slice(..2).unwrap())).unwrap();
+                let t = s.post_send(sender, wr::Send::new(src.slice(..2).unwrap())).unwrap();
                 assert!(s.wait(t, WAIT).unwrap().0.is_success());
             })
             .unwrap();
@@ -243,7 +247,7 @@ fn an_armed_srq_limit_reports_srq_limit_reached() {
     let (es, er) = (s.endpoint(PORT, gid_index(), 7).unwrap(), r.endpoint(PORT, gid_index(), 9).unwrap());
     let (s, r) = (connect_rc(s, QpAccess::empty(), &es, &er), connect_rc(r, QpAccess::empty(), &er, &es));
     let chunks = pd.alloc_mr(8 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
-    let mut tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(Recv::new(c)).unwrap()).collect();
+    let mut tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     // Fire when fewer than 4 receives remain posted.
     srq.arm_limit(4).unwrap();
     assert!(matches!(srq.arm_limit(16), Err(Error::InvalidArgument { .. })), "the limit must be below max_wr");
@@ -251,7 +255,7 @@ fn an_armed_srq_limit_reports_srq_limit_reached() {
     src.as_mut_slice().fill(1);
     for _ in 0..5 {
         scope(|sc| {
-            let t = sc.post_send(&s, Send::new(src.slice(..).unwrap())).unwrap();
+            let t = sc.post_send(&s, wr::Send::new(src.slice(..).unwrap())).unwrap();
             assert!(sc.wait(t, WAIT).unwrap().0.is_success());
         })
         .unwrap();
@@ -286,7 +290,7 @@ fn poll_into_reports_a_batch_and_the_tokens_still_hand_over_once() {
             .map(|i| {
                 s.post_send(
                     &p.a,
-                    Write::new(src.slice(i * 8..i * 8 + 8).unwrap(), dst.remote(i * 8..i * 8 + 8).unwrap()),
+                    wr::Write::new(src.slice(i * 8..i * 8 + 8).unwrap(), dst.remote(i * 8..i * 8 + 8).unwrap()),
                 )
                 .unwrap()
             })

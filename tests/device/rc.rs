@@ -19,7 +19,7 @@ fn rdma_write_moves_data_between_two_connected_qps() {
     let dst = pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
 
     scope(|s| {
-        let t = s.post_send(&pair.a, Write::new(src.slice(..).unwrap(), dst.remote(..).unwrap())).unwrap();
+        let t = s.post_send(&pair.a, wr::Write::new(src.slice(..).unwrap(), dst.remote(..).unwrap())).unwrap();
         let (c, _src) = s.wait(t, WAIT).unwrap();
         assert_eq!(c.status(), WcStatus::Success, "{c:?}");
         assert_eq!(c.opcode(), WcOpcode::RdmaWrite);
@@ -44,8 +44,8 @@ fn send_with_immediate_lands_in_the_posted_receive() {
     let mut dst = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
 
     scope(|s| {
-        let r = s.post_recv(&pair.b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(&pair.a, SendImm::new(src.slice(..11).unwrap(), 0xdead_beef)).unwrap();
+        let r = s.post_recv(&pair.b, wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&pair.a, wr::SendImm::new(src.slice(..11).unwrap(), 0xdead_beef)).unwrap();
         let (sc, _) = s.wait(t, WAIT).unwrap();
         assert_eq!(sc.status(), WcStatus::Success, "{sc:?}");
         assert_eq!(sc.opcode(), WcOpcode::Send);

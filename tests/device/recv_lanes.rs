@@ -27,7 +27,7 @@ fn prepare_slots<'scope, 'a: 'scope>(
     let mut prepared = Vec::with_capacity(n);
     for _ in 0..n {
         let (slot, tail) = buf.split_at(len).unwrap();
-        prepared.push(recv.prepare(Recv::new(slot)).unwrap());
+        prepared.push(recv.prepare(wr::Recv::new(slot)).unwrap());
         buf = tail;
     }
     prepared
@@ -55,10 +55,12 @@ fn two_qps_ping_pong_with_both_lanes_and_re_posted_receives() {
         let (mut send_a, mut recv_a) = s.lanes(&mut p.a).unwrap();
         let (mut send_b, mut recv_b) = s.lanes(&mut p.b).unwrap();
         // Message k of a is bytes [k % 2 * 64 ..][..40 + k % 2]; b answers with the other half.
-        let mut pings = [0, 1].map(|k| send_a.prepare(Send::new(src.slice(k * 64..k * 64 + 40 + k).unwrap())).unwrap());
-        let mut pongs = [1, 0].map(|k| send_b.prepare(Send::new(src.slice(k * 64..k * 64 + 20 + k).unwrap())).unwrap());
-        let mut ra = [recv_a.prepare(Recv::new(a0)).unwrap(), recv_a.prepare(Recv::new(a1)).unwrap()];
-        let mut rb = [recv_b.prepare(Recv::new(b0)).unwrap(), recv_b.prepare(Recv::new(b1)).unwrap()];
+        let mut pings =
+            [0, 1].map(|k| send_a.prepare(wr::Send::new(src.slice(k * 64..k * 64 + 40 + k).unwrap())).unwrap());
+        let mut pongs =
+            [1, 0].map(|k| send_b.prepare(wr::Send::new(src.slice(k * 64..k * 64 + 20 + k).unwrap())).unwrap());
+        let mut ra = [recv_a.prepare(wr::Recv::new(a0)).unwrap(), recv_a.prepare(wr::Recv::new(a1)).unwrap()];
+        let mut rb = [recv_b.prepare(wr::Recv::new(b0)).unwrap(), recv_b.prepare(wr::Recv::new(b1)).unwrap()];
         assert!(ra[0].received().is_some(), "never posted: readable");
         for k in 0..ROUNDS {
             let slot = k % 2;
@@ -104,7 +106,7 @@ fn completions_polled_for_a_later_receive_are_kept_for_their_tokens() {
         let mut prepared = prepare_slots(&recv, dst.slice_mut(..).unwrap(), 4, 64);
         let mut tokens: Vec<_> = prepared.iter_mut().map(|w| Some(recv.post(w).unwrap())).collect();
         for i in 0..4 {
-            let t = s.post_send(&p.a, Send::new(src.slice(..10 + i).unwrap())).unwrap();
+            let t = s.post_send(&p.a, wr::Send::new(src.slice(..10 + i).unwrap())).unwrap();
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
         }
         let c = recv.wait(tokens[3].take().unwrap(), WAIT).unwrap();
@@ -138,7 +140,7 @@ fn a_kept_completion_is_dropped_after_a_queue_depth_of_later_ones() {
         // and `Cq::progress` (shared CQ), never by the lane.
         let send = |n: usize, recv: &RecvLane<'_, RC>| {
             for _ in 0..n {
-                let t = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+                let t = s.post_send(&p.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
                 assert!(s.wait(t, WAIT).unwrap().0.is_success());
             }
             let deadline = Instant::now() + WAIT;
@@ -184,7 +186,7 @@ fn outstanding_lane_receives_make_the_scope_flush_and_report_the_qp_broken() {
     let res = scope_with_timeout(Duration::from_secs(1), |s| {
         let mut recv = s.recv_lane(&mut p.b).unwrap();
         let (x, y) = dst.slice_mut(..).unwrap().split_at(64).unwrap();
-        let (mut x, mut y) = (recv.prepare(Recv::new(x)).unwrap(), recv.prepare(Recv::new(y)).unwrap());
+        let (mut x, mut y) = (recv.prepare(wr::Recv::new(x)).unwrap(), recv.prepare(wr::Recv::new(y)).unwrap());
         // Two receives that no message will fill; their tokens are dropped.
         let _ = recv.post(&mut x).unwrap();
         let _ = recv.post(&mut y).unwrap();
@@ -209,7 +211,7 @@ fn a_recv_lane_refuses_an_srq_qp_and_a_queue_with_receives_posted_otherwise() {
     let dst = dst.slice_mut(..).unwrap();
     let owned = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().pop().unwrap();
     // An owned receive is outstanding: the lane does not open.
-    let token = p.b.post_recv_owned(Recv::new(owned)).unwrap();
+    let token = p.b.post_recv_owned(wr::Recv::new(owned)).unwrap();
     scope(|s| match s.recv_lane(&mut p.b) {
         Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("1 outstanding"), "{reason}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
@@ -219,14 +221,14 @@ fn a_recv_lane_refuses_an_srq_qp_and_a_queue_with_receives_posted_otherwise() {
     let mut src = r.pd.alloc_mr(8, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(7);
     scope(|s| {
-        let t = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
     assert!(token.wait(WAIT).unwrap().0.is_success());
     scope(|s| {
         let recv = s.recv_lane(&mut p.b).unwrap();
-        let _unposted = recv.prepare(Recv::new(dst)).unwrap();
+        let _unposted = recv.prepare(wr::Recv::new(dst)).unwrap();
     })
     .unwrap();
 
@@ -259,7 +261,7 @@ fn a_wait_for_a_later_receive_keeps_the_earlier_completions_in_the_lane() {
         let mut prepared = prepare_slots(&recv, dst.slice_mut(..).unwrap(), N, 64);
         let mut tokens: Vec<_> = prepared.iter_mut().map(|w| Some(recv.post(w).unwrap())).collect();
         for i in 0..N {
-            let t = s.post_send(&p.a, Send::new(src.slice(..1 + i).unwrap())).unwrap();
+            let t = s.post_send(&p.a, wr::Send::new(src.slice(..1 + i).unwrap())).unwrap();
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
         }
         // Every receive has completed (its send did); nothing but the lane polls cq_b.
@@ -284,11 +286,11 @@ fn a_prepared_receive_gives_its_buffer_back_only_once_its_post_completed() {
     let mut dst = r.pd.alloc_mr(16, access::LOCAL_RW).unwrap();
     scope(|s| {
         let mut recv = s.recv_lane(&mut p.b).unwrap();
-        let prepared = recv.prepare(Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let prepared = recv.prepare(wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
         let mut prepared = recv.prepare(prepared.into_inner().expect("never posted")).unwrap();
         let t = recv.post(&mut prepared).unwrap();
         let prepared = prepared.into_inner().expect_err("posted: the device may still write the buffer");
-        let sent = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        let sent = s.post_send(&p.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(sent, WAIT).unwrap().0.is_success());
         assert!(recv.wait(t, WAIT).unwrap().is_success());
         let buf = prepared.into_inner().expect("its completion was polled").into_buffer();

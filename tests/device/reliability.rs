@@ -59,8 +59,8 @@ fn send_ok(pd: &Pd, a: &Qp<RC, RTS>, b: &Qp<RC, RTS>, len: usize, seed: u8) {
     fill(&mut src, seed);
     let mut dst = pd.alloc_mr(len, access::LOCAL_RW).unwrap();
     scope(|s| {
-        let r = s.post_recv(b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(a, Send::new(src.slice(..).unwrap())).unwrap();
+        let r = s.post_recv(b, wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::Send), "{c:?}");
         let (c, _) = s.wait(r, WAIT).unwrap();
@@ -91,11 +91,11 @@ fn rnr_retry_exceeded_then_flush_then_reset_and_reconnect() {
     // No receive posted at b.
     let started = Instant::now();
     let (first, elapsed, flushed) = scope(|s| {
-        let t = s.post_send(&a, Send::new(src.slice(..).unwrap())).unwrap();
+        let t = s.post_send(&a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         let (c, view) = s.wait(t, ERROR_BOUND).expect("the RNR error completes within the bound");
         let elapsed = started.elapsed();
         // The QP went to ERR behind its type: a later post is accepted and flushed.
-        let t = s.post_send(&a, Send::new(view)).unwrap();
+        let t = s.post_send(&a, wr::Send::new(view)).unwrap();
         let (flushed, _view) = s.wait(t, WAIT).unwrap();
         (c, elapsed, flushed)
     })
@@ -154,7 +154,7 @@ fn dead_peer_retry_exceeded_hands_the_buffers_back_then_reconnect_to_a_new_peer(
     fill(&mut view_mr, 4);
 
     let started = Instant::now();
-    let token = a.post_send_owned(Write::new(chunk, remote)).unwrap();
+    let token = a.post_send_owned(wr::Write::new(chunk, remote)).unwrap();
     let (c, chunk) = token.wait(ERROR_BOUND).expect("RETRY_EXC_ERR within the bound");
     let elapsed = started.elapsed();
     eprintln!("dead peer: {:?} after {elapsed:?} (configured: 4.096 us * 2^10 * 2 = 8.4 ms)", c.status());
@@ -167,7 +167,7 @@ fn dead_peer_retry_exceeded_hands_the_buffers_back_then_reconnect_to_a_new_peer(
     assert!(chunk.as_slice().iter().all(|&x| x == 0xab));
     // A scoped view posted after the failure comes back with a flush.
     scope(|s| {
-        let t = s.post_send(&a, Send::new(view_mr.slice(..).unwrap())).unwrap();
+        let t = s.post_send(&a, wr::Send::new(view_mr.slice(..).unwrap())).unwrap();
         let (c, view) = s.wait(t, WAIT).unwrap();
         assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
         assert_eq!(view.len(), 64);
@@ -184,7 +184,7 @@ fn dead_peer_retry_exceeded_hands_the_buffers_back_then_reconnect_to_a_new_peer(
     let a = connect_rc(a, QpAccess::empty(), &ea, &ec);
     let c_qp = connect_rc(c_qp, QpAccess::REMOTE_WRITE, &ec, &ea);
     send_ok(&pd, &a, &c_qp, 200, 6);
-    let token = a.post_send_owned(Write::new(chunk, target.remote(..256).unwrap())).unwrap();
+    let token = a.post_send_owned(wr::Write::new(chunk, target.remote(..256).unwrap())).unwrap();
     let (c, _chunk) = token.wait(WAIT).unwrap();
     assert_eq!(c.status(), WcStatus::Success, "{c:?}");
     let mut got = [0u8; 256];
@@ -217,7 +217,7 @@ fn a_scope_that_cannot_drain_a_dead_peer_breaks_the_qp_until_it_is_reset() {
 
     let started = Instant::now();
     let r = scope_with_timeout(Duration::from_millis(500), |s| {
-        let _dropped = s.post_send(&a, Write::new(src.slice(..).unwrap(), remote)).unwrap();
+        let _dropped = s.post_send(&a, wr::Write::new(src.slice(..).unwrap(), remote)).unwrap();
         "the closure's result is lost"
     });
     let took = started.elapsed();
@@ -231,7 +231,7 @@ fn a_scope_that_cannot_drain_a_dead_peer_breaks_the_qp_until_it_is_reset() {
     assert_eq!(a.outstanding(), (0, 0));
     assert_eq!(a.query_state().unwrap(), ObservedState::Reset, "the drain forced the QP to RESET");
     // Its type still says RTS, but it refuses posts until reset.
-    scope(|s| match s.post_send(&a, Send::new(src.slice(..).unwrap())) {
+    scope(|s| match s.post_send(&a, wr::Send::new(src.slice(..).unwrap())) {
         Err(e) => assert!(matches!(e.error, Error::QpBroken { .. }), "{:?}", e.error),
         Ok(_) => panic!("a broken QP accepted a post"),
     })
@@ -388,8 +388,8 @@ fn rc_receive_buffer_too_small_fails_both_sides() {
     fill(&mut src, 7);
     let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let (sent, received) = scope(|s| {
-        let r = s.post_recv(&p.b, Recv::new(rbuf.slice_mut(..16).unwrap())).unwrap();
-        let t = s.post_send(&p.a, Send::new(src.slice(..64).unwrap())).unwrap();
+        let r = s.post_recv(&p.b, wr::Recv::new(rbuf.slice_mut(..16).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Send::new(src.slice(..64).unwrap())).unwrap();
         let (sent, _) = s.wait(t, ERROR_BOUND).unwrap();
         let (received, _) = s.wait(r, ERROR_BOUND).unwrap();
         (sent, received)
@@ -430,7 +430,7 @@ fn faa_status(
     let (_keep, remote) = target_rights(&pd);
     let mut result = pd.alloc_mr(8, access::LOCAL_RW).unwrap();
     let c = scope(|s| {
-        let t = s.post_send(&a, FetchAdd::new(result.slice_mut(..).unwrap(), remote, 1)).unwrap();
+        let t = s.post_send(&a, wr::FetchAdd::new(result.slice_mut(..).unwrap(), remote, 1)).unwrap();
         s.wait(t, ERROR_BOUND).unwrap().0
     })
     .unwrap();

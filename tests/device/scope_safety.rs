@@ -43,7 +43,7 @@ fn a_forgotten_token_still_drains_before_the_buffer_is_reused() {
 
     scope(|s| {
         // A 1 MiB RDMA READ: the device writes `local` for a while after the post.
-        let t = s.post_send(&pair.a, Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+        let t = s.post_send(&pair.a, wr::Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
         std::mem::forget(t);
     })
     .unwrap();
@@ -61,7 +61,8 @@ fn a_panic_inside_the_scope_drains_then_resumes_the_panic() {
 
     let r = catch_unwind(AssertUnwindSafe(|| {
         let _ = scope(|s| {
-            let _t = s.post_send(&pair.a, Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
+            let _t =
+                s.post_send(&pair.a, wr::Read::new(local.slice_mut(..).unwrap(), remote.remote(..).unwrap())).unwrap();
             panic!("boom with a READ in flight");
         });
     }));

@@ -44,11 +44,11 @@ fn a_send_gathered_from_three_regions_lands_scattered_over_two() {
     let sent: Vec<u8> = [pattern(1, 10, 70), pattern(2, 0, 5), pattern(3, 100, 200)].concat();
     assert_eq!(sent.len(), 275);
     scope(|s| {
-        let recv = Recv::new((d0.slice_mut(8..108).unwrap(), d1.slice_mut(16..416).unwrap()));
+        let recv = wr::Recv::new((d0.slice_mut(8..108).unwrap(), d1.slice_mut(16..416).unwrap()));
         let rt = s.post_recv(&p.b, recv).unwrap();
         let gather = (x.slice(10..80).unwrap(), y.slice(..5).unwrap(), z.slice(100..300).unwrap());
         assert_eq!(gather.total_len(), 275);
-        let st = s.post_send(&p.a, Send::new(gather)).unwrap();
+        let st = s.post_send(&p.a, wr::Send::new(gather)).unwrap();
         let (c, (gx, gy, gz)) = s.wait(st, WAIT).unwrap();
         assert!(c.is_success(), "{c:?}");
         assert_eq!((gx.len(), gy.len(), gz.len()), (70, 5, 200), "the views come back, each itself");
@@ -78,7 +78,7 @@ fn a_read_scattered_into_two_regions() {
     scope(|s| {
         // 3000 bytes into d0[1000..4000], then 5000 into d1[100..5100]: 8000 bytes from 64.
         let into = [d0.slice_mut(1000..4000).unwrap(), d1.slice_mut(100..5100).unwrap()];
-        let t = s.post_send(&p.a, Read::new(into, remote.remote(64..8064).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Read::new(into, remote.remote(64..8064).unwrap())).unwrap();
         let (c, [v0, v1]) = s.wait(t, WAIT).unwrap();
         assert!(c.is_success(), "{c:?}");
         assert_eq!((c.opcode(), c.byte_len()), (WcOpcode::RdmaRead, 8000));
@@ -106,9 +106,9 @@ fn owned_lists_of_chunks_come_back_whole() {
         c.as_mut_slice().fill(0xee);
     }
     let dst: [Chunk<access::LocalRw>; 3] = dst.try_into().unwrap();
-    let rt = p.b.post_recv_owned(Recv::new(dst)).unwrap();
+    let rt = p.b.post_recv_owned(wr::Recv::new(dst)).unwrap();
     // Chunks 0 and 2 as one SEND: 256 bytes into the first two entries of the receive.
-    let st = p.a.post_send_owned(Send::new((c0, c2))).unwrap();
+    let st = p.a.post_send_owned(wr::Send::new((c0, c2))).unwrap();
     let (c, (c0, c2)) = st.wait(WAIT).unwrap();
     assert!(c.is_success(), "{c:?}");
     let (c, [d0, d1, d2]) = rt.wait(WAIT).unwrap();
@@ -129,13 +129,13 @@ fn a_dropped_owned_list_is_parked_until_the_device_is_done() {
     let mut dst = r.pd.alloc_mr(2 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
     let d1 = dst.pop().unwrap();
     let d0 = dst.pop().unwrap();
-    let t = p.b.post_recv_owned(Recv::new((d0, d1))).unwrap();
+    let t = p.b.post_recv_owned(wr::Recv::new((d0, d1))).unwrap();
     drop(t); // in flight: the QP keeps the whole list
     assert_eq!(p.b.parked_buffers(), 1);
     let mut src = r.pd.alloc_mr(100, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(7);
     scope(|s| {
-        let t = s.post_send(&p.a, Send::new(src.slice(..).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
@@ -158,7 +158,7 @@ fn a_forgotten_token_of_a_scattered_read_is_drained_before_the_scope_returns() {
     let mut d1 = r.pd.alloc_mr(1 << 19, access::LOCAL_RW).unwrap();
     scope(|s| {
         let into = (d0.slice_mut(..).unwrap(), d1.slice_mut(..).unwrap());
-        let t = s.post_send(&p.a, Read::new(into, remote.remote(..).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Read::new(into, remote.remote(..).unwrap())).unwrap();
         std::mem::forget(t);
     })
     .unwrap();
@@ -182,8 +182,8 @@ fn lanes_post_prepared_lists_again_and_again() {
         let mut recv = s.recv_lane(&mut p.b).unwrap();
         let (lo, _hi) = dst.slice_mut(..).unwrap().split_at(512).unwrap();
         let (lo_head, lo_rest) = lo.split_at(16).unwrap();
-        let mut prepared_recv = recv.prepare(Recv::new((lo_head, lo_rest))).unwrap();
-        let mut msg = send.prepare(Send::new([head.slice(..).unwrap(), body.slice(..).unwrap()])).unwrap();
+        let mut prepared_recv = recv.prepare(wr::Recv::new((lo_head, lo_rest))).unwrap();
+        let mut msg = send.prepare(wr::Send::new([head.slice(..).unwrap(), body.slice(..).unwrap()])).unwrap();
         for _ in 0..ROUNDS {
             let rt = recv.post(&mut prepared_recv).unwrap();
             let t = send.post(&mut msg).unwrap();
@@ -211,8 +211,8 @@ fn inline_pieces_are_gathered_in_order() {
     let mut dst = r.pd.alloc_mr(128, access::LOCAL_RW).unwrap();
     let (a, b, c) = (*b"header:", [0xabu8; 20], *b"-tail");
     scope(|s| {
-        let rt = s.post_recv(&p.b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_inline(&p.a, InlineSend::gather([&a[..], &b[..], &c[..]])).unwrap();
+        let rt = s.post_recv(&p.b, wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_inline(&p.a, wr::InlineSend::gather([&a[..], &b[..], &c[..]])).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         let (c, _) = s.wait(rt, WAIT).unwrap();
         assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 32));
@@ -222,7 +222,8 @@ fn inline_pieces_are_gathered_in_order() {
     assert!(dst.as_slice()[32..].iter().all(|&x| x == 0));
     // Above max_inline_data in all: refused before the provider sees it.
     let big = [0u8; 40];
-    let r = scope(|s| s.post_inline(&p.a, InlineSend::gather([&big[..], &big[..]])).map(|_| ()).map_err(|e| e.error));
+    let r =
+        scope(|s| s.post_inline(&p.a, wr::InlineSend::gather([&big[..], &big[..]])).map(|_| ()).map_err(|e| e.error));
     assert!(matches!(r.unwrap(), Err(Error::InlineTooLarge { len: 80, .. })));
 }
 
@@ -238,7 +239,7 @@ fn lists_above_the_queue_limits_are_typed_errors_before_the_provider() {
         let views: Vec<_> = (0..n).map(|i| src.slice(i * 8..i * 8 + 8).unwrap()).collect();
         let list: [LocalBuf<'_>; 4] = std::array::from_fn(|i| views[i.min(n - 1)]);
         // A list of four entries on a queue of `max_send` (1 unless the provider granted more):
-        let r = s.post_send(&p.a, Send::new(list)).map(|_| ());
+        let r = s.post_send(&p.a, wr::Send::new(list)).map(|_| ());
         match r {
             Err(PostError { error: Error::TooManySges { queue: "send", n: 4, max, .. }, wr: Some(_) }) => {
                 assert_eq!(max, max_send)
@@ -247,7 +248,7 @@ fn lists_above_the_queue_limits_are_typed_errors_before_the_provider() {
             Err(e) => panic!("{:?}", e.error),
         }
         let (d0, d1) = dst.slice_mut(..16).unwrap().split_at(8).unwrap();
-        let r = s.post_recv(&p.b, Recv::new([d0, d1])).map(|_| ());
+        let r = s.post_recv(&p.b, wr::Recv::new([d0, d1])).map(|_| ());
         match r {
             Err(PostError { error: Error::TooManySges { queue: "receive", n: 2, max, .. }, wr: Some(_) }) => {
                 assert_eq!(max, max_recv)
@@ -272,16 +273,16 @@ fn an_srq_scatters_into_its_entries_and_refuses_more_than_it_was_made_for() {
     let mut dst = r.pd.alloc_mr(2 * 32, access::LOCAL_RW).unwrap().into_chunks(32).unwrap();
     let d1 = dst.pop().unwrap();
     let d0 = dst.pop().unwrap();
-    let (d0, d1) = match one.post_recv_owned(Recv::new((d0, d1))) {
+    let (d0, d1) = match one.post_recv_owned(wr::Recv::new((d0, d1))) {
         Err(PostError { error: Error::TooManySges { queue: "shared receive", n: 2, max: 1, .. }, wr: Some(wr) }) => {
             wr.into_buffer()
         }
         other => panic!("two entries on an SRQ of one: {:?}", other.map(|_| ()).map_err(|e| e.error)),
     };
-    let t = srq.post_recv_owned(Recv::new((d0, d1))).unwrap();
+    let t = srq.post_recv_owned(wr::Recv::new((d0, d1))).unwrap();
     let msg = patterned(&r.pd, 48, 6);
     scope(|s| {
-        let st = s.post_send(&s1, Send::new(msg.slice(..).unwrap())).unwrap();
+        let st = s.post_send(&s1, wr::Send::new(msg.slice(..).unwrap())).unwrap();
         assert!(s.wait(st, WAIT).unwrap().0.is_success());
     })
     .unwrap();
@@ -307,8 +308,8 @@ fn a_gather_of_more_than_u32_max_bytes_is_refused_before_the_provider() {
     let v = src.slice(..).unwrap();
     assert_eq!([v; N].total_len(), (1u64 << 32) + N as u64);
     let seen = scope(|s| {
-        let rt = s.post_recv(&p.b, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
-        match s.post_send(&p.a, Send::new([v; N])) {
+        let rt = s.post_recv(&p.b, wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        match s.post_send(&p.a, wr::Send::new([v; N])) {
             Err(PostError { error: Error::InvalidArgument { .. }, wr: Some(_) }) => {
                 // Nothing was sent: the receive is flushed so that the scope can end.
                 s.flush(&p.b, WAIT).unwrap();
@@ -338,9 +339,9 @@ fn lists_of_no_entry_send_and_receive_nothing() {
     let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(1, 1));
     scope(|s| {
         let none: [LocalBufMut<'_>; 0] = [];
-        let rt = s.post_recv(&p.b, Recv::new(none)).unwrap();
+        let rt = s.post_recv(&p.b, wr::Recv::new(none)).unwrap();
         let nothing: [LocalBuf<'_>; 0] = [];
-        let st = s.post_send(&p.a, Send::new(nothing)).unwrap();
+        let st = s.post_send(&p.a, wr::Send::new(nothing)).unwrap();
         let (c, []) = s.wait(st, WAIT).unwrap();
         assert!(c.is_success(), "{c:?}");
         let (c, []) = s.wait(rt, WAIT).unwrap();

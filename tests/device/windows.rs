@@ -35,7 +35,7 @@ fn rig() -> Rig {
 /// Posts an RDMA WRITE of `len` bytes from the client (QP a) to `remote` and returns its status.
 fn write_status<R: typed_verbs::access::HasRemoteWrite>(r: &Rig, remote: RemoteSlice<R>, len: usize) -> WcStatus {
     scope(|s| {
-        let t = s.post_send(&r.p.a, Write::new(r.src.slice(..len).unwrap(), remote)).unwrap();
+        let t = s.post_send(&r.p.a, wr::Write::new(r.src.slice(..len).unwrap(), remote)).unwrap();
         s.wait(t, WAIT).unwrap().0.status()
     })
     .unwrap()
@@ -119,7 +119,7 @@ fn send_with_invalidate_revokes_the_receivers_window() {
     let remote = bound.remote(..).unwrap();
     let rkey = bound.rkey();
     let (completion, _) = scope(|s| {
-        let rt = s.post_recv(&r.p.b, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let rt = s.post_recv(&r.p.b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
         let t = s.post_send(&r.p.a, SendInv::new(r.src.slice(..16).unwrap(), rkey)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         s.wait(rt, WAIT).unwrap()
@@ -199,7 +199,7 @@ fn a_window_advertised_on_the_binding_qp_is_usable_by_the_peer() {
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
     let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let (advert, bound) = scope(|s| {
-        let rt = s.post_recv(&r.p.a, Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let rt = s.post_recv(&r.p.a, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
         let bind = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
         // Before the bind's completion: only a send on the same QP may carry the rkey.
         let adv = s.advertise_window(&r.p.b, &bind).unwrap();
@@ -263,8 +263,8 @@ fn a_bind_through_a_qp_of_another_pd_is_refused_before_the_provider() {
     src.as_mut_slice().fill(9);
     let mut dst = other_pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
-        let rt = s.post_recv(&p.a, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
-        let t = s.post_send(&p.b, Send::new(src.slice(..).unwrap())).unwrap();
+        let rt = s.post_recv(&p.a, wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&p.b, wr::Send::new(src.slice(..).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         assert!(s.wait(rt, WAIT).unwrap().0.is_success());
     })

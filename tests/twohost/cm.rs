@@ -201,7 +201,7 @@ fn rdma_cores_mckey_on_b_receives_our_multicast_sends_from_a() {
     let src = pd.alloc_mr(100, access::LOCAL_RW).unwrap();
     scope(|s| {
         for _ in 0..5 {
-            let wr = SendImm::new(src.slice(..).unwrap(), qp.qp_num()).to(to.ah(), to.qp_num(), to.qkey());
+            let wr = wr::SendImm::new(src.slice(..).unwrap(), qp.qp_num()).to(to.ah(), to.qp_num(), to.qkey());
             let t = s.post_send(&qp, wr).unwrap();
             assert!(s.wait(t, DEADLINE).unwrap().0.is_success());
         }

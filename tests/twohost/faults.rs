@@ -122,7 +122,7 @@ fn write_and_check(side: &Side, qp: &Qp<RC, RTS>, x: &Exchanged, owner: &mut Rem
     let target = x.advert.remote::<window::All>().unwrap();
     scope(|s| {
         let t = s
-            .post_send(qp, Write::new(src.slice(..).unwrap(), target.slice(offset, bytes.len() as u64).unwrap()))
+            .post_send(qp, wr::Write::new(src.slice(..).unwrap(), target.slice(offset, bytes.len() as u64).unwrap()))
             .unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!(c.status(), WcStatus::Success, "{c:?}");
@@ -156,7 +156,7 @@ fn host_b_powered_off_mid_stream_gives_retry_exc_err_in_time_every_buffer_back_t
             .drain(..)
             .enumerate()
             .map(|(i, c)| {
-                qp.post_send_owned(Write::new(c, target.slice((i * CHUNK) as u64, CHUNK as u64).unwrap())).unwrap()
+                qp.post_send_owned(wr::Write::new(c, target.slice((i * CHUNK) as u64, CHUNK as u64).unwrap())).unwrap()
             })
             .collect()
     };
@@ -258,7 +258,8 @@ fn host_a_link_down_and_up_reports_port_events_and_the_qp_recovers_by_reset() {
     src.as_mut_slice().fill(0x5a);
     let posted = Instant::now();
     let (status, took) = scope(|s| {
-        let t = s.post_send(&qp, Write::new(src.slice(..).unwrap(), target.slice(0, CHUNK as u64).unwrap())).unwrap();
+        let t =
+            s.post_send(&qp, wr::Write::new(src.slice(..).unwrap(), target.slice(0, CHUNK as u64).unwrap())).unwrap();
         let (c, _) = s.wait(t, configured_retry_time() + MARGIN + WAIT).expect("a completion while the link is down");
         (c.status(), posted.elapsed())
     })
@@ -314,7 +315,8 @@ fn host_b_link_down_and_up_reports_port_events_there_and_the_qp_rides_through() 
     src.as_mut_slice().fill(0xa5);
     let posted = Instant::now();
     let (status, took) = scope(|s| {
-        let t = s.post_send(&qp, Write::new(src.slice(..).unwrap(), target.slice(512, CHUNK as u64).unwrap())).unwrap();
+        let t =
+            s.post_send(&qp, wr::Write::new(src.slice(..).unwrap(), target.slice(512, CHUNK as u64).unwrap())).unwrap();
         let (c, _) = s.wait(t, WAIT).expect("the WRITE completes once host B's link is back");
         (c.status(), posted.elapsed())
     })
@@ -396,9 +398,9 @@ fn a_path_mtu_above_the_peer_port_is_refused_here_negotiated_or_fails_typed_ther
     let mut src = side.pd.alloc_mr(3000, access::LOCAL_READ).unwrap();
     src.as_mut_slice().copy_from_slice(&big);
     scope(|s| {
-        let t = s.post_send(&qp, Write::new(src.slice(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
+        let t = s.post_send(&qp, wr::Write::new(src.slice(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
         assert_eq!(s.wait(t, WAIT).unwrap().0.status(), WcStatus::Success);
-        let t = s.post_send(&qp, Read::new(back.slice_mut(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
+        let t = s.post_send(&qp, wr::Read::new(back.slice_mut(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
         assert_eq!(s.wait(t, WAIT).unwrap().0.status(), WcStatus::Success);
     })
     .unwrap();
@@ -413,9 +415,9 @@ fn a_path_mtu_above_the_peer_port_is_refused_here_negotiated_or_fails_typed_ther
     assert!(owner.wait_for_line("path MTU 4096", WAIT).is_ok(), "{}", owner.output());
     let target = x.advert.remote::<window::All>().unwrap();
     let statuses = scope(|s| {
-        let t = s.post_send(&qp, Read::new(back.slice_mut(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
+        let t = s.post_send(&qp, wr::Read::new(back.slice_mut(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
         let (read, _) = s.wait(t, configured_retry_time() + MARGIN + WAIT).unwrap();
-        let t = s.post_send(&qp, Write::new(src.slice(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
+        let t = s.post_send(&qp, wr::Write::new(src.slice(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
         let (write, _) = s.wait(t, configured_retry_time() + MARGIN + WAIT).unwrap();
         (read.status(), write.status())
     })

@@ -81,7 +81,7 @@ pub fn owner_region(owner: &mut RemoteProc) -> Vec<u8> {
 /// SENDs `done` to the owner (it then prints its region and exits).
 pub fn send_done(qp: &Qp<RC, RTS>) {
     scope(|s| {
-        let t = s.post_inline(qp, InlineSend::new(b"done")).unwrap();
+        let t = s.post_inline(qp, wr::InlineSend::new(b"done")).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!(c.status(), WcStatus::Success, "{c:?}");
     })
@@ -125,23 +125,24 @@ fn host_a_writes_reads_and_runs_atomics_through_a_window_on_host_b() {
     let mut word = pd.alloc_mr(8, access::LOCAL_RW).unwrap();
     let word_value = |w: &Mr<access::LocalRw>| u64::from_le_bytes(w.as_slice().try_into().unwrap());
     scope(|s| {
-        let t = s.post_send(&qp, Write::new(src.slice(..).unwrap(), target.slice(0, 64).unwrap())).unwrap();
+        let t = s.post_send(&qp, wr::Write::new(src.slice(..).unwrap(), target.slice(0, 64).unwrap())).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::RdmaWrite), "{c:?}");
-        let t = s.post_send(&qp, Read::new(back.slice_mut(..).unwrap(), target.slice(0, 64).unwrap())).unwrap();
+        let t = s.post_send(&qp, wr::Read::new(back.slice_mut(..).unwrap(), target.slice(0, 64).unwrap())).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode(), c.byte_len()), (WcStatus::Success, WcOpcode::RdmaRead, 64), "{c:?}");
     })
     .unwrap();
     assert_eq!(back.as_slice(), MESSAGE, "READ returns what the WRITE put there");
     scope(|s| {
-        let t = s.post_send(&qp, Read::new(back.slice_mut(..).unwrap(), target.slice(512, 64).unwrap())).unwrap();
+        let t = s.post_send(&qp, wr::Read::new(back.slice_mut(..).unwrap(), target.slice(512, 64).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();
     assert_eq!(back.as_slice(), &expected_region(576, &[])[512..], "READ of the untouched pattern");
     scope(|s| {
-        let t = s.post_send(&qp, FetchAdd::new(word.slice_mut(..).unwrap(), target.slice(128, 8).unwrap(), 9)).unwrap();
+        let t =
+            s.post_send(&qp, wr::FetchAdd::new(word.slice_mut(..).unwrap(), target.slice(128, 8).unwrap(), 9)).unwrap();
         let (c, _) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::FetchAdd), "{c:?}");
     })
@@ -151,11 +152,11 @@ fn host_a_writes_reads_and_runs_atomics_through_a_window_on_host_b() {
     scope(|s| {
         // A compare that fails first (the word is not 0), then one that succeeds.
         let t = s
-            .post_send(&qp, CompareSwap::new(word.slice_mut(..).unwrap(), target.slice(136, 8).unwrap(), 0, 1))
+            .post_send(&qp, wr::CompareSwap::new(word.slice_mut(..).unwrap(), target.slice(136, 8).unwrap(), 0, 1))
             .unwrap();
         let (c, back_word) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::CompSwap), "{c:?}");
-        let t = s.post_send(&qp, CompareSwap::new(back_word, target.slice(136, 8).unwrap(), old, SWAPPED)).unwrap();
+        let t = s.post_send(&qp, wr::CompareSwap::new(back_word, target.slice(136, 8).unwrap(), old, SWAPPED)).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
     })
     .unwrap();

@@ -11,7 +11,7 @@ use typed_verbs::pd::Pd;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::{Read, Recv, Send, Write};
+use typed_verbs::wr;
 
 const T: Duration = Duration::from_secs(1);
 
@@ -20,7 +20,7 @@ fn owned(pd: &Pd, qp: &Qp<RC, RTS>) -> typed_verbs::Result<Vec<u8>> {
     src.as_mut_slice()[0] = 1;
     let dst = pd.register(vec![0u8; 4096].into_boxed_slice(), access::REMOTE_RW)?;
     scope(|s| -> typed_verbs::Result<()> {
-        let t = s.post_send(qp, Write::new(src.slice(..)?, dst.remote(..)?))?;
+        let t = s.post_send(qp, wr::Write::new(src.slice(..)?, dst.remote(..)?))?;
         s.wait(t, T)?.0.ok()?;
         Ok(())
     })??;
@@ -33,7 +33,7 @@ fn borrowed(pd: &Pd, qp: &Qp<RC, RTS>, buf: &mut [u8]) -> typed_verbs::Result<()
     let mut mr: BorrowedMr<'_, access::LocalRw> = pd.register_borrowed(&mut *buf, access::LOCAL_RW)?;
     mr.as_mut_slice()[0] = 1;
     scope(|s| -> typed_verbs::Result<()> {
-        let t = s.post_recv(qp, Recv::new(mr.slice_mut(..)?))?;
+        let t = s.post_recv(qp, wr::Recv::new(mr.slice_mut(..)?))?;
         s.wait(t, T)?;
         Ok(())
     })??;
@@ -52,12 +52,12 @@ fn scoped(pd: &Pd, qp: &Qp<RC, RTS>, mw: Mw<Type1>, buf: &mut [u8]) -> typed_ver
         })??;
         let second = mr.remote(8..16)?;
         scope(|s| -> typed_verbs::Result<()> {
-            let t = s.post_send(qp, Read::new(mr.slice_mut(..8)?, second))?;
+            let t = s.post_send(qp, wr::Read::new(mr.slice_mut(..8)?, second))?;
             s.wait(t, T)?;
             Ok(())
         })??;
         scope(|s| -> typed_verbs::Result<()> {
-            let t = s.post_send(qp, Send::new(mr.slice(..8)?))?;
+            let t = s.post_send(qp, wr::Send::new(mr.slice(..8)?))?;
             s.wait(t, T)?;
             Ok(())
         })??;

@@ -5,7 +5,7 @@ use typed_verbs::mr::{Chunk, Mr};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Send;
+use typed_verbs::wr;
 
 fn in_one_scope(qp: &Qp<RC, RTS>, mr: &mut Mr<access::LocalRw>) -> typed_verbs::Result<()> {
     let timeout = Duration::from_secs(10);
@@ -13,7 +13,7 @@ fn in_one_scope(qp: &Qp<RC, RTS>, mr: &mut Mr<access::LocalRw>) -> typed_verbs::
         let mut buf = mr.slice_mut(..5)?;
         for msg in [b"hello", b"world", b"again"] {
             buf.write_volatile_from(msg);
-            let token = s.post_send(qp, Send::new(buf))?;
+            let token = s.post_send(qp, wr::Send::new(buf))?;
             let (completion, back) = s.wait(token, timeout)?;
             completion.ok()?;
             buf = back;
@@ -29,7 +29,7 @@ fn owned(qp: &Qp<RC, RTS>, mut chunk: Chunk<access::LocalRw>) -> typed_verbs::Re
     let timeout = Duration::from_secs(10);
     for msg in [b"hello", b"world"] {
         chunk.as_mut_slice()[..5].copy_from_slice(msg);
-        let token = qp.post_send_owned(Send::new(chunk))?;
+        let token = qp.post_send_owned(wr::Send::new(chunk))?;
         let (completion, back) = token.wait(timeout)?;
         completion.ok()?;
         chunk = back;

@@ -5,7 +5,7 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::{Recv, Send, Write};
+use typed_verbs::wr;
 
 fn check(
     qp: &Qp<RC, RTS>,
@@ -17,18 +17,18 @@ fn check(
     let timeout = Duration::from_secs(10);
     scope(|s| -> typed_verbs::Result<()> {
         // A receive buffer comes back from `wait` and is posted again.
-        let token = s.post_recv(qp, Recv::new(dst.slice_mut(..)?))?;
+        let token = s.post_recv(qp, wr::Recv::new(dst.slice_mut(..)?))?;
         let (completion, buf) = s.wait(token, timeout)?;
         completion.ok()?;
-        let token = s.post_recv(qp, Recv::new(buf))?;
+        let token = s.post_recv(qp, wr::Recv::new(buf))?;
         let (_, buf) = s.wait(token, timeout)?;
         let mut first = [0u8; 1];
         buf.read_volatile_into(&mut first);
         // A source view comes back too, and shared views can be posted more than once.
-        let token = s.post_send(qp, Write::new(src.slice(..5)?, remote))?;
+        let token = s.post_send(qp, wr::Write::new(src.slice(..5)?, remote))?;
         let (_, sent) = s.wait(token, timeout)?;
-        let _again = s.post_send(qp, Send::new(sent))?;
-        let _twice = s.post_send(qp, Send::new(sent))?;
+        let _again = s.post_send(qp, wr::Send::new(sent))?;
+        let _twice = s.post_send(qp, wr::Send::new(sent))?;
         Ok(())
     })??;
     // After the scope, the regions are free for plain access again.

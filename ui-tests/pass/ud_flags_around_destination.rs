@@ -6,7 +6,7 @@ use typed_verbs::mr::{Chunk, Mr};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UD};
-use typed_verbs::wr::{InlineSend, InlineSendImm, Send, SendImm, SendRequest, Tso};
+use typed_verbs::wr::{self, SendRequest, Tso};
 
 const QPN: u32 = 7;
 const QKEY: u32 = 0x1111_1111;
@@ -24,35 +24,35 @@ fn check(
     scope(|s| -> typed_verbs::Result<()> {
         let b = || src.slice(..64);
         // Send: each flag before and after the destination, alone and combined.
-        let _t = s.post_send(qp, Send::new(b()?).to(ah, QPN, QKEY).unsignaled())?;
-        let _t = s.post_send(qp, Send::new(b()?).unsignaled().to(ah, QPN, QKEY))?;
-        let _t = s.post_send(qp, Send::new(b()?).to(ah, QPN, QKEY).solicited())?;
-        let _t = s.post_send(qp, Send::new(b()?).solicited().to(ah, QPN, QKEY))?;
-        let _t = s.post_send(qp, Send::new(b()?).to(ah, QPN, QKEY).ip_csum(csum))?;
-        let _t = s.post_send(qp, Send::new(b()?).ip_csum(csum).to(ah, QPN, QKEY))?;
-        let _t = s.post_send(qp, Send::new(b()?).solicited().to(ah, QPN, QKEY).unsignaled().ip_csum(csum))?;
-        let _t = s.post_send(qp, Send::new(b()?).ip_csum(csum).unsignaled().solicited().to(ah, QPN, QKEY))?;
-        let _t = s.post_send(qp, Send::new(b()?).to(ah, QPN, QKEY).ip_csum(csum).solicited().unsignaled())?;
+        let _t = s.post_send(qp, wr::Send::new(b()?).to(ah, QPN, QKEY).unsignaled())?;
+        let _t = s.post_send(qp, wr::Send::new(b()?).unsignaled().to(ah, QPN, QKEY))?;
+        let _t = s.post_send(qp, wr::Send::new(b()?).to(ah, QPN, QKEY).solicited())?;
+        let _t = s.post_send(qp, wr::Send::new(b()?).solicited().to(ah, QPN, QKEY))?;
+        let _t = s.post_send(qp, wr::Send::new(b()?).to(ah, QPN, QKEY).ip_csum(csum))?;
+        let _t = s.post_send(qp, wr::Send::new(b()?).ip_csum(csum).to(ah, QPN, QKEY))?;
+        let _t = s.post_send(qp, wr::Send::new(b()?).solicited().to(ah, QPN, QKEY).unsignaled().ip_csum(csum))?;
+        let _t = s.post_send(qp, wr::Send::new(b()?).ip_csum(csum).unsignaled().solicited().to(ah, QPN, QKEY))?;
+        let _t = s.post_send(qp, wr::Send::new(b()?).to(ah, QPN, QKEY).ip_csum(csum).solicited().unsignaled())?;
         // SEND with immediate.
-        let _t = s.post_send(qp, SendImm::new(b()?, 1).to(ah, QPN, QKEY).unsignaled())?;
-        let _t = s.post_send(qp, SendImm::new(b()?, 1).unsignaled().to(ah, QPN, QKEY))?;
-        let _t = s.post_send(qp, SendImm::new(b()?, 1).to(ah, QPN, QKEY).solicited())?;
-        let _t = s.post_send(qp, SendImm::new(b()?, 1).solicited().to(ah, QPN, QKEY))?;
-        let _t = s.post_send(qp, SendImm::new(b()?, 1).to(ah, QPN, QKEY).ip_csum(csum))?;
-        let _t = s.post_send(qp, SendImm::new(b()?, 1).ip_csum(csum).to(ah, QPN, QKEY))?;
+        let _t = s.post_send(qp, wr::SendImm::new(b()?, 1).to(ah, QPN, QKEY).unsignaled())?;
+        let _t = s.post_send(qp, wr::SendImm::new(b()?, 1).unsignaled().to(ah, QPN, QKEY))?;
+        let _t = s.post_send(qp, wr::SendImm::new(b()?, 1).to(ah, QPN, QKEY).solicited())?;
+        let _t = s.post_send(qp, wr::SendImm::new(b()?, 1).solicited().to(ah, QPN, QKEY))?;
+        let _t = s.post_send(qp, wr::SendImm::new(b()?, 1).to(ah, QPN, QKEY).ip_csum(csum))?;
+        let _t = s.post_send(qp, wr::SendImm::new(b()?, 1).ip_csum(csum).to(ah, QPN, QKEY))?;
         // Inline SEND and SEND with immediate.
-        let _t = s.post_inline(qp, InlineSend::new(b"abc").to(ah, QPN, QKEY).unsignaled())?;
-        let _t = s.post_inline(qp, InlineSend::new(b"abc").unsignaled().to(ah, QPN, QKEY))?;
-        let _t = s.post_inline(qp, InlineSend::new(b"abc").to(ah, QPN, QKEY).solicited())?;
-        let _t = s.post_inline(qp, InlineSend::new(b"abc").solicited().to(ah, QPN, QKEY))?;
-        let _t = s.post_inline(qp, InlineSend::new(b"abc").to(ah, QPN, QKEY).ip_csum(csum))?;
-        let _t = s.post_inline(qp, InlineSend::new(b"abc").ip_csum(csum).to(ah, QPN, QKEY))?;
-        let _t = s.post_inline(qp, InlineSendImm::new(b"abc", 9).to(ah, QPN, QKEY).unsignaled())?;
-        let _t = s.post_inline(qp, InlineSendImm::new(b"abc", 9).unsignaled().to(ah, QPN, QKEY))?;
-        let _t = s.post_inline(qp, InlineSendImm::new(b"abc", 9).to(ah, QPN, QKEY).solicited())?;
-        let _t = s.post_inline(qp, InlineSendImm::new(b"abc", 9).solicited().to(ah, QPN, QKEY))?;
-        let _t = s.post_inline(qp, InlineSendImm::new(b"abc", 9).to(ah, QPN, QKEY).ip_csum(csum))?;
-        let _t = s.post_inline(qp, InlineSendImm::new(b"abc", 9).ip_csum(csum).to(ah, QPN, QKEY))?;
+        let _t = s.post_inline(qp, wr::InlineSend::new(b"abc").to(ah, QPN, QKEY).unsignaled())?;
+        let _t = s.post_inline(qp, wr::InlineSend::new(b"abc").unsignaled().to(ah, QPN, QKEY))?;
+        let _t = s.post_inline(qp, wr::InlineSend::new(b"abc").to(ah, QPN, QKEY).solicited())?;
+        let _t = s.post_inline(qp, wr::InlineSend::new(b"abc").solicited().to(ah, QPN, QKEY))?;
+        let _t = s.post_inline(qp, wr::InlineSend::new(b"abc").to(ah, QPN, QKEY).ip_csum(csum))?;
+        let _t = s.post_inline(qp, wr::InlineSend::new(b"abc").ip_csum(csum).to(ah, QPN, QKEY))?;
+        let _t = s.post_inline(qp, wr::InlineSendImm::new(b"abc", 9).to(ah, QPN, QKEY).unsignaled())?;
+        let _t = s.post_inline(qp, wr::InlineSendImm::new(b"abc", 9).unsignaled().to(ah, QPN, QKEY))?;
+        let _t = s.post_inline(qp, wr::InlineSendImm::new(b"abc", 9).to(ah, QPN, QKEY).solicited())?;
+        let _t = s.post_inline(qp, wr::InlineSendImm::new(b"abc", 9).solicited().to(ah, QPN, QKEY))?;
+        let _t = s.post_inline(qp, wr::InlineSendImm::new(b"abc", 9).to(ah, QPN, QKEY).ip_csum(csum))?;
+        let _t = s.post_inline(qp, wr::InlineSendImm::new(b"abc", 9).ip_csum(csum).to(ah, QPN, QKEY))?;
         // TSO (no SOLICITED: not a Send).
         let _t = s.post_send(qp, Tso::new(b()?, &hdr, 1460, tso).to(ah, QPN, QKEY).unsignaled())?;
         let _t = s.post_send(qp, Tso::new(b()?, &hdr, 1460, tso).unsignaled().to(ah, QPN, QKEY))?;
@@ -63,13 +63,13 @@ fn check(
     scope(|s| -> typed_verbs::Result<()> {
         // A send lane takes the same requests, in either order.
         let lane = s.send_lane(qp)?;
-        let _p = lane.prepare(Send::new(src.slice(..64)?).to(ah, QPN, QKEY).unsignaled())?;
-        let _p = lane.prepare(Send::new(src.slice(..64)?).unsignaled().to(ah, QPN, QKEY))?;
-        let _p = lane.prepare(SendImm::new(src.slice(..64)?, 1).to(ah, QPN, QKEY).solicited().ip_csum(csum))?;
+        let _p = lane.prepare(wr::Send::new(src.slice(..64)?).to(ah, QPN, QKEY).unsignaled())?;
+        let _p = lane.prepare(wr::Send::new(src.slice(..64)?).unsignaled().to(ah, QPN, QKEY))?;
+        let _p = lane.prepare(wr::SendImm::new(src.slice(..64)?, 1).to(ah, QPN, QKEY).solicited().ip_csum(csum))?;
         Ok(())
     })??;
     // So does an owned post.
-    let _t = qp.post_send_owned(Send::new(chunk).to(ah, QPN, QKEY).solicited().unsignaled())?;
+    let _t = qp.post_send_owned(wr::Send::new(chunk).to(ah, QPN, QKEY).solicited().unsignaled())?;
     Ok(())
 }
 

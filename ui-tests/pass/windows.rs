@@ -6,7 +6,7 @@ use typed_verbs::mw::{Mw, Type1, Type2, WindowAdvert};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS, UC};
-use typed_verbs::wr::{BindMw, LocalInv, SendInv, Write};
+use typed_verbs::wr::{self, BindMw, LocalInv, SendInv};
 
 const T: Duration = Duration::from_secs(1);
 
@@ -30,7 +30,7 @@ fn check(
         let _adv = s.advertise_window(rc, &t)?;
         if let Ok(bound) = s.wait(t, T)?.1 {
             let remote = bound.remote(0..64)?;
-            let _w = s.post_send(rc, Write::new(src.slice(..64)?, remote))?;
+            let _w = s.post_send(rc, wr::Write::new(src.slice(..64)?, remote))?;
             let _inv = s.post_send(rc, SendInv::new(src.slice(..8)?, bound.rkey()))?;
             let _l = s.post_send(rc, LocalInv::new(bound))?;
         }

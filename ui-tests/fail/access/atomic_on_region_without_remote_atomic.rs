@@ -4,11 +4,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::FetchAdd;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>, result: &mut Mr<access::LocalRw>, peer: &Mr<access::RemoteRw>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, FetchAdd::new(result.slice_mut(..8).unwrap(), peer.remote(..8).unwrap(), 1));
+        let _ = s.post_send(qp, wr::FetchAdd::new(result.slice_mut(..8).unwrap(), peer.remote(..8).unwrap(), 1));
     });
 }
 

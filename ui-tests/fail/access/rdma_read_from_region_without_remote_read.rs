@@ -4,11 +4,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Read;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>, dst: &mut Mr<access::LocalRw>, peer: &Mr<access::LocalRemoteWrite>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, Read::new(dst.slice_mut(..).unwrap(), peer.remote(..).unwrap()));
+        let _ = s.post_send(qp, wr::Read::new(dst.slice_mut(..).unwrap(), peer.remote(..).unwrap()));
     });
 }
 

@@ -4,11 +4,11 @@ use typed_verbs::access;
 use typed_verbs::cm::Accepting;
 use typed_verbs::mr::Mr;
 use typed_verbs::scope::scope;
-use typed_verbs::wr::Send;
+use typed_verbs::wr;
 
 fn f(accepting: &Accepting, mr: &Mr<access::LocalRw>, chunk: typed_verbs::mr::Chunk<access::LocalRw>) {
-    let _ = accepting.qp().post_send_owned(Send::new(chunk));
-    let _ = scope(|s| s.post_send(accepting.qp(), Send::new(mr.slice(..).unwrap())).map(|_| ()));
+    let _ = accepting.qp().post_send_owned(wr::Send::new(chunk));
+    let _ = scope(|s| s.post_send(accepting.qp(), wr::Send::new(mr.slice(..).unwrap())).map(|_| ()));
 }
 
 fn main() {}

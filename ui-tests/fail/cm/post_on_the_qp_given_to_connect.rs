@@ -6,12 +6,12 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::{Qp, QpAccess};
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RESET};
-use typed_verbs::wr::Send;
+use typed_verbs::wr;
 use typed_verbs::access;
 
 fn f(id: CmId<RouteResolved>, qp: Qp<RC, RESET>, mr: &Mr<access::LocalRw>) {
     let conn = id.connect(qp, QpAccess::empty(), &ConnParam::default(), Duration::from_secs(1));
-    let _ = scope(|s| s.post_send(&qp, Send::new(mr.slice(..).unwrap())).map(|_| ()));
+    let _ = scope(|s| s.post_send(&qp, wr::Send::new(mr.slice(..).unwrap())).map(|_| ()));
     drop(conn);
 }
 

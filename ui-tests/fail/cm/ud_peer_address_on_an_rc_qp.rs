@@ -7,11 +7,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::{Send, SendRequest};
+use typed_verbs::wr::{self, SendRequest};
 
 fn f(peer: &UdPeer, qp: &Qp<RC, RTS>, mr: &Mr<access::LocalRw>) {
     let _ = scope(|s| {
-        s.post_send(qp, Send::new(mr.slice(..).unwrap()).to(peer.ah(), peer.qp_num(), peer.qkey())).map(|_| ())
+        s.post_send(qp, wr::Send::new(mr.slice(..).unwrap()).to(peer.ah(), peer.qp_num(), peer.qkey())).map(|_| ())
     });
 }
 

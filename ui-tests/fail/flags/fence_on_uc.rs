@@ -4,11 +4,11 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UC};
-use typed_verbs::wr::{SendRequest, Write};
+use typed_verbs::wr::{self, SendRequest};
 
 fn f(qp: &Qp<UC, RTS>, local: &Mr<access::LocalRead>, remote: RemoteSlice<access::RemoteRw>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, Write::new(local.slice(..).unwrap(), remote).fence());
+        let _ = s.post_send(qp, wr::Write::new(local.slice(..).unwrap(), remote).fence());
     });
 }
 

@@ -5,11 +5,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UD};
-use typed_verbs::wr::{Send, SendRequest};
+use typed_verbs::wr::{self, SendRequest};
 
 fn f(qp: &Qp<UD, RTS>, ah: &Ah, local: &Mr<access::LocalRead>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, Send::new(local.slice(..).unwrap()).fence().to(ah, 1, 2));
+        let _ = s.post_send(qp, wr::Send::new(local.slice(..).unwrap()).fence().to(ah, 1, 2));
     });
 }
 

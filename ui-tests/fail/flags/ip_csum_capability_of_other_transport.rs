@@ -4,12 +4,12 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RAW_PACKET, RTS, UD};
-use typed_verbs::wr::{Send, SendRequest};
+use typed_verbs::wr::{self, SendRequest};
 use typed_verbs::access;
 
 fn f(qp: &Qp<RAW_PACKET, RTS>, src: &Mr<access::LocalRead>, cap: IpCsum<UD>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, Send::new(src.slice(..).unwrap()).ip_csum(cap));
+        let _ = s.post_send(qp, wr::Send::new(src.slice(..).unwrap()).ip_csum(cap));
     });
 }
 

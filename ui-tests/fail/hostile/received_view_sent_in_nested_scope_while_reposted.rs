@@ -4,15 +4,15 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::{Recv, Send};
+use typed_verbs::wr;
 
 fn f(qp: &mut Qp<RC, RTS>, other: &Qp<RC, RTS>, dst: &mut Mr<access::LocalRw>) {
     let _ = scope(|s| {
         let mut lane = s.recv_lane(qp).unwrap();
-        let mut wr = lane.prepare(Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let mut wr = lane.prepare(wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
         let view = wr.received().unwrap().as_local();
         let _ = scope(|inner| {
-            let _t = inner.post_send(other, Send::new(view)).unwrap();
+            let _t = inner.post_send(other, wr::Send::new(view)).unwrap();
             let _again = lane.post(&mut wr).unwrap();
         });
     });

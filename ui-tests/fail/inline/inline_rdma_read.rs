@@ -4,11 +4,11 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Read;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>, local: &mut Mr<access::LocalRw>, remote: RemoteSlice<access::RemoteRw>) {
     let _ = scope(|s| {
-        let _ = s.post_inline(qp, Read::new(local.slice_mut(..).unwrap(), remote));
+        let _ = s.post_inline(qp, wr::Read::new(local.slice_mut(..).unwrap(), remote));
     });
 }
 

@@ -4,12 +4,12 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Write;
+use typed_verbs::wr;
 
 fn f(qp: &mut Qp<RC, RTS>, src: &Mr<access::LocalRead>, remote: RemoteSlice<access::RemoteRw>) {
     let _ = scope(|s| {
         let lane = s.send_lane(qp).unwrap();
-        let _ = s.post_send(qp, Write::new(src.slice(..).unwrap(), remote));
+        let _ = s.post_send(qp, wr::Write::new(src.slice(..).unwrap(), remote));
         drop(lane);
     });
 }

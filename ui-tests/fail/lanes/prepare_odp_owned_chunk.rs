@@ -4,12 +4,12 @@ use typed_verbs::mr::{Chunk, Odp};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Send;
+use typed_verbs::wr;
 
 fn f(qp: &mut Qp<RC, RTS>, chunk: Chunk<access::LocalRw, Odp>) {
     let _ = scope(|s| {
         let lane = s.send_lane(qp).unwrap();
-        let _ = lane.prepare(Send::new(chunk));
+        let _ = lane.prepare(wr::Send::new(chunk));
     });
 }
 

@@ -5,12 +5,12 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UD};
-use typed_verbs::wr::{Read, SendRequest};
+use typed_verbs::wr::{self, SendRequest};
 
 fn f(qp: &mut Qp<UD, RTS>, ah: &Ah, dst: &mut Mr<access::LocalRw>, remote: RemoteSlice<access::RemoteRw>) {
     let _ = scope(|s| {
         let lane = s.send_lane(qp).unwrap();
-        let _ = lane.prepare(Read::new(dst.slice_mut(..).unwrap(), remote).to(ah, 1, 1));
+        let _ = lane.prepare(wr::Read::new(dst.slice_mut(..).unwrap(), remote).to(ah, 1, 1));
     });
 }
 

@@ -4,12 +4,12 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Recv;
+use typed_verbs::wr;
 
 fn f(qp: &mut Qp<RC, RTS>, dst: &mut Mr<access::LocalRw>) {
     let _ = scope(|s| {
         let mut lane = s.recv_lane(qp).unwrap();
-        let mut wr = lane.prepare(Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let mut wr = lane.prepare(wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
         let _token = lane.post(&mut wr).unwrap();
         drop(wr);
         let _ = dst.as_slice()[0];

@@ -4,11 +4,11 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UC};
-use typed_verbs::wr::CompareSwap;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<UC, RTS>, result: &mut Mr<access::LocalRw>, remote: RemoteSlice<access::RemoteAll>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, CompareSwap::new(result.slice_mut(..8).unwrap(), remote, 0, 1));
+        let _ = s.post_send(qp, wr::CompareSwap::new(result.slice_mut(..8).unwrap(), remote, 0, 1));
     });
 }
 

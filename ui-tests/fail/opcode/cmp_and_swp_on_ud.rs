@@ -5,11 +5,11 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UD};
-use typed_verbs::wr::{CompareSwap, SendRequest};
+use typed_verbs::wr::{self, SendRequest};
 
 fn f(qp: &Qp<UD, RTS>, ah: &Ah, result: &mut Mr<access::LocalRw>, remote: RemoteSlice<access::RemoteAll>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, CompareSwap::new(result.slice_mut(..8).unwrap(), remote, 0, 1).to(ah, 1, 2));
+        let _ = s.post_send(qp, wr::CompareSwap::new(result.slice_mut(..8).unwrap(), remote, 0, 1).to(ah, 1, 2));
     });
 }
 

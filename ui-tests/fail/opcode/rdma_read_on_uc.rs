@@ -4,11 +4,11 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UC};
-use typed_verbs::wr::Read;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<UC, RTS>, local: &mut Mr<access::LocalRw>, remote: RemoteSlice<access::RemoteAll>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, Read::new(local.slice_mut(..).unwrap(), remote));
+        let _ = s.post_send(qp, wr::Read::new(local.slice_mut(..).unwrap(), remote));
     });
 }
 

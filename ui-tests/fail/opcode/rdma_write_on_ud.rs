@@ -5,11 +5,11 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RTS, UD};
-use typed_verbs::wr::{Write, SendRequest};
+use typed_verbs::wr::{self, SendRequest};
 
 fn f(qp: &Qp<UD, RTS>, ah: &Ah, local: &Mr<access::LocalRead>, remote: RemoteSlice<access::RemoteAll>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, Write::new(local.slice(..).unwrap(), remote).to(ah, 1, 2));
+        let _ = s.post_send(qp, wr::Write::new(local.slice(..).unwrap(), remote).to(ah, 1, 2));
     });
 }
 

@@ -3,11 +3,11 @@ use typed_verbs::access;
 use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Send;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>) {
     let src = qp_region();
-    let _ = qp.post_send_owned(Send::new(src.slice(..).unwrap()));
+    let _ = qp.post_send_owned(wr::Send::new(src.slice(..).unwrap()));
 }
 
 fn qp_region() -> Mr<access::LocalRead> {

@@ -5,11 +5,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Recv;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>, dst: &mut Mr<access::LocalRw>) {
     let _ = scope(|s| {
-        let token = s.post_recv(qp, Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let token = s.post_recv(qp, wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
         let _first = dst.as_slice()[0];
         let _ = s.wait(token, Duration::from_secs(1));
     });

@@ -4,13 +4,13 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Recv;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>, dst: &mut Mr<access::LocalRw>) {
     let _ = scope(|s| {
         let buf = dst.slice_mut(..).unwrap();
-        let _first = s.post_recv(qp, Recv::new(buf));
-        let _second = s.post_recv(qp, Recv::new(buf));
+        let _first = s.post_recv(qp, wr::Recv::new(buf));
+        let _second = s.post_recv(qp, wr::Recv::new(buf));
     });
 }
 

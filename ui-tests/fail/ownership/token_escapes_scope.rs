@@ -4,10 +4,10 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Send;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>, src: &Mr<access::LocalRead>) {
-    let _token = scope(|s| s.post_send(qp, Send::new(src.slice(..).unwrap())).unwrap());
+    let _token = scope(|s| s.post_send(qp, wr::Send::new(src.slice(..).unwrap())).unwrap());
 }
 
 fn main() {}

@@ -5,11 +5,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Send;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>, src: &Mr<access::LocalRead>) {
     let _ = scope(|outer| {
-        let token = outer.post_send(qp, Send::new(src.slice(..).unwrap())).unwrap();
+        let token = outer.post_send(qp, wr::Send::new(src.slice(..).unwrap())).unwrap();
         let _ = scope(|inner| {
             let _ = inner.wait(token, Duration::from_secs(1));
         });

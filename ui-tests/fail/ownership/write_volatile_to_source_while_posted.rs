@@ -5,11 +5,11 @@ use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Write;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>, src: &mut Mr<access::RemoteRw>, remote: RemoteSlice<access::RemoteRw>) {
     let _ = scope(|s| {
-        let token = s.post_send(qp, Write::new(src.slice(..).unwrap(), remote)).unwrap();
+        let token = s.post_send(qp, wr::Write::new(src.slice(..).unwrap(), remote)).unwrap();
         src.write_volatile_from(0, b"new").unwrap();
         let _ = s.wait(token, Duration::from_secs(1));
     });

@@ -5,11 +5,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Recv;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RTS>, a: &mut Mr<access::LocalRw>, b: &mut Mr<access::LocalRw>) {
     let _ = scope(|s| {
-        let token = s.post_recv(qp, Recv::new((a.slice_mut(..).unwrap(), b.slice_mut(..).unwrap()))).unwrap();
+        let token = s.post_recv(qp, wr::Recv::new((a.slice_mut(..).unwrap(), b.slice_mut(..).unwrap()))).unwrap();
         let _first = b.as_slice()[0];
         let _ = s.wait(token, Duration::from_secs(1));
     });

@@ -4,12 +4,12 @@ use typed_verbs::mr::Chunk;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::Recv;
+use typed_verbs::wr;
 
 fn f(qp: &mut Qp<RC, RTS>, a: Chunk<access::LocalRw>, b: Chunk<access::LocalRw>) {
     let _ = scope(|s| {
         let lane = s.recv_lane(qp).unwrap();
-        let _ = lane.prepare(Recv::new([a, b]));
+        let _ = lane.prepare(wr::Recv::new([a, b]));
     });
 }
 

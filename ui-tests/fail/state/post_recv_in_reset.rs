@@ -4,11 +4,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RESET};
-use typed_verbs::wr::Recv;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RESET>, buf: &mut Mr<access::LocalRw>) {
     let _ = scope(|s| {
-        let _ = s.post_recv(qp, Recv::new(buf.slice_mut(..).unwrap()));
+        let _ = s.post_recv(qp, wr::Recv::new(buf.slice_mut(..).unwrap()));
     });
 }
 

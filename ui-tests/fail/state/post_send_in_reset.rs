@@ -4,11 +4,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RESET};
-use typed_verbs::wr::Send;
+use typed_verbs::wr;
 
 fn f(qp: &Qp<RC, RESET>, local: &Mr<access::LocalRead>) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, Send::new(local.slice(..).unwrap()));
+        let _ = s.post_send(qp, wr::Send::new(local.slice(..).unwrap()));
     });
 }
 

@@ -5,11 +5,11 @@ use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
-use typed_verbs::wr::{Send, SendRequest};
+use typed_verbs::wr::{self, SendRequest};
 
 fn f(qp: &Qp<RC, RTS>, src: &Mr<access::LocalRead>, ah: &Ah) {
     let _ = scope(|s| {
-        let _ = s.post_send(qp, Send::new(src.slice(..).unwrap()).to(ah, 1, 2));
+        let _ = s.post_send(qp, wr::Send::new(src.slice(..).unwrap()).to(ah, 1, 2));
     });
 }
 
