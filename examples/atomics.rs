@@ -48,7 +48,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // The owner's word. REMOTE_ATOMIC lets peers operate on it; ibv_reg_mr(3) requires
     // LOCAL_WRITE with it (leave `.local_write()` out and this does not compile).
-    let mut word = pd.alloc_mr(8, Access::NONE.local_write().remote_atomic())?;
+    let word_access = Access::NONE.local_write().remote_atomic();
+    let mut word = pd.alloc_mr(8, word_access)?;
     // Peers may change it at any time, so it is never a plain slice: copy in and out.
     word.write_volatile_from(0, &100u64.to_ne_bytes())?;
     // Where the client receives the value the word had before each operation. The device
@@ -60,14 +61,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let owner = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let client = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let (eo, ec) = (owner.endpoint(PORT, gid_index, 1)?, client.endpoint(PORT, gid_index, 2)?);
-    let connect = |qp: Qp<RC, RESET>, access: QpAccess, me: &Endpoint, peer: &Endpoint| -> typed_verbs::Result<_> {
-        let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
+    let connect = |qp: Qp<RC, RESET>, init: ConnectedInit, me: &Endpoint, peer: &Endpoint| -> typed_verbs::Result<_> {
+        let qp = qp.to_init(&init)?;
         let av = AddressVector::global(PORT, peer.gid, gid_index as u8);
         let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
         Ok(qp.to_rts(&RcRts::new(me.psn))?)
     };
-    let _owner = connect(owner, QpAccess::REMOTE_ATOMIC, &eo, &ec)?;
-    let client = connect(client, QpAccess::empty(), &ec, &eo)?;
+    // The owner grants its peer what the word's registration allows (the remote bits of the
+    // set: atomics); the client grants nothing.
+    let _owner = connect(owner, ConnectedInit::new(PORT, word_access), &eo, &ec)?;
+    let client = connect(client, ConnectedInit::new(PORT, Access::NONE), &ec, &eo)?;
     println!("connected RC QPs on {name}: owner {:#x}, client {:#x}", eo.qp_num, ec.qp_num);
 
     // What the client knows of the word: address, length, rkey, and the rights (atomic).

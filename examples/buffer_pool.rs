@@ -96,8 +96,8 @@ fn run<B: StableBuffer>(dev: Option<String>, gid: Option<u32>, arena: B) -> type
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let (ea, eb) = (a.local_endpoint(link)?, b.local_endpoint(link)?);
-    let a = a.connect(link, QpAccess::REMOTE_WRITE, &ea, &eb)?;
-    let b = b.connect(link, QpAccess::REMOTE_WRITE, &eb, &ea)?;
+    let a = a.connect(link, access::LOCAL_REMOTE_WRITE, &ea, &eb)?;
+    let b = b.connect(link, access::LOCAL_REMOTE_WRITE, &eb, &ea)?;
 
     // The pool, registered once. The device only reads it (sources of SENDs and WRITEs), so it
     // stays a plain slice for the program between requests.

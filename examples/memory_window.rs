@@ -107,7 +107,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let connect = |qp: Qp<RC, RESET>, me: &Endpoint, peer: &Endpoint| -> typed_verbs::Result<Qp<RC, RTS>> {
         // The server's QP must accept incoming RDMA WRITEs at all; what they may touch is
         // decided by the rkey they carry.
-        let qp = qp.to_init(&ConnectedInit::new(PORT, QpAccess::REMOTE_WRITE))?;
+        let qp = qp.to_init(&ConnectedInit::new(PORT, Access::NONE.remote_write()))?;
         let av = AddressVector::global(PORT, peer.gid, gid_index as u8);
         let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
         Ok(qp.to_rts(&RcRts::new(me.psn))?)

@@ -41,6 +41,7 @@ mod remote;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use typed_verbs::access::AccessSet;
 use typed_verbs::access::{self, window};
 use typed_verbs::device::Mtu;
 use typed_verbs::mw::{Type1, WindowAdvert};
@@ -129,7 +130,7 @@ fn active_mtu(ctx: &Context) -> Result<Mtu, Error> {
 fn connect(
     qp: Qp<RC, RESET>,
     o: &Opts,
-    access: QpAccess,
+    access: impl AccessSet,
     me: &Endpoint,
     peer: &Endpoint,
     mtu: Mtu,
@@ -182,7 +183,7 @@ fn serve(o: &Opts) -> Result<(), Error> {
     let mtu = o.mtu.unwrap_or_else(|| remote::negotiate(mine, theirs));
     pingpong::print_address("remote address:", &peer);
     println!("path MTU {} (ours {}, the client's {})", mtu.bytes(), mine.bytes(), theirs.bytes());
-    let rights = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ | QpAccess::REMOTE_ATOMIC;
+    let rights = Access::NONE.remote_write().remote_read().remote_atomic();
     let qp = connect(qp, o, rights, &me, &peer, mtu)?;
 
     scope(|s| -> Result<(), Error> {
@@ -241,7 +242,7 @@ fn access(o: &Opts) -> Result<(), Error> {
     pingpong::print_address("remote address:", &peer);
     println!("path MTU {} (ours {}, the owner's {})", mtu.bytes(), mine.bytes(), theirs.bytes());
     println!("using addr {:#x} len {} rkey {:#x}", advert.addr, advert.len, advert.rkey);
-    let qp = connect(qp, o, QpAccess::empty(), &me, &peer, mtu)?;
+    let qp = connect(qp, o, Access::NONE, &me, &peer, mtu)?;
     let target = advert.remote::<window::All>()?;
 
     let mut src = pd.alloc_mr(64, access::LOCAL_READ)?;

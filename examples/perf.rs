@@ -457,8 +457,8 @@ fn rc_pair(
 
 /// Moves `qp` (address `me`) to RTS towards `peer`.
 fn connect(p: &Params, qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint, rd_atomic: u8) -> Result<Qp<RC, RTS>> {
-    let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
-    let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
+    // The remote rights of the peers' target regions (`REMOTE_RW`).
+    let qp = qp.to_init(&ConnectedInit::new(PORT, access::REMOTE_RW))?;
     let av = AddressVector::global(PORT, peer.gid, p.gid_index as u8);
     let rtr = RcRtr { max_dest_rd_atomic: rd_atomic, ..RcRtr::new(av, peer.qp_num, peer.psn) };
     let qp = qp.to_rtr(&rtr)?;

@@ -40,7 +40,7 @@ fn run(opts: &cm_args::Options) -> typed_verbs::Result<()> {
     let cq = ctx.create_cq(8)?;
     let caps = QpCaps { max_send_wr: 1, max_recv_wr: 1, max_inline_data: 16, ..QpCaps::default() };
     let qp = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
-    let connecting = id.prepare(qp, QpAccess::empty())?;
+    let connecting = id.prepare(qp, Access::NONE)?;
     let recv_buf = pd.alloc_mr(16, access::LOCAL_RW)?.into_chunks(16)?.remove(0);
     let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_buf)).map_err(|e| e.error)?;
     let conn = connecting.connect(&ConnParam::default(), opts.timeout)?;

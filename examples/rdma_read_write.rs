@@ -44,7 +44,7 @@ fn main() -> typed_verbs::Result<()> {
 
     // Two RC queue pairs, connected to each other: each side's endpoint (its QP number, a
     // random PSN, the GID of the port's IPv4 address) is what it would send a remote peer.
-    let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
+    // Each QP grants its peer the remote rights of `target`'s registration.
     let link = match gid_index {
         Some(gid_index) => Link { port: PORT, gid_index },
         None => Link::default_for(&ctx, PORT)?,
@@ -52,8 +52,8 @@ fn main() -> typed_verbs::Result<()> {
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let (ea, eb) = (a.local_endpoint(link)?, b.local_endpoint(link)?);
-    let a = a.connect(link, access, &ea, &eb)?;
-    let _b = b.connect(link, access, &eb, &ea)?;
+    let a = a.connect(link, access::REMOTE_RW, &ea, &eb)?;
+    let _b = b.connect(link, access::REMOTE_RW, &eb, &ea)?;
     println!("connected RC QPs {:#x} <-> {:#x} on {name}", ea.qp_num, eb.qp_num);
 
     scope(|s| -> typed_verbs::Result<()> {

@@ -39,7 +39,7 @@ fn run(opts: &cm_args::Options) -> typed_verbs::Result<()> {
     let cq = ctx.create_cq(8)?;
     let caps = QpCaps { max_send_wr: 1, max_recv_wr: 1, max_inline_data: 16, ..QpCaps::default() };
     let qp = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
-    let accepting = req.prepare(qp, QpAccess::empty(), ConnParam::default())?;
+    let accepting = req.prepare(qp, Access::NONE, ConnParam::default())?;
     // The client sends as soon as it is connected: the receive is posted first.
     let recv_buf = pd.alloc_mr(16, access::LOCAL_RW)?.into_chunks(16)?.remove(0);
     let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_buf)).map_err(|e| e.error)?;

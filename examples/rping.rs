@@ -217,7 +217,7 @@ fn server(o: &Options) -> AppResult<()> {
     // The RDMA READ destination, then the RDMA WRITE source: the peer never names it.
     let mut buf = res.pd.alloc_mr(o.size, access::LOCAL_RW)?;
     // Nobody reads or writes the server's memory: its QP grants the peer nothing.
-    let accepting = req.prepare(res.qp()?, QpAccess::empty(), conn_param())?;
+    let accepting = req.prepare(res.qp()?, Access::NONE, conn_param())?;
     // The client sends its first advertisement as soon as it is connected.
     let mut recv = post_recv(accepting.qp(), res.recv_buf()?)?;
     let conn = accepting.accept(o.timeout)?;
@@ -297,7 +297,7 @@ fn client(o: &Options) -> AppResult<()> {
     // tried again, bounded by --timeout.
     let deadline = Instant::now() + o.timeout;
     let (conn, mut recv) = loop {
-        let connecting = id.prepare(res.qp()?, QpAccess::REMOTE_READ | QpAccess::REMOTE_WRITE)?;
+        let connecting = id.prepare(res.qp()?, Access::NONE.remote_write().remote_read())?;
         let recv = post_recv(connecting.qp(), recv_buf)?;
         match connecting.connect(&conn_param(), o.timeout) {
             Ok(conn) => break (conn, recv),

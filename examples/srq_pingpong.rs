@@ -57,7 +57,7 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
     let mut qps = Vec::with_capacity(num_qp);
     for _ in 0..num_qp {
         let qp = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps).srq(&srq))?;
-        qps.push(qp.to_init(&ConnectedInit::new(opts.ib_port, QpAccess::empty()))?);
+        qps.push(qp.to_init(&ConnectedInit::new(opts.ib_port, Access::NONE))?);
     }
 
     // `-r` receives into the SRQ, posted before the exchange as in the C tool.

@@ -257,7 +257,7 @@ fn main() -> typed_verbs::Result<()> {
     let a = pd.create_qp::<RC>(&config_a)?;
     let b = pd.create_qp::<RC>(&config_b)?;
     let (ea, eb) = (a.endpoint(PORT, gid_index, 0x1000)?, b.endpoint(PORT, gid_index, 0x2000)?);
-    let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
+    let access = Access::NONE.remote_write().remote_read();
     let connect = |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> typed_verbs::Result<Qp<RC, RTS>> {
         let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
         let av = AddressVector::global(PORT, peer.gid, gid_index as u8);

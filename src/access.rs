@@ -18,6 +18,29 @@
 //! [`HasRemoteWrite`], [`HasRemoteRead`], [`HasRemoteAtomic`], [`HasMwBind`]) gate the
 //! operations that need each right, and [`PeerCannotWrite`] gates plain `&[u8]` access to the
 //! memory.
+//!
+//! # Queue pairs
+//!
+//! What a connected QP lets its peer do (`qp_access_flags` of ibv_modify_qp(3): "Mask of
+//! enabled remote access operations on incoming packets") is given with the same values:
+//! [`ConnectedInit::new`](crate::qp::ConnectedInit::new), `Qp::<RC|UC, RESET>::connect` and the
+//! CM's `prepare`, `connect` and `accept` take any [`AccessSet`]. The QP takes the set's
+//! REMOTE_WRITE, REMOTE_READ and REMOTE_ATOMIC bits and leaves LOCAL_WRITE and MW_BIND out:
+//! those two are rights of a registration (the local device writing the memory, windows bound
+//! to it), not of incoming packets. So the preset the peer's target region is registered with
+//! is handed to the QP as it is (`REMOTE_RW` carries LOCAL_WRITE only because ibv_reg_mr(3)
+//! requires it beside REMOTE_WRITE), as C programs pass one mask to both verbs, and
+//! [`Access::NONE`] grants nothing. The sets [`LegalAccess`] refuses for a region are accepted
+//! here (`Access::NONE.remote_write()`: a QP needs no LOCAL_WRITE to grant remote writes).
+//!
+//! ```
+//! use typed_verbs::access::{self, Access};
+//! use typed_verbs::qp::ConnectedInit;
+//! use typed_verbs::sys;
+//! let init = ConnectedInit::new(1, access::REMOTE_RW);
+//! assert_eq!(init.qp_access_flags(), sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ);
+//! assert_eq!(ConnectedInit::new(1, Access::NONE).qp_access_flags(), 0);
+//! ```
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -117,6 +140,11 @@ impl<LW, RW, RR, RA, MB> Access<LW, RW, RR, RA, MB> {
 /// Any access set (legal or not) whose positions hold flag markers or `()`.
 ///
 /// Sealed: implemented only by [`Access`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an access set",
+    label = "expected an `Access` set",
+    note = "regions and queue pairs take the `access` module's values: `access::LOCAL_RW`, `access::REMOTE_RW`, `access::REMOTE_ALL`, ..., or a set built from `Access::NONE` (`.remote_write()`, `.remote_read()`, ...)"
+)]
 pub trait AccessSet: sealed::Sealed + Copy + Send + Sync + 'static {
     /// The `IBV_ACCESS_*` bits of this set.
     const BITS: u32;
@@ -165,6 +193,12 @@ impl<RW, RR, RA, ZB> fmt::Debug for WindowAccess<RW, RR, RA, ZB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(std::any::type_name::<Self>())
     }
+}
+
+/// `qp_access_flags` for a QP granted `A` (the [queue-pair rule](self#queue-pairs)): the remote
+/// bits of the set.
+pub(crate) fn qp_access_flags<A: AccessSet>(_: A) -> u32 {
+    A::BITS & (sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ | sys::IBV_ACCESS_REMOTE_ATOMIC)
 }
 
 /// An access set that ibv_reg_mr(3) accepts.
@@ -518,6 +552,19 @@ mod tests {
                 | sys::IBV_ACCESS_MW_BIND
         );
         assert_eq!(bits(Access::NONE.mw_bind().remote_read()), sys::IBV_ACCESS_MW_BIND | sys::IBV_ACCESS_REMOTE_READ);
+    }
+
+    #[test]
+    fn a_qp_takes_the_remote_bits_of_a_set() {
+        let remote = sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ | sys::IBV_ACCESS_REMOTE_ATOMIC;
+        assert_eq!(qp_access_flags(Access::NONE), 0);
+        assert_eq!(qp_access_flags(LOCAL_RW), 0);
+        assert_eq!(qp_access_flags(WINDOW_BINDABLE), 0);
+        assert_eq!(qp_access_flags(REMOTE_READ_ONLY), sys::IBV_ACCESS_REMOTE_READ);
+        assert_eq!(qp_access_flags(Access::NONE.remote_write()), sys::IBV_ACCESS_REMOTE_WRITE);
+        assert_eq!(qp_access_flags(REMOTE_RW), sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ);
+        assert_eq!(qp_access_flags(REMOTE_ALL), remote);
+        assert_eq!(qp_access_flags(FULL), remote);
     }
 
     fn legal<A: LegalAccess>(_: A) {}

@@ -14,7 +14,8 @@
 //! The QP is the program's own (created with [`Pd::create_qp`](crate::pd::Pd) on the device the
 //! address resolved to, [`CmId::device_name`]): the CM computes its attributes
 //! (`rdma_init_qp_attr`) and the library moves it RESET → INIT → RTR → RTS with them, the
-//! program choosing what peers may do to its memory ([`QpAccess`]); the typestate follows.
+//! program choosing what peers may do to its memory (an [`access`](crate::access) set, as for
+//! a region: [the queue-pair rule](crate::access#queue-pairs)); the typestate follows.
 //!
 //! Each identifier has an event channel of its own, so a wait for one identifier's event never
 //! takes another's; every wait is bounded, and an event other than the one a step expects is a
@@ -32,10 +33,11 @@ use std::time::{Duration, Instant};
 
 use typed_verbs_sys as sys;
 
+use crate::access::{qp_access_flags, AccessSet};
 use crate::ah::{AddressVector, Ah};
 use crate::error::{Error, Result, Verb};
 use crate::pd::Pd;
-use crate::qp::{CmAttr, Qp, QpAccess, SqPsn, UdRtr};
+use crate::qp::{CmAttr, Qp, SqPsn, UdRtr};
 use crate::transport::{Transport, INIT, RC, RESET, RTR, RTS, UD};
 
 mod sealed {
@@ -409,17 +411,17 @@ impl RawId {
     }
 
     /// Moves `qp` (of the identifier's device) RESET → INIT with the CM's attributes, granting
-    /// `access`.
-    fn qp_to_init(&self, qp: Qp<RC, RESET>, access: QpAccess) -> Result<Qp<RC, INIT>> {
+    /// `access` (`qp_access_flags` bits).
+    fn qp_to_init(&self, qp: Qp<RC, RESET>, access: u32) -> Result<Qp<RC, INIT>> {
         self.check_device(qp.device_name())?;
         let mut init = self.qp_attr(sys::IBV_QPS_INIT)?;
-        init.attr.qp_access_flags = access.bits();
+        init.attr.qp_access_flags = access;
         init.mask |= sys::IBV_QP_ACCESS_FLAGS;
         Ok(qp.cm_modify(&init)?)
     }
 
     /// Moves `qp` RESET → INIT → RTR with the CM's attributes, granting `access`.
-    fn qp_to_rtr(&self, qp: Qp<RC, RESET>, access: QpAccess, param: &ConnParam) -> Result<Qp<RC, RTR>> {
+    fn qp_to_rtr(&self, qp: Qp<RC, RESET>, access: u32, param: &ConnParam) -> Result<Qp<RC, RTR>> {
         let qp = self.qp_to_init(qp, access)?;
         let mut rtr = self.qp_attr(sys::IBV_QPS_RTR)?;
         // Before `rdma_accept` the kernel's value is the request's initiator depth; the accept
@@ -807,8 +809,8 @@ impl CmId<RouteResolved, RC> {
     ///
     /// See rdma_init_qp_attr(3).
     #[doc(alias = "rdma_init_qp_attr")]
-    pub fn prepare(self, qp: Qp<RC, RESET>, access: QpAccess) -> Result<Connecting> {
-        let qp = self.raw.qp_to_init(qp, access)?;
+    pub fn prepare<A: AccessSet>(self, qp: Qp<RC, RESET>, access: A) -> Result<Connecting> {
+        let qp = self.raw.qp_to_init(qp, qp_access_flags(access))?;
         Ok(Connecting { raw: self.raw, qp: FlushOnDrop(Some(qp)) })
     }
 
@@ -819,10 +821,10 @@ impl CmId<RouteResolved, RC> {
     ///
     /// See rdma_connect(3).
     #[doc(alias = "rdma_connect")]
-    pub fn connect(
+    pub fn connect<A: AccessSet>(
         self,
         qp: Qp<RC, RESET>,
-        access: QpAccess,
+        access: A,
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<Connection> {
@@ -837,7 +839,12 @@ impl CmId<RouteResolved, RC> {
     /// See rdma_connect(3).
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_connect")]
-    pub async fn connect_async(self, qp: Qp<RC, RESET>, access: QpAccess, param: &ConnParam) -> Result<Connection> {
+    pub async fn connect_async<A: AccessSet>(
+        self,
+        qp: Qp<RC, RESET>,
+        access: A,
+        param: &ConnParam,
+    ) -> Result<Connection> {
         self.prepare(qp, access)?.connect_async(param).await
     }
 }
@@ -1476,8 +1483,8 @@ impl ConnRequest<RC> {
     ///
     /// See rdma_init_qp_attr(3).
     #[doc(alias = "rdma_init_qp_attr")]
-    pub fn prepare(self, qp: Qp<RC, RESET>, access: QpAccess, param: ConnParam) -> Result<Accepting> {
-        let qp = self.raw.qp_to_rtr(qp, access, &param)?;
+    pub fn prepare<A: AccessSet>(self, qp: Qp<RC, RESET>, access: A, param: ConnParam) -> Result<Accepting> {
+        let qp = self.raw.qp_to_rtr(qp, qp_access_flags(access), &param)?;
         Ok(Accepting { raw: self.raw, qp: FlushOnDrop(Some(qp)), param, private_data: self.private_data })
     }
 
@@ -1488,10 +1495,10 @@ impl ConnRequest<RC> {
     ///
     /// See rdma_accept(3).
     #[doc(alias = "rdma_accept")]
-    pub fn accept(
+    pub fn accept<A: AccessSet>(
         self,
         qp: Qp<RC, RESET>,
-        access: QpAccess,
+        access: A,
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<Connection> {
@@ -1506,7 +1513,12 @@ impl ConnRequest<RC> {
     /// See rdma_accept(3).
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_accept")]
-    pub async fn accept_async(self, qp: Qp<RC, RESET>, access: QpAccess, param: &ConnParam) -> Result<Connection> {
+    pub async fn accept_async<A: AccessSet>(
+        self,
+        qp: Qp<RC, RESET>,
+        access: A,
+        param: &ConnParam,
+    ) -> Result<Connection> {
         self.prepare(qp, access, param.clone())?.accept_async().await
     }
 }

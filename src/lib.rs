@@ -96,7 +96,7 @@ pub mod prelude {
     pub use crate::owned::OwnedToken;
     pub use crate::pd::Pd;
     pub use crate::qp::{
-        ConnectedInit, Endpoint, Link, Qp, QpAccess, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, UcRtr, UdInit, UdRtr,
+        ConnectedInit, Endpoint, Link, Qp, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, UcRtr, UdInit, UdRtr,
     };
     pub use crate::scope::{scope, scope_with_timeout, Scope, Token};
     pub use crate::srq::Srq;

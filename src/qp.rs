@@ -17,9 +17,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bitflags::bitflags;
 use typed_verbs_sys as sys;
 
+use crate::access::{qp_access_flags, AccessSet};
 use crate::ah::AddressVector;
 use crate::cq::{Cq, CqShared};
 use crate::device::{Gid, Mtu};
@@ -29,19 +29,6 @@ use crate::queue::{TrackedQueue, RECV_BIT};
 use crate::srq::{Srq, SrqShared};
 use crate::transport::{self, IsInit, IsReset, IsRtr, QpState, Transport, RC, RESET, UC, UD};
 use crate::wc::Completion;
-
-bitflags! {
-    /// Remote access a QP grants to its peer (`IBV_ACCESS_REMOTE_*` in `qp_access_flags`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-    pub struct QpAccess: u32 {
-        /// The peer may RDMA WRITE into this side's regions.
-        const REMOTE_WRITE = sys::IBV_ACCESS_REMOTE_WRITE;
-        /// The peer may RDMA READ this side's regions.
-        const REMOTE_READ = sys::IBV_ACCESS_REMOTE_READ;
-        /// The peer may perform atomics on this side's regions.
-        const REMOTE_ATOMIC = sys::IBV_ACCESS_REMOTE_ATOMIC;
-    }
-}
 
 /// Queue sizes requested at creation (`struct ibv_qp_cap`). The provider may grant more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,14 +382,25 @@ pub struct ConnectedInit {
     pub port: u8,
     /// The P_Key index.
     pub pkey_index: u16,
-    /// What the peer may do to this side's memory (UC: only `REMOTE_WRITE` is meaningful).
-    pub access: QpAccess,
+    /// `qp_access_flags`: the remote rights of the access set given to
+    /// [`ConnectedInit::new`] ([the queue-pair rule](crate::access#queue-pairs)).
+    access: u32,
 }
 
 impl ConnectedInit {
-    /// Port `port`, P_Key index 0, granting `access`.
-    pub fn new(port: u8, access: QpAccess) -> Self {
-        ConnectedInit { port, pkey_index: 0, access }
+    /// Port `port`, P_Key index 0, granting the peer the remote rights of `access` (the
+    /// [`access`](crate::access) values regions are registered with: `access::REMOTE_RW`,
+    /// `Access::NONE.remote_write()`, `Access::NONE` for none). REMOTE_WRITE, REMOTE_READ and
+    /// REMOTE_ATOMIC become `qp_access_flags`; LOCAL_WRITE and MW_BIND mean nothing to a QP and
+    /// are left out ([the queue-pair rule](crate::access#queue-pairs)). UC: only REMOTE_WRITE
+    /// is meaningful.
+    pub fn new<A: AccessSet>(port: u8, access: A) -> Self {
+        ConnectedInit { port, pkey_index: 0, access: qp_access_flags(access) }
+    }
+
+    /// The `qp_access_flags` this transition sets: `IBV_ACCESS_REMOTE_*` bits.
+    pub fn qp_access_flags(&self) -> u32 {
+        self.access
     }
 }
 
@@ -411,7 +409,7 @@ impl TransitionAttr for ConnectedInit {
     fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
         a.port_num = self.port;
         a.pkey_index = self.pkey_index;
-        a.qp_access_flags = self.access.bits();
+        a.qp_access_flags = self.access;
         Ok(sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS)
     }
 }
@@ -929,7 +927,7 @@ impl Qp<RC, RESET> {
     pub fn connect(
         self,
         link: Link,
-        access: QpAccess,
+        access: impl AccessSet,
         me: &Endpoint,
         peer: &Endpoint,
     ) -> Result<Qp<RC, transport::RTS>> {
@@ -971,7 +969,7 @@ impl Qp<UC, RESET> {
     pub fn connect(
         self,
         link: Link,
-        access: QpAccess,
+        access: impl AccessSet,
         me: &Endpoint,
         peer: &Endpoint,
     ) -> Result<Qp<UC, transport::RTS>> {

@@ -796,7 +796,7 @@ where
     let caps =
         QpCaps { max_send_wr: 1, max_recv_wr: opts.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qp = pd.create_qp::<T>(&QpConfig::new(&cq).caps(caps))?;
-    let qp = qp.to_init(&ConnectedInit::new(opts.ib_port, QpAccess::empty()))?;
+    let qp = qp.to_init(&ConnectedInit::new(opts.ib_port, Access::NONE))?;
 
     let me = local_endpoint(&ctx, &qp, opts)?;
     print_address("local address: ", &me);

@@ -64,7 +64,7 @@ fn an_srq_of_another_context_or_pd_is_refused_at_qp_creation() {
 #[test]
 fn memory_of_another_context_or_pd_is_refused_before_the_provider() {
     let TwoContexts { a, b } = two_contexts();
-    let pair = rc_pair(&a.pd, &a.cq, &a.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let pair = rc_pair(&a.pd, &a.cq, &a.cq, Access::NONE.remote_write(), QpCaps::default());
     let other_pd = a._ctx.alloc_pd().unwrap();
     let mut src_ctx = b.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     let mut src_pd = other_pd.alloc_mr(64, access::LOCAL_READ).unwrap();
@@ -112,7 +112,7 @@ struct ChunkRig {
 
 fn chunk_rig() -> ChunkRig {
     let r = rig();
-    let pair = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let pair = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0xab);
     let chunk = r.pd.alloc_mr(256, access::LOCAL_RW).unwrap().into_chunks(256).unwrap().remove(0);
@@ -165,7 +165,7 @@ fn a_new_qp_never_inherits_a_destroyed_qps_completions() {
     let r = rig();
     let ch = r._ctx.create_comp_channel().unwrap();
     let stale_cq = r._ctx.create_cq_with_channel(256, &ch).unwrap();
-    let pair = rc_pair(&r.pd, &stale_cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let pair = rc_pair(&r.pd, &stale_cq, &r.cq, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap().into_chunks(64).unwrap().remove(0);
     src.as_mut_slice().fill(1);
     let dst = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);

@@ -145,7 +145,7 @@ fn raw_handles_name_the_live_c_objects() {
 fn hugepage_backed_regions_carry_traffic() {
     const LEN: usize = 4 << 20;
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, QpCaps::default());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write().remote_read(), QpCaps::default());
     let mut src = r.pd.alloc_mr_huge(LEN, access::LOCAL_RW).expect("huge pages (nr_hugepages in the guest)");
     let target = r.pd.alloc_mr_huge(LEN, access::REMOTE_RW).unwrap();
     let mut back = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();

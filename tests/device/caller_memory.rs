@@ -24,7 +24,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// A rig and an RC pair whose QPs allow remote writes and reads.
 fn pair() -> (Rig, RcPair) {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, QpCaps::default());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write().remote_read(), QpCaps::default());
     (r, p)
 }
 
@@ -395,7 +395,7 @@ fn bind_tokens_dropped_inside_the_closure_leave_no_window_behind() {
     const LEN: usize = 4096;
     let r = rig();
     let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, caps);
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write().remote_read(), caps);
     let mut src = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
     src.as_mut_slice().copy_from_slice(&pattern(LEN, 17));
     let mut advert_buf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();

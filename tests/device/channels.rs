@@ -65,7 +65,7 @@ fn rig_with(both_on_channel: bool) -> Rig {
     let ch = ctx.create_comp_channel().unwrap();
     let cq_a = if both_on_channel { ctx.create_cq_with_channel(256, &ch) } else { ctx.create_cq(256) }.unwrap();
     let cq_b = ctx.create_cq_with_channel(256, &ch).unwrap();
-    let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::empty(), QpCaps::default());
+    let pair = rc_pair(&pd, &cq_a, &cq_b, Access::NONE, QpCaps::default());
     Rig { ctx, pd, ch, cq_a, cq_b, pair }
 }
 

@@ -59,7 +59,7 @@ fn serve(listener: CmListener, reject: Option<&'static [u8]>) -> std::thread::Jo
         }
         let side = Side::on(&req.device_name().expect("the request's device"));
         let param = ConnParam { private_data: b"welcome".to_vec(), ..ConnParam::default() };
-        let conn = req.accept(side.qp(), QpAccess::REMOTE_WRITE, &param, WAIT).expect("rdma_accept");
+        let conn = req.accept(side.qp(), Access::NONE.remote_write(), &param, WAIT).expect("rdma_accept");
         assert_eq!(conn.peer_private_data().get(..5), Some(&b"hello"[..]));
         Some((side, conn))
     })
@@ -75,7 +75,7 @@ fn an_rc_connection_by_ip_address_carries_traffic_and_sees_the_peers_disconnect(
     let id = resolve(SocketAddr::new(IpAddr::V4(local_ip()), port));
     let side = Side::on(&device_name());
     let param = ConnParam { private_data: b"hello".to_vec(), ..ConnParam::default() };
-    let conn = id.connect(side.qp(), QpAccess::REMOTE_WRITE, &param, WAIT).expect("rdma_connect");
+    let conn = id.connect(side.qp(), Access::NONE.remote_write(), &param, WAIT).expect("rdma_connect");
     assert_eq!(conn.peer_private_data().get(..7), Some(&b"welcome"[..]), "the accept's private data");
     let (peer_side, mut peer) = server.join().expect("the server thread").expect("accepted");
 
@@ -117,7 +117,7 @@ fn a_reject_hands_the_listeners_private_data_to_the_connecting_side() {
     let id = resolve(SocketAddr::new(IpAddr::V4(local_ip()), port));
     let side = Side::on(&device_name());
     let param = ConnParam { private_data: b"hello".to_vec(), ..ConnParam::default() };
-    match id.connect(side.qp(), QpAccess::empty(), &param, WAIT) {
+    match id.connect(side.qp(), Access::NONE, &param, WAIT) {
         Err(Error::Rejected { private_data, status }) => {
             assert_eq!(private_data.get(..13), Some(&b"go away: full"[..]), "status {status}");
         }
@@ -133,7 +133,7 @@ fn connecting_to_a_port_nobody_listens_on_is_rejected_in_bounded_time() {
     let id = resolve(SocketAddr::new(IpAddr::V4(local_ip()), port));
     let side = Side::on(&device_name());
     let start = Instant::now();
-    match id.connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT) {
+    match id.connect(side.qp(), Access::NONE, &ConnParam::default(), WAIT) {
         Err(Error::Rejected { private_data, status }) => {
             assert!(private_data.iter().all(|&b| b == 0), "no private data from nobody: {private_data:?}");
             assert_ne!(status, 0, "a reject reason");
@@ -204,7 +204,7 @@ fn our_listener_serves_rdma_cores_rdma_client() {
     let mut client = Proc::spawn("rdma_client", &c_tool("rdma_client"), &args);
     let req = listener.next_request(WAIT).expect("rdma_client's request");
     let side = Side::on(&req.device_name().expect("the request's device"));
-    let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).expect("INIT, RTR");
+    let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).expect("INIT, RTR");
     // rdma_client sends as soon as it is connected: the receive goes first.
     let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
     let conn = accepting.accept(WAIT).expect("rdma_accept");
@@ -228,7 +228,7 @@ fn connect_to_c_server(
     let server = Proc::spawn("rdma_server", &c_tool("rdma_server"), &args);
     let deadline = Instant::now() + WAIT;
     loop {
-        let connecting = resolve(SocketAddr::new(IpAddr::V4(ip), port)).prepare(side.qp(), QpAccess::empty()).unwrap();
+        let connecting = resolve(SocketAddr::new(IpAddr::V4(ip), port)).prepare(side.qp(), Access::NONE).unwrap();
         let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(side))).map_err(|e| e.error).unwrap();
         match connecting.connect(&ConnParam::default(), WAIT) {
             Ok(conn) => return (server, conn, recv),
@@ -279,7 +279,7 @@ fn the_verbs_connect_helper_picks_the_roce_v2_gid_and_random_psns() {
     assert_ne!(ea.psn, eb.psn, "random initial PSNs");
     assert!(ea.psn <= 0xff_ffff && eb.psn <= 0xff_ffff);
     assert!(
-        matches!(a.connect(link, QpAccess::REMOTE_WRITE, &eb, &ea), Err(Error::InvalidArgument { .. })),
+        matches!(a.connect(link, Access::NONE.remote_write(), &eb, &ea), Err(Error::InvalidArgument { .. })),
         "another QP's endpoint"
     );
     let a = r.pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
@@ -289,13 +289,13 @@ fn the_verbs_connect_helper_picks_the_roce_v2_gid_and_random_psns() {
     let grh = path.av.grh.expect("a GRH on RoCE");
     assert_eq!(Some(path.mtu), ctx.query_port(PORT).unwrap().active_mtu());
     assert_eq!((grh.dgid, u32::from(grh.sgid_index), path.av.port), (eb.gid, index, PORT));
-    let a = a.connect(link, QpAccess::REMOTE_WRITE, &ea, &eb).expect("RC connect a");
-    let b = b.connect(link, QpAccess::REMOTE_WRITE, &eb, &ea).expect("RC connect b");
+    let a = a.connect(link, Access::NONE.remote_write(), &ea, &eb).expect("RC connect a");
+    let b = b.connect(link, Access::NONE.remote_write(), &eb, &ea).expect("RC connect b");
     let (ua, ub) =
         (r.pd.create_qp::<UC>(&QpConfig::new(&cq)).unwrap(), r.pd.create_qp::<UC>(&QpConfig::new(&cq)).unwrap());
     let (eua, eub) = (ua.local_endpoint(link).unwrap(), ub.local_endpoint(link).unwrap());
-    let ua = ua.connect(link, QpAccess::REMOTE_WRITE, &eua, &eub).expect("UC connect a");
-    let _ub = ub.connect(link, QpAccess::REMOTE_WRITE, &eub, &eua).expect("UC connect b");
+    let ua = ua.connect(link, Access::NONE.remote_write(), &eua, &eub).expect("UC connect a");
+    let _ub = ub.connect(link, Access::NONE.remote_write(), &eub, &eua).expect("UC connect b");
 
     let mut src = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
     fill(&mut src, 21);
@@ -406,7 +406,7 @@ fn identifiers_dropped_in_every_state_end_cleanly() {
     drop(CmId::new().unwrap().resolve_addr(None, to, WAIT).unwrap());
     drop(resolve(to));
     let side = Side::on(&device_name());
-    drop(resolve(to).prepare(side.qp(), QpAccess::empty()).unwrap());
+    drop(resolve(to).prepare(side.qp(), Access::NONE).unwrap());
     // A request dropped without an answer: the connecting side fails, in bounded time.
     let server = std::thread::spawn(move || {
         let req = listener.next_request(WAIT).expect("a request");
@@ -414,7 +414,7 @@ fn identifiers_dropped_in_every_state_end_cleanly() {
         listener
     });
     let start = Instant::now();
-    let r = resolve(to).connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT);
+    let r = resolve(to).connect(side.qp(), Access::NONE, &ConnParam::default(), WAIT);
     assert!(matches!(r, Err(Error::Rejected { .. }) | Err(Error::Cm { .. })), "{:?}", r.map(|_| ()));
     assert!(start.elapsed() < WAIT, "{:?}", start.elapsed());
     drop(server.join().expect("the listener thread"));
@@ -445,12 +445,12 @@ fn connect_with_depths(active: ConnParam, passive: ConnParam) -> ((u8, u8), (u8,
     let server = std::thread::spawn(move || {
         let req = listener.next_request(WAIT).expect("a request");
         let side = Side::on(&req.device_name().unwrap());
-        let conn = req.accept(side.qp(), QpAccess::REMOTE_READ, &passive, WAIT).expect("accept");
+        let conn = req.accept(side.qp(), Access::NONE.remote_read(), &passive, WAIT).expect("accept");
         (side, conn)
     });
     let side = Side::on(&device_name());
     let conn = resolve(SocketAddr::new(IpAddr::V4(ip), port))
-        .connect(side.qp(), QpAccess::REMOTE_READ, &active, WAIT)
+        .connect(side.qp(), Access::NONE.remote_read(), &active, WAIT)
         .expect("connect");
     let (pside, pconn) = server.join().unwrap();
     let a = depths(conn.qp());
@@ -493,14 +493,14 @@ fn waits_take_duration_max_without_panicking() {
     let server = std::thread::spawn(move || {
         let req = listener.next_request(Duration::MAX).expect("a request");
         let side = Side::on(&req.device_name().unwrap());
-        let conn = req.accept(side.qp(), QpAccess::empty(), &ConnParam::default(), Duration::MAX).expect("accept");
+        let conn = req.accept(side.qp(), Access::NONE, &ConnParam::default(), Duration::MAX).expect("accept");
         (side, conn)
     });
     let to = SocketAddr::new(IpAddr::V4(ip), port);
     let id = CmId::new().unwrap().resolve_addr(None, to, Duration::MAX).expect("resolve_addr");
     let id = id.resolve_route(Duration::MAX).expect("resolve_route");
     let side = Side::on(&device_name());
-    let conn = id.connect(side.qp(), QpAccess::empty(), &ConnParam::default(), Duration::MAX).expect("connect");
+    let conn = id.connect(side.qp(), Access::NONE, &ConnParam::default(), Duration::MAX).expect("connect");
     let (pside, pconn) = server.join().expect("the server thread");
     drop(conn.disconnect().expect("disconnect"));
     assert_eq!(pconn.wait_disconnected(Duration::MAX).expect("the disconnect"), PeerEnded::Disconnected);
@@ -515,8 +515,7 @@ fn waits_take_duration_max_without_panicking() {
 fn receives_posted_before_a_failed_connect_come_back_flushed() {
     let port = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 1).unwrap().port();
     let side = Side::on(&device_name());
-    let connecting =
-        resolve(SocketAddr::new(IpAddr::V4(local_ip()), port)).prepare(side.qp(), QpAccess::empty()).unwrap();
+    let connecting = resolve(SocketAddr::new(IpAddr::V4(local_ip()), port)).prepare(side.qp(), Access::NONE).unwrap();
     let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
     let r = connecting.connect(&ConnParam::default(), WAIT);
     assert!(matches!(r, Err(Error::Rejected { .. })), "nobody listens: {:?}", r.map(|_| ()));
@@ -537,17 +536,17 @@ fn receives_posted_before_a_step_never_taken_come_back_flushed() {
         let (c, chunk) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the receive back, flushed");
         assert_eq!((c.status(), chunk.len()), (WcStatus::WrFlushErr, 16), "{c:?}");
     };
-    let connecting = resolve(to).prepare(side.qp(), QpAccess::empty()).unwrap();
+    let connecting = resolve(to).prepare(side.qp(), Access::NONE).unwrap();
     let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
     drop(connecting);
     flushed(recv);
 
     let client = std::thread::spawn(move || {
         let side = Side::on(&device_name());
-        resolve(to).connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT).map(|_| ())
+        resolve(to).connect(side.qp(), Access::NONE, &ConnParam::default(), WAIT).map(|_| ())
     });
     let req = listener.next_request(WAIT).expect("a request");
-    let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).expect("prepare");
+    let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).expect("prepare");
     let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
     drop(accepting);
     flushed(recv);
@@ -566,7 +565,7 @@ fn receives_posted_before_a_failed_accept_come_back_flushed() {
         let req = listener.next_request(WAIT).expect("a request");
         let side = Side::on(&req.device_name().unwrap());
         let param = ConnParam { private_data: vec![7; 197], ..ConnParam::default() };
-        let accepting = req.prepare(side.qp(), QpAccess::empty(), param).expect("prepare");
+        let accepting = req.prepare(side.qp(), Access::NONE, param).expect("prepare");
         let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let r = accepting.accept(WAIT);
         assert!(matches!(r, Err(Error::InvalidArgument { .. })), "197 bytes: {:?}", r.map(|_| ()));
@@ -576,12 +575,8 @@ fn receives_posted_before_a_failed_accept_come_back_flushed() {
         drop(side);
     });
     let side = Side::on(&device_name());
-    let r = resolve(SocketAddr::new(IpAddr::V4(ip), port)).connect(
-        side.qp(),
-        QpAccess::empty(),
-        &ConnParam::default(),
-        WAIT,
-    );
+    let r =
+        resolve(SocketAddr::new(IpAddr::V4(ip), port)).connect(side.qp(), Access::NONE, &ConnParam::default(), WAIT);
     assert!(r.is_err(), "the accept failed");
     server.join().expect("the server thread");
 }
@@ -599,7 +594,7 @@ fn two_threads_waiting_on_one_listener_each_get_one_request() {
             std::thread::spawn(move || {
                 let req = l.next_request(WAIT).expect("a request");
                 let side = Side::on(&req.device_name().unwrap());
-                let conn = req.accept(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT).expect("accept");
+                let conn = req.accept(side.qp(), Access::NONE, &ConnParam::default(), WAIT).expect("accept");
                 (side, conn)
             })
         })
@@ -608,7 +603,7 @@ fn two_threads_waiting_on_one_listener_each_get_one_request() {
     let conns: Vec<_> = (0..2)
         .map(|_| {
             resolve(SocketAddr::new(IpAddr::V4(ip), port))
-                .connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT)
+                .connect(side.qp(), Access::NONE, &ConnParam::default(), WAIT)
                 .expect("connect")
         })
         .collect();

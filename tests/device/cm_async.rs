@@ -41,7 +41,7 @@ fn an_rc_connection_is_made_used_and_ended_with_the_async_waits() {
             let req = timeout(WAIT, listener.next_request_async()).await.expect("bounded").expect("a request");
             assert_eq!(req.private_data().get(..5), Some(&b"hello"[..]));
             let side = Side::on(&req.device_name().unwrap());
-            let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
+            let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).unwrap();
             let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
             let conn = timeout(WAIT, accepting.accept_async()).await.expect("bounded").expect("rdma_accept");
             let (c, chunk) = recv.wait(WAIT).map_err(|e| e.error).expect("the client's message");
@@ -52,7 +52,7 @@ fn an_rc_connection_is_made_used_and_ended_with_the_async_waits() {
         });
         let side = Side::on(&device_name());
         let param = ConnParam { private_data: b"hello".to_vec(), ..ConnParam::default() };
-        let conn = timeout(WAIT, resolve(addr).await.connect_async(side.qp(), QpAccess::empty(), &param))
+        let conn = timeout(WAIT, resolve(addr).await.connect_async(side.qp(), Access::NONE, &param))
             .await
             .expect("bounded")
             .expect("rdma_connect");
@@ -82,7 +82,7 @@ fn a_listeners_async_wait_raced_against_a_timer_loses_no_request() {
         let client = std::thread::spawn(move || {
             let id = CmId::new().unwrap().resolve_addr(None, addr, WAIT).unwrap().resolve_route(WAIT).unwrap();
             let side = Side::on(&device_name());
-            id.connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT).map(|_| ())
+            id.connect(side.qp(), Access::NONE, &ConnParam::default(), WAIT).map(|_| ())
         });
         let req = timeout(WAIT, listener.next_request_async()).await.expect("bounded").expect("the request");
         req.reject(b"seen").unwrap();
@@ -100,7 +100,7 @@ fn a_connect_future_dropped_while_it_waits_hands_the_posted_receive_back_flushed
     let (_listener, addr) = listen();
     let side = Side::on(&device_name());
     let recv = rt.block_on(async {
-        let connecting = resolve(addr).await.prepare(side.qp(), QpAccess::empty()).unwrap();
+        let connecting = resolve(addr).await.prepare(side.qp(), Access::NONE).unwrap();
         let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let r = timeout(Duration::from_millis(500), connecting.connect_async(&ConnParam::default())).await;
         assert!(r.is_err(), "no answer within 500 ms: the future is dropped while it waits");

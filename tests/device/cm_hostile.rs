@@ -380,7 +380,7 @@ fn the_two_port_spaces_never_meet_a_ud_resolution_finds_no_rc_listener_and_back(
     let (ud, ud_addr) = listen_ud();
     let rc_side = crate::cm::Side::on(&device_name());
     let id = CmId::new().unwrap().resolve_addr(None, ud_addr, WAIT).unwrap().resolve_route(WAIT).unwrap();
-    let r = id.connect(rc_side.qp(), QpAccess::empty(), &typed_verbs::cm::ConnParam::default(), WAIT);
+    let r = id.connect(rc_side.qp(), Access::NONE, &typed_verbs::cm::ConnParam::default(), WAIT);
     assert!(matches!(r, Err(Error::Rejected { .. })), "an RC connect to a UD port: {:?}", r.map(|_| ()));
     match ud.next_request(Duration::from_millis(500)) {
         Err(Error::Timeout { .. }) => {}
@@ -400,7 +400,7 @@ fn rc_private_data_and_retry_counts_above_the_limits_are_refused_and_flush_the_q
         (ConnParam { rnr_retry_count: 255, ..ConnParam::default() }, "0..=7"),
     ] {
         let id = CmId::new().unwrap().resolve_addr(None, to, WAIT).unwrap().resolve_route(WAIT).unwrap();
-        let connecting = id.prepare(side.qp(), QpAccess::empty()).unwrap();
+        let connecting = id.prepare(side.qp(), Access::NONE).unwrap();
         let recv =
             connecting.qp().post_recv_owned(wr::Recv::new(crate::cm::recv_chunk(&side))).map_err(|e| e.error).unwrap();
         match connecting.connect(&param, WAIT) {
@@ -416,7 +416,7 @@ fn rc_private_data_and_retry_counts_above_the_limits_are_refused_and_flush_the_q
     let client = std::thread::spawn(move || {
         let side = crate::cm::Side::on(&device_name());
         let id = CmId::new().unwrap().resolve_addr(None, to, WAIT).unwrap().resolve_route(WAIT).unwrap();
-        id.connect(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT).map(|_| ())
+        id.connect(side.qp(), Access::NONE, &ConnParam::default(), WAIT).map(|_| ())
     });
     let req = listener.next_request(WAIT).expect("the request");
     match req.reject(&[0u8; 149]) {
@@ -565,7 +565,7 @@ mod async_waits {
         std::thread::spawn(move || {
             let side = Side::on(&device_name());
             let param = ConnParam { private_data: hello.to_vec(), ..ConnParam::default() };
-            let conn = resolve(addr).connect(side.qp(), QpAccess::empty(), &param, WAIT)?;
+            let conn = resolve(addr).connect(side.qp(), Access::NONE, &param, WAIT)?;
             Ok((side, conn))
         })
     }
@@ -585,7 +585,7 @@ mod async_waits {
         }
         // A connect with a receive posted: the error, and the receive back flushed.
         let side = Side::on(&device_name());
-        let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
+        let connecting = resolve(addr).prepare(side.qp(), Access::NONE).unwrap();
         let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         match poll_once(connecting.connect_async(&ConnParam::default())) {
             Poll::Ready(Err(Error::Verb { verb: Verb::GetCmEvent, .. })) => {}
@@ -601,7 +601,7 @@ mod async_waits {
         let c = client(addr, b"hello");
         let req = listener.next_request(WAIT).expect("the request");
         let side = Side::on(&req.device_name().unwrap());
-        let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
+        let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).unwrap();
         let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         match poll_once(accepting.accept_async()) {
             Poll::Ready(Err(Error::Verb { verb: Verb::GetCmEvent, context, .. })) => {
@@ -686,7 +686,7 @@ mod async_waits {
         let c = client(addr, b"hello");
         let req = listener.next_request(WAIT).expect("the request");
         let side = Side::on(&req.device_name().unwrap());
-        let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
+        let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).unwrap();
         let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         // Polled once (rdma_accept sent, ESTABLISHED not yet there), then dropped.
         let mut accept = Box::pin(accepting.accept_async());
@@ -725,7 +725,7 @@ mod async_waits {
         // dropped without ever being polled. It holds the QP the receive was posted on.
         let (_listener, addr) = listen(); // never answers
         let side = Side::on(&device_name());
-        let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
+        let connecting = resolve(addr).prepare(side.qp(), Access::NONE).unwrap();
         let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let param = ConnParam::default();
         drop(connecting.connect_async(&param));
@@ -735,7 +735,7 @@ mod async_waits {
         let (listener, addr) = listen();
         let client = client(addr, b"hello");
         let req = listener.next_request(WAIT).expect("the request");
-        let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
+        let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).unwrap();
         let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         drop(accepting.accept_async());
         let (c, _) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the accept's receive back");
@@ -749,7 +749,7 @@ mod async_waits {
         let (_listener, addr) = listen(); // never answers
         let side = Side::on(&device_name());
         let rt = runtime();
-        let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
+        let connecting = resolve(addr).prepare(side.qp(), Access::NONE).unwrap();
         let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let param = ConnParam::default();
         let mut fut = Box::pin(connecting.connect_async(&param));
@@ -770,7 +770,7 @@ mod async_waits {
         let rt = runtime();
         let req = listener.next_request(WAIT).expect("the request");
         let side = Side::on(&req.device_name().unwrap());
-        let accepting = req.prepare(side.qp(), QpAccess::empty(), ConnParam::default()).unwrap();
+        let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).unwrap();
         let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let mut fut = Box::pin(accepting.accept_async());
         match poll_once_in(&rt, &mut fut) {
@@ -840,7 +840,7 @@ mod async_waits {
         let (_listener, addr) = listen(); // never answers
         let (idle, _) = listen(); // nobody connects to
         let side = Side::on(&device_name());
-        let connecting = resolve(addr).prepare(side.qp(), QpAccess::empty()).unwrap();
+        let connecting = resolve(addr).prepare(side.qp(), Access::NONE).unwrap();
         let recv = connecting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let param = ConnParam::default();
         let mut connect = Box::pin(connecting.connect_async(&param));
@@ -873,7 +873,7 @@ mod async_waits {
         let rt = runtime();
         let req = listener.next_request(WAIT).expect("the request");
         let side = Side::on(&req.device_name().unwrap());
-        let conn = req.accept(side.qp(), QpAccess::empty(), &ConnParam::default(), WAIT).expect("accepted");
+        let conn = req.accept(side.qp(), Access::NONE, &ConnParam::default(), WAIT).expect("accepted");
         let (_peer_side, peer) = c.join().unwrap().expect("connected");
         rt.block_on(async {
             for _ in 0..3 {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use typed_verbs::access::AccessSet;
 use typed_verbs::prelude::*;
 
 /// Generous: everything is slow under software emulation.
@@ -72,7 +73,7 @@ pub struct RcPair {
     pub b: Qp<RC, RTS>,
 }
 
-pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: QpAccess, caps: QpCaps) -> RcPair {
+pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: impl AccessSet, caps: QpCaps) -> RcPair {
     let a = pd.create_qp::<RC>(&QpConfig::new(cq_a).caps(caps)).expect("create QP a");
     let b = pd.create_qp::<RC>(&QpConfig::new(cq_b).caps(caps)).expect("create QP b");
     let ea = a.endpoint(PORT, gid_index(), 0x1000).expect("endpoint a");
@@ -82,7 +83,7 @@ pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: QpAccess, caps: QpCaps) ->
     RcPair { a, b }
 }
 
-pub fn connect_rc(qp: Qp<RC, RESET>, access: QpAccess, me: &Endpoint, peer: &Endpoint) -> Qp<RC, RTS> {
+pub fn connect_rc(qp: Qp<RC, RESET>, access: impl AccessSet, me: &Endpoint, peer: &Endpoint) -> Qp<RC, RTS> {
     let qp = qp.to_init(&ConnectedInit::new(PORT, access)).expect("RESET->INIT");
     let av = AddressVector::global(PORT, peer.gid, gid_index() as u8);
     let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn)).expect("INIT->RTR");
@@ -90,7 +91,7 @@ pub fn connect_rc(qp: Qp<RC, RESET>, access: QpAccess, me: &Endpoint, peer: &End
 }
 
 /// Two UC QPs on one device, connected to each other, in RTS.
-pub fn uc_pair(pd: &Pd, cq: &Cq, access: QpAccess, caps: QpCaps) -> (Qp<UC, RTS>, Qp<UC, RTS>) {
+pub fn uc_pair(pd: &Pd, cq: &Cq, access: impl AccessSet, caps: QpCaps) -> (Qp<UC, RTS>, Qp<UC, RTS>) {
     let a = pd.create_qp::<UC>(&QpConfig::new(cq).caps(caps)).expect("create UC QP a");
     let b = pd.create_qp::<UC>(&QpConfig::new(cq).caps(caps)).expect("create UC QP b");
     let ea = a.endpoint(PORT, gid_index(), 0x3000).expect("endpoint a");
@@ -126,7 +127,7 @@ pub fn fill<A: typed_verbs::access::PeerCannotWrite>(mr: &mut Mr<A>, seed: u8) {
 /// counts, path MTU), for the tests of the failure paths.
 pub fn connect_rc_with(
     qp: Qp<RC, RESET>,
-    access: QpAccess,
+    access: impl AccessSet,
     me: &Endpoint,
     peer: &Endpoint,
     rtr: impl FnOnce(&mut RcRtr),

@@ -56,7 +56,7 @@ fn events_until_marker(ctx: &Context) -> Vec<AsyncEvent> {
     let s_caps = QpCaps { max_send_wr: 4, max_recv_wr: 4, max_recv_sge: 1, ..caps };
     let s = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(s_caps)).unwrap();
     let (es, er) = (s.endpoint(PORT, gid_index(), 11).unwrap(), r.endpoint(PORT, gid_index(), 13).unwrap());
-    let (s, _r) = (connect_rc(s, QpAccess::empty(), &es, &er), connect_rc(r, QpAccess::empty(), &er, &es));
+    let (s, _r) = (connect_rc(s, Access::NONE, &es, &er), connect_rc(r, Access::NONE, &er, &es));
     let chunks = pd.alloc_mr(2 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
     let _receives: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     srq.arm_limit(2).unwrap();
@@ -120,7 +120,8 @@ fn a_cq_cannot_be_overrun_its_queues_must_fit() {
     let a = pd.create_qp::<RC>(&QpConfig { send_cq: &small, recv_cq: &other, caps: caps(room), srq: None }).unwrap();
     let b = pd.create_qp::<RC>(&QpConfig::new(&other).caps(caps(room))).unwrap();
     let (ea, eb) = (a.endpoint(PORT, gid_index(), 21).unwrap(), b.endpoint(PORT, gid_index(), 23).unwrap());
-    let (a, _b) = (connect_rc(a, QpAccess::REMOTE_WRITE, &ea, &eb), connect_rc(b, QpAccess::REMOTE_WRITE, &eb, &ea));
+    let (a, _b) =
+        (connect_rc(a, Access::NONE.remote_write(), &ea, &eb), connect_rc(b, Access::NONE.remote_write(), &eb, &ea));
     let src = pd.alloc_mr(8, access::LOCAL_RW).unwrap();
     let dst = pd.alloc_mr(8, access::REMOTE_RW).unwrap();
     scope(|s| {

@@ -20,6 +20,7 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
+use typed_verbs::access::AccessSet;
 use typed_verbs::access::{self, window};
 use typed_verbs::mw::{Type2, WindowAdvert};
 use typed_verbs::prelude::*;
@@ -29,7 +30,7 @@ use crate::common::*;
 
 /// An RC pair whose side `a` gives up quickly on a dead peer (timeout 10, one retry: ~30 ms on
 /// rxe), so that sends towards a QP in ERR or RESET fail instead of retrying forever.
-fn quick_pair(pd: &Pd, cq: &Cq, access: QpAccess, caps: QpCaps) -> RcPair {
+fn quick_pair(pd: &Pd, cq: &Cq, access: impl AccessSet, caps: QpCaps) -> RcPair {
     let a = pd.create_qp::<RC>(&QpConfig::new(cq).caps(caps)).unwrap();
     let b = pd.create_qp::<RC>(&QpConfig::new(cq).caps(caps)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0x100).unwrap();
@@ -71,7 +72,7 @@ fn a_recycled_invalidation_completion_does_not_unbind_a_rebound_window() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), QpCaps::default());
     let mut target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
     target.write_volatile_from(0, &[0x5a; 4096]).unwrap();
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
@@ -149,8 +150,8 @@ fn an_srq_receive_consumed_by_a_destroyed_qp_still_completes_on_its_token() {
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps).srq(&srq)).unwrap();
     let (ea, eb) = (a.endpoint(PORT, gid_index(), 1).unwrap(), b.endpoint(PORT, gid_index(), 2).unwrap());
-    let a = connect_rc(a, QpAccess::empty(), &ea, &eb);
-    let b = connect_rc(b, QpAccess::empty(), &eb, &ea);
+    let a = connect_rc(a, Access::NONE, &ea, &eb);
+    let b = connect_rc(b, Access::NONE, &eb, &ea);
     // Two receives, each the only chunk of its region: the first kept, the second dropped.
     let chunk = |fill: u8| {
         let mut c = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
@@ -187,7 +188,7 @@ fn an_srq_receive_consumed_by_a_destroyed_qp_still_completes_on_its_token() {
 #[test]
 fn a_forced_reset_by_another_threads_scope_never_lets_the_device_write_a_handed_back_buffer() {
     let r = rig();
-    let p = quick_pair(&r.pd, &r.cq, QpAccess::empty(), QpCaps::default());
+    let p = quick_pair(&r.pd, &r.cq, Access::NONE, QpCaps::default());
     let mut dst = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     dst.as_mut_slice().fill(0x5a);
     let src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
@@ -220,7 +221,7 @@ fn a_forced_reset_by_another_threads_scope_never_lets_the_device_write_a_handed_
 #[test]
 fn a_flushed_qp_reused_in_the_same_scope_never_writes_a_handed_back_buffer() {
     let r = rig();
-    let p = quick_pair(&r.pd, &r.cq, QpAccess::empty(), QpCaps::default());
+    let p = quick_pair(&r.pd, &r.cq, Access::NONE, QpCaps::default());
     let mut dst = r.pd.alloc_mr(128, access::LOCAL_RW).unwrap();
     dst.as_mut_slice().fill(0x5a);
     // A short drain: a receive posted on the flushed QP is not flushed by rxe 6.12 (it stays
@@ -255,7 +256,7 @@ fn a_flushed_qp_reused_in_the_same_scope_never_writes_a_handed_back_buffer() {
 fn a_forgotten_lane_read_has_finished_when_its_scope_returns() {
     const LEN: usize = 1 << 20;
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_read(), QpCaps::default());
     let mut remote = r.pd.alloc_mr(LEN, access::REMOTE_READ_ONLY).unwrap();
     fill(&mut remote, 3);
     let mut local = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
@@ -281,7 +282,7 @@ fn a_dropped_type2_bind_token_parks_its_window_until_the_bind_completed() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
     let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE, caps);
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), caps);
     let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
     let mut advert_buf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let advert = scope(|s| {
@@ -317,7 +318,7 @@ fn a_dropped_type2_bind_token_parks_its_window_until_the_bind_completed() {
 #[test]
 fn a_prepared_receive_posted_twice_is_not_handed_out_before_its_second_post_completed() {
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(16, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(1);
     let mut src2 = r.pd.alloc_mr(16, access::LOCAL_READ).unwrap();

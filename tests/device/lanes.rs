@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use typed_verbs::access::AccessSet;
 use typed_verbs::prelude::*;
 use typed_verbs::qp::ObservedState;
 use typed_verbs::wc::CompletionSource;
@@ -57,7 +58,7 @@ fn wait_state<T: typed_verbs::transport::Transport, S: typed_verbs::transport::Q
 }
 
 /// Resets both QPs of a pair and connects them again with fresh PSNs.
-fn reconnect(p: RcPair, access: QpAccess, psn: u32) -> RcPair {
+fn reconnect(p: RcPair, access: impl AccessSet, psn: u32) -> RcPair {
     let a = p.a.reset().expect("reset a");
     let b = p.b.reset().expect("reset b");
     assert_eq!(a.query_state().unwrap(), ObservedState::Reset);
@@ -86,7 +87,7 @@ fn a_write_lane_moves_1000_distinct_slices_with_every_16th_signaled() {
     const LEN: usize = 64;
     let r = rig();
     let caps = QpCaps { max_send_wr: 128, ..QpCaps::default() };
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps);
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), caps);
     let qpn = p.a.qp_num();
     let mut src = r.pd.alloc_mr(N * LEN, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, LEN);
@@ -140,7 +141,7 @@ fn a_write_lane_moves_1000_distinct_slices_with_every_16th_signaled() {
 fn a_read_lane_reposts_one_prepared_read_into_a_local_buf_mut() {
     const LEN: usize = 3000;
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_read(), QpCaps::default());
     let mut remote = r.pd.alloc_mr(4096, access::REMOTE_READ_ONLY).unwrap();
     let mut local = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
     local.as_mut_slice().fill(0xee);
@@ -186,7 +187,7 @@ fn a_post_list_goes_in_one_call_signaled_every_cq_mod_and_at_its_end() {
     // signals its last (3 completions again).
     const LEN: usize = 64;
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), QpCaps::default());
     let mut src = r.pd.alloc_mr(12 * LEN, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, LEN);
     let target = r.pd.alloc_mr(12 * LEN, access::LOCAL_REMOTE_WRITE).unwrap();
@@ -226,7 +227,7 @@ fn a_post_list_is_checked_whole_and_keeps_the_unsignaled_run_short() {
     // unsignaled requests would make the run too long.
     let r = rig();
     let caps = QpCaps { max_send_wr: 16, ..QpCaps::default() };
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps);
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), caps);
     // The lane keeps the depth asked for (the provider may grant more).
     let depth = caps.max_send_wr as usize;
     let max_run = (depth / 2).max(1);
@@ -274,7 +275,7 @@ fn a_prepared_request_is_given_back_only_when_its_lane_has_nothing_outstanding()
     // (or an unsignaled run of it) is outstanding, and gives the request back once the lane's
     // last signaled request completed.
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_read(), QpCaps::default());
     let remote = r.pd.alloc_mr(64, access::REMOTE_READ_ONLY).unwrap();
     let mut local = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
@@ -297,7 +298,7 @@ fn a_send_lane_on_rc_fills_the_peers_receives() {
     const N: usize = 16;
     const SLOT: usize = 256;
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(4 * SLOT, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, SLOT);
     let mut dst = r.pd.alloc_mr(N * SLOT + 1, access::LOCAL_RW).unwrap();
@@ -402,7 +403,7 @@ fn a_ud_lane_posts_one_addressed_send_n_times() {
 #[test]
 fn a_lane_write_to_a_bad_rkey_fails_and_flushes_the_later_requests() {
     let r = rig();
-    let access = QpAccess::REMOTE_WRITE;
+    let access = Access::NONE.remote_write();
     let mut p = rc_pair(&r.pd, &r.cq, &r.cq, access, QpCaps::default());
     let qpn = p.a.qp_num();
     let mut src = r.pd.alloc_mr(1024, access::LOCAL_READ).unwrap();
@@ -457,7 +458,7 @@ fn a_lane_write_to_a_bad_rkey_fails_and_flushes_the_later_requests() {
 #[test]
 fn a_scope_ending_with_an_unsignaled_token_request_breaks_the_qp_within_the_tail_grace() {
     let r = rig();
-    let access = QpAccess::REMOTE_WRITE;
+    let access = Access::NONE.remote_write();
     let p = rc_pair(&r.pd, &r.cq, &r.cq, access, QpCaps::default());
     let mut src = r.pd.alloc_mr(128, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, 64);
@@ -499,7 +500,7 @@ fn assert_the_tail_broke_the_qp<R: std::fmt::Debug>(
 #[test]
 fn an_unsignaled_tail_breaks_the_qp_until_it_is_reset() {
     let r = rig();
-    let access = QpAccess::REMOTE_WRITE;
+    let access = Access::NONE.remote_write();
     let mut p = rc_pair(&r.pd, &r.cq, &r.cq, access, QpCaps::default());
     let qpn = p.a.qp_num();
     let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
@@ -538,7 +539,7 @@ fn an_unsignaled_tail_breaks_the_qp_until_it_is_reset() {
 fn a_forgotten_lane_is_still_drained_by_its_scope() {
     const BIG: usize = 1 << 20;
     let r = rig();
-    let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
+    let access = Access::NONE.remote_write().remote_read();
     let mut p = rc_pair(&r.pd, &r.cq, &r.cq, access, QpCaps::default());
     let mut src = r.pd.alloc_mr(8 * 64, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, 64);
@@ -585,7 +586,7 @@ fn a_forgotten_lane_is_still_drained_by_its_scope() {
 #[test]
 fn a_lane_does_not_open_while_an_owned_token_is_outstanding() {
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), QpCaps::default());
     let target = r.pd.alloc_mr(512, access::REMOTE_RW).unwrap();
     let mut chunks = r.pd.alloc_mr(2 * 256, access::LOCAL_RW).unwrap().into_chunks(256).unwrap();
     let mut chunk = chunks.pop().unwrap();
@@ -614,7 +615,7 @@ fn a_lane_does_not_open_while_an_owned_token_is_outstanding() {
 #[test]
 fn a_request_prepared_on_one_lane_is_refused_by_another() {
     let r = rig();
-    let RcPair { mut a, mut b } = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let RcPair { mut a, mut b } = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), QpCaps::default());
     let (a_qpn, b_qpn) = (a.qp_num(), b.qp_num());
     let mut src = r.pd.alloc_mr(128, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, 64);
@@ -659,7 +660,7 @@ fn shallow() -> QpCaps {
 #[test]
 fn a_full_send_queue_is_queue_full_until_tokens_are_collected() {
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, shallow());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), shallow());
     let qpn = p.a.qp_num();
     // The lane keeps the depth asked for (the provider may grant more).
     let depth = shallow().max_send_wr as usize;
@@ -730,7 +731,7 @@ fn a_full_send_queue_is_queue_full_until_tokens_are_collected() {
 #[test]
 fn forced_signals_keep_an_all_unsignaled_lane_from_deadlocking() {
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, shallow());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), shallow());
     let depth = shallow().max_send_wr as usize; // the lane keeps the depth asked for
     let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, 64);
@@ -770,7 +771,7 @@ fn forced_signals_keep_an_all_unsignaled_lane_from_deadlocking() {
 fn inline_requests_are_prepared_once_and_copied_at_each_post() {
     let r = rig();
     let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps);
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), caps);
     let max = p.a.caps().max_inline_data as usize;
     assert!(max >= 48, "granted {max}");
     let data: Vec<u8> = (0..48u8).map(|i| i.wrapping_mul(5).wrapping_add(1)).collect();
@@ -838,7 +839,7 @@ macro_rules! lane_once {
 #[test]
 fn lane_completions_report_what_the_device_reports() {
     let r = rig();
-    let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ | QpAccess::REMOTE_ATOMIC;
+    let access = Access::NONE.remote_write().remote_read().remote_atomic();
     let mut p = rc_pair(&r.pd, &r.cq, &r.cq, access, QpCaps::default());
     let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
     fill(&mut src, 17);
@@ -923,7 +924,7 @@ fn lane_completions_report_what_the_device_reports() {
 fn an_atomic_lane_re_posts_one_fetch_add() {
     const N: u64 = 40;
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_ATOMIC, QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_atomic(), QpCaps::default());
     let mut target = r.pd.alloc_mr(64, access::REMOTE_ALL).unwrap();
     target.write_volatile_from(8, &1000u64.to_ne_bytes()).unwrap();
     let mut result = r.pd.alloc_mr(8, access::LOCAL_RW).unwrap();
@@ -956,7 +957,7 @@ fn an_atomic_lane_re_posts_one_fetch_add() {
 fn a_panic_with_a_lane_read_in_flight_drains_then_resumes() {
     const BIG: usize = 1 << 20;
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_read(), QpCaps::default());
     let mut remote = r.pd.alloc_mr(BIG, access::REMOTE_READ_ONLY).unwrap();
     fill(&mut remote, 9);
     let mut local = r.pd.alloc_mr(BIG, access::LOCAL_RW).unwrap();
@@ -983,7 +984,7 @@ fn two_lanes_ping_pong_sends_and_receive_on_their_own_qps() {
     // waits also route the other side's completions.
     const ROUNDS: u8 = 50;
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(2 * 64, access::LOCAL_READ).unwrap();
     src.as_mut_slice()[..64].fill(0xa1);
     src.as_mut_slice()[64..].fill(0xb2);
@@ -1030,7 +1031,7 @@ fn spinning_waits_complete_and_stay_bounded() {
     // a write completes, a receive that nothing fills times out near its timeout, then the
     // scope flushes it.
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), QpCaps::default());
     let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0x5a);
     let dst = r.pd.alloc_mr(64, access::REMOTE_RW).unwrap();

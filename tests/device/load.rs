@@ -111,7 +111,7 @@ fn ten_thousand_mixed_requests_over_four_pairs_one_cq_one_srq() {
     let cq = ctx.create_cq(2048).unwrap();
     let srq = pd.create_srq(RECV_POOL as u32 + 64).unwrap();
     let caps = QpCaps { max_send_wr: 128, max_recv_wr: 16, ..QpCaps::default() };
-    let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ | QpAccess::REMOTE_ATOMIC;
+    let access = Access::NONE.remote_write().remote_read().remote_atomic();
     let mut qps = Vec::new();
     for p in 0..PAIRS {
         let s = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps)).unwrap();

@@ -219,7 +219,7 @@ fn odp_buffers_the_device_writes_start_on_page_boundaries_where_it_misplaces_wri
     }
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(512).unwrap();
-    let acc = QpAccess::REMOTE_READ | QpAccess::REMOTE_ATOMIC;
+    let acc = Access::NONE.remote_read().remote_atomic();
     let p = rc_pair(&pd, &cq, &cq, acc, QpCaps::default());
     let refused = |e: &Error| matches!(e, Error::InvalidArgument { reason, .. } if reason.contains("page boundary"));
     // Receives: the chunk at a page start is accepted, the one mid-page refused (QP and SRQ).
@@ -262,7 +262,7 @@ fn rc_odp_memory_carries_send_recv_write_read_and_atomics() {
     let (off, len) = odp_xfer(&ctx);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(512).unwrap();
-    let acc = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ | QpAccess::REMOTE_ATOMIC;
+    let acc = Access::NONE.remote_write().remote_read().remote_atomic();
     let p = rc_pair(&pd, &cq, &cq, acc, QpCaps::default());
     let data = pattern(len, 3);
     let mut src = pd.alloc_mr_odp(REGION, access::LOCAL_RW, &cap).unwrap();
@@ -349,7 +349,7 @@ fn ud_odp_memory_carries_send_and_recv() {
     }
     // The region was verified for UD: an RC QP may not use it.
     let rc = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
-    let rc = rc.to_init(&ConnectedInit::new(PORT, QpAccess::empty())).unwrap();
+    let rc = rc.to_init(&ConnectedInit::new(PORT, Access::NONE)).unwrap();
     let e = rc.post_recv_owned(wr::Recv::new(rbuf.into_chunks(64).unwrap().pop().unwrap())).map(|_| ()).unwrap_err();
     assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
 }
@@ -367,7 +367,7 @@ fn srq_receives_land_in_odp_memory() {
     let r = pd.create_qp::<RC>(&QpConfig::new(&cq).srq(&srq)).unwrap();
     let s = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let (es, er) = (s.endpoint(PORT, gid_index(), 7).unwrap(), r.endpoint(PORT, gid_index(), 9).unwrap());
-    let (s, _r) = (connect_rc(s, QpAccess::empty(), &es, &er), connect_rc(r, QpAccess::empty(), &er, &es));
+    let (s, _r) = (connect_rc(s, Access::NONE, &es, &er), connect_rc(r, Access::NONE, &er, &es));
     let chunks = pd.alloc_mr_odp(4 * 4096, access::LOCAL_RW, &cap).unwrap().into_chunks(4096).unwrap();
     let tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     // Each receive a page; the messages fill it, or on a device with the page-offset quirk
@@ -434,7 +434,7 @@ fn a_sparse_odp_region_larger_than_memory() {
     let Some(cap) = odp_cap::<RC>(&ctx, OdpOps::WRITE | OdpOps::READ) else { return };
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(512).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write().remote_read(), QpCaps::default());
     // rxe's ODP on the 6.18 backport never returns from registering 2 GiB or more (a kernel
     // bug, seen at exactly 2048 MiB; 2047 MiB registers in milliseconds): there the region is
     // just under 2 GiB, and scripts/test gives that VM less memory than that.
@@ -486,7 +486,7 @@ fn discarded_odp_pages_fault_back_in_for_write_and_read() {
     let (off, len) = odp_xfer(&ctx);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(512).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write().remote_read(), QpCaps::default());
     let mut region = pd.alloc_mr_odp(REGION, access::REMOTE_RW, &cap).unwrap();
     let mut src = pd.alloc_mr(len, access::LOCAL_RW).unwrap();
     let mut back = pd.alloc_mr(len, access::LOCAL_RW).unwrap();
@@ -540,7 +540,7 @@ fn rxe_odp_places_every_packet_at_its_page_start() {
     let quirk = odp_ignores_page_offsets(&ctx);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(512).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write().remote_read(), QpCaps::default());
     let mtu = 1024; // rxe's active MTU on the test network (the RC pair's path MTU).
     let mut src = pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
     let mut back = pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
@@ -597,7 +597,7 @@ fn implicit_odp_region_lends_plain_memory_where_reported() {
     };
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(512).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE, QpCaps::default());
     let implicit = pd.register_implicit_odp(Access::NONE.local_write(), &cap).unwrap();
     let src = vec![7u8; 4096];
     let mut dst = vec![0u8; 4096];

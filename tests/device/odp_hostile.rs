@@ -63,7 +63,7 @@ fn device_writes_into_read_only_odp_pages_never_reach_the_zero_page() {
     let Some(cap) = odp_cap::<RC>(&ctx, ops) else { return };
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(512).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write().remote_read(), QpCaps::default());
     let mut src = pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
     let mut sink = pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
     assert!(zero_page_probe(&pd, &cap).is_empty(), "fresh memory reads as zeros before any attack");

@@ -12,7 +12,7 @@ fn inline_caps() -> QpCaps {
 #[test]
 fn rc_send_and_send_with_immediate() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
     fill(&mut src, 3);
     let mut dst = r.pd.alloc_mr(512, access::LOCAL_RW).unwrap();
@@ -42,7 +42,7 @@ fn rc_send_and_send_with_immediate() {
 #[test]
 fn rc_write_with_immediate_consumes_a_receive() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), QpCaps::default());
     let mut src = r.pd.alloc_mr(4096, access::LOCAL_READ).unwrap();
     fill(&mut src, 9);
     let target = r.pd.alloc_mr(4096, access::LOCAL_REMOTE_WRITE).unwrap();
@@ -66,7 +66,7 @@ fn rc_write_with_immediate_consumes_a_receive() {
 #[test]
 fn rc_read_fetches_remote_memory() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, QpCaps::default());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_read(), QpCaps::default());
     let mut remote = r.pd.alloc_mr(8192, access::REMOTE_READ_ONLY).unwrap();
     fill(&mut remote, 5);
     let mut local = r.pd.alloc_mr(8192, access::LOCAL_RW).unwrap();
@@ -83,7 +83,7 @@ fn rc_read_fetches_remote_memory() {
 #[test]
 fn rc_atomics_compare_swap_and_fetch_add_on_both_sides() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_ATOMIC, QpCaps::default());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_atomic(), QpCaps::default());
     let mut target = r.pd.alloc_mr(64, access::REMOTE_ALL).unwrap();
     target.write_volatile_from(8, &40u64.to_ne_bytes()).unwrap();
     let mut result = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
@@ -116,7 +116,7 @@ fn rc_atomics_compare_swap_and_fetch_add_on_both_sides() {
 #[test]
 fn misaligned_atomics_are_refused_before_the_provider_sees_them() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_ATOMIC, QpCaps::default());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_atomic(), QpCaps::default());
     let target = r.pd.alloc_mr(64, access::REMOTE_ALL).unwrap();
     let mut result = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     scope(|s| {
@@ -141,7 +141,7 @@ fn misaligned_atomics_are_refused_before_the_provider_sees_them() {
 #[test]
 fn rc_inline_send_and_write_release_the_bytes_at_once() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, inline_caps());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), inline_caps());
     assert!(p.a.caps().max_inline_data >= 64);
     let target = r.pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
     let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
@@ -182,7 +182,7 @@ fn rc_inline_send_and_write_release_the_bytes_at_once() {
 #[test]
 fn rc_fenced_write_and_solicited_send_are_accepted_and_complete() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ | QpAccess::REMOTE_WRITE, QpCaps::default());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write().remote_read(), QpCaps::default());
     let mut remote = r.pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
     remote.write_volatile_from(0, &[0xAB; 4096]).unwrap();
     let mut local = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
@@ -215,7 +215,7 @@ fn rc_fenced_write_and_solicited_send_are_accepted_and_complete() {
 #[test]
 fn uc_send_imm_write_and_write_imm() {
     let r = rig();
-    let (a, b) = uc_pair(&r.pd, &r.cq, QpAccess::REMOTE_WRITE, inline_caps());
+    let (a, b) = uc_pair(&r.pd, &r.cq, Access::NONE.remote_write(), inline_caps());
     let mut src = r.pd.alloc_mr(1024, access::LOCAL_READ).unwrap();
     fill(&mut src, 11);
     let target = r.pd.alloc_mr(1024, access::LOCAL_REMOTE_WRITE).unwrap();

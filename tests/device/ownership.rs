@@ -14,7 +14,7 @@ fn a_batch_of_1000_unsignaled_writes_with_the_last_signaled() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(2048).unwrap();
     let caps = QpCaps { max_send_wr: 1024, ..QpCaps::default() };
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE, caps);
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), caps);
     let mut src = pd.alloc_mr(1000 * 8, access::LOCAL_READ).unwrap();
     for (i, w) in src.as_mut_slice().chunks_mut(8).enumerate() {
         w.copy_from_slice(&(i as u64 * 3 + 1).to_le_bytes());
@@ -63,12 +63,12 @@ fn owned_receives_posted_in_init_survive_the_transitions() {
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let (ea, eb) = (a.endpoint(PORT, gid_index(), 1).unwrap(), b.endpoint(PORT, gid_index(), 2).unwrap());
     // Pre-post receives on b in INIT, as the C pingpong examples do, then connect.
-    let b = b.to_init(&ConnectedInit::new(PORT, QpAccess::empty())).unwrap();
+    let b = b.to_init(&ConnectedInit::new(PORT, Access::NONE)).unwrap();
     let chunks = pd.alloc_mr(4 * 256, access::LOCAL_RW).unwrap().into_chunks(256).unwrap();
     let tokens: Vec<_> = chunks.into_iter().map(|c| b.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     let av = AddressVector::global(PORT, ea.gid, gid_index() as u8);
     let b = b.to_rtr(&RcRtr::new(av, ea.qp_num, ea.psn)).unwrap().to_rts(&RcRts::new(eb.psn)).unwrap();
-    let a = connect_rc(a, QpAccess::empty(), &ea, &eb);
+    let a = connect_rc(a, Access::NONE, &ea, &eb);
     let mut src = pd.alloc_mr(256, access::LOCAL_READ).unwrap();
     for i in 0..4u8 {
         src.as_mut_slice().fill(b'a' + i);
@@ -93,7 +93,7 @@ fn a_flush_hands_every_owned_buffer_back_with_a_flush_status() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE, QpCaps::default());
     let chunks = pd.alloc_mr(8 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
     let addrs: Vec<u64> = chunks.iter().map(|c| c.addr()).collect();
     let tokens: Vec<_> = chunks.into_iter().map(|c| p.b.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
@@ -114,7 +114,7 @@ fn a_dropped_owned_token_parks_its_buffer_until_the_device_is_done() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE, QpCaps::default());
     let mut chunks = pd.alloc_mr(2 * 128, access::LOCAL_RW).unwrap().into_chunks(128).unwrap();
     let keep = chunks.pop().unwrap();
     let t = p.b.post_recv_owned(wr::Recv::new(chunks.pop().unwrap())).unwrap();
@@ -142,7 +142,7 @@ fn a_scope_with_receives_still_posted_ends_cleanly_after_a_flush() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE, QpCaps::default());
     let mut rbuf = pd.alloc_mr(1024, access::LOCAL_RW).unwrap();
     let r = scope(|s| {
         let (x, y) = rbuf.slice_mut(..).unwrap().split_at(512).unwrap();
@@ -160,7 +160,7 @@ fn a_bounded_wait_times_out_and_gives_the_token_back() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE, QpCaps::default());
     let chunk = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
     let t = p.b.post_recv_owned(wr::Recv::new(chunk)).unwrap();
     let started = std::time::Instant::now();
@@ -194,7 +194,7 @@ fn an_srq_shared_by_two_qps() {
     let (s1, r1, s2, r2) = (mk(false), mk(true), mk(false), mk(true));
     let e = |q: &Qp<RC, RESET>, psn| q.endpoint(PORT, gid_index(), psn).unwrap();
     let (es1, er1, es2, er2) = (e(&s1, 10), e(&r1, 20), e(&s2, 30), e(&r2, 40));
-    let acc = QpAccess::empty();
+    let acc = Access::NONE;
     let (s1, r1) = (connect_rc(s1, acc, &es1, &er1), connect_rc(r1, acc, &er1, &es1));
     let (s2, r2) = (connect_rc(s2, acc, &es2, &er2), connect_rc(r2, acc, &er2, &es2));
     let chunks = pd.alloc_mr(16 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
@@ -245,7 +245,7 @@ fn an_armed_srq_limit_reports_srq_limit_reached() {
     let r = pd.create_qp::<RC>(&QpConfig::new(&cq).srq(&srq)).unwrap();
     let s = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let (es, er) = (s.endpoint(PORT, gid_index(), 7).unwrap(), r.endpoint(PORT, gid_index(), 9).unwrap());
-    let (s, r) = (connect_rc(s, QpAccess::empty(), &es, &er), connect_rc(r, QpAccess::empty(), &er, &es));
+    let (s, r) = (connect_rc(s, Access::NONE, &es, &er), connect_rc(r, Access::NONE, &er, &es));
     let chunks = pd.alloc_mr(8 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
     let mut tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     // Fire when fewer than 4 receives remain posted.
@@ -281,7 +281,7 @@ fn poll_into_reports_a_batch_and_the_tokens_still_hand_over_once() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), QpCaps::default());
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(2);
     let dst = pd.alloc_mr(64, access::REMOTE_RW).unwrap();

@@ -10,7 +10,7 @@ fn rdma_write_moves_data_between_two_connected_qps() {
     let pd = ctx.alloc_pd().unwrap();
     let cq_a = ctx.create_cq(256).unwrap();
     let cq_b = ctx.create_cq(256).unwrap();
-    let pair = rc_pair(&pd, &cq_a, &cq_b, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let pair = rc_pair(&pd, &cq_a, &cq_b, Access::NONE.remote_write(), QpCaps::default());
 
     let mut src = pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
     for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
@@ -38,7 +38,7 @@ fn send_with_immediate_lands_in_the_posted_receive() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let pair = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let pair = rc_pair(&pd, &cq, &cq, Access::NONE, QpCaps::default());
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice()[..11].copy_from_slice(b"typed-verbs");
     let mut dst = pd.alloc_mr(64, access::LOCAL_RW).unwrap();

@@ -40,7 +40,7 @@ fn two_qps_ping_pong_with_both_lanes_and_re_posted_receives() {
     // other side's completions.
     const ROUNDS: usize = 60;
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(2 * 64, access::LOCAL_READ).unwrap();
     for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
         *b = i as u8;
@@ -97,7 +97,7 @@ fn completions_polled_for_a_later_receive_are_kept_for_their_tokens() {
     // Four receives of different lengths; the wait for the last one polls (and keeps) the
     // first three, whose tokens then collect them, in any order.
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0x33);
     let mut dst = r.pd.alloc_mr(4 * 64, access::LOCAL_RW).unwrap();
@@ -127,7 +127,7 @@ fn a_kept_completion_is_dropped_after_a_queue_depth_of_later_ones() {
     // `Cq::progress`) finds its completion dropped, and says so.
     let r = rig();
     let caps = QpCaps { max_recv_wr: 4, ..QpCaps::default() };
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), caps);
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, caps);
     // The lane keeps the depth asked for (the provider may grant more).
     let depth = caps.max_recv_wr as usize;
     let mut src = r.pd.alloc_mr(8, access::LOCAL_READ).unwrap();
@@ -179,7 +179,7 @@ fn a_kept_completion_is_dropped_after_a_queue_depth_of_later_ones() {
 #[test]
 fn outstanding_lane_receives_make_the_scope_flush_and_report_the_qp_broken() {
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let qpn = p.b.qp_num();
     let mut dst = r.pd.alloc_mr(128, access::LOCAL_RW).unwrap();
     let started = Instant::now();
@@ -206,7 +206,7 @@ fn outstanding_lane_receives_make_the_scope_flush_and_report_the_qp_broken() {
 #[test]
 fn a_recv_lane_refuses_an_srq_qp_and_a_queue_with_receives_posted_otherwise() {
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let mut dst = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let dst = dst.slice_mut(..).unwrap();
     let owned = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().pop().unwrap();
@@ -235,7 +235,7 @@ fn a_recv_lane_refuses_an_srq_qp_and_a_queue_with_receives_posted_otherwise() {
     // A QP that takes its receives from an SRQ has no receive queue of its own.
     let srq = r.pd.create_srq(16).unwrap();
     let qp = r.pd.create_qp::<RC>(&QpConfig::new(&r.cq).srq(&srq)).unwrap();
-    let mut qp = qp.to_init(&ConnectedInit::new(PORT, QpAccess::empty())).unwrap();
+    let mut qp = qp.to_init(&ConnectedInit::new(PORT, Access::NONE)).unwrap();
     scope(|s| match s.recv_lane(&mut qp) {
         Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("shared receive queue"), "{reason}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
@@ -252,7 +252,7 @@ fn a_wait_for_a_later_receive_keeps_the_earlier_completions_in_the_lane() {
     const N: usize = 8;
     let r = rig();
     let cq_b = r._ctx.create_cq(256).unwrap();
-    let mut p = rc_pair(&r.pd, &r.cq, &cq_b, QpAccess::empty(), QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &cq_b, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0x44);
     let mut dst = r.pd.alloc_mr(N * 64, access::LOCAL_RW).unwrap();
@@ -280,7 +280,7 @@ fn a_prepared_receive_gives_its_buffer_back_only_once_its_post_completed() {
     // `into_inner` before the first post, and once the post's completion was polled; never
     // while the device may still write the buffer.
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), QpCaps::default());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
     let mut src = r.pd.alloc_mr(16, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0x5a);
     let mut dst = r.pd.alloc_mr(16, access::LOCAL_RW).unwrap();

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use typed_verbs::access::AccessSet;
 use typed_verbs::device::Mtu;
 use typed_verbs::prelude::*;
 use typed_verbs::qp::ObservedState;
@@ -42,7 +43,13 @@ fn wait_state<T: typed_verbs::transport::Transport, S: typed_verbs::transport::Q
 
 /// Resets both QPs of a broken connection and connects them again with fresh PSNs, default
 /// timers; returns them in RTS.
-fn reconnect(a: Qp<RC, RTS>, b: Qp<RC, RTS>, access: QpAccess, psn_a: u32, psn_b: u32) -> (Qp<RC, RTS>, Qp<RC, RTS>) {
+fn reconnect(
+    a: Qp<RC, RTS>,
+    b: Qp<RC, RTS>,
+    access: impl AccessSet,
+    psn_a: u32,
+    psn_b: u32,
+) -> (Qp<RC, RTS>, Qp<RC, RTS>) {
     let a = a.reset().expect("reset a");
     let b = b.reset().expect("reset b");
     assert_eq!(a.query_state().unwrap(), ObservedState::Reset);
@@ -83,8 +90,8 @@ fn rnr_retry_exceeded_then_flush_then_reset_and_reconnect() {
     let eb = b.endpoint(PORT, gid_index(), 0x20).unwrap();
     // The sender gives up after one RNR retry; the responder asks for the shortest RNR wait
     // (timer code 1: 0.01 ms) in its RNR NAKs.
-    let a = connect_rc_with(a, QpAccess::empty(), &ea, &eb, |_| {}, |rts| rts.rnr_retry = 1);
-    let b = connect_rc_with(b, QpAccess::empty(), &eb, &ea, |rtr| rtr.min_rnr_timer = 1, |_| {});
+    let a = connect_rc_with(a, Access::NONE, &ea, &eb, |_| {}, |rts| rts.rnr_retry = 1);
+    let b = connect_rc_with(b, Access::NONE, &eb, &ea, |rtr| rtr.min_rnr_timer = 1, |_| {});
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     fill(&mut src, 1);
 
@@ -112,7 +119,7 @@ fn rnr_retry_exceeded_then_flush_then_reset_and_reconnect() {
     assert_eq!(a.outstanding(), (0, 0));
 
     // Recover: reset both, reconnect with fresh PSNs, traffic resumes.
-    let (a, b) = reconnect(a, b, QpAccess::empty(), 0x1234, 0x5678);
+    let (a, b) = reconnect(a, b, Access::NONE, 0x1234, 0x5678);
     send_ok(&pd, &a, &b, 64, 2);
     send_ok(&pd, &b, &a, 100, 3);
     assert_eq!(a.query_state().unwrap(), ObservedState::Rts);
@@ -132,7 +139,7 @@ fn dead_peer_retry_exceeded_hands_the_buffers_back_then_reconnect_to_a_new_peer(
     // ACK timeout code 10 (4.096 us * 2^10 = 4.2 ms), one retry: 8.4 ms configured.
     let a = connect_rc_with(
         a,
-        QpAccess::empty(),
+        Access::NONE,
         &ea,
         &eb,
         |_| {},
@@ -141,7 +148,7 @@ fn dead_peer_retry_exceeded_hands_the_buffers_back_then_reconnect_to_a_new_peer(
             rts.retry_cnt = 1;
         },
     );
-    let b = connect_rc(b, QpAccess::REMOTE_WRITE, &eb, &ea);
+    let b = connect_rc(b, Access::NONE.remote_write(), &eb, &ea);
     let target = pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
     let remote = target.remote(..256).unwrap();
     drop(b); // the peer QP is destroyed: nothing answers a's packets any more
@@ -181,8 +188,8 @@ fn dead_peer_retry_exceeded_hands_the_buffers_back_then_reconnect_to_a_new_peer(
     let c_qp = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0x300).unwrap();
     let ec = c_qp.endpoint(PORT, gid_index(), 0x400).unwrap();
-    let a = connect_rc(a, QpAccess::empty(), &ea, &ec);
-    let c_qp = connect_rc(c_qp, QpAccess::REMOTE_WRITE, &ec, &ea);
+    let a = connect_rc(a, Access::NONE, &ea, &ec);
+    let c_qp = connect_rc(c_qp, Access::NONE.remote_write(), &ec, &ea);
     send_ok(&pd, &a, &c_qp, 200, 6);
     let token = a.post_send_owned(wr::Write::new(chunk, target.remote(..256).unwrap())).unwrap();
     let (c, _chunk) = token.wait(WAIT).unwrap();
@@ -207,8 +214,8 @@ fn a_scope_that_cannot_drain_a_dead_peer_breaks_the_qp_until_it_is_reset() {
     let eb = b.endpoint(PORT, gid_index(), 0xa00).unwrap();
     // ACK timeout code 20 (4.3 s), 7 retries: RETRY_EXC_ERR only after ~34 s (never on rxe,
     // which retries forever at retry_cnt 7).
-    let a = connect_rc_with(a, QpAccess::empty(), &ea, &eb, |_| {}, |rts| rts.timeout = 20);
-    let b = connect_rc(b, QpAccess::REMOTE_WRITE, &eb, &ea);
+    let a = connect_rc_with(a, Access::NONE, &ea, &eb, |_| {}, |rts| rts.timeout = 20);
+    let b = connect_rc(b, Access::NONE.remote_write(), &eb, &ea);
     let target = pd.alloc_mr(256, access::REMOTE_RW).unwrap();
     let remote = target.remote(..).unwrap();
     drop(b);
@@ -240,8 +247,8 @@ fn a_scope_that_cannot_drain_a_dead_peer_breaks_the_qp_until_it_is_reset() {
     let c_qp = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0xb00).unwrap();
     let ec = c_qp.endpoint(PORT, gid_index(), 0xc00).unwrap();
-    let a = connect_rc(a, QpAccess::empty(), &ea, &ec);
-    let c_qp = connect_rc(c_qp, QpAccess::empty(), &ec, &ea);
+    let a = connect_rc(a, Access::NONE, &ea, &ec);
+    let c_qp = connect_rc(c_qp, Access::NONE, &ec, &ea);
     send_ok(&pd, &a, &c_qp, 128, 12);
 }
 
@@ -383,7 +390,7 @@ fn rc_receive_buffer_too_small_fails_both_sides() {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::empty(), QpCaps::default());
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE, QpCaps::default());
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     fill(&mut src, 7);
     let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
@@ -407,7 +414,7 @@ fn rc_receive_buffer_too_small_fails_both_sides() {
     assert_eq!(wait_state(&p.b, ObservedState::Err).0, ObservedState::Err);
     assert_eq!((p.a.outstanding(), p.b.outstanding()), ((0, 0), (0, 0)));
     // Recover and send what fits.
-    let (a, b) = reconnect(p.a, p.b, QpAccess::empty(), 0x77, 0x88);
+    let (a, b) = reconnect(p.a, p.b, Access::NONE, 0x77, 0x88);
     send_ok(&pd, &a, &b, 16, 8);
 }
 
@@ -415,7 +422,7 @@ fn rc_receive_buffer_too_small_fails_both_sides() {
 
 /// A FAA from a to `remote` on a pair whose responder grants `access`; its status.
 fn faa_status(
-    access_b: QpAccess,
+    access_b: impl AccessSet,
     target_rights: impl FnOnce(&Pd) -> (Box<dyn std::any::Any>, RemoteSlice<access::RemoteAll>),
 ) -> WcStatus {
     let ctx = open();
@@ -425,7 +432,7 @@ fn faa_status(
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0x500).unwrap();
     let eb = b.endpoint(PORT, gid_index(), 0x600).unwrap();
-    let a = connect_rc(a, QpAccess::empty(), &ea, &eb);
+    let a = connect_rc(a, Access::NONE, &ea, &eb);
     let b = connect_rc(b, access_b, &eb, &ea);
     let (_keep, remote) = target_rights(&pd);
     let mut result = pd.alloc_mr(8, access::LOCAL_RW).unwrap();
@@ -443,7 +450,7 @@ fn faa_status(
 fn atomic_on_a_region_without_remote_atomic_is_a_remote_access_error() {
     // The rkey of a REMOTE_RW region, claimed on the wire to carry REMOTE_ATOMIC: the type
     // cannot know, the responder checks.
-    let status = faa_status(QpAccess::REMOTE_ATOMIC | QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, |pd| {
+    let status = faa_status(Access::NONE.remote_write().remote_read().remote_atomic(), |pd| {
         let mr = pd.alloc_mr(64, access::REMOTE_RW).unwrap();
         let forged = RemoteSlice::<access::RemoteAll>::from_wire(mr.addr(), 8, mr.remote(..).unwrap().rkey());
         (Box::new(mr), forged)
@@ -453,7 +460,7 @@ fn atomic_on_a_region_without_remote_atomic_is_a_remote_access_error() {
 
 #[test]
 fn atomic_towards_a_qp_without_remote_atomic_access_is_a_remote_invalid_request() {
-    let status = faa_status(QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, |pd| {
+    let status = faa_status(Access::NONE.remote_write().remote_read(), |pd| {
         let mr = pd.alloc_mr(64, access::REMOTE_ALL).unwrap();
         let remote = mr.remote(0..8).unwrap();
         (Box::new(mr), remote)
@@ -474,7 +481,7 @@ fn a_path_mtu_above_the_port_mtu_is_refused_and_the_qp_stays_in_init() {
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0x700).unwrap();
     let eb = b.endpoint(PORT, gid_index(), 0x800).unwrap();
-    let a = a.to_init(&ConnectedInit::new(PORT, QpAccess::empty())).unwrap();
+    let a = a.to_init(&ConnectedInit::new(PORT, Access::NONE)).unwrap();
     let av = AddressVector::global(PORT, eb.gid, gid_index() as u8);
     let too_big = RcRtr { path_mtu: Mtu::Mtu4096, ..RcRtr::new(av, eb.qp_num, eb.psn) };
     let e = a.to_rtr(&too_big).expect_err("path MTU 4096 above the port's");
@@ -489,7 +496,7 @@ fn a_path_mtu_above_the_port_mtu_is_refused_and_the_qp_stays_in_init() {
     assert_eq!(a.query_state().unwrap(), ObservedState::Init, "the QP is handed back in INIT");
     // The same QP now transitions with the port's MTU and carries traffic.
     let a = a.to_rtr(&RcRtr { path_mtu: active, ..too_big }).unwrap().to_rts(&RcRts::new(ea.psn)).unwrap();
-    let b = connect_rc(b, QpAccess::empty(), &eb, &ea);
+    let b = connect_rc(b, Access::NONE, &eb, &ea);
     send_ok(&pd, &a, &b, 3000, 9); // several MTU-sized packets
 }
 

@@ -28,7 +28,7 @@ fn rig() -> Rig {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256).unwrap();
-    let pair = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_READ, QpCaps::default());
+    let pair = rc_pair(&pd, &cq, &cq, Access::NONE.remote_read(), QpCaps::default());
     let mut remote = pd.alloc_mr(LEN, access::RemoteReadOnly::default()).unwrap();
     for (i, b) in remote.as_mut_slice().iter_mut().enumerate() {
         *b = pattern(i);

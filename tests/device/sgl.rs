@@ -32,7 +32,7 @@ fn pattern(seed: u8, from: usize, len: usize) -> Vec<u8> {
 #[test]
 fn a_send_gathered_from_three_regions_lands_scattered_over_two() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(3, 2));
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, sge_caps(3, 2));
     assert!(p.a.caps().max_send_sge >= 3 && p.b.caps().max_recv_sge >= 2, "{:?}", p.a.caps());
     let (x, y, z) = (patterned(&r.pd, 4096, 1), patterned(&r.pd, 4096, 2), patterned(&r.pd, 4096, 3));
     // The receive side: 100 bytes into `d0` at offset 8, the rest into `d1` at offset 16; the
@@ -67,7 +67,7 @@ fn a_send_gathered_from_three_regions_lands_scattered_over_two() {
 #[test]
 fn a_read_scattered_into_two_regions() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, sge_caps(2, 1));
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_read(), sge_caps(2, 1));
     let mut remote = r.pd.alloc_mr(8192, access::REMOTE_RW).unwrap();
     let source = pattern(9, 0, 8192);
     remote.write_volatile_from(0, &source).unwrap();
@@ -95,7 +95,7 @@ fn a_read_scattered_into_two_regions() {
 #[test]
 fn owned_lists_of_chunks_come_back_whole() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(2, 3));
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, sge_caps(2, 3));
     let mut src = r.pd.alloc_mr(4 * 128, access::LOCAL_RW).unwrap().into_chunks(128).unwrap();
     for (i, c) in src.iter_mut().enumerate() {
         c.as_mut_slice().fill(i as u8 + 1);
@@ -125,7 +125,7 @@ fn owned_lists_of_chunks_come_back_whole() {
 #[test]
 fn a_dropped_owned_list_is_parked_until_the_device_is_done() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(1, 2));
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, sge_caps(1, 2));
     let mut dst = r.pd.alloc_mr(2 * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
     let d1 = dst.pop().unwrap();
     let d0 = dst.pop().unwrap();
@@ -150,7 +150,7 @@ fn a_dropped_owned_list_is_parked_until_the_device_is_done() {
 #[test]
 fn a_forgotten_token_of_a_scattered_read_is_drained_before_the_scope_returns() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ, sge_caps(2, 1));
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_read(), sge_caps(2, 1));
     let mut remote = r.pd.alloc_mr(1 << 20, access::REMOTE_RW).unwrap();
     let source = pattern(5, 0, 1 << 20);
     remote.write_volatile_from(0, &source).unwrap();
@@ -172,7 +172,7 @@ fn a_forgotten_token_of_a_scattered_read_is_drained_before_the_scope_returns() {
 fn lanes_post_prepared_lists_again_and_again() {
     const ROUNDS: usize = 20;
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(2, 2));
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, sge_caps(2, 2));
     let head = patterned(&r.pd, 64, 11);
     let body = patterned(&r.pd, 256, 12);
     let mut dst = r.pd.alloc_mr(2 * 512, access::LOCAL_RW).unwrap();
@@ -207,7 +207,7 @@ fn lanes_post_prepared_lists_again_and_again() {
 fn inline_pieces_are_gathered_in_order() {
     let r = rig();
     let caps = QpCaps { max_send_sge: 3, max_inline_data: 64, ..QpCaps::default() };
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), caps);
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, caps);
     let mut dst = r.pd.alloc_mr(128, access::LOCAL_RW).unwrap();
     let (a, b, c) = (*b"header:", [0xabu8; 20], *b"-tail");
     scope(|s| {
@@ -230,7 +230,7 @@ fn inline_pieces_are_gathered_in_order() {
 #[test]
 fn lists_above_the_queue_limits_are_typed_errors_before_the_provider() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, sge_caps(1, 1));
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), sge_caps(1, 1));
     let (max_send, max_recv) = (p.a.caps().max_send_sge, p.b.caps().max_recv_sge);
     let src = patterned(&r.pd, 4096, 4);
     let mut dst = r.pd.alloc_mr(4096, access::REMOTE_RW).unwrap();
@@ -269,7 +269,7 @@ fn an_srq_scatters_into_its_entries_and_refuses_more_than_it_was_made_for() {
     let s1 = r.pd.create_qp::<RC>(&QpConfig::new(&r.cq)).unwrap();
     let r1 = r.pd.create_qp::<RC>(&QpConfig::new(&r.cq).srq(&srq)).unwrap();
     let (e1, e2) = (s1.endpoint(PORT, gid_index(), 7).unwrap(), r1.endpoint(PORT, gid_index(), 9).unwrap());
-    let (s1, _r1) = (connect_rc(s1, QpAccess::empty(), &e1, &e2), connect_rc(r1, QpAccess::empty(), &e2, &e1));
+    let (s1, _r1) = (connect_rc(s1, Access::NONE, &e1, &e2), connect_rc(r1, Access::NONE, &e2, &e1));
     let mut dst = r.pd.alloc_mr(2 * 32, access::LOCAL_RW).unwrap().into_chunks(32).unwrap();
     let d1 = dst.pop().unwrap();
     let d0 = dst.pop().unwrap();
@@ -301,7 +301,7 @@ fn an_srq_scatters_into_its_entries_and_refuses_more_than_it_was_made_for() {
 fn a_gather_of_more_than_u32_max_bytes_is_refused_before_the_provider() {
     const N: usize = 32;
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(N as u32, 1));
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, sge_caps(N as u32, 1));
     let len = (1usize << 27) + 1;
     let src = r.pd.alloc_mr(len, access::LOCAL_RW).unwrap();
     let mut dst = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
@@ -336,7 +336,7 @@ fn a_gather_of_more_than_u32_max_bytes_is_refused_before_the_provider() {
 #[test]
 fn lists_of_no_entry_send_and_receive_nothing() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), sge_caps(1, 1));
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, sge_caps(1, 1));
     scope(|s| {
         let none: [LocalBufMut<'_>; 0] = [];
         let rt = s.post_recv(&p.b, wr::Recv::new(none)).unwrap();

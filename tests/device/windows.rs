@@ -25,7 +25,7 @@ fn rig() -> Rig {
     // Room for the rig's pair and a second pair of default depths (the tests that need one).
     let cq = ctx.create_cq(512).unwrap();
     let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
-    let p = rc_pair(&pd, &cq, &cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, caps);
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write().remote_read(), caps);
     let target = pd.alloc_mr(8192, access::WINDOW_BINDABLE).unwrap();
     let mut src = pd.alloc_mr(4096, access::LOCAL_READ).unwrap();
     fill(&mut src, 42);
@@ -171,7 +171,7 @@ fn deallocating_a_bound_window_revokes_it() {
 /// to ERR after a remote access error).
 fn rig_with(r: &Rig) -> Rig {
     let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ, caps);
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write().remote_read(), caps);
     let target = r.pd.alloc_mr(8192, access::WINDOW_BINDABLE).unwrap();
     let mut src = r.pd.alloc_mr(4096, access::LOCAL_READ).unwrap();
     fill(&mut src, 7);
@@ -239,7 +239,7 @@ fn a_bind_through_a_qp_of_another_pd_is_refused_before_the_provider() {
     // and the QP stays usable.
     let r = rig();
     let other_pd = r.ctx.alloc_pd().unwrap();
-    let p = rc_pair(&other_pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, QpCaps::default());
+    let p = rc_pair(&other_pd, &r.cq, &r.cq, Access::NONE.remote_write(), QpCaps::default());
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
     let old = mw.raw_rkey();
     let mw = scope(|s| {

@@ -111,7 +111,7 @@ fn host_a_writes_reads_and_runs_atomics_through_a_window_on_host_b() {
     assert!(owner.wait_for_line("bound a type 1 window", OWNER_BOUND).is_ok(), "{}", owner.output());
     let qp = connect_rc_with(
         qp,
-        QpAccess::empty(),
+        Access::NONE,
         &x.me,
         &x.peer,
         |rtr| rtr.path_mtu = remote::negotiate(mine, x.theirs),
