@@ -34,7 +34,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         Some(n) => n,
         None => devices()?.first().map(|d| d.name.clone()).ok_or("no RDMA device found")?,
     };
-    let gid_index: u32 = args.next().map(|g| g.parse()).transpose()?.unwrap_or(1);
+    let gid_index: u8 = args.next().map(|g| g.parse()).transpose()?.unwrap_or(1);
 
     let ctx = Context::open(&name)?;
     if ctx.query_device()?.atomic_cap() == typed_verbs_sys::IBV_ATOMIC_NONE {
@@ -63,7 +63,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let (eo, ec) = (owner.endpoint(PORT, gid_index, 1)?, client.endpoint(PORT, gid_index, 2)?);
     let connect = |qp: Qp<RC, RESET>, init: ConnectedInit, me: &Endpoint, peer: &Endpoint| -> typed_verbs::Result<_> {
         let qp = qp.to_init(&init)?;
-        let av = AddressVector::global(PORT, peer.gid, gid_index as u8);
+        let av = AddressVector::global(PORT, peer.gid, gid_index);
         let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
         Ok(qp.to_rts(&RcRts::new(me.psn))?)
     };

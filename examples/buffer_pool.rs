@@ -37,7 +37,7 @@ fn pattern(slot: usize, i: usize) -> u8 {
 fn main() {
     let mut args = std::env::args().skip(1);
     let dev = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok());
-    let gid: Option<u32> = args.next().and_then(|s| s.parse().ok());
+    let gid: Option<u8> = args.next().and_then(|s| s.parse().ok());
     let result = match huge_arena() {
         Some(arena) => {
             println!("arena: {} MiB of 2 MiB huge pages (the program's own mapping)", ARENA >> 20);
@@ -77,7 +77,7 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> typed_verbs::Result<()> {
     std::process::exit(1);
 }
 
-fn run<B: StableBuffer>(dev: Option<String>, gid: Option<u32>, arena: B) -> typed_verbs::Result<()> {
+fn run<B: StableBuffer>(dev: Option<String>, gid: Option<u8>, arena: B) -> typed_verbs::Result<()> {
     let dev = match dev {
         Some(d) => d,
         None => devices()?

@@ -54,7 +54,8 @@ fn main() -> typed_verbs::Result<()> {
             println!("\t\tmax_mtu:\t{}", p.max_mtu().map_or(0, |m| m.bytes()));
             println!("\t\tlink_layer:\t{:?}", p.link_layer());
             println!("\t\tlid:\t\t{}", p.lid());
-            for i in 0..p.gid_tbl_len() {
+            // The indices an address vector can name (`sgid_index` is 8 bits).
+            for i in (0..=u8::MAX).take_while(|&i| u32::from(i) < p.gid_tbl_len()) {
                 match ctx.query_gid(port, i) {
                     Ok(g) if !g.is_zero() => println!("\t\tGID[{i:3}]:\t{g}"),
                     _ => {}

@@ -93,7 +93,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         Some(n) => n.clone(),
         None => devices()?.first().map(|d| d.name.clone()).ok_or("no RDMA device found")?,
     };
-    let gid_index: u32 = positional.get(1).map(|g| g.parse()).transpose()?.unwrap_or(1);
+    let gid_index: u8 = positional.get(1).map(|g| g.parse()).transpose()?.unwrap_or(1);
 
     let ctx = Context::open(&name)?;
     let pd = ctx.alloc_pd()?;
@@ -108,7 +108,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         // The server's QP must accept incoming RDMA WRITEs at all; what they may touch is
         // decided by the rkey they carry.
         let qp = qp.to_init(&ConnectedInit::new(PORT, Access::NONE.remote_write()))?;
-        let av = AddressVector::global(PORT, peer.gid, gid_index as u8);
+        let av = AddressVector::global(PORT, peer.gid, gid_index);
         let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
         Ok(qp.to_rts(&RcRts::new(me.psn))?)
     };

@@ -59,7 +59,7 @@ struct Opts {
     serve: bool,
     host: String,
     device: Option<String>,
-    gid_index: u32,
+    gid_index: u8,
     port: u16,
     mtu: Option<Mtu>,
     timeout: Duration,
@@ -136,7 +136,7 @@ fn connect(
     mtu: Mtu,
 ) -> Result<Qp<RC, RTS>, Error> {
     let qp = qp.to_init(&ConnectedInit::new(PORT, access)).map_err(|e| e.error)?;
-    let av = AddressVector::global(PORT, peer.gid, o.gid_index as u8);
+    let av = AddressVector::global(PORT, peer.gid, o.gid_index);
     let rtr = RcRtr { path_mtu: mtu, ..RcRtr::new(av, peer.qp_num, peer.psn) };
     let qp = qp.to_rtr(&rtr).map_err(|e| e.error)?;
     Ok(qp.to_rts(&RcRts::new(me.psn)).map_err(|e| e.error)?)

@@ -154,7 +154,7 @@ impl Test {
 struct Params {
     test: Test,
     device: String,
-    gid_index: u32,
+    gid_index: u8,
     size: usize,
     /// Per QP (bandwidth) or ping-pongs (latency); `u64::MAX` in duration mode.
     iters: u64,
@@ -238,7 +238,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
         }
         match a.as_str() {
             "-d" | "--ib-dev" => device = Some(val(a)?),
-            "-x" | "--gid-index" => gid = Some(num::<u32>(a, val(a)?)?),
+            "-x" | "--gid-index" => gid = Some(num::<u8>(a, val(a)?)?),
             "-s" | "--size" => size = Some(num::<usize>(a, val(a)?)?),
             "-n" | "--iters" => iters = Some(num::<u64>(a, val(a)?)?),
             "-D" | "--duration" => dur = Some(num::<f64>(a, val(a)?)?),
@@ -459,7 +459,7 @@ fn rc_pair(
 fn connect(p: &Params, qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint, rd_atomic: u8) -> Result<Qp<RC, RTS>> {
     // The remote rights of the peers' target regions (`REMOTE_RW`).
     let qp = qp.to_init(&ConnectedInit::new(PORT, access::REMOTE_RW))?;
-    let av = AddressVector::global(PORT, peer.gid, p.gid_index as u8);
+    let av = AddressVector::global(PORT, peer.gid, p.gid_index);
     let rtr = RcRtr { max_dest_rd_atomic: rd_atomic, ..RcRtr::new(av, peer.qp_num, peer.psn) };
     let qp = qp.to_rtr(&rtr)?;
     Ok(qp.to_rts(&RcRts { max_rd_atomic: rd_atomic, ..RcRts::new(me.psn) })?)

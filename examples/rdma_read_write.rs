@@ -26,7 +26,7 @@ fn main() -> typed_verbs::Result<()> {
             .ok_or(Error::DeviceNotFound { name: "(any)".into(), available: vec![] })?,
     };
     // Default: the GID of the port's IPv4 address (`Link::default_for`).
-    let gid_index: Option<u32> = args.next().and_then(|s| s.parse().ok());
+    let gid_index: Option<u8> = args.next().and_then(|s| s.parse().ok());
 
     let ctx = Context::open(&name)?;
     let pd = ctx.alloc_pd()?;

@@ -236,7 +236,7 @@ fn main() -> typed_verbs::Result<()> {
     let send = !tokens && args.next_if(|a| a == "--send").is_some();
     let pingpong = !tokens && !send && args.next_if(|a| a == "--pingpong").is_some();
     let name = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()).unwrap_or_else(|| "rxe0".into());
-    let gid_index: u32 =
+    let gid_index: u8 =
         args.next().or_else(|| std::env::var("TYPED_VERBS_GID_INDEX").ok()).and_then(|s| s.parse().ok()).unwrap_or(1);
 
     let ctx = Context::open(&name)?;
@@ -260,7 +260,7 @@ fn main() -> typed_verbs::Result<()> {
     let access = Access::NONE.remote_write().remote_read();
     let connect = |qp: Qp<RC, RESET>, me: Endpoint, peer: Endpoint| -> typed_verbs::Result<Qp<RC, RTS>> {
         let qp = qp.to_init(&ConnectedInit::new(PORT, access))?;
-        let av = AddressVector::global(PORT, peer.gid, gid_index as u8);
+        let av = AddressVector::global(PORT, peer.gid, gid_index);
         let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn))?;
         Ok(qp.to_rts(&RcRts::new(me.psn))?)
     };

@@ -21,7 +21,8 @@ pub struct Grh {
     pub dgid: Gid,
     /// The flow label (20 bits).
     pub flow_label: u32,
-    /// The index of the local GID to send from.
+    /// The index of the local GID to send from (`uint8_t` in C; the type of every GID index of
+    /// this library, as [`Link::gid_index`](crate::qp::Link::gid_index)).
     pub sgid_index: u8,
     /// The hop limit (at least 1 to leave the subnet; rxe accepts any value >= 1).
     pub hop_limit: u8,

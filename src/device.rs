@@ -215,7 +215,8 @@ impl Context {
         Ok(())
     }
 
-    /// `ibv_query_gid`: entry `index` of the GID table of port `port`.
+    /// `ibv_query_gid`: entry `index` of the GID table of port `port`. The index is a `u8`,
+    /// as `sgid_index` of the address vectors it is used in (`struct ibv_global_route`).
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for a port that does not exist or an index at or above the
@@ -224,9 +225,9 @@ impl Context {
     ///
     /// See ibv_query_gid(3).
     #[doc(alias = "ibv_query_gid")]
-    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+    pub fn query_gid(&self, port: u8, index: u8) -> Result<Gid> {
         let len = self.query_port(port)?.gid_tbl_len();
-        let idx = i32::try_from(index).ok().filter(|&i| (i as u32) < len).ok_or_else(|| {
+        let idx = Some(i32::from(index)).filter(|&i| (i as u32) < len).ok_or_else(|| {
             Error::invalid(
                 "ibv_query_gid",
                 format!("GID index {index} is out of range for {} port {port} (table length {len})", self.inner.name),
@@ -247,7 +248,9 @@ impl Context {
     }
 
     /// `ibv_query_gid_ex` of every index of port `port`: the port's GID table with each entry's
-    /// type (InfiniBand, RoCE v1, RoCE v2) and network interface. Unused entries are left out.
+    /// type (InfiniBand, RoCE v1, RoCE v2) and network interface. Unused entries are left out,
+    /// and so are entries above index 255, which no address vector can name
+    /// ([`GidEntry::index`]).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a port that does not exist; [`Error::Verb`] with
@@ -258,11 +261,11 @@ impl Context {
     pub fn gid_table(&self, port: u8) -> Result<Vec<GidEntry>> {
         let len = self.query_port(port)?.gid_tbl_len();
         let mut table = Vec::new();
-        for index in 0..len {
+        for index in (0..=u8::MAX).take_while(|&i| u32::from(i) < len) {
             let mut e = sys::ibv_gid_entry::default();
             // SAFETY: the context is open; `e` is a valid out-pointer of the header's type (the
             // inline `ibv_query_gid_ex` passes its size); port checked, index below the length.
-            let ret = unsafe { sys::ibv_query_gid_ex(self.as_ptr(), u32::from(port), index, &mut e, 0) };
+            let ret = unsafe { sys::ibv_query_gid_ex(self.as_ptr(), u32::from(port), u32::from(index), &mut e, 0) };
             if ret == crate::error::errno::ENODATA || ret == -crate::error::errno::ENODATA {
                 continue;
             }
@@ -290,7 +293,7 @@ impl Context {
     /// # Errors
     /// [`Error::InvalidArgument`] when a RoCE port has no RoCE v2 GID of an IPv4 address (no
     /// IPv4 address on its interface); as [`Context::gid_table`].
-    pub fn default_gid_index(&self, port: u8) -> Result<u32> {
+    pub fn default_gid_index(&self, port: u8) -> Result<u8> {
         let table = self.gid_table(port)?;
         if self.query_port(port)?.link_layer() != LinkLayer::Ethernet {
             return table.first().map(|e| e.index).ok_or_else(|| {
@@ -340,8 +343,9 @@ impl GidType {
 pub struct GidEntry {
     /// The GID.
     pub gid: Gid,
-    /// Its index in the table (what address vectors and endpoints name).
-    pub index: u32,
+    /// Its index in the table (what address vectors and endpoints name): a `u8`, as
+    /// `sgid_index` of `struct ibv_global_route`.
+    pub index: u8,
     /// Its type.
     pub gid_type: GidType,
     /// The network interface it belongs to (RoCE), 0 for none.

@@ -672,12 +672,13 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         self.shared.caps
     }
 
-    /// This side's [`Endpoint`] on `port`, using GID `gid_index`, starting at `psn`.
+    /// This side's [`Endpoint`] on `port`, using GID `gid_index` (as
+    /// [`Link::gid_index`]), starting at `psn`.
     ///
     /// # Errors
     /// As [`Context::query_port`](crate::device::Context::query_port) and
     /// [`Context::query_gid`](crate::device::Context::query_gid).
-    pub fn endpoint(&self, port: u8, gid_index: u32, psn: u32) -> Result<Endpoint> {
+    pub fn endpoint(&self, port: u8, gid_index: u8, psn: u32) -> Result<Endpoint> {
         let ctx = crate::device::Context { inner: Arc::clone(&self.shared.pd.ctx) };
         let lid = ctx.query_port(port)?.lid();
         let gid = ctx.query_gid(port, gid_index)?;
@@ -838,8 +839,12 @@ impl<T: Transport, S: QpState> Qp<T, S> {
 pub struct Link {
     /// The local port (from 1).
     pub port: u8,
-    /// The GID index on that port.
-    pub gid_index: u32,
+    /// The GID index on that port: a `u8`, as everywhere the library names a GID index
+    /// ([`Grh::sgid_index`](crate::ah::Grh::sgid_index),
+    /// [`Context::query_gid`](crate::device::Context::query_gid)), because it ends up as
+    /// `sgid_index` of `struct ibv_global_route`, a `uint8_t`: an entry above 255 cannot be the
+    /// source of a GRH.
+    pub gid_index: u8,
 }
 
 impl Link {
@@ -904,10 +909,10 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// active MTU.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a GID index above 255 or a port without an active MTU;
+    /// [`Error::InvalidArgument`] for a port without an active MTU;
     /// [`Error::Verb`] with `ibv_query_port`.
     pub fn path_to(&self, link: Link, peer: &Endpoint) -> Result<PeerPath> {
-        Ok(PeerPath { av: link_av(link, peer)?, mtu: self.path_mtu(link.port)? })
+        Ok(PeerPath { av: link_av(link, peer), mtu: self.path_mtu(link.port)? })
     }
 }
 
@@ -1007,12 +1012,10 @@ impl<T: Transport, S: QpState> Qp<T, S> {
 }
 
 /// The address vector towards `peer` from `link`: a GRH from `link`'s GID index.
-fn link_av(link: Link, peer: &Endpoint) -> Result<AddressVector> {
-    let sgid = u8::try_from(link.gid_index)
-        .map_err(|_| Error::invalid("ibv_modify_qp", format!("GID index {} is above 255", link.gid_index)))?;
-    let mut av = AddressVector::global(link.port, peer.gid, sgid);
+fn link_av(link: Link, peer: &Endpoint) -> AddressVector {
+    let mut av = AddressVector::global(link.port, peer.gid, link.gid_index);
     av.dlid = peer.lid;
-    Ok(av)
+    av
 }
 
 struct StateOnly;

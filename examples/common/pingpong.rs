@@ -475,7 +475,7 @@ pub struct Options {
     /// `-l`: the service level.
     pub sl: u8,
     /// `-g`: the local GID index (none: no GID is sent, LID addressing).
-    pub gid_index: Option<u32>,
+    pub gid_index: Option<u8>,
     /// `-q`: the number of QPs (`srq_pingpong`).
     pub num_qp: u32,
     /// `--timeout`: bound on each completion, each socket read/write, and the client's
@@ -706,7 +706,7 @@ pub fn path(opts: &Options, peer: &Endpoint) -> PeerPath {
 /// (its last 8 bytes) is not zero, LID addressing otherwise.
 pub fn address_vector(opts: &Options, peer: &Endpoint) -> AddressVector {
     let mut av = if peer.gid.0[8..].iter().any(|&b| b != 0) {
-        let sgid_index = opts.gid_index.unwrap_or(0) as u8;
+        let sgid_index = opts.gid_index.unwrap_or(0);
         let mut av = AddressVector::global(opts.ib_port, peer.gid, sgid_index);
         if let Some(grh) = av.grh.as_mut() {
             grh.hop_limit = 1;

@@ -265,7 +265,7 @@ fn the_verbs_connect_helper_picks_the_roce_v2_gid_and_random_psns() {
     assert!(entry.ifindex != 0, "a RoCE GID belongs to an interface: {entry:?}");
     let len = ctx.query_port(PORT).unwrap().gid_tbl_len();
     assert!(
-        table.iter().all(|e| e.index < len && matches!(e.gid_type, GidType::RoceV1 | GidType::RoceV2)),
+        table.iter().all(|e| u32::from(e.index) < len && matches!(e.gid_type, GidType::RoceV1 | GidType::RoceV2)),
         "an Ethernet port's table has RoCE entries only: {table:?}"
     );
     let link = Link::default_for(&ctx, PORT).unwrap();
@@ -288,7 +288,7 @@ fn the_verbs_connect_helper_picks_the_roce_v2_gid_and_random_psns() {
     let path = a.path_to(link, &eb).unwrap();
     let grh = path.av.grh.expect("a GRH on RoCE");
     assert_eq!(Some(path.mtu), ctx.query_port(PORT).unwrap().active_mtu());
-    assert_eq!((grh.dgid, u32::from(grh.sgid_index), path.av.port), (eb.gid, index, PORT));
+    assert_eq!((grh.dgid, grh.sgid_index, path.av.port), (eb.gid, index, PORT));
     let a = a.connect(link, Access::NONE.remote_write(), &ea, &eb).expect("RC connect a");
     let b = b.connect(link, Access::NONE.remote_write(), &eb, &ea).expect("RC connect b");
     let (ua, ub) =

@@ -440,7 +440,7 @@ fn one_datagram() -> (Side, Qp<UD, RTS>, Completion, GrhBytes) {
     let r = side.recv(&b, 4);
     let ah = side
         .pd
-        .create_ah(&AddressVector::global(PORT, side.ctx.query_gid(PORT, gid_index()).unwrap(), gid_index() as u8))
+        .create_ah(&AddressVector::global(PORT, side.ctx.query_gid(PORT, gid_index()).unwrap(), gid_index()))
         .unwrap();
     assert!(side.send(&a, b"dgrm", &ah, b.qp_num(), QKEY).is_success());
     let (c, chunk) = r.wait(WAIT).map_err(|e| e.error).unwrap();

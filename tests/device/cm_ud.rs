@@ -216,7 +216,7 @@ fn an_address_handle_from_a_completion_that_is_not_a_receive_is_refused() {
     let a = ud_qp(&r.pd, &r.cq, QpCaps::default());
     let b = ud_qp(&r.pd, &r.cq, QpCaps::default());
     let ah =
-        r.pd.create_ah(&AddressVector::global(PORT, open().query_gid(PORT, gid_index()).unwrap(), gid_index() as u8))
+        r.pd.create_ah(&AddressVector::global(PORT, open().query_gid(PORT, gid_index()).unwrap(), gid_index()))
             .unwrap();
     let src = r.pd.alloc_mr(8, access::LOCAL_RW).unwrap();
     let c = scope(|s| {

@@ -30,7 +30,7 @@ pub fn device_name() -> String {
 }
 
 /// The GID index to use: `$TYPED_VERBS_GID_INDEX`, default 1 (the IPv4-mapped RoCEv2 GID of rxe).
-pub fn gid_index() -> u32 {
+pub fn gid_index() -> u8 {
     std::env::var("TYPED_VERBS_GID_INDEX").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
 }
 
@@ -85,7 +85,7 @@ pub fn rc_pair(pd: &Pd, cq_a: &Cq, cq_b: &Cq, access: impl AccessSet, caps: QpCa
 
 pub fn connect_rc(qp: Qp<RC, RESET>, access: impl AccessSet, me: &Endpoint, peer: &Endpoint) -> Qp<RC, RTS> {
     let qp = qp.to_init(&ConnectedInit::new(PORT, access)).expect("RESET->INIT");
-    let av = AddressVector::global(PORT, peer.gid, gid_index() as u8);
+    let av = AddressVector::global(PORT, peer.gid, gid_index());
     let qp = qp.to_rtr(&RcRtr::new(av, peer.qp_num, peer.psn)).expect("INIT->RTR");
     qp.to_rts(&RcRts::new(me.psn)).expect("RTR->RTS")
 }
@@ -98,7 +98,7 @@ pub fn uc_pair(pd: &Pd, cq: &Cq, access: impl AccessSet, caps: QpCaps) -> (Qp<UC
     let eb = b.endpoint(PORT, gid_index(), 0x4000).expect("endpoint b");
     let connect = |qp: Qp<UC, RESET>, me: &Endpoint, peer: &Endpoint| {
         let qp = qp.to_init(&ConnectedInit::new(PORT, access)).expect("UC RESET->INIT");
-        let av = AddressVector::global(PORT, peer.gid, gid_index() as u8);
+        let av = AddressVector::global(PORT, peer.gid, gid_index());
         let qp = qp.to_rtr(&UcRtr::new(av, peer.qp_num, peer.psn)).expect("UC INIT->RTR");
         qp.to_rts(&SqPsn { sq_psn: me.psn }).expect("UC RTR->RTS")
     };
@@ -134,7 +134,7 @@ pub fn connect_rc_with(
     rts: impl FnOnce(&mut RcRts),
 ) -> Qp<RC, RTS> {
     let qp = qp.to_init(&ConnectedInit::new(PORT, access)).expect("RESET->INIT");
-    let av = AddressVector::global(PORT, peer.gid, gid_index() as u8);
+    let av = AddressVector::global(PORT, peer.gid, gid_index());
     let mut rtr_attr = RcRtr::new(av, peer.qp_num, peer.psn);
     rtr(&mut rtr_attr);
     let qp = qp.to_rtr(&rtr_attr).expect("INIT->RTR");

@@ -245,7 +245,10 @@ fn an_address_on_the_netdev_reports_gid_change() {
     loop {
         // The table is filled from index 0 (observed: the link-local GID, then the address's);
         // the first all-zero entry ends the used part (querying all of it is slow under TCG).
-        let used: Vec<Gid> = (0..len).map_while(|i| ctx.query_gid(1, i).ok().filter(|g| g.0 != [0; 16])).collect();
+        let used: Vec<Gid> = (0..=u8::MAX)
+            .take_while(|&i| u32::from(i) < len)
+            .map_while(|i| ctx.query_gid(1, i).ok().filter(|g| g.0 != [0; 16]))
+            .collect();
         let entries = used.iter().filter(|g| g.0 == gid.octets()).count();
         if entries == 1 {
             break;

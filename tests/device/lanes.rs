@@ -357,7 +357,7 @@ fn a_ud_lane_posts_one_addressed_send_n_times() {
     let b = ud_qp(&r.pd, &r.cq, QpCaps::default());
     let a_qpn = a.qp_num();
     let eb = b.endpoint(PORT, gid_index(), 0).unwrap();
-    let ah = r.pd.create_ah(&AddressVector::global(PORT, eb.gid, gid_index() as u8)).unwrap();
+    let ah = r.pd.create_ah(&AddressVector::global(PORT, eb.gid, gid_index())).unwrap();
     let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
     fill(&mut src, 77);
     let mut rbuf = r.pd.alloc_mr(N * SLOT + 1, access::LOCAL_RW).unwrap();

@@ -327,7 +327,7 @@ fn ud_odp_memory_carries_send_and_recv() {
     let a = ud_qp(&pd, &cq, QpCaps::default());
     let b = ud_qp(&pd, &cq, QpCaps::default());
     let eb = b.endpoint(PORT, gid_index(), 0).unwrap();
-    let ah = pd.create_ah(&AddressVector::global(PORT, eb.gid, gid_index() as u8)).unwrap();
+    let ah = pd.create_ah(&AddressVector::global(PORT, eb.gid, gid_index())).unwrap();
     let data = pattern(512, 11);
     let mut src = pd.alloc_mr_odp(512, access::LOCAL_RW, &cap).unwrap();
     src.as_mut_slice().copy_from_slice(&data);

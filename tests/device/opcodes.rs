@@ -255,7 +255,7 @@ fn ud_send_and_send_imm_through_an_address_handle() {
     let a = ud_qp(&r.pd, &r.cq, inline_caps());
     let b = ud_qp(&r.pd, &r.cq, QpCaps::default());
     let eb = b.endpoint(PORT, gid_index(), 0).unwrap();
-    let ah = r.pd.create_ah(&AddressVector::global(PORT, eb.gid, gid_index() as u8)).unwrap();
+    let ah = r.pd.create_ah(&AddressVector::global(PORT, eb.gid, gid_index())).unwrap();
     let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
     fill(&mut src, 21);
     // UD receive buffers start with 40 bytes for the GRH.

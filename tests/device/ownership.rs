@@ -66,7 +66,7 @@ fn owned_receives_posted_in_init_survive_the_transitions() {
     let b = b.to_init(&ConnectedInit::new(PORT, Access::NONE)).unwrap();
     let chunks = pd.alloc_mr(4 * 256, access::LOCAL_RW).unwrap().into_chunks(256).unwrap();
     let tokens: Vec<_> = chunks.into_iter().map(|c| b.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
-    let av = AddressVector::global(PORT, ea.gid, gid_index() as u8);
+    let av = AddressVector::global(PORT, ea.gid, gid_index());
     let b = b.to_rtr(&RcRtr::new(av, ea.qp_num, ea.psn)).unwrap().to_rts(&RcRts::new(eb.psn)).unwrap();
     let a = connect_rc(a, Access::NONE, &ea, &eb);
     let mut src = pd.alloc_mr(256, access::LOCAL_READ).unwrap();

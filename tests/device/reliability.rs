@@ -482,7 +482,7 @@ fn a_path_mtu_above_the_port_mtu_is_refused_and_the_qp_stays_in_init() {
     let ea = a.endpoint(PORT, gid_index(), 0x700).unwrap();
     let eb = b.endpoint(PORT, gid_index(), 0x800).unwrap();
     let a = a.to_init(&ConnectedInit::new(PORT, Access::NONE)).unwrap();
-    let av = AddressVector::global(PORT, eb.gid, gid_index() as u8);
+    let av = AddressVector::global(PORT, eb.gid, gid_index());
     let too_big = RcRtr { path_mtu: Mtu::Mtu4096, ..RcRtr::new(av, eb.qp_num, eb.psn) };
     let e = a.to_rtr(&too_big).expect_err("path MTU 4096 above the port's");
     match &e.error {

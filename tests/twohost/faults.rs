@@ -379,7 +379,7 @@ fn a_path_mtu_above_the_peer_port_is_refused_here_negotiated_or_fails_typed_ther
     eprintln!("host B's port MTU with a 9000-byte link: {}", x.theirs.bytes());
     assert_eq!(x.theirs, Mtu::Mtu4096, "{}", owner.output());
     let qp = qp.to_init(&ConnectedInit::new(PORT, Access::NONE)).unwrap();
-    let av = AddressVector::global(PORT, x.peer.gid, gid_index() as u8);
+    let av = AddressVector::global(PORT, x.peer.gid, gid_index());
     let theirs = RcRtr { path_mtu: x.theirs, ..RcRtr::new(av, x.peer.qp_num, x.peer.psn) };
     let e = qp.to_rtr(&theirs).expect_err("path MTU 4096 above this port's 1024");
     assert!(matches!(&e.error, Error::InvalidArgument { verb: "ibv_modify_qp", .. }), "{:?}", e.error);
