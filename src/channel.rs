@@ -355,16 +355,15 @@ static_assertions::assert_impl_all!(CqEvent: Send, Sync);
 /// Sets `O_NONBLOCK` on `fd` (if it is not set already).
 pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: F_GETFL takes no argument and only reads the descriptor's flags.
-    let flags = unsafe { sys::fcntl(fd, sys::F_GETFL as c_int) };
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     if flags < 0 {
         return Err(io::Error::last_os_error());
     }
-    let nonblock = sys::O_NONBLOCK as c_int;
-    if flags & nonblock != 0 {
+    if flags & libc::O_NONBLOCK != 0 {
         return Ok(());
     }
     // SAFETY: F_SETFL takes one int argument: the new file status flags.
-    let ret = unsafe { sys::fcntl(fd, sys::F_SETFL as c_int, flags | nonblock) };
+    let ret = unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) };
     if ret < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -380,9 +379,9 @@ pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
         // Round up, so that a wait never returns "not ready" before its timeout.
         let ms = left.as_nanos().div_ceil(1_000_000);
         let ms = c_int::try_from(ms).unwrap_or(c_int::MAX);
-        let mut pfd = sys::pollfd { fd, events: sys::POLLIN as i16, revents: 0 };
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: `pfd` is one valid pollfd; poll only writes its `revents`.
-        let ret = unsafe { sys::poll(&mut pfd, 1, ms) };
+        let ret = unsafe { libc::poll(&mut pfd, 1, ms) };
         if ret < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -396,8 +395,8 @@ pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
             }
             continue;
         }
-        let revents = i32::from(pfd.revents);
-        if revents & sys::POLLIN as i32 != 0 {
+        let revents = pfd.revents;
+        if revents & libc::POLLIN != 0 {
             return Ok(true);
         }
         // POLLERR, POLLHUP or POLLNVAL without input: the descriptor is unusable.

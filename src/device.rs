@@ -266,7 +266,7 @@ impl Context {
             // SAFETY: the context is open; `e` is a valid out-pointer of the header's type (the
             // inline `ibv_query_gid_ex` passes its size); port checked, index below the length.
             let ret = unsafe { sys::ibv_query_gid_ex(self.as_ptr(), u32::from(port), u32::from(index), &mut e, 0) };
-            if ret == crate::error::errno::ENODATA || ret == -crate::error::errno::ENODATA {
+            if ret == libc::ENODATA || ret == -libc::ENODATA {
                 continue;
             }
             if ret != 0 {

@@ -280,10 +280,10 @@ pub fn udmabuf(len: usize) -> Result<OwnedFd> {
         .ok_or_else(|| Error::invalid("UDMABUF_CREATE", format!("{len} bytes: need 1..=i64::MAX")))?;
     let context = |step: &str| format!("{step} for a dma-buf of {size} bytes");
     let failed = |step: &str| Error::last_os(Verb::UdmabufCreate, context(step));
-    let memfd = crate::mr::sized_memfd(c"typed-verbs-udmabuf", sys::MFD_ALLOW_SEALING | sys::MFD_CLOEXEC, size)
+    let memfd = crate::mr::sized_memfd(c"typed-verbs-udmabuf", libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC, size)
         .map_err(|(step, e)| Error::verb(Verb::UdmabufCreate, context(step), e))?;
     // SAFETY: our memfd; sealing it affects nothing else. F_ADD_SEALS takes an int argument.
-    if unsafe { sys::fcntl(memfd.as_raw_fd(), sys::F_ADD_SEALS as i32, sys::F_SEAL_SHRINK as i32) } != 0 {
+    if unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) } != 0 {
         return Err(failed("fcntl(F_ADD_SEALS, F_SEAL_SHRINK)"));
     }
     let dev = std::fs::File::open("/dev/udmabuf")
@@ -296,7 +296,9 @@ pub fn udmabuf(len: usize) -> Result<OwnedFd> {
     };
     // SAFETY: `dev` is /dev/udmabuf; UDMABUF_CREATE reads one `struct udmabuf_create` (layout
     // pinned in typed-verbs-sys) from the valid pointer; it returns a new descriptor or -1.
-    let raw = unsafe { sys::ioctl(dev.as_raw_fd(), sys::UDMABUF_CREATE, &mut create as *mut sys::udmabuf_create) };
+    let raw = unsafe {
+        libc::ioctl(dev.as_raw_fd(), sys::UDMABUF_CREATE as libc::Ioctl, &mut create as *mut sys::udmabuf_create)
+    };
     if raw < 0 {
         return Err(failed("ioctl(UDMABUF_CREATE)"));
     }

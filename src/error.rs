@@ -135,17 +135,11 @@ impl fmt::Display for Verb {
     }
 }
 
-/// Errno values the library classifies (the same on the Linux architectures it supports).
+/// Errno values the library classifies (libc's, which differ between architectures).
 pub(crate) mod errno {
-    pub const EINVAL: i32 = 22;
-    pub const EPROTONOSUPPORT: i32 = 93;
-    pub const EOPNOTSUPP: i32 = 95;
-    /// No data: an unused GID table entry (`ibv_query_gid_ex`).
-    pub const ENODATA: i32 = 61;
-
     /// The provider or the kernel driver lacks the feature: `EOPNOTSUPP` or `EPROTONOSUPPORT`.
     pub fn means_unsupported(e: &std::io::Error) -> bool {
-        matches!(e.raw_os_error(), Some(EOPNOTSUPP) | Some(EPROTONOSUPPORT))
+        matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EPROTONOSUPPORT))
     }
 }
 

@@ -534,7 +534,7 @@ fn alloc_zeroed(len: usize) -> Result<NonNull<u8>> {
 /// The system's page size (`sysconf(_SC_PAGESIZE)`).
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
-    let n = unsafe { sys::sysconf(sys::_SC_PAGESIZE as i32) };
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(MR_ALIGN)
 }
 
@@ -562,31 +562,30 @@ fn map_odp_memory(len: usize) -> Result<NonNull<u8>> {
         .filter(|&l| isize::try_from(l).is_ok())
         .ok_or_else(|| Error::invalid("ibv_reg_mr", format!("{len} bytes cannot be mapped")))?;
     let what = |call: &str| format!("{call} for an On-Demand Paging region of {len} bytes");
-    let fd = sized_memfd(c"typed-verbs-odp", sys::MFD_CLOEXEC, map_len)
+    let fd = sized_memfd(c"typed-verbs-odp", libc::MFD_CLOEXEC, map_len)
         .map_err(|(step, e)| Error::verb(Verb::RegMr, what(step), e))?;
     // SAFETY: a new shared mapping of our own memfd at an address of the kernel's choosing:
     // no existing memory is affected. The mapping keeps the memory when `fd` closes (on return).
     let p = unsafe {
-        sys::mmap(
+        libc::mmap(
             std::ptr::null_mut(),
             map_len,
-            (sys::PROT_READ | sys::PROT_WRITE) as i32,
-            (sys::MAP_SHARED | sys::MAP_NORESERVE) as i32,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_NORESERVE,
             fd.as_raw_fd(),
             0,
         )
     };
-    // MAP_FAILED is `(void *) -1`.
-    if p as usize == usize::MAX {
+    if p == libc::MAP_FAILED {
         return Err(Error::last_os(Verb::RegMr, what("mmap")));
     }
     let mem =
         NonNull::new(p.cast::<u8>()).ok_or_else(|| Error::invalid("ibv_reg_mr", "mmap returned a null mapping"))?;
     // SAFETY: advice over our own new mapping, whole pages; it changes only what `fork` does.
-    if unsafe { sys::madvise(mem.as_ptr().cast(), map_len, sys::MADV_DONTFORK as i32) } != 0 {
+    if unsafe { libc::madvise(mem.as_ptr().cast(), map_len, libc::MADV_DONTFORK) } != 0 {
         let err = Error::last_os(Verb::Madvise, what("MADV_DONTFORK"));
         // SAFETY: our mapping, never registered or lent.
-        unsafe { sys::munmap(mem.as_ptr().cast(), map_len) };
+        unsafe { libc::munmap(mem.as_ptr().cast(), map_len) };
         return Err(err);
     }
     Ok(mem)
@@ -596,20 +595,20 @@ fn map_odp_memory(len: usize) -> Result<NonNull<u8>> {
 /// step that failed and its error.
 pub(crate) fn sized_memfd(
     name: &std::ffi::CStr,
-    flags: u32,
+    flags: libc::c_uint,
     size: usize,
 ) -> std::result::Result<OwnedFd, (&'static str, std::io::Error)> {
-    let size =
-        i64::try_from(size).map_err(|_| ("ftruncate", std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    let size = libc::off_t::try_from(size)
+        .map_err(|_| ("ftruncate", std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
     // SAFETY: a NUL-terminated name; the new descriptor is owned right below.
-    let raw = unsafe { sys::memfd_create(name.as_ptr(), flags) };
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), flags) };
     if raw < 0 {
         return Err(("memfd_create", std::io::Error::last_os_error()));
     }
     // SAFETY: `raw` is a new descriptor nobody else owns; `OwnedFd` closes it once.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     // SAFETY: our memfd; sizing it affects nothing else.
-    if unsafe { sys::ftruncate(fd.as_raw_fd(), size) } != 0 {
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
         return Err(("ftruncate", std::io::Error::last_os_error()));
     }
     Ok(fd)
@@ -644,20 +643,19 @@ fn map_huge(len: usize) -> Result<(NonNull<u8>, u8)> {
     // SAFETY: a new private anonymous mapping at an address of the kernel's choosing: no
     // existing memory is affected.
     let p = unsafe {
-        sys::mmap(
+        libc::mmap(
             std::ptr::null_mut(),
             map_len,
-            (sys::PROT_READ | sys::PROT_WRITE) as i32,
-            // The page size named explicitly (`MAP_HUGE_SHIFT` = 26): the kernel maps exactly
-            // pages of 2^shift bytes or refuses, so the unmap length computed from `shift`
-            // matches whatever `/proc/meminfo` said.
-            (sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_HUGETLB) as i32 | (i32::from(shift) << 26),
+            libc::PROT_READ | libc::PROT_WRITE,
+            // The page size named explicitly (`MAP_HUGE_SHIFT`): the kernel maps exactly pages
+            // of 2^shift bytes or refuses, so the unmap length computed from `shift` matches
+            // whatever `/proc/meminfo` said.
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | (i32::from(shift) << libc::MAP_HUGE_SHIFT),
             -1,
             0,
         )
     };
-    // MAP_FAILED is `(void *) -1`.
-    if p as usize == usize::MAX {
+    if p == libc::MAP_FAILED {
         return Err(Error::last_os(
             Verb::RegMr,
             format!("mmap(MAP_HUGETLB) of {map_len} bytes (huge pages reserved: /proc/sys/vm/nr_hugepages)"),
@@ -680,7 +678,7 @@ unsafe fn free_region_memory(mem: NonNull<u8>, len: usize, backing: Backing) {
     let unmap = |map_len: Option<usize>| {
         // SAFETY: the caller's contract: our own mapping of this length, used by nobody now. A
         // failure (impossible for a whole mapping of ours) would leave it mapped: a leak.
-        let _ = unsafe { sys::munmap(mem.as_ptr().cast(), map_len.unwrap_or(len)) };
+        let _ = unsafe { libc::munmap(mem.as_ptr().cast(), map_len.unwrap_or(len)) };
     };
     match backing {
         Backing::OdpMemfd => unmap(mapping_len(len)),

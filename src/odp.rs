@@ -28,7 +28,6 @@ use typed_verbs_sys as sys;
 
 use crate::access::{Access, HasLocalWrite, LegalAccess, LocalWrite};
 use crate::device::Context;
-use crate::error::errno::EOPNOTSUPP;
 use crate::error::{Error, Result, Verb};
 use crate::mr::{range_of, LocalBuf, LocalBufMut, Mr, MrKind, Odp, OdpTag};
 use crate::pd::{Pd, PdInner};
@@ -437,10 +436,10 @@ fn advise(pd: &PdInner, advice: Prefetch, flags: u32, addr: u64, len: u32, lkey:
     match ret {
         0 => Ok(()),
         // The provider has no `advise_mr` (rxe in rdma-core 44 and 56).
-        r if r == EOPNOTSUPP || r == -EOPNOTSUPP => Err(Error::Unsupported {
+        r if r == libc::EOPNOTSUPP || r == -libc::EOPNOTSUPP => Err(Error::Unsupported {
             verb: Verb::AdviseMr,
             what: format!("prefetching On-Demand Paging memory ({advice:?}): the provider has no advise_mr"),
-            source: Some(std::io::Error::from_raw_os_error(EOPNOTSUPP)),
+            source: Some(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
         }),
         r => Err(Error::from_ret(Verb::AdviseMr, format!("{len} bytes at {addr:#x}, {advice:?}"), r)),
     }
@@ -574,7 +573,7 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
         // memory; no other mapping of the file exists: `MADV_DONTFORK`). `&mut
         // self`: no local view or work request uses it and no reference into it exists; peers
         // only reach it through the device, which ODP keeps coherent with the page tables.
-        let ret = unsafe { sys::madvise(self.mem_ptr().as_ptr().add(off).cast(), len, sys::MADV_REMOVE as i32) };
+        let ret = unsafe { libc::madvise(self.mem_ptr().as_ptr().add(off).cast(), len, libc::MADV_REMOVE) };
         if ret != 0 {
             return Err(Error::last_os(Verb::Madvise, format!("MADV_REMOVE over {len} bytes at offset {off}")));
         }

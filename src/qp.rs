@@ -247,7 +247,7 @@ impl Pd {
                 || (T::QP_TYPE != sys::IBV_QPT_RC
                     && T::QP_TYPE != sys::IBV_QPT_UC
                     && T::QP_TYPE != sys::IBV_QPT_UD
-                    && e.raw_os_error() == Some(crate::error::errno::EINVAL));
+                    && e.raw_os_error() == Some(libc::EINVAL));
             if unsupported {
                 return Err(Error::Unsupported {
                     verb: Verb::CreateQp,

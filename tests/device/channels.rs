@@ -222,12 +222,12 @@ fn channel_readable(ch: &CompChannel, within: Duration) -> bool {
         .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no fd in {shown}"));
-    let mut pfd = typed_verbs_sys::pollfd { fd, events: typed_verbs_sys::POLLIN as i16, revents: 0 };
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     let ms = i32::try_from(within.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: one valid pollfd; the channel (and so its fd) lives for the whole call.
-    let n = unsafe { typed_verbs_sys::poll(&mut pfd, 1, ms) };
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
     assert!(n >= 0, "poll(2) on the channel fd {fd}: {}", std::io::Error::last_os_error());
-    assert_eq!(pfd.revents & !(typed_verbs_sys::POLLIN as i16), 0, "poll(2) on fd {fd}: revents {:#x}", pfd.revents);
+    assert_eq!(pfd.revents & !libc::POLLIN, 0, "poll(2) on fd {fd}: revents {:#x}", pfd.revents);
     n == 1
 }
 

@@ -149,7 +149,7 @@ fn a_port_already_in_use_is_a_typed_eaddrinuse() {
     let taken = SocketAddr::new(IpAddr::V4(local_ip()), first.port());
     match CmListener::bind(taken, 1) {
         Err(e @ Error::Verb { verb: Verb::BindAddr, .. }) => {
-            assert_eq!(e.errno(), Some(98), "EADDRINUSE: {e}");
+            assert_eq!(e.errno(), Some(libc::EADDRINUSE), "EADDRINUSE: {e}");
         }
         other => panic!("a second listener on {taken}: {other:?}"),
     }

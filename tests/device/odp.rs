@@ -189,7 +189,7 @@ fn odp_refusals_are_typed() {
         for r in [sync, best_effort] {
             match r {
                 Err(e @ Error::Unsupported { .. }) => {
-                    assert_eq!(e.errno(), Some(95), "EOPNOTSUPP: {e}");
+                    assert_eq!(e.errno(), Some(libc::EOPNOTSUPP), "EOPNOTSUPP: {e}");
                     assert!(e.to_string().contains("ibv_advise_mr"), "{e}");
                 }
                 other => panic!("expected Error::Unsupported from ibv_advise_mr, got {other:?}"),
