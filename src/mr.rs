@@ -124,24 +124,27 @@ impl OdpTag {
     /// Pinned memory's tag.
     pub(crate) const NONE: OdpTag = OdpTag(0);
 
+    /// Set in a tag that is `Some`.
+    const SOME: u64 = 1 << 63;
+
     /// `Some((transport, operations))` packed in one word (a view of memory is moved with
-    /// every work request: eight bytes instead of twelve): the transport plus one in the high
-    /// half (never zero), the operations in the low half; zero is `None`.
+    /// every work request: eight bytes instead of twelve): [`OdpTag::SOME`], the transport in
+    /// bits 32 to 62 (an `IBV_QPT_*`, below 256), the operations in the low half; zero is `None`.
     #[inline(always)]
     const fn of(tag: Option<(u32, u32)>) -> Self {
         match tag {
             None => OdpTag(0),
-            Some((t, ops)) => OdpTag(((t as u64 + 1) << 32) | ops as u64),
+            Some((t, ops)) => OdpTag(Self::SOME | ((t as u64 & 0x7fff_ffff) << 32) | ops as u64),
         }
     }
 
     /// The transport and operations, or `None` for pinned memory.
     #[inline(always)]
     pub(crate) const fn get(self) -> Option<(u32, u32)> {
-        match self.0 >> 32 {
-            0 => None,
-            t => Some(((t - 1) as u32, self.0 as u32)),
+        if self.0 & Self::SOME == 0 {
+            return None;
         }
+        Some((((self.0 & !Self::SOME) >> 32) as u32, self.0 as u32))
     }
 
     /// Set in the operations of a tag whose device places ODP writes at page starts
@@ -1169,6 +1172,23 @@ impl<A: HasLocalWrite, K: MrKind> LocalSink for Chunk<A, K> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The packed ODP tag gives back what it was made of, for every transport number (an
+    /// `IBV_QPT_*`, below 256, and up to the 31 bits the tag keeps) and operation set, and
+    /// pinned memory's tag is `None`.
+    #[test]
+    fn odp_tags_pack_and_unpack() {
+        assert_eq!(OdpTag::NONE.get(), None);
+        assert_eq!(OdpTag::default().get(), None);
+        for t in [0, 1, 2, 3, 4, 8, 9, 10, 0xff, 0x7fff_ffff] {
+            for ops in [0, 1, 0x3f, OdpTag::PAGE_STARTS, u32::MAX] {
+                assert_eq!(OdpTag::of(Some((t, ops))).get(), Some((t, ops)), "({t}, {ops:#x})");
+            }
+            let v = OdpTag::verified(t, 0x5, true);
+            assert_eq!(v.get(), Some((t, 0x5 | OdpTag::PAGE_STARTS)));
+            assert_ne!(v, OdpTag::NONE);
+        }
+    }
 
     /// The ODP mapping's lengths: whole pages, no overflow, and never more than `isize::MAX`
     /// bytes (which `as_slice`'s `from_raw_parts` needs; `Layout` ensures it for pinned
