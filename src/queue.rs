@@ -714,6 +714,7 @@ impl LaneBook {
     }
 
     /// Requests posted and not complete.
+    #[inline(always)]
     pub(crate) fn outstanding(&self) -> u64 {
         self.posted.load(Ordering::Acquire).saturating_sub(self.done.load(Ordering::Acquire))
     }
