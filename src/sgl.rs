@@ -96,7 +96,7 @@ pub trait Gather: sealed::Sealed + crate::scope::Completes {
         self.each(&mut |sge, _, _| n += u64::from(sge.length));
         n
     }
-    /// The entries, checked ([`Collected::of`]); a single entry takes a shorter path.
+    /// The entries, checked (`Collected::of`); a single entry takes a shorter path.
     #[doc(hidden)]
     #[inline(always)]
     fn collect(&self, verb: &'static str, device_writes: bool) -> Result<Collected<Self::Sges>> {
@@ -124,7 +124,7 @@ impl<L: LocalSource> Gather for L {
     fn total_len(&self) -> u64 {
         u64::from(self.sge().length)
     }
-    /// One entry: one PD, one ODP tag, at most `u32::MAX` bytes; [`Collected::of`]'s checks
+    /// One entry: one PD, one ODP tag, at most `u32::MAX` bytes; `Collected::of`'s checks
     /// reduce to the ODP write placement.
     #[inline(always)]
     fn collect(&self, verb: &'static str, device_writes: bool) -> Result<Collected<[sys::ibv_sge; 1]>> {
