@@ -13,6 +13,10 @@
 //! emulator is) toggles collection off while it runs. The same sequence runs once before,
 //! uncounted (`warm_up`).
 //!
+//! With `--owned`, the measured function is `run_loop_owned`: the same 1000 RDMA WRITEs with
+//! owned tokens (`Qp::post_send_owned` of a `Chunk`, one chunk per request in flight, each
+//! back from `OwnedToken::wait`).
+//!
 //! With `--send`, the measured function is `run_loop_send`, the typed `run_loop_send` of
 //! `raw.c --send`: N = 1000 SENDs of 64 bytes from one QP's send lane to the other QP, a
 //! receive posted on that QP's receive lane before each (one prepared receive, re-posted),
@@ -27,7 +31,7 @@
 //! re-posts a receive, and after sending, it waits for the send's completion.
 //!
 //! Build: `cargo build --release --example zerocost`. Usage:
-//! `zerocost [--scope | --send | --pingpong] [DEVICE [GID_INDEX]]`
+//! `zerocost [--scope | --owned | --send | --pingpong] [DEVICE [GID_INDEX]]`
 //! (defaults: `$TYPED_VERBS_DEVICE` or `rxe0`, `$TYPED_VERBS_GID_INDEX` or 1).
 
 use std::time::Duration;
@@ -97,6 +101,43 @@ fn scope_body<A: HasRemoteWrite>(qp: &Qp<RC, RTS>, src: LocalBuf<'_>, dst: Remot
         }
         Ok(())
     })?
+}
+
+/// The sequence with owned tokens: the same requests over owned memory (`post_send_owned`),
+/// one chunk per request in flight, each back with its completion (the unsignaled ones' after
+/// the signaled completion that covers them).
+#[inline(always)]
+fn owned_body<A: HasRemoteWrite>(
+    qp: &Qp<RC, RTS>,
+    chunks: &mut Vec<Chunk<access::LocalRead>>,
+    dst: RemoteSlice<A>,
+) -> typed_verbs::Result<()> {
+    let mut unsignaled = Vec::with_capacity(SIGNAL_EVERY);
+    for i in 0..N {
+        let chunk = chunks.pop().ok_or_else(no_chunk)?;
+        let wr = Write::new(chunk, dst);
+        if (i + 1) % SIGNAL_EVERY == 0 || i == N - 1 {
+            let token = qp.post_send_owned(wr)?;
+            settle();
+            let (c, chunk) = token.wait(TIMEOUT)?;
+            c.ok()?;
+            chunks.push(chunk);
+            for token in unsignaled.drain(..) {
+                let (c, chunk) = OwnedToken::wait(token, TIMEOUT)?;
+                c.ok()?;
+                chunks.push(chunk);
+            }
+        } else {
+            unsignaled.push(qp.post_send_owned(wr.unsignaled())?);
+        }
+    }
+    Ok(())
+}
+
+/// No chunk left for the next request (cannot happen: one per request in flight).
+#[cold]
+fn no_chunk() -> Error {
+    Error::InvalidArgument { verb: "zerocost", reason: "no free chunk".into() }
 }
 
 /// The SEND sequence with both lanes: a send lane on `a`, a receive lane on `b`, one request
@@ -222,6 +263,16 @@ fn run_loop_scope(qp: &Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::
     scope_body(qp, src, dst)
 }
 
+/// The same with owned tokens (measured separately, `--owned`).
+#[inline(never)]
+fn run_loop_owned(
+    qp: &Qp<RC, RTS>,
+    chunks: &mut Vec<Chunk<access::LocalRead>>,
+    dst: RemoteSlice<access::RemoteRw>,
+) -> typed_verbs::Result<()> {
+    owned_body(qp, chunks, dst)
+}
+
 /// The same sequences, not counted. (It runs both, so its code differs from each measured
 /// function's and the compiler cannot merge it with one of them into one symbol.)
 #[inline(never)]
@@ -233,8 +284,9 @@ fn warm_up(qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::Rem
 fn main() -> typed_verbs::Result<()> {
     let mut args = std::env::args().skip(1).peekable();
     let tokens = args.next_if(|a| a == "--scope").is_some();
-    let send = !tokens && args.next_if(|a| a == "--send").is_some();
-    let pingpong = !tokens && !send && args.next_if(|a| a == "--pingpong").is_some();
+    let owned = !tokens && args.next_if(|a| a == "--owned").is_some();
+    let send = !tokens && !owned && args.next_if(|a| a == "--send").is_some();
+    let pingpong = !tokens && !owned && !send && args.next_if(|a| a == "--pingpong").is_some();
     let name = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()).unwrap_or_else(|| "rxe0".into());
     let gid_index: u8 =
         args.next().or_else(|| std::env::var("TYPED_VERBS_GID_INDEX").ok()).and_then(|s| s.parse().ok()).unwrap_or(1);
@@ -281,7 +333,14 @@ fn main() -> typed_verbs::Result<()> {
     } else {
         let target = dst.remote(..)?;
         warm_up(&mut a, view, target)?;
-        if tokens {
+        if owned {
+            // As many chunks as requests can be in flight, each holding the written bytes.
+            let mut pool = pd.alloc_mr(SIGNAL_EVERY * MSG, access::LOCAL_READ)?;
+            pool.as_mut_slice().fill(0xab);
+            let mut chunks = pool.into_chunks(MSG)?;
+            owned_body(&a, &mut chunks, target)?;
+            run_loop_owned(&a, &mut chunks, target)?;
+        } else if tokens {
             run_loop_scope(&a, view, target)?;
         } else {
             run_loop(&mut a, view, target)?;
@@ -301,7 +360,13 @@ fn main() -> typed_verbs::Result<()> {
     } else if send {
         println!("typed (send and receive lanes): {N} SENDs (and receives) of {MSG} bytes, every {SIGNAL_EVERY}th signaled: ok");
     } else {
-        let how = if tokens { "scope tokens" } else { "send lane" };
+        let how = if tokens {
+            "scope tokens"
+        } else if owned {
+            "owned tokens"
+        } else {
+            "send lane"
+        };
         println!("typed ({how}): {N} RDMA WRITEs of {MSG} bytes, every {SIGNAL_EVERY}th signaled: ok");
     }
     Ok(())

@@ -206,7 +206,7 @@ impl Cq {
 /// and one store, with no poisoning to check on every poll. A panic while it is held
 /// releases it (the guard's drop): the routes and the book-keeping they feed are consistent
 /// at every step.
-struct PollLock<T> {
+pub(crate) struct PollLock<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
 }
@@ -216,12 +216,12 @@ struct PollLock<T> {
 unsafe impl<T: Send> Sync for PollLock<T> {}
 
 impl<T> PollLock<T> {
-    fn new(value: T) -> Self {
+    pub(crate) const fn new(value: T) -> Self {
         PollLock { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
     }
 
     #[inline(always)]
-    fn lock(&self) -> PollGuard<'_, T> {
+    pub(crate) fn lock(&self) -> PollGuard<'_, T> {
         if self.locked.swap(true, Ordering::Acquire) {
             self.lock_contended();
         }
@@ -244,7 +244,7 @@ impl<T> PollLock<T> {
 }
 
 /// Access to a [`PollLock`]'s value; releases the lock when dropped.
-struct PollGuard<'a, T> {
+pub(crate) struct PollGuard<'a, T> {
     lock: &'a PollLock<T>,
 }
 

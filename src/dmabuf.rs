@@ -242,7 +242,7 @@ macro_rules! device_view {
                 sys::ibv_sge { addr: self.addr, length: self.len, lkey: self.lkey }
             }
             fn odp_tag(&self) -> OdpTag {
-                OdpTag(None)
+                OdpTag::NONE
             }
             fn pd_id(&self) -> PdId {
                 self.pd

@@ -882,15 +882,23 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
     }
 
     /// The queue has room for request number `next`: returns it, or [`Error::QueueFull`].
-    #[cold]
+    /// Inline: a lane that keeps its queue full of receives (a ping-pong's) comes here on every
+    /// post.
+    #[inline(always)]
     fn check(&mut self) -> Result<u64> {
         let book = &self.qp.rq.lane;
         let next = book.next();
         self.limit = next - book.outstanding().min(self.depth) + self.depth;
         if next >= self.limit {
-            return Err(Error::QueueFull { queue: "receive", qp_num: self.qp.qp_num(), depth: self.depth as u32 });
+            return Err(self.full());
         }
         Ok(next)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn full(&self) -> Error {
+        Error::QueueFull { queue: "receive", qp_num: self.qp.qp_num(), depth: self.depth as u32 }
     }
 
     /// Waits at most `timeout` for the completion of `token`'s receive, polling the receive

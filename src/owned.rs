@@ -19,13 +19,13 @@
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::ah::Ah;
 use crate::error::Error;
 use crate::qp::{Qp, QueueArc, Refused};
 use crate::queue::Take;
-use crate::scope::{post_raw, Completes, Idle, PostError};
+use crate::scope::{post_raw, Completes, Idle, PostError, Waiting};
 use crate::sgl::Scatter;
 use crate::transport::{CanPostRecv, CanPostSend, QpState, Transport};
 use crate::wc::Completion;
@@ -92,13 +92,21 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
     ///
     /// # Errors
     /// [`OwnedWaitError`] with [`Error::Timeout`] (or a poll failure) and the token.
+    #[inline(always)]
     pub fn wait(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
-        let mut idle = Idle::until(crate::scope::deadline_after(Instant::now(), timeout));
+        // What is already complete comes back at once; the polling loop is out of line.
+        if let Take::Done(c) = self.q.as_ref().tracked().try_take(self.seq) {
+            return Ok(self.finish(c));
+        }
+        self.poll_until_done(timeout)
+    }
+
+    #[inline(never)]
+    fn poll_until_done(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
+        // The clock is read only once a poll came back empty (`Idle`).
+        let mut idle = Idle::new(Waiting::Yield, timeout);
         loop {
             let q = self.q.as_ref();
-            if let Take::Done(c) = q.tracked().try_take(self.seq) {
-                return Ok(self.finish(c));
-            }
             match q.poll() {
                 Ok(0) if idle.expired() => {
                     let what = format!("the completion of owned {}", q.describe(self.seq));
@@ -107,9 +115,13 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
                 Ok(_) => {}
                 Err(error) => return Err(OwnedWaitError { error, token: self }),
             }
+            if let Take::Done(c) = q.tracked().try_take(self.seq) {
+                return Ok(self.finish(c));
+            }
         }
     }
 
+    #[inline(always)]
     fn finish(mut self, c: Completion) -> (Completion, B::Output) {
         self.taken = true;
         // SAFETY: `taken` was false (set only here and in `drop`, and `finish` consumes the
@@ -126,10 +138,20 @@ impl<B: Send + 'static> OwnedToken<B> {
 }
 
 impl<B: Send + 'static> Drop for OwnedToken<B> {
+    #[inline(always)]
     fn drop(&mut self) {
-        if self.taken {
-            return;
+        if !self.taken {
+            self.give_up();
         }
+    }
+}
+
+impl<B: Send + 'static> OwnedToken<B> {
+    /// A token dropped before its completion was taken: its buffers go to the queue's release
+    /// rule.
+    #[cold]
+    #[inline(never)]
+    fn give_up(&mut self) {
         self.taken = true;
         // SAFETY: not taken before (`taken` was false) and never used again.
         let held = unsafe { ManuallyDrop::take(&mut self.held) };
@@ -152,6 +174,7 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     ///
     /// See ibv_post_send(3).
     #[doc(alias = "ibv_post_send")]
+    #[inline(always)]
     pub fn post_send_owned<W>(&self, wr: W) -> std::result::Result<OwnedToken<W::Buffers>, PostError<W>>
     where
         S: CanPostSend,

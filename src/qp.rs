@@ -274,8 +274,8 @@ impl Pd {
             recv_cq: Arc::clone(&config.recv_cq.inner),
             pd: Arc::clone(&self.inner),
             // Track against what we asked for: never more than the queue can hold.
-            sq: TrackedQueue::new(c.max_send_wr, true),
-            rq: TrackedQueue::new(c.max_recv_wr, false),
+            sq: TrackedQueue::new(c.max_send_wr, Some(qp_num)),
+            rq: TrackedQueue::new(c.max_recv_wr, None),
             srq: config.srq.map(|s| Arc::clone(&s.shared)),
             broken: AtomicBool::new(false),
             reserved: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -1114,7 +1114,7 @@ impl QpShared {
         &self,
         buf: &L,
     ) -> Result<crate::sgl::Collected<L::Sges>> {
-        let c = crate::sgl::Collected::of(buf, "ibv_post_recv", true)?;
+        let c = buf.collect("ibv_post_recv", true)?;
         c.odp.check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV)?;
         if let Some(pd) = c.pd {
             self.check_pd("ibv_post_recv", "the receive buffer", pd)?;
@@ -1126,14 +1126,18 @@ impl QpShared {
     /// Refuses an object of another protection domain (and so of another device context)
     /// before the provider sees it: the kernel resolves keys and handles in the QP's own
     /// context, where the foreign object's number may name something else (DESIGN.md §5).
+    #[inline(always)]
     pub(crate) fn check_pd(&self, verb: &'static str, what: &str, pd: crate::pd::PdId) -> Result<()> {
         if pd != self.pd_id() {
-            return Err(Error::invalid(
-                verb,
-                format!("{what} belongs to another protection domain than QP {:#x}", self.qp_num),
-            ));
+            return Err(self.foreign_pd(verb, what));
         }
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn foreign_pd(&self, verb: &'static str, what: &str) -> Error {
+        Error::invalid(verb, format!("{what} belongs to another protection domain than QP {:#x}", self.qp_num))
     }
 
     fn modify(&self, state: sys::ibv_qp_state, attr: &dyn TransitionAttr, from: &str, to: &str) -> Result<()> {
@@ -1230,13 +1234,16 @@ impl QpShared {
     /// reset. The objects `wr` points at (the UD address handle; a type 2 bind's window and
     /// region) must stay alive until then too, and `sg_list` for the duration of the call.
     /// (`wr.next` and `wr.wr_id` are overwritten here: exactly one request is posted.)
+    #[inline(always)]
     pub(crate) unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr, owner: u64) -> std::result::Result<u64, Refused> {
         let mut sq = self.sq.lock();
         // Checked under the queue's lock: a forced reset sets `broken` before it resets the QP
         // and flushes the book under this lock afterwards (`force_state`).
-        self.check_usable()?;
+        if self.broken.load(Ordering::Acquire) {
+            return Err(self.unusable(&sq));
+        }
         let Some(seq) = sq.next_seq_beside(1, self.sq.lane.outstanding()) else {
-            return Err(Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() }.into());
+            return Err(self.unusable(&sq));
         };
         if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 && sq.must_signal(0) {
             wr.send_flags |= sys::IBV_SEND_SIGNALED;
@@ -1248,12 +1255,37 @@ impl QpShared {
         // guarantees; `bad` is a valid out-pointer.
         let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
-            let error = Error::from_ret(Verb::PostSend, format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode), ret);
-            // `bad_wr` naming the request proves it was not queued; NULL proves nothing.
-            let kept = bad.is_null().then(|| sq.push_owned(false, owner));
-            return Err(Refused { error, kept });
+            return Err(self.send_refused(&mut sq, wr, ret, bad.is_null(), owner));
         }
         Ok(sq.push_owned(wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
+    }
+
+    /// Why the send queue takes no request now: the QP is broken, or the queue is full.
+    #[cold]
+    #[inline(never)]
+    fn unusable(&self, sq: &crate::queue::Book) -> Refused {
+        if let Err(e) = self.check_usable() {
+            return e.into();
+        }
+        Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() }.into()
+    }
+
+    /// The provider refused `wr` (`ret`); `bad_null`: it left `bad_wr` NULL, which proves
+    /// nothing (`bad_wr` naming the request proves it was not queued), so the request is
+    /// recorded as posted and uncovered under `owner`.
+    #[cold]
+    #[inline(never)]
+    fn send_refused(
+        &self,
+        sq: &mut crate::queue::Book,
+        wr: &sys::ibv_send_wr,
+        ret: i32,
+        bad_null: bool,
+        owner: u64,
+    ) -> Refused {
+        let error = Error::from_ret(Verb::PostSend, format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode), ret);
+        let kept = bad_null.then(|| sq.push_owned(false, owner));
+        Refused { error, kept }
     }
 
     /// `ibv_post_send` of `wrs` chained into one list, recorded as consecutive sequence

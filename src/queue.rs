@@ -7,7 +7,7 @@
 //! The queue records, for each sequence number, whether it is still pending, completed (with
 //! its [`Completion`]) or already consumed, and refuses new requests beyond the queue depth.
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Lock, LockGuard, Mutex, MutexGuard, Ordering};
 use std::collections::VecDeque;
 
 use crate::wc::Completion;
@@ -38,23 +38,22 @@ pub(crate) enum Take {
     Unknown,
 }
 
+/// The book of a receive queue or a shared receive queue: every request completes with a
+/// completion of its own (a shared receive queue's in any order), which is kept until taken.
 #[derive(Debug)]
 pub(crate) struct WorkQueue {
     depth: u32,
     /// Sequence number of `slots[0]`.
     base: u64,
-    slots: VecDeque<Slot>,
-    /// Which scope posted each slot's request (0: no scope, an owned token).
-    owners: VecDeque<u64>,
+    /// Each request's state, and the scope that posted it (0: no scope, an owned token).
+    slots: VecDeque<(Slot, u64)>,
     /// Requests posted and not yet completed (they occupy the hardware queue).
     outstanding: u32,
-    /// Unsignaled requests posted since the last signaled one.
-    unsignaled_run: u32,
 }
 
 impl WorkQueue {
     pub(crate) fn new(depth: u32) -> Self {
-        WorkQueue { depth, base: 0, slots: VecDeque::new(), owners: VecDeque::new(), outstanding: 0, unsignaled_run: 0 }
+        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0 }
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -63,11 +62,6 @@ impl WorkQueue {
 
     pub(crate) fn outstanding(&self) -> u32 {
         self.outstanding
-    }
-
-    /// The sequence number the next request will get, if there is room for it.
-    pub(crate) fn next_seq(&self) -> Option<u64> {
-        self.next_seq_beside(1, 0)
     }
 
     /// The sequence number the next of `n` requests will get, if all `n` fit beside `beside`
@@ -83,25 +77,13 @@ impl WorkQueue {
         (self.outstanding as usize).saturating_add(n) <= self.depth as usize
     }
 
-    /// Whether a request that asks to be unsignaled must be signaled anyway, given `ahead`
-    /// unsignaled requests about to be posted before it: a send queue whose requests are all
-    /// unsignaled never frees a slot, so every `depth / 2`-th one is signaled.
-    pub(crate) fn must_signal(&self, ahead: u32) -> bool {
-        self.unsignaled_run + ahead + 1 >= (self.depth / 2).max(1)
-    }
-
-    /// Records that the request with sequence `next_seq()` was posted.
-    pub(crate) fn push(&mut self, signaled: bool) -> u64 {
-        self.push_owned(signaled, 0)
-    }
-
-    /// As [`WorkQueue::push`], recording the scope `owner` that posted the request.
-    pub(crate) fn push_owned(&mut self, signaled: bool, owner: u64) -> u64 {
+    /// Records that the request with sequence `next_seq()` was posted by the scope `owner` (0:
+    /// an owned token); `covered`: a completion of its own will come (false for a request the
+    /// provider refused after it may have queued it).
+    pub(crate) fn push_owned(&mut self, covered: bool, owner: u64) -> u64 {
         let seq = self.base + self.slots.len() as u64;
-        self.slots.push_back(Slot::Pending { covered: signaled, abandoned: false });
-        self.owners.push_back(owner);
+        self.slots.push_back((Slot::Pending { covered, abandoned: false }, owner));
         self.outstanding += 1;
-        self.unsignaled_run = if signaled { 0 } else { self.unsignaled_run + 1 };
         seq
     }
 
@@ -110,29 +92,17 @@ impl WorkQueue {
         (i < self.slots.len() as u64).then_some(i as usize)
     }
 
-    /// Records the completion of `seq`. On a send queue (`ordered_implies == true`) every
-    /// earlier request still pending is complete too (unsignaled ones have no completion of
-    /// their own). Returns false if `seq` is not an outstanding request of this queue.
-    pub(crate) fn complete(&mut self, seq: u64, c: Completion, ordered_implies: bool) -> bool {
+    /// Records the completion of `seq`. Returns false if `seq` is not an outstanding request of
+    /// this queue.
+    pub(crate) fn complete(&mut self, seq: u64, c: Completion) -> bool {
         let Some(idx) = self.index(seq) else {
             return false;
         };
-        if !matches!(self.slots[idx], Slot::Pending { .. }) {
+        let Slot::Pending { abandoned, .. } = self.slots[idx].0 else {
             return false;
-        }
-        if ordered_implies {
-            for i in 0..idx {
-                if let Slot::Pending { abandoned, .. } = self.slots[i] {
-                    self.outstanding -= 1;
-                    self.slots[i] =
-                        if abandoned { Slot::Gone } else { Slot::Done(Completion::implied(c.qp_num(), u32::MAX)) };
-                }
-            }
-        }
-        if let Slot::Pending { abandoned, .. } = self.slots[idx] {
-            self.outstanding -= 1;
-            self.slots[idx] = if abandoned { Slot::Gone } else { Slot::Done(c) };
-        }
+        };
+        self.outstanding -= 1;
+        self.slots[idx].0 = if abandoned { Slot::Gone } else { Slot::Done(c) };
         self.compact();
         true
     }
@@ -142,9 +112,9 @@ impl WorkQueue {
         let Some(idx) = self.index(seq) else {
             return Take::Unknown;
         };
-        match self.slots[idx] {
+        match self.slots[idx].0 {
             Slot::Done(c) => {
-                self.slots[idx] = Slot::Gone;
+                self.slots[idx].0 = Slot::Gone;
                 self.compact();
                 Take::Done(c)
             }
@@ -156,8 +126,8 @@ impl WorkQueue {
     /// Nobody will consume the result of `seq`: drop it now or on completion.
     pub(crate) fn abandon(&mut self, seq: u64) {
         let Some(idx) = self.index(seq) else { return };
-        match &mut self.slots[idx] {
-            Slot::Done(_) => self.slots[idx] = Slot::Gone,
+        match &mut self.slots[idx].0 {
+            Slot::Done(_) => self.slots[idx].0 = Slot::Gone,
             Slot::Pending { abandoned, .. } => *abandoned = true,
             Slot::Gone => {}
         }
@@ -169,46 +139,27 @@ impl WorkQueue {
     pub(crate) fn owned_by(&self, owner: u64) -> Vec<u64> {
         self.slots
             .iter()
-            .zip(&self.owners)
             .enumerate()
-            .filter(|(_, (slot, &o))| o == owner && **slot != Slot::Gone)
+            .filter(|(_, (slot, o))| *o == owner && *slot != Slot::Gone)
             .map(|(i, _)| self.base + i as u64)
             .collect()
     }
 
     /// True if `seq` is still outstanding on the device.
     pub(crate) fn is_pending(&self, seq: u64) -> bool {
-        self.index(seq).is_some_and(|i| matches!(self.slots[i], Slot::Pending { .. }))
+        self.index(seq).is_some_and(|i| matches!(self.slots[i].0, Slot::Pending { .. }))
     }
 
-    /// Whether a pending request may never complete by itself. On a send queue
-    /// (`ordered_implies`), whether the last pending request is uncovered (unsignaled, or
-    /// refused by the provider after it may have queued it): no completion will ever cover it
-    /// unless a later signaled request is posted (or the QP is flushed). On a receive queue,
-    /// whether any pending request is uncovered (a refused receive).
-    pub(crate) fn has_uncovered(&self, ordered_implies: bool) -> bool {
-        let mut pending = self.slots.iter().filter_map(|s| match s {
-            Slot::Pending { covered, .. } => Some(!covered),
-            _ => None,
-        });
-        if ordered_implies {
-            pending.next_back().unwrap_or(false)
-        } else {
-            pending.any(|uncovered| uncovered)
-        }
-    }
-
-    /// Whether the last pending request is uncovered ([`WorkQueue::has_uncovered`] of a send
-    /// queue).
-    #[cfg(test)]
-    pub(crate) fn has_uncovered_tail(&self) -> bool {
-        self.has_uncovered(true)
+    /// Whether a pending request may never complete by itself: one the provider refused after
+    /// it may have queued it. Nothing but a reset settles it.
+    pub(crate) fn has_uncovered(&self) -> bool {
+        self.slots.iter().any(|(s, _)| matches!(s, Slot::Pending { covered: false, .. }))
     }
 
     /// The QP was reset: nothing is outstanding on the device any more. Every pending request
     /// is completed with a synthetic flush.
     pub(crate) fn force_flush(&mut self, qp_num: u32) {
-        for s in self.slots.iter_mut() {
+        for (s, _) in self.slots.iter_mut() {
             if let Slot::Pending { abandoned, .. } = *s {
                 *s = if abandoned { Slot::Gone } else { Slot::Done(Completion::forced_reset(qp_num)) };
             }
@@ -218,10 +169,307 @@ impl WorkQueue {
     }
 
     fn compact(&mut self) {
-        while self.slots.front() == Some(&Slot::Gone) {
+        while matches!(self.slots.front(), Some((Slot::Gone, _))) {
             self.slots.pop_front();
-            self.owners.pop_front();
             self.base += 1;
+        }
+    }
+}
+
+/// The owner word's bit that marks a request whose result nobody will take
+/// ([`SendBook::abandon`]); scope ids never reach it.
+const ABANDONED: u64 = 1 << 63;
+
+/// The book of a send queue, whose completions arrive in posting order and where a completion
+/// also completes every earlier request (an unsignaled request has none of its own; an error
+/// always has one): the requests below `done` are complete, those from `done` to `next` are
+/// outstanding. Only a completion of its own (a signaled request's, an error, a flush, a forced
+/// reset) is stored, until taken; a complete request without one succeeded, implied by a later
+/// completion. So posting and collecting an unsignaled request stores nothing, and the state of
+/// the queue is a few counters and, per outstanding request, who posted it.
+///
+/// Unlike [`WorkQueue`], the book does not remember which results were taken: each request's
+/// result is taken by the one token that holds its number, which the taking consumes (a scope
+/// [`Token`](crate::scope::Token), an [`OwnedToken`](crate::owned::OwnedToken)), so a second
+/// take of the same number cannot be asked for.
+#[derive(Debug)]
+pub(crate) struct SendBook {
+    depth: u32,
+    /// The QP's number, for the completions the book makes up (implied, forced reset).
+    qp_num: u32,
+    /// The next request's number (requests posted so far).
+    next: u64,
+    /// Every request below this is complete.
+    done: u64,
+    /// One past the last request that a completion of its own will cover.
+    covered: u64,
+    /// Unsignaled requests posted since the last signaled one.
+    unsignaled_run: u32,
+    /// For each outstanding request (at `seq & mask`; at most `depth` are outstanding): the
+    /// scope that posted it (0: an owned token), with [`ABANDONED`].
+    owners: Box<[u64]>,
+    mask: u64,
+    /// The completions of their own not yet taken, in request order, with the owner.
+    results: VecDeque<(u64, u64, Completion)>,
+}
+
+impl SendBook {
+    pub(crate) fn new(depth: u32, qp_num: u32) -> Self {
+        let cap = depth.max(1).next_power_of_two() as usize;
+        SendBook {
+            depth,
+            qp_num,
+            next: 0,
+            done: 0,
+            covered: 0,
+            unsignaled_run: 0,
+            owners: vec![0; cap].into_boxed_slice(),
+            mask: cap as u64 - 1,
+            results: VecDeque::new(),
+        }
+    }
+
+    /// Requests posted and not yet complete.
+    #[inline(always)]
+    fn outstanding(&self) -> u32 {
+        (self.next - self.done) as u32
+    }
+
+    #[inline(always)]
+    fn room_for(&self, n: usize) -> bool {
+        (self.outstanding() as usize).saturating_add(n) <= self.depth as usize
+    }
+
+    #[inline(always)]
+    fn push_owned(&mut self, signaled: bool, owner: u64) -> u64 {
+        let seq = self.next;
+        debug_assert!(self.outstanding() < self.owners.len() as u32, "more outstanding than the depth");
+        self.owners[(seq & self.mask) as usize] = owner;
+        self.next = seq + 1;
+        if signaled {
+            self.covered = self.next;
+            self.unsignaled_run = 0;
+        } else {
+            self.unsignaled_run += 1;
+        }
+        seq
+    }
+
+    #[inline(always)]
+    fn is_pending(&self, seq: u64) -> bool {
+        self.done <= seq && seq < self.next
+    }
+
+    #[inline(always)]
+    fn owner(&self, seq: u64) -> u64 {
+        self.owners[(seq & self.mask) as usize]
+    }
+
+    /// Records the completion of `seq`, and with it of every earlier request. False if `seq` is
+    /// not outstanding (stale: a late flush after a forced reset; or foreign).
+    #[inline]
+    fn complete(&mut self, seq: u64, c: Completion) -> bool {
+        if !self.is_pending(seq) {
+            return false;
+        }
+        let owner = self.owner(seq);
+        if owner & ABANDONED == 0 {
+            self.results.push_back((seq, owner, c));
+        }
+        self.done = seq + 1;
+        true
+    }
+
+    #[inline(always)]
+    fn try_take(&mut self, seq: u64) -> Take {
+        if seq >= self.done {
+            return if seq < self.next { Take::Pending } else { Take::Unknown };
+        }
+        match self.results.front() {
+            Some(&(s, _, c)) if s == seq => {
+                self.results.pop_front();
+                Take::Done(c)
+            }
+            None => Take::Done(Completion::implied(self.qp_num, u32::MAX)),
+            Some(_) => self.take_stored(seq),
+        }
+    }
+
+    /// [`SendBook::try_take`] of a complete request whose completion, if it has one, is not the
+    /// oldest stored.
+    #[cold]
+    fn take_stored(&mut self, seq: u64) -> Take {
+        match self.results.binary_search_by_key(&seq, |r| r.0) {
+            Ok(i) => {
+                Take::Done(self.results.remove(i).map_or_else(|| Completion::implied(self.qp_num, u32::MAX), |r| r.2))
+            }
+            Err(_) => Take::Done(Completion::implied(self.qp_num, u32::MAX)),
+        }
+    }
+
+    fn abandon(&mut self, seq: u64) {
+        if self.is_pending(seq) {
+            self.owners[(seq & self.mask) as usize] |= ABANDONED;
+        } else if seq < self.done {
+            if let Ok(i) = self.results.binary_search_by_key(&seq, |r| r.0) {
+                self.results.remove(i);
+            }
+        }
+    }
+
+    fn owned_by(&self, owner: u64) -> Vec<u64> {
+        let mut mine: Vec<u64> = self.results.iter().filter(|r| r.1 == owner).map(|r| r.0).collect();
+        mine.extend((self.done..self.next).filter(|&s| self.owner(s) & !ABANDONED == owner));
+        mine
+    }
+
+    fn has_uncovered(&self) -> bool {
+        self.done < self.next && self.covered < self.next
+    }
+
+    fn force_flush(&mut self, qp_num: u32) {
+        for seq in self.done..self.next {
+            let owner = self.owner(seq);
+            if owner & ABANDONED == 0 {
+                self.results.push_back((seq, owner, Completion::forced_reset(qp_num)));
+            }
+        }
+        self.done = self.next;
+    }
+}
+
+/// The book of one work queue: a send queue's ([`SendBook`]), or a receive queue's or a
+/// shared receive queue's ([`WorkQueue`]). The methods are [`WorkQueue`]'s.
+#[derive(Debug)]
+pub(crate) enum Book {
+    /// A send queue.
+    Send(SendBook),
+    /// A receive queue or a shared receive queue.
+    Recv(WorkQueue),
+}
+
+impl Book {
+    pub(crate) fn depth(&self) -> u32 {
+        match self {
+            Book::Send(b) => b.depth,
+            Book::Recv(q) => q.depth(),
+        }
+    }
+
+    pub(crate) fn outstanding(&self) -> u32 {
+        match self {
+            Book::Send(b) => b.outstanding(),
+            Book::Recv(q) => q.outstanding(),
+        }
+    }
+
+    /// The sequence number the next request will get, if there is room for it.
+    pub(crate) fn next_seq(&self) -> Option<u64> {
+        self.next_seq_beside(1, 0)
+    }
+
+    /// Whether `n` more requests fit.
+    #[cfg(test)]
+    pub(crate) fn room_for(&self, n: usize) -> bool {
+        (self.outstanding() as usize).saturating_add(n) <= self.depth() as usize
+    }
+
+    /// The sequence number the next of `n` requests will get, if all `n` fit beside `beside`
+    /// requests of the queue's lane still outstanding: the queue's depth bounds the two
+    /// together, as the CQ's room is reserved for the depth once (`CqShared::register`).
+    #[inline(always)]
+    pub(crate) fn next_seq_beside(&self, n: usize, beside: u64) -> Option<u64> {
+        match self {
+            Book::Send(b) => {
+                let beside = usize::try_from(beside).unwrap_or(usize::MAX);
+                b.room_for(n.saturating_add(beside)).then_some(b.next)
+            }
+            Book::Recv(q) => q.next_seq_beside(n, beside),
+        }
+    }
+
+    /// Whether a send request that asks to be unsignaled must be signaled anyway, given
+    /// `ahead` unsignaled requests about to be posted before it: a send queue whose requests are
+    /// all unsignaled never frees a slot, so every `depth / 2`-th one is signaled. (Receives
+    /// are never unsignaled: false.)
+    #[inline(always)]
+    pub(crate) fn must_signal(&self, ahead: u32) -> bool {
+        match self {
+            Book::Send(b) => b.unsignaled_run + ahead + 1 >= (b.depth / 2).max(1),
+            Book::Recv(_) => false,
+        }
+    }
+
+    /// Records that the request with sequence `next_seq()` was posted (by no scope).
+    pub(crate) fn push(&mut self, signaled: bool) -> u64 {
+        self.push_owned(signaled, 0)
+    }
+
+    /// Records that the request with sequence `next_seq()` was posted by the scope `owner` (0:
+    /// an owned token); `signaled`: a completion of its own will come (false for an unsignaled
+    /// send, or a request the provider refused after it may have queued it).
+    #[inline(always)]
+    pub(crate) fn push_owned(&mut self, signaled: bool, owner: u64) -> u64 {
+        match self {
+            Book::Send(b) => b.push_owned(signaled, owner),
+            Book::Recv(q) => q.push_owned(signaled, owner),
+        }
+    }
+
+    /// As [`WorkQueue::complete`] (a send queue's completions imply the earlier requests').
+    pub(crate) fn complete(&mut self, seq: u64, c: Completion) -> bool {
+        match self {
+            Book::Send(b) => b.complete(seq, c),
+            Book::Recv(q) => q.complete(seq, c),
+        }
+    }
+
+    /// As [`WorkQueue::try_take`]; a send queue's book hands a result over to the one token that
+    /// holds its number ([`SendBook`]).
+    #[inline(always)]
+    pub(crate) fn try_take(&mut self, seq: u64) -> Take {
+        match self {
+            Book::Send(b) => b.try_take(seq),
+            Book::Recv(q) => q.try_take(seq),
+        }
+    }
+
+    pub(crate) fn abandon(&mut self, seq: u64) {
+        match self {
+            Book::Send(b) => b.abandon(seq),
+            Book::Recv(q) => q.abandon(seq),
+        }
+    }
+
+    /// As [`WorkQueue::owned_by`]; on a send queue, the complete requests of `owner` that have
+    /// no completion of their own are left out (nothing is kept for them).
+    pub(crate) fn owned_by(&self, owner: u64) -> Vec<u64> {
+        match self {
+            Book::Send(b) => b.owned_by(owner),
+            Book::Recv(q) => q.owned_by(owner),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn is_pending(&self, seq: u64) -> bool {
+        match self {
+            Book::Send(b) => b.is_pending(seq),
+            Book::Recv(q) => q.is_pending(seq),
+        }
+    }
+
+    /// As [`WorkQueue::has_uncovered`], for this queue's kind.
+    pub(crate) fn has_uncovered(&self) -> bool {
+        match self {
+            Book::Send(b) => b.has_uncovered(),
+            Book::Recv(q) => q.has_uncovered(),
+        }
+    }
+
+    pub(crate) fn force_flush(&mut self, qp_num: u32) {
+        match self {
+            Book::Send(b) => b.force_flush(qp_num),
+            Book::Recv(q) => q.force_flush(qp_num),
         }
     }
 }
@@ -466,6 +714,7 @@ impl LaneBook {
     }
 
     /// Requests posted and not complete.
+    #[inline(always)]
     pub(crate) fn outstanding(&self) -> u64 {
         self.posted.load(Ordering::Acquire).saturating_sub(self.done.load(Ordering::Acquire))
     }
@@ -507,7 +756,7 @@ impl LaneBook {
 /// A [`WorkQueue`] behind a mutex, with the buffers of owned tokens that were dropped while
 /// their request was outstanding ("graves"), kept until the request is no longer outstanding.
 pub(crate) struct TrackedQueue {
-    wq: Mutex<WorkQueue>,
+    wq: Lock<Book>,
     /// The depth the queue is kept to (the work queue's, fixed at creation).
     depth: u32,
     /// Whether a completion also completes the earlier requests (send queues).
@@ -524,11 +773,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl TrackedQueue {
-    pub(crate) fn new(depth: u32, ordered: bool) -> Self {
+    /// The book of a send queue (`Some(qp_num)`: completions imply the earlier requests'), or
+    /// of a receive queue or a shared receive queue (`None`).
+    pub(crate) fn new(depth: u32, send_of: Option<u32>) -> Self {
+        let book = match send_of {
+            Some(qp_num) => Book::Send(SendBook::new(depth, qp_num)),
+            None => Book::Recv(WorkQueue::new(depth)),
+        };
         TrackedQueue {
-            wq: Mutex::new(WorkQueue::new(depth)),
+            wq: Lock::new(book),
             depth,
-            ordered,
+            ordered: send_of.is_some(),
             graves: Mutex::new(Vec::new()),
             grave_count: AtomicUsize::new(0),
             lane: LaneBook::new(),
@@ -542,12 +797,13 @@ impl TrackedQueue {
     }
 
     /// The queue, locked, for posting.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, WorkQueue> {
-        lock(&self.wq)
+    #[inline(always)]
+    pub(crate) fn lock(&self) -> LockGuard<'_, Book> {
+        self.wq.lock()
     }
 
     pub(crate) fn complete(&self, seq: u64, c: Completion) {
-        lock(&self.wq).complete(seq, c, self.ordered);
+        self.wq.lock().complete(seq, c);
         if self.grave_count.load(Ordering::Acquire) > 0 {
             let mut graves = lock(&self.graves);
             graves.retain(|(seq, _)| self.is_pending(*seq));
@@ -555,33 +811,34 @@ impl TrackedQueue {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn try_take(&self, seq: u64) -> Take {
-        lock(&self.wq).try_take(seq)
+        self.wq.lock().try_take(seq)
     }
 
     pub(crate) fn abandon(&self, seq: u64) {
-        lock(&self.wq).abandon(seq)
+        self.wq.lock().abandon(seq)
     }
 
     pub(crate) fn owned_by(&self, owner: u64) -> Vec<u64> {
-        lock(&self.wq).owned_by(owner)
+        self.wq.lock().owned_by(owner)
     }
 
     pub(crate) fn is_pending(&self, seq: u64) -> bool {
-        lock(&self.wq).is_pending(seq)
+        self.wq.lock().is_pending(seq)
     }
 
     /// Requests outstanding on the device, the lane's included.
     pub(crate) fn outstanding(&self) -> u32 {
         let lane = u32::try_from(self.lane.outstanding()).unwrap_or(u32::MAX);
-        lock(&self.wq).outstanding().saturating_add(lane)
+        self.wq.lock().outstanding().saturating_add(lane)
     }
 
     /// Whether something outstanding on this queue may never complete by itself
     /// ([`WorkQueue::has_uncovered`], and the lane's unsignaled tail).
     pub(crate) fn has_uncovered_tail(&self) -> bool {
         // A receive lane has no "covered" mark: every receive completes on its own.
-        lock(&self.wq).has_uncovered(self.ordered) || (self.ordered && self.lane.has_uncovered_tail())
+        self.wq.lock().has_uncovered() || (self.ordered && self.lane.has_uncovered_tail())
     }
 
     /// Releases `held`, memory (or a window) that request `seq` names, by the one rule of
@@ -623,7 +880,7 @@ impl TrackedQueue {
     /// pollers under it (`QpShared::flush_lanes_and_graves` for a QP).
     #[cfg(test)]
     pub(crate) fn force_flush(&self, qp_num: u32) {
-        lock(&self.wq).force_flush(qp_num);
+        self.wq.lock().force_flush(qp_num);
         self.lane_flushed();
         self.release_graves();
     }
@@ -659,40 +916,71 @@ mod tests {
         Completion::implied(qp, typed_verbs_sys::IBV_WC_SEND)
     }
 
+    fn send(depth: u32) -> Book {
+        Book::Send(SendBook::new(depth, 1))
+    }
+
+    fn results(q: &Book) -> usize {
+        match q {
+            Book::Send(b) => b.results.len(),
+            Book::Recv(w) => w.slots.len(),
+        }
+    }
+
     #[test]
     fn depth_is_enforced_and_freed_by_completion() {
-        let mut q = WorkQueue::new(2);
+        let mut q = send(2);
         assert_eq!(q.next_seq(), Some(0));
         q.push(true);
         q.push(true);
         assert_eq!(q.next_seq(), None);
-        assert!(q.complete(0, wc(1), true));
+        assert!(q.complete(0, wc(1)));
         assert_eq!(q.next_seq(), Some(2));
     }
 
     #[test]
     fn signaled_completion_covers_earlier_unsignaled() {
-        let mut q = WorkQueue::new(8);
+        let mut q = send(8);
         let a = q.push(false);
         let b = q.push(false);
         let c = q.push(true);
-        assert!(!q.has_uncovered_tail());
+        assert!(!q.has_uncovered());
         assert_eq!(q.try_take(a), Take::Pending);
-        assert!(q.complete(c, wc(1), true));
+        assert!(q.complete(c, wc(1)));
+        // Only the signaled request's own completion is stored.
+        assert_eq!(results(&q), 1);
         match q.try_take(a) {
             Take::Done(x) => assert_eq!(x.source(), CompletionSource::ImpliedByLater),
             other => panic!("{other:?}"),
         }
         assert!(matches!(q.try_take(b), Take::Done(_)));
-        assert!(matches!(q.try_take(c), Take::Done(_)));
-        assert_eq!(q.try_take(c), Take::Unknown);
+        match q.try_take(c) {
+            Take::Done(x) => assert_eq!(x, wc(1)),
+            other => panic!("{other:?}"),
+        }
         assert_eq!(q.outstanding(), 0);
-        assert!(q.slots.is_empty());
+        assert_eq!(results(&q), 0);
+        assert_eq!(q.try_take(c + 1), Take::Unknown, "never posted");
+    }
+
+    #[test]
+    fn a_result_out_of_order_is_found() {
+        // Two stored completions (their tokens not collected yet): the later one is taken first.
+        let mut q = send(8);
+        let a = q.push(true);
+        let b = q.push(false);
+        let c = q.push(true);
+        let (ca, cc) = (Completion::implied(1, 7), Completion::implied(1, 9));
+        assert!(q.complete(a, ca) && q.complete(c, cc));
+        assert_eq!(q.try_take(c), Take::Done(cc));
+        assert!(matches!(q.try_take(b), Take::Done(x) if x.source() == CompletionSource::ImpliedByLater));
+        assert_eq!(q.try_take(a), Take::Done(ca));
+        assert_eq!(results(&q), 0);
     }
 
     #[test]
     fn runs_of_unsignaled_requests_are_broken_before_they_fill_the_queue() {
-        let mut q = WorkQueue::new(8);
+        let mut q = send(8);
         let mut forced = 0;
         for _ in 0..8 {
             let signaled = q.must_signal(0);
@@ -700,46 +988,52 @@ mod tests {
             q.push(signaled);
         }
         assert_eq!(forced, 2, "every 4th of 8 is signaled");
-        assert!(!q.has_uncovered_tail());
+        assert!(!q.has_uncovered());
     }
 
     #[test]
     fn receive_queue_does_not_imply() {
         let mut q = WorkQueue::new(8);
-        let a = q.push(true);
-        let b = q.push(true);
-        assert!(q.complete(b, wc(1), false));
+        let a = q.push_owned(true, 0);
+        let b = q.push_owned(true, 0);
+        assert!(q.complete(b, wc(1)));
         assert_eq!(q.try_take(a), Take::Pending);
         assert!(q.is_pending(a));
     }
 
     #[test]
     fn abandoned_results_are_dropped() {
-        let mut q = WorkQueue::new(8);
-        let a = q.push(true);
-        q.abandon(a);
-        assert!(q.complete(a, wc(1), true));
-        assert!(q.slots.is_empty());
-        assert_eq!(q.try_take(a), Take::Unknown);
+        for mut q in [send(8), Book::Recv(WorkQueue::new(8))] {
+            let a = q.push(true);
+            q.abandon(a);
+            assert!(q.complete(a, wc(1)));
+            assert_eq!(results(&q), 0, "nothing kept for an abandoned request");
+            let b = q.push(true);
+            assert!(q.complete(b, wc(1)));
+            q.abandon(b);
+            assert_eq!(results(&q), 0, "a completed result abandoned is dropped");
+        }
     }
 
     #[test]
     fn unknown_and_duplicate_completions_are_rejected() {
-        let mut q = WorkQueue::new(8);
-        assert!(!q.complete(5, wc(1), true));
-        let a = q.push(true);
-        assert!(q.complete(a, wc(1), true));
-        assert!(!q.complete(a, wc(1), true));
+        for mut q in [send(8), Book::Recv(WorkQueue::new(8))] {
+            assert!(!q.complete(5, wc(1)));
+            let a = q.push(true);
+            assert!(q.complete(a, wc(1)));
+            assert!(!q.complete(a, wc(1)));
+        }
     }
 
     #[test]
     fn uncovered_tail_and_forced_flush() {
-        let mut q = WorkQueue::new(8);
+        let mut q = send(8);
         let a = q.push(true);
         let b = q.push(false);
-        assert!(q.has_uncovered_tail());
+        assert!(q.has_uncovered());
         q.force_flush(7);
         assert_eq!(q.outstanding(), 0);
+        assert!(!q.has_uncovered());
         for s in [a, b] {
             match q.try_take(s) {
                 Take::Done(c) => {
@@ -749,6 +1043,8 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+        // A late flush of a request the reset completed changes nothing.
+        assert!(!q.complete(b, wc(1)));
     }
 
     /// Counts its drops.
@@ -767,7 +1063,7 @@ mod tests {
     fn release_keeps_memory_until_the_completion_the_reset_or_a_failed_destroy() {
         let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let dropped = || drops.load(std::sync::atomic::Ordering::SeqCst);
-        let q = TrackedQueue::new(8, true);
+        let q = TrackedQueue::new(8, Some(1));
         // Outstanding: kept until its completion is polled.
         let a = q.lock().push(true);
         q.release(a, Box::new(Sentinel(drops.clone())));
@@ -794,24 +1090,24 @@ mod tests {
     fn a_refused_request_that_may_be_queued_is_uncovered() {
         // Send queue: a refused request recorded unsignaled is an uncovered tail, settled by a
         // later signaled completion.
-        let mut sq = WorkQueue::new(8);
+        let mut sq = send(8);
         let refused = sq.push(false);
-        assert!(sq.has_uncovered(true));
+        assert!(sq.has_uncovered());
         let later = sq.push(true);
-        assert!(!sq.has_uncovered(true));
-        assert!(sq.complete(later, wc(1), true));
+        assert!(!sq.has_uncovered());
+        assert!(sq.complete(later, wc(1)));
         assert!(matches!(sq.try_take(refused), Take::Done(_)));
         // Receive queue: any refused receive is uncovered; nothing else settles it but a reset.
         let mut rq = WorkQueue::new(8);
-        let ok = rq.push(true);
-        let refused = rq.push(false);
-        let after = rq.push(true);
-        assert!(rq.has_uncovered(false));
-        assert!(rq.complete(ok, wc(1), false));
-        assert!(rq.complete(after, wc(1), false));
-        assert!(rq.has_uncovered(false) && rq.is_pending(refused));
+        let ok = rq.push_owned(true, 0);
+        let refused = rq.push_owned(false, 0);
+        let after = rq.push_owned(true, 0);
+        assert!(rq.has_uncovered());
+        assert!(rq.complete(ok, wc(1)));
+        assert!(rq.complete(after, wc(1)));
+        assert!(rq.has_uncovered() && rq.is_pending(refused));
         rq.force_flush(1);
-        assert!(!rq.has_uncovered(false));
+        assert!(!rq.has_uncovered());
     }
 
     use crate::test_util::Rng;
@@ -825,7 +1121,7 @@ mod tests {
         for seed in 1..200u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let depth = 1 + rng.below(16) as u32;
-            let mut q = WorkQueue::new(depth);
+            let mut q = send(depth);
             let mut posted: Vec<(u64, bool)> = Vec::new(); // (seq, signaled)
             let mut device_done = 0usize; // requests the device has finished, in order
             let mut taken = std::collections::HashSet::new();
@@ -847,16 +1143,18 @@ mod tests {
                             let (seq, signaled) = posted[device_done];
                             device_done += 1;
                             if signaled {
-                                assert!(q.complete(seq, wc(1), true));
+                                assert!(q.complete(seq, wc(1)));
                             }
                         }
                     }
                     2 => {
                         if !posted.is_empty() {
+                            // As a token: at most once, and never after it was given up.
                             let (seq, _) = posted[rng.below(posted.len() as u64) as usize];
-                            if let Take::Done(_) = q.try_take(seq) {
-                                assert!(taken.insert(seq), "request {seq} handed over twice");
-                                assert!(!abandoned.contains(&seq));
+                            if !taken.contains(&seq) && !abandoned.contains(&seq) {
+                                if let Take::Done(_) = q.try_take(seq) {
+                                    taken.insert(seq);
+                                }
                             }
                         }
                     }
@@ -878,7 +1176,7 @@ mod tests {
                 let (seq, signaled) = posted[device_done];
                 device_done += 1;
                 if signaled {
-                    q.complete(seq, wc(1), true);
+                    q.complete(seq, wc(1));
                 }
             }
             let last_signaled = posted.iter().rposition(|&(_, s)| s);
@@ -888,6 +1186,8 @@ mod tests {
                     assert!(matches!(q.try_take(seq), Take::Done(_)), "seed {seed}: request {seq} lost");
                 }
             }
+            // Everything is complete or uncovered, and only results nobody took are kept.
+            assert!(results(&q) <= posted.len() - taken.len() - abandoned.len());
         }
     }
 }

@@ -84,14 +84,14 @@ pub struct Scope<'scope, 'env: 'scope> {
 #[must_use = "a token is how the buffers come back; dropping it leaves them borrowed until the scope ends"]
 pub struct Token<'scope, B: Completes> {
     guard: TokenGuard<'scope>,
-    /// Taken once: by the wait that consumes the token (`guard.consumed`), or by `drop`.
+    /// Taken once: by the wait that consumes the token ([`Token::finish`], which never drops
+    /// it), or by `drop`.
     buffers: ManuallyDrop<B>,
 }
 
-/// The book-keeping half of a token; dropping it without consuming abandons the completion.
+/// The book-keeping half of a token; dropping it (a token given up) abandons the completion.
 struct TokenGuard<'scope> {
     posted: Posted<'scope>,
-    consumed: bool,
     _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
@@ -218,26 +218,36 @@ where
 
 impl<'scope, 'env> Scope<'scope, 'env> {
     /// Registers `q` as posted to by this scope (its drain then covers it).
+    #[inline(always)]
     pub(crate) fn touch(&self, q: QueueRef<'scope>) {
         let ptr = q.tracked() as *const TrackedQueue as *mut TrackedQueue;
         if self.last_touched.load(Ordering::Relaxed) != ptr {
-            let mut touched = lock(&self.touched);
-            if !touched.iter().any(|t| std::ptr::eq(t.tracked(), q.tracked())) {
-                touched.push(q);
-            }
-            self.last_touched.store(ptr, Ordering::Relaxed);
+            self.touch_new(q, ptr);
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn touch_new(&self, q: QueueRef<'scope>, ptr: *mut TrackedQueue) {
+        let mut touched = lock(&self.touched);
+        if !touched.iter().any(|t| std::ptr::eq(t.tracked(), q.tracked())) {
+            touched.push(q);
+        }
+        self.last_touched.store(ptr, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
     fn token<B: Completes>(&'scope self, posted: Posted<'scope>, keep: Option<Ah>, buffers: B) -> Token<'scope, B> {
         self.touch(posted.q);
         if let Some(ah) = keep {
-            lock(&self.keep).push(ah);
+            self.keep_ah(ah);
         }
-        Token {
-            guard: TokenGuard { posted, consumed: false, _scope: PhantomData },
-            buffers: ManuallyDrop::new(buffers),
-        }
+        Token { guard: TokenGuard { posted, _scope: PhantomData }, buffers: ManuallyDrop::new(buffers) }
+    }
+
+    #[cold]
+    fn keep_ah(&self, ah: Ah) {
+        lock(&self.keep).push(ah);
     }
 
     /// A post on `q` was refused after the provider may have queued it as request `seq`
@@ -503,7 +513,25 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.wait_with(token, timeout, Waiting::Spin)
     }
 
+    /// The wait: what is already complete is handed over at once (an unsignaled request whose
+    /// later signaled one was collected, or a completion polled meanwhile); the polling loop
+    /// is out of line.
+    #[inline(always)]
     fn wait_with<B: Completes>(
+        &'scope self,
+        token: Token<'scope, B>,
+        timeout: Duration,
+        how: Waiting,
+    ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
+        let p = token.guard.posted;
+        if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
+            return Ok(token.finish(c));
+        }
+        self.poll_until_done(token, timeout, how)
+    }
+
+    #[inline(never)]
+    fn poll_until_done<B: Completes>(
         &'scope self,
         token: Token<'scope, B>,
         timeout: Duration,
@@ -512,15 +540,6 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let p = token.guard.posted;
         let mut idle = Idle::new(how, timeout);
         loop {
-            if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
-                let mut token = token;
-                token.guard.consumed = true;
-                // SAFETY: the buffers are taken once: `consumed` was false (it is set only
-                // here, which consumes the token), and `Token::drop` takes nothing once it is
-                // set.
-                let buffers = unsafe { ManuallyDrop::take(&mut token.buffers) };
-                return Ok((c, buffers.complete(&c)));
-            }
             match p.q.poll() {
                 Ok(0) if idle.expired() => {
                     let what = format!("the completion of {}", p.q.describe(p.seq));
@@ -528,6 +547,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 }
                 Ok(_) => {}
                 Err(error) => return Err(WaitError { error, token }),
+            }
+            if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
+                return Ok(token.finish(c));
             }
         }
     }
@@ -793,12 +815,14 @@ impl Idle {
 /// # Safety
 /// The memory `wr` names (other than an inline payload) must stay valid and untouched by the
 /// program until the request completes or the QP is reset.
+#[inline(always)]
 pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
     qp: &Qp<T, S>,
     wr: &W,
     owner: u64,
 ) -> std::result::Result<u64, Refused> {
-    let mut raw = build_checked::<T, W>(&qp.shared, wr)?;
+    let mut raw = RawSendWr::new();
+    build_into::<T, W>(&qp.shared, wr, &mut raw)?;
     raw.link_sges();
     // SAFETY: the caller guarantees the memory; `raw` (with its entries) outlives the call; the
     // address handle in `raw` is alive (borrowed by `wr`).
@@ -807,16 +831,26 @@ pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
 
 /// Builds `wr` for `qp`, with every check that needs no device (inline length and the number
 /// of scatter/gather entries included).
-#[inline(always)]
 pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W) -> Result<RawSendWr<W::Sges>> {
+    let mut raw = RawSendWr::new();
+    build_into::<T, W>(qp, wr, &mut raw)?;
+    Ok(raw)
+}
+
+/// [`build_checked`] into `raw` (a new [`RawSendWr`]), in place: the data path's form.
+#[inline(always)]
+pub(crate) fn build_into<T: Transport, W: SendRequest>(
+    qp: &QpShared,
+    wr: &W,
+    raw: &mut RawSendWr<W::Sges>,
+) -> Result<()> {
     if let Some(len) = wr.inline_len() {
         let max = qp.caps().max_inline_data;
         if len > max as usize {
             return Err(Error::InlineTooLarge { qp_num: qp.qp_num(), len, max });
         }
     }
-    let mut raw = RawSendWr::new();
-    wr.build(&mut raw)?;
+    wr.build(raw)?;
     crate::sgl::check_count("send", qp.qp_num(), raw.num_sge, qp.caps().max_send_sge)?;
     if let Some(pd) = raw.pd {
         qp.check_pd("ibv_post_send", "the request's memory (or window)", pd)?;
@@ -825,7 +859,7 @@ pub(crate) fn build_checked<T: Transport, W: SendRequest>(qp: &QpShared, wr: &W)
         qp.check_pd("ibv_post_send", "the address handle", ah.pd_id())?;
     }
     raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
-    Ok(raw)
+    Ok(())
 }
 
 /// Polls until `p` completed or `deadline`; true if it completed.
@@ -930,13 +964,24 @@ impl<'m, K: MwType, R: WindowRights> Token<'_, PendingBind<'m, K, R>> {
     }
 }
 
+impl<B: Completes> Token<'_, B> {
+    /// The request completed with `c`: the buffers come back, and the token is gone without
+    /// its drop (nothing is left to give up).
+    #[inline(always)]
+    fn finish(self, c: Completion) -> (Completion, B::Output) {
+        let mut token = ManuallyDrop::new(self);
+        // SAFETY: the buffers are taken once: the token is consumed here and never dropped
+        // (`ManuallyDrop`), so `Token::drop`, the only other place that takes them, never
+        // runs for it. The guard holds nothing to release (a completed request's number).
+        let buffers = unsafe { ManuallyDrop::take(&mut token.buffers) };
+        (c, buffers.complete(&c))
+    }
+}
+
 impl<B: Completes> Drop for Token<'_, B> {
     fn drop(&mut self) {
-        if self.guard.consumed {
-            return;
-        }
-        // SAFETY: not consumed, so the buffers were never taken (`wait_with` sets `consumed`
-        // when it takes them); this is the only other place that takes them.
+        // SAFETY: a token being dropped was not consumed (`Token::finish` never drops it), so
+        // the buffers were never taken; this is the only other place that takes them.
         let buffers = unsafe { ManuallyDrop::take(&mut self.buffers) };
         // Borrowed views stay borrowed until the scope ends (the scope drains first); what the
         // token owns goes back only through the queue's one release rule. The guard's drop
@@ -950,9 +995,6 @@ impl<B: Completes> Drop for Token<'_, B> {
 
 impl Drop for TokenGuard<'_> {
     fn drop(&mut self) {
-        if self.consumed {
-            return;
-        }
         // Nobody will collect this completion. If the request is done, forget its result now;
         // otherwise the scope waits for it at its end and forgets it then.
         let p = self.posted;

@@ -96,6 +96,12 @@ pub trait Gather: sealed::Sealed + crate::scope::Completes {
         self.each(&mut |sge, _, _| n += u64::from(sge.length));
         n
     }
+    /// The entries, checked (`Collected::of`); a single entry takes a shorter path.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn collect(&self, verb: &'static str, device_writes: bool) -> Result<Collected<Self::Sges>> {
+        Collected::of(self, verb, device_writes)
+    }
 }
 
 /// Memory the local device writes for one work request (a receive buffer, an RDMA READ
@@ -117,6 +123,18 @@ impl<L: LocalSource> Gather for L {
     #[inline(always)]
     fn total_len(&self) -> u64 {
         u64::from(self.sge().length)
+    }
+    /// One entry: one PD, one ODP tag, at most `u32::MAX` bytes; `Collected::of`'s checks
+    /// reduce to the ODP write placement.
+    #[inline(always)]
+    fn collect(&self, verb: &'static str, device_writes: bool) -> Result<Collected<[sys::ibv_sge; 1]>> {
+        let (sge, odp) = (self.sge(), self.odp_tag());
+        if device_writes {
+            odp.check_device_write(sge.addr, verb)?;
+        }
+        // Some devices read a zero byte count as 2 GiB: an empty view is no entry.
+        let num_sge = i32::from(sge.length != 0);
+        Ok(Collected { sges: [sge], num_sge, odp, pd: Some(self.pd_id()) })
     }
 }
 impl<L: LocalSink> Scatter for L {}
@@ -150,9 +168,11 @@ tuple_list!(2: A.0, B.1);
 tuple_list!(3: A.0, B.1, C.2);
 tuple_list!(4: A.0, B.1, C.2, D.3);
 
-/// The entries of a list, checked: what a work request carries.
+/// The entries of a list, checked: what a work request carries. Opaque: only the library
+/// reads it.
+#[doc(hidden)]
 #[derive(Clone, Copy)]
-pub(crate) struct Collected<S> {
+pub struct Collected<S> {
     pub(crate) sges: S,
     /// The entries in use (those of zero bytes are left out).
     pub(crate) num_sge: i32,
@@ -177,7 +197,7 @@ impl<S: SgeStore> Collected<S> {
     /// ODP entry the device writes is misplaced, or the entries total more than `u32::MAX`
     /// bytes (one message's length, which the provider sums in 32 bits).
     #[inline(always)]
-    pub(crate) fn of<G: Gather<Sges = S>>(list: &G, verb: &'static str, device_writes: bool) -> Result<Self> {
+    pub(crate) fn of<G: Gather<Sges = S> + ?Sized>(list: &G, verb: &'static str, device_writes: bool) -> Result<Self> {
         let mut out = Self::none();
         let mut result = Ok(());
         let mut n = 0usize;

@@ -145,7 +145,7 @@ impl Pd {
                 max_wr,
                 // ibv_create_srq(3) writes the granted values back into `attr`.
                 max_sge: attr.attr.max_sge.max(max_sge),
-                rq: TrackedQueue::new(max_wr, false),
+                rq: TrackedQueue::new(max_wr, None),
                 cqs: Mutex::new(Vec::new()),
                 transports: Mutex::new(SrqTransports::default()),
                 pd: Arc::clone(&self.inner),
@@ -248,7 +248,7 @@ impl SrqShared {
     /// region in the SRQ's PD, the ODP rules of SRQ receives ([`SrqShared::check_odp_recv`])
     /// and the entries' placement on the device's ODP write path, at most `max_sge` entries.
     fn recv_sges<L: Scatter>(&self, buf: &L) -> Result<crate::sgl::Collected<L::Sges>> {
-        let c = crate::sgl::Collected::of(buf, "ibv_post_srq_recv", true)?;
+        let c = buf.collect("ibv_post_srq_recv", true)?;
         if c.pd.is_some_and(|pd| pd != self.pd.id()) {
             return Err(Error::invalid(
                 "ibv_post_srq_recv",
@@ -261,7 +261,7 @@ impl SrqShared {
     }
 
     fn check_odp_recv(&self, tag: crate::mr::OdpTag) -> Result<()> {
-        let Some((qp_type, ops)) = tag.0 else { return Ok(()) };
+        let Some((qp_type, ops)) = tag.get() else { return Ok(()) };
         let mut t = lock(&self.transports);
         let other = t.attached & !qpt_bit(qp_type);
         if ops & sys::IBV_ODP_SUPPORT_SRQ_RECV == 0 || other != 0 {

@@ -3,6 +3,8 @@
 //! protocol (`queue::loom_model`) explores every interleaving of the lane, the poller and a
 //! waiter. The normal build (and `--cfg loom` outside the unit tests) uses std's.
 
+#[cfg(not(all(loom, test)))]
+pub(crate) use crate::cq::{PollGuard as LockGuard, PollLock as Lock};
 #[cfg(all(loom, test))]
 pub(crate) use loom::sync::{
     atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
@@ -13,3 +15,24 @@ pub(crate) use std::sync::{
     atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     Mutex, MutexGuard,
 };
+
+/// The lock of a work queue's book ([`crate::queue::TrackedQueue`]): held only around a
+/// post (its provider call included) or a book update, never across a wait, so the CQs'
+/// routing lock serves ([`crate::cq`]'s `PollLock`: one atomic exchange to take, one store to
+/// release, no poisoning). Under loom, loom's mutex.
+#[cfg(all(loom, test))]
+pub(crate) struct Lock<T>(Mutex<T>);
+
+#[cfg(all(loom, test))]
+pub(crate) type LockGuard<'a, T> = MutexGuard<'a, T>;
+
+#[cfg(all(loom, test))]
+impl<T> Lock<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Lock(Mutex::new(value))
+    }
+
+    pub(crate) fn lock(&self) -> LockGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

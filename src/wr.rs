@@ -30,7 +30,7 @@ use crate::device::{IpCsum, TsoCap, TsoTransport};
 use crate::error::{Error, Result};
 use crate::mr::{LocalSink, Mr, OdpTag, RemoteSlice};
 use crate::mw::{inc_rkey, BoundByWr, BoundMw, Invalidatable, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow};
-use crate::sgl::{Collected, Gather, Scatter, SgeStore};
+use crate::sgl::{Gather, Scatter, SgeStore};
 use crate::transport::{
     SupportsAtomics, SupportsBindMw, SupportsFence, SupportsLocalInv, SupportsRdmaRead, SupportsRdmaWrite,
     SupportsSend, SupportsSendImm, SupportsSendInv, Transport, Unaddressed, UD,
@@ -75,7 +75,7 @@ impl<S: SgeStore> RawSendWr<S> {
     fn local<G: Gather<Sges = S>>(&mut self, local: &G, op: u32) -> Result<()> {
         // An RDMA READ's destination and an atomic's result are written by the device.
         let device_writes = op & (sys::IBV_ODP_SUPPORT_READ | sys::IBV_ODP_SUPPORT_ATOMIC) != 0;
-        let c = Collected::of(local, "ibv_post_send", device_writes)?;
+        let c = local.collect("ibv_post_send", device_writes)?;
         self.sges = c.sges;
         self.num_sge = c.num_sge;
         self.odp = c.odp;

@@ -6,6 +6,7 @@
 
 mod common;
 
+mod allocations;
 mod attacks;
 mod basics;
 mod caller_memory;
@@ -34,3 +35,7 @@ mod rping;
 mod scope_safety;
 mod sgl;
 mod windows;
+
+/// Counts each thread's allocations (`allocations.rs`: no heap allocation per request).
+#[global_allocator]
+static ALLOCATOR: allocations::Counting = allocations::Counting;
