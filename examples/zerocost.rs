@@ -115,7 +115,7 @@ fn owned_body<A: HasRemoteWrite>(
     let mut unsignaled = Vec::with_capacity(SIGNAL_EVERY);
     for i in 0..N {
         let chunk = chunks.pop().ok_or_else(no_chunk)?;
-        let wr = Write::new(chunk, dst);
+        let wr = wr::Write::new(chunk, dst);
         if (i + 1) % SIGNAL_EVERY == 0 || i == N - 1 {
             let token = qp.post_send_owned(wr)?;
             settle();

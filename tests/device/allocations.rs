@@ -78,7 +78,7 @@ fn the_allocator_counts() {
 #[test]
 fn scope_tokens_allocate_nothing_per_request() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), caps());
     let src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     let dst = r.pd.alloc_mr(64, access::REMOTE_RW).unwrap();
     let (remote, local) = (dst.remote(..).unwrap(), src.slice(..).unwrap());
@@ -86,7 +86,7 @@ fn scope_tokens_allocate_nothing_per_request() {
         let mut unsignaled = Vec::with_capacity(SIGNAL_EVERY);
         let mut round = |n: usize| {
             for i in 0..n {
-                let wr = Write::new(local, remote);
+                let wr = wr::Write::new(local, remote);
                 if (i + 1) % SIGNAL_EVERY == 0 {
                     let t = s.post_send(&p.a, wr).unwrap();
                     assert_eq!(s.wait(t, WAIT).unwrap().0.status(), WcStatus::Success);
@@ -108,14 +108,14 @@ fn scope_tokens_allocate_nothing_per_request() {
 #[test]
 fn owned_tokens_allocate_nothing_per_request() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), caps());
     let mut chunks = r.pd.alloc_mr(SIGNAL_EVERY * 64, access::LOCAL_READ).unwrap().into_chunks(64).unwrap();
     let dst = r.pd.alloc_mr(64, access::REMOTE_RW).unwrap();
     let remote = dst.remote(..).unwrap();
     let mut unsignaled = Vec::with_capacity(SIGNAL_EVERY);
     let mut round = |n: usize| {
         for i in 0..n {
-            let wr = Write::new(chunks.pop().expect("a chunk per request in flight"), remote);
+            let wr = wr::Write::new(chunks.pop().expect("a chunk per request in flight"), remote);
             if (i + 1) % SIGNAL_EVERY == 0 {
                 let t = p.a.post_send_owned(wr).unwrap();
                 let (c, chunk) = t.wait(WAIT).unwrap();
@@ -139,7 +139,7 @@ fn owned_tokens_allocate_nothing_per_request() {
 #[test]
 fn send_and_receive_lanes_and_post_lists_allocate_nothing_per_request() {
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_WRITE, caps());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), caps());
     let src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     let mut dst = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let remote_mr = r.pd.alloc_mr(64, access::REMOTE_RW).unwrap();
@@ -147,10 +147,10 @@ fn send_and_receive_lanes_and_post_lists_allocate_nothing_per_request() {
     let counted = scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
         let mut recv = s.recv_lane(&mut p.b).unwrap();
-        let mut send = lane.prepare(Send::new(local)).unwrap();
-        let mut write = lane.prepare(Write::new(local, remote)).unwrap();
-        let mut list = lane.prepare_list((0..4).map(|_| Write::new(local, remote)).collect(), 4).unwrap();
-        let mut rwr = recv.prepare(Recv::new(dst.slice_mut(..).unwrap())).unwrap();
+        let mut send = lane.prepare(wr::Send::new(local)).unwrap();
+        let mut write = lane.prepare(wr::Write::new(local, remote)).unwrap();
+        let mut list = lane.prepare_list((0..4).map(|_| wr::Write::new(local, remote)).collect(), 4).unwrap();
+        let mut rwr = recv.prepare(wr::Recv::new(dst.slice_mut(..).unwrap())).unwrap();
         let mut round = |n: usize| {
             for i in 0..n {
                 // A SEND into a posted receive, a run of unsignaled WRITEs, a post list.
@@ -182,18 +182,18 @@ fn scope_receives_and_srq_receives_allocate_nothing_per_request() {
     let r = rig();
     let srq = r.pd.create_srq(32).unwrap();
     let config = QpConfig::new(&r.cq).caps(caps());
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::empty(), caps());
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, caps());
     let src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     let mut dst = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let local = src.slice(..).unwrap();
     // Receives through the scope on b.
     let counted = scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
-        let mut send = lane.prepare(Send::new(local)).unwrap();
+        let mut send = lane.prepare(wr::Send::new(local)).unwrap();
         let mut buf = Some(dst.slice_mut(..).unwrap());
         let mut round = |n: usize| {
             for _ in 0..n {
-                let rt = s.post_recv(&p.b, Recv::new(buf.take().expect("the buffer is back"))).unwrap();
+                let rt = s.post_recv(&p.b, wr::Recv::new(buf.take().expect("the buffer is back"))).unwrap();
                 let t = lane.post(&mut send).unwrap();
                 assert_eq!(lane.wait(t, WAIT).unwrap().status(), WcStatus::Success);
                 let (c, back) = s.wait(rt, WAIT).unwrap();
@@ -210,13 +210,13 @@ fn scope_receives_and_srq_receives_allocate_nothing_per_request() {
     let sq = r.pd.create_qp::<RC>(&config).unwrap();
     let rq = r.pd.create_qp::<RC>(&QpConfig::new(&r.cq).caps(caps()).srq(&srq)).unwrap();
     let (es, er) = (sq.endpoint(PORT, gid_index(), 0x10).unwrap(), rq.endpoint(PORT, gid_index(), 0x20).unwrap());
-    let (sq, _rq) = (connect_rc(sq, QpAccess::empty(), &es, &er), connect_rc(rq, QpAccess::empty(), &er, &es));
+    let (sq, _rq) = (connect_rc(sq, Access::NONE, &es, &er), connect_rc(rq, Access::NONE, &er, &es));
     let mut chunk = Some(r.pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0));
     let mut out = Some(r.pd.alloc_mr(64, access::LOCAL_READ).unwrap().into_chunks(64).unwrap().remove(0));
     let mut round = |n: usize| {
         for _ in 0..n {
-            let rt = srq.post_recv_owned(Recv::new(chunk.take().expect("the chunk is back"))).unwrap();
-            let st = sq.post_send_owned(Send::new(out.take().expect("the chunk is back"))).unwrap();
+            let rt = srq.post_recv_owned(wr::Recv::new(chunk.take().expect("the chunk is back"))).unwrap();
+            let st = sq.post_send_owned(wr::Send::new(out.take().expect("the chunk is back"))).unwrap();
             let (c, sent) = st.wait(WAIT).unwrap();
             assert_eq!(c.status(), WcStatus::Success);
             out = Some(sent);
