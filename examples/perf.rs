@@ -55,8 +55,8 @@
 //! by every latency the statistics keep, sorted, as perftest's `-H` lists them), and with `--json`
 //! one JSON object as the last line of stdout (`"api"`: `"send lane"` or `"scope tokens"`). The
 //! header names the API too. A progress bar (indicatif) goes to stderr on long runs, where stderr
-//! is a terminal. Every wait is bounded
-//! (`--timeout`, default 30 s). Formulas: `examples/perf/report.rs`.
+//! is a terminal. Every wait is bounded (`--timeout`, default 30 s). Formulas:
+//! `examples/perf/report.rs`.
 //!
 //! Defaults are perftest's: size 65536 (bw) / 2 (lat), 5000 (write_bw) / 1000 iterations, TX_DEPTH
 //! 128 (bw) / 1 (lat), CQ_MOD 100 (1 above 8 KiB unless given; at most TX_DEPTH), RX_DEPTH 512,
