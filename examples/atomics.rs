@@ -28,13 +28,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Compare-and-swap and fetch-and-add on a word in another QP's memory (loopback).
+#[derive(clap::Parser)]
+struct Args {
+    /// The device (default: the first one).
+    device: Option<String>,
+    /// The GID index.
+    #[arg(default_value_t = 1)]
+    gid_index: u8,
+}
+
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let name = match args.next() {
+    let Args { device, gid_index } = clap::Parser::parse();
+    let name = match device {
         Some(n) => n,
         None => devices()?.first().map(|d| d.name.clone()).ok_or("no RDMA device found")?,
     };
-    let gid_index: u8 = args.next().map(|g| g.parse()).transpose()?.unwrap_or(1);
 
     let ctx = Context::open(&name)?;
     if ctx.query_device()?.atomic_cap() == typed_verbs_sys::IBV_ATOMIC_NONE {

@@ -34,10 +34,18 @@ fn pattern(slot: usize, i: usize) -> u8 {
     (i as u8).wrapping_mul(7).wrapping_add((slot as u8).wrapping_mul(31).wrapping_add(1))
 }
 
+/// A program's own buffer pool, registered once and used in pieces.
+#[derive(clap::Parser)]
+struct Args {
+    /// The device (default: the first one).
+    #[arg(env = "TYPED_VERBS_DEVICE")]
+    device: Option<String>,
+    /// The GID index (default: the GID of the port's IPv4 address).
+    gid_index: Option<u8>,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let dev = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok());
-    let gid: Option<u8> = args.next().and_then(|s| s.parse().ok());
+    let Args { device: dev, gid_index: gid } = clap::Parser::parse();
     let result = match huge_arena() {
         Some(arena) => {
             println!("arena: {} MiB of 2 MiB huge pages (the program's own mapping)", ARENA >> 20);

@@ -5,8 +5,15 @@
 
 use typed_verbs::prelude::*;
 
+/// Every RDMA device with the attributes this library types, as ibv_devinfo lists them.
+#[derive(clap::Parser)]
+struct Args {
+    /// Only this device.
+    device: Option<String>,
+}
+
 fn main() -> typed_verbs::Result<()> {
-    let only = std::env::args().nth(1);
+    let Args { device: only } = clap::Parser::parse();
     let devs = devices()?;
     if devs.is_empty() {
         println!("No RDMA devices found");

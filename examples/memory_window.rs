@@ -63,37 +63,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// A server lends a client write access to part of a buffer through a memory window, then
+/// takes it back.
+#[derive(clap::Parser)]
+struct Args {
+    /// The window type: 1 (ibv_bind_mw) or 2 (a BIND_MW work request).
+    #[arg(short, long = "type", default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    r#type: u8,
+    /// The device (default: the first one).
+    device: Option<String>,
+    /// The GID index.
+    #[arg(default_value_t = 1)]
+    gid_index: u8,
+}
+
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let mut mw_type = 2;
-    let mut positional = Vec::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let value = match a.as_str() {
-            "--type" | "-t" => args.next().ok_or("--type needs 1 or 2")?,
-            _ => match a.strip_prefix("--type=") {
-                Some(v) => v.to_string(),
-                None if a.starts_with('-') => {
-                    return Err(
-                        format!("unknown option {a}; usage: memory_window [--type 1|2] [DEVICE [GID_INDEX]]").into()
-                    )
-                }
-                None => {
-                    positional.push(a);
-                    continue;
-                }
-            },
-        };
-        mw_type = match value.as_str() {
-            "1" => 1,
-            "2" => 2,
-            _ => return Err(format!("--type {value}: the window type is 1 or 2").into()),
-        };
-    }
-    let name = match positional.first() {
-        Some(n) => n.clone(),
+    let Args { r#type: mw_type, device, gid_index } = clap::Parser::parse();
+    let name = match device {
+        Some(n) => n,
         None => devices()?.first().map(|d| d.name.clone()).ok_or("no RDMA device found")?,
     };
-    let gid_index: u8 = positional.get(1).map(|g| g.parse()).transpose()?.unwrap_or(1);
 
     let ctx = Context::open(&name)?;
     let pd = ctx.alloc_pd()?;

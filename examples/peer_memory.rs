@@ -55,57 +55,56 @@ const SWAPPED: u64 = 0x1122_3344_5566_7788;
 
 type Error = Box<dyn std::error::Error>;
 
+/// One process lends its memory to a peer on another host, which RDMA WRITEs, READs and runs
+/// atomics on it.
+#[derive(clap::Parser)]
+#[command(args_override_self = true)]
 struct Opts {
-    serve: bool,
-    host: String,
+    #[command(subcommand)]
+    role: Role,
+    /// the device (default: the first)
+    #[arg(short = 'd', global = true, value_name = "DEVICE")]
     device: Option<String>,
+    /// the GID index
+    #[arg(short = 'g', global = true, value_name = "GID_INDEX", default_value_t = 1)]
     gid_index: u8,
+    /// the TCP port
+    #[arg(short = 'p', global = true, value_name = "PORT", default_value_t = pingpong::DEFAULT_PORT)]
     port: u16,
+    /// the path MTU in bytes (default: the smaller of the two ports' active MTUs)
+    #[arg(long, global = true, value_name = "BYTES",
+          value_parser = |s: &str| s.parse::<u32>().map_err(|e| e.to_string()).and_then(remote::mtu_from_bytes))]
     mtu: Option<Mtu>,
+    /// the bound of every wait and of the TCP exchange, in seconds
+    #[arg(long, global = true, value_name = "SECS", default_value = "60",
+          value_parser = |s: &str| s.parse().map(Duration::from_secs))]
     timeout: Duration,
-    window: bool,
 }
 
-const USAGE: &str = "usage: peer_memory serve [--window] [-d DEVICE] [-g GID_INDEX] [-p PORT] [--mtu BYTES] [--timeout SECS]\n       peer_memory access HOST [-d DEVICE] [-g GID_INDEX] [-p PORT] [--mtu BYTES] [--timeout SECS]";
-
-fn parse() -> Result<Opts, Error> {
-    let mut args = std::env::args().skip(1);
-    let serve = match args.next().as_deref() {
-        Some("serve") => true,
-        Some("access") => false,
-        _ => return Err(USAGE.into()),
-    };
-    let mut o = Opts {
-        serve,
-        host: String::new(),
-        device: None,
-        gid_index: 1,
-        port: pingpong::DEFAULT_PORT,
-        mtu: None,
-        timeout: Duration::from_secs(60),
-        window: false,
-    };
-    while let Some(a) = args.next() {
-        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value\n{USAGE}"));
-        match a.as_str() {
-            "-d" => o.device = Some(value("-d")?),
-            "-g" => o.gid_index = value("-g")?.parse()?,
-            "-p" => o.port = value("-p")?.parse()?,
-            "--mtu" => o.mtu = Some(remote::mtu_from_bytes(value("--mtu")?.parse()?)?),
-            "--timeout" => o.timeout = Duration::from_secs(value("--timeout")?.parse()?),
-            "--window" if serve => o.window = true,
-            h if !serve && o.host.is_empty() && !h.starts_with('-') => o.host = h.to_string(),
-            other => return Err(format!("unexpected argument {other:?}\n{USAGE}").into()),
-        }
-    }
-    if !serve && o.host.is_empty() {
-        return Err(format!("access needs the owner's host name\n{USAGE}").into());
-    }
-    Ok(o)
+#[derive(clap::Subcommand)]
+enum Role {
+    /// The owner: waits for one client.
+    Serve {
+        /// Lend a type 1 memory window bound over the region instead of the region.
+        #[arg(long)]
+        window: bool,
+    },
+    /// The user of the owner's memory.
+    Access {
+        /// The owner's host.
+        host: String,
+    },
 }
 
 fn main() -> ExitCode {
-    let result = parse().and_then(|o| if o.serve { serve(&o) } else { access(&o) });
+    let o = <Opts as clap::Parser>::try_parse().unwrap_or_else(|e| {
+        let _ = e.print();
+        std::process::exit(if e.use_stderr() { 1 } else { 0 });
+    });
+    let result = match &o.role {
+        Role::Serve { window } => serve(&o, *window),
+        Role::Access { host } => access(&o, host),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -148,7 +147,7 @@ fn hex(bytes: &[u8]) -> String {
 
 // --- the owner ------------------------------------------------------------------------------
 
-fn serve(o: &Opts) -> Result<(), Error> {
+fn serve(o: &Opts, window: bool) -> Result<(), Error> {
     let ctx = open(o)?;
     // Every asynchronous event of the device, as it comes (its own context: port events reach
     // every context of the device).
@@ -174,7 +173,7 @@ fn serve(o: &Opts) -> Result<(), Error> {
     let mine = active_mtu(&ctx)?;
 
     let listener = pingpong::Listener::bind(o.port)?;
-    let me = qp.endpoint(PORT, o.gid_index, typed_verbs::qp::random_psn())?;
+    let me = qp.endpoint(PORT, o.gid_index, rand::random::<u32>() & 0xff_ffff)?;
     pingpong::print_address("local address: ", &me);
     println!("port MTU {}; waiting for a client on port {}", mine.bytes(), listener.port());
     let (conn, peers, theirs) = listener.accept_with(1, remote::CLIENT_EXTRA, o.timeout, o.timeout)?;
@@ -188,7 +187,7 @@ fn serve(o: &Opts) -> Result<(), Error> {
 
     scope(|s| -> Result<(), Error> {
         let done = s.post_recv(&qp, wr::Recv::new(inbox.slice_mut(..)?)).map_err(|e| e.error)?;
-        let mw = if o.window { Some(pd.alloc_mw::<Type1>()?) } else { None };
+        let mw = if window { Some(pd.alloc_mw::<Type1>()?) } else { None };
         let (advert, _window) = match mw {
             Some(mw) => {
                 let t = s.bind_mw(&qp, mw, &region, 0, REGION as u64, window::ALL).map_err(|e| e.error)?;
@@ -218,17 +217,17 @@ fn serve(o: &Opts) -> Result<(), Error> {
 
 // --- the client -----------------------------------------------------------------------------
 
-fn access(o: &Opts) -> Result<(), Error> {
+fn access(o: &Opts, host: &str) -> Result<(), Error> {
     let ctx = open(o)?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16)?;
     let caps = QpCaps { max_send_wr: 4, max_recv_wr: 4, ..QpCaps::default() };
     let qp = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
     let mine = active_mtu(&ctx)?;
-    let me = qp.endpoint(PORT, o.gid_index, typed_verbs::qp::random_psn())?;
+    let me = qp.endpoint(PORT, o.gid_index, rand::random::<u32>() & 0xff_ffff)?;
     pingpong::print_address("local address: ", &me);
     let (peers, extra) = pingpong::client_exchange_with(
-        &o.host,
+        host,
         o.port,
         &[me],
         &mine.bytes().to_le_bytes(),

@@ -54,8 +54,9 @@
 //! MsgRate[Mpps]`, or `t_min t_max t_typical t_avg t_stdev 99% 99.9%` in usec, preceded with `-H`
 //! by every latency the statistics keep, sorted, as perftest's `-H` lists them), and with `--json`
 //! one JSON object as the last line of stdout (`"api"`: `"send lane"` or `"scope tokens"`). The
-//! header names the API too. Progress goes to stderr on long runs. Every wait is bounded
-//! (`--timeout`, default 30 s). Formulas: `examples/perf/report.rs`.
+//! header names the API too. A progress bar (indicatif) goes to stderr on long runs, where stderr
+//! is a terminal. Every wait is bounded (`--timeout`, default 30 s). Formulas:
+//! `examples/perf/report.rs`.
 //!
 //! Defaults are perftest's: size 65536 (bw) / 2 (lat), 5000 (write_bw) / 1000 iterations, TX_DEPTH
 //! 128 (bw) / 1 (lat), CQ_MOD 100 (1 above 8 KiB unless given; at most TX_DEPTH), RX_DEPTH 512,
@@ -91,6 +92,7 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use typed_verbs::access::LegalAccess;
 use typed_verbs::lane::RecvWaitError;
 use typed_verbs::mr::{MrKind, Odp, Pinned};
@@ -99,7 +101,7 @@ use typed_verbs::prelude::*;
 use typed_verbs::scope::{Completes, WaitError};
 use typed_verbs::Error;
 
-use report::{BwRun, Json};
+use report::{BwResult, BwRun};
 
 type Result<T> = typed_verbs::Result<T>;
 
@@ -107,7 +109,9 @@ const PORT: u8 = 1;
 /// Slice of a wait while the other thread may have decided to stop.
 const SLICE: Duration = Duration::from_millis(20);
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// perftest's tests (`ib_write_bw`, `ib_send_bw`, `ib_read_bw`, `ib_write_lat`, `ib_send_lat`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
 enum Test {
     WriteBw,
     SendBw,
@@ -117,16 +121,6 @@ enum Test {
 }
 
 impl Test {
-    fn parse(s: &str) -> Option<Test> {
-        Some(match s {
-            "write_bw" => Test::WriteBw,
-            "send_bw" => Test::SendBw,
-            "read_bw" => Test::ReadBw,
-            "write_lat" => Test::WriteLat,
-            "send_lat" => Test::SendLat,
-            _ => return None,
-        })
-    }
     fn name(self) -> &'static str {
         match self {
             Test::WriteBw => "write_bw",
@@ -197,77 +191,106 @@ impl Params {
     }
 }
 
-const USAGE: &str = "usage: perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
-            [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH] [-o OUT_READS]
-            [-l POST_LIST] [--tokens] [--spin] [--odp] [--timeout SECS] [--json] [--quiet] [-H]
-            [--listen | --connect HOST] [-p PORT]
-Loopback on one device: RC queue pairs connected to each other (see the source's header).
-write_lat|send_lat --listen / --connect HOST: one side per process (server, client), as
-perftest runs, the QP addresses exchanged over TCP (PORT, default 18515) as the pingpong
-examples do (write_lat: and the targets' address and rkey after them).
-Posts with send lanes (a request prepared once, re-posted); --tokens posts with scope tokens
-(a request and a token per post); --spin busy-polls the CQ instead of yielding when empty.
--H (--report-histogram, latency tests): every latency measured, sorted, as perftest's -H.
--l (--post_list, bandwidth tests with send lanes): requests per ibv_post_send, chained;
-CQ_MOD defaults to it and must divide it, and ITERS must be a multiple of it, as in perftest
-(read_bw: TX_DEPTH too, its READ destinations being TX_DEPTH slots in lists).
---odp (bandwidth tests): every buffer an explicit On-Demand Paging region, as perftest's
---odp; refused (status 1) on a device whose ODP lacks the test's operations on RC.";
+/// perftest's command line, as far as `perf` follows it (see the source's header).
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "perf",
+    args_override_self = true,
+    about = "Loopback on one device: RC queue pairs connected to each other, perftest's loops \
+             with this library's send lanes (--tokens: scope tokens). write_lat|send_lat \
+             --listen / --connect HOST: one side per process (server, client), as perftest runs, \
+             the QP addresses exchanged over TCP as the pingpong examples do."
+)]
+struct Cli {
+    /// The test.
+    test: Test,
+    /// Device (default: $TYPED_VERBS_DEVICE, else the first one).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV", env = "TYPED_VERBS_DEVICE")]
+    device: Option<String>,
+    /// GID index.
+    #[arg(
+        short = 'x',
+        long = "gid-index",
+        value_name = "GID_INDEX",
+        env = "TYPED_VERBS_GID_INDEX",
+        default_value_t = 1
+    )]
+    gid: u8,
+    /// Message size (default 65536 for the bandwidth tests, 2 for the latency tests).
+    #[arg(short, long)]
+    size: Option<usize>,
+    /// Iterations per QP or ping-pongs (default 5000 for write_bw, else 1000).
+    #[arg(short = 'n', long = "iters", conflicts_with = "duration")]
+    iters: Option<u64>,
+    /// Run for SECS seconds instead of a number of iterations.
+    #[arg(short = 'D', long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// QP pairs (bandwidth tests).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    qps: usize,
+    /// Every CQ_MOD-th request signaled (default 100; 1 above 8 KiB; at most TX_DEPTH).
+    #[arg(short = 'Q', long = "cq-mod")]
+    cq_mod: Option<u64>,
+    /// Requests outstanding per QP (default 128 for the bandwidth tests, 1 for latency).
+    #[arg(short = 't', long = "tx-depth")]
+    tx_depth: Option<usize>,
+    /// Receives kept posted.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    rx_depth: usize,
+    /// Outstanding RDMA READs (default: the device maximum).
+    #[arg(short = 'o', long = "outs")]
+    out_reads: Option<u8>,
+    /// Requests per ibv_post_send, chained (bandwidth tests, send lanes); CQ_MOD defaults to it
+    /// and must divide it, ITERS must be a multiple of it (read_bw: TX_DEPTH too), as in
+    /// perftest.
+    #[arg(short = 'l', long = "post_list", default_value_t = 1)]
+    post_list: usize,
+    /// Post with scope tokens (a request and a token per post) instead of send lanes.
+    #[arg(long)]
+    tokens: bool,
+    /// Busy-poll the CQ instead of yielding when it is empty.
+    #[arg(long)]
+    spin: bool,
+    /// Every buffer an explicit On-Demand Paging region (bandwidth tests; refused, status 1,
+    /// on a device whose ODP lacks the test's operations on RC).
+    #[arg(long)]
+    odp: bool,
+    /// Bound of every wait, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    timeout: f64,
+    /// A JSON object as the last line of stdout.
+    #[arg(long)]
+    json: bool,
+    /// No progress on stderr.
+    #[arg(long)]
+    quiet: bool,
+    /// Every latency measured, sorted, before the table (latency tests), as perftest's -H.
+    #[arg(short = 'H', long = "report-histogram")]
+    histogram: bool,
+    /// Be the server of a two-process latency test.
+    #[arg(long, conflicts_with = "connect")]
+    listen: bool,
+    /// Be the client of a two-process latency test, connecting to HOST.
+    #[arg(long, value_name = "HOST")]
+    connect: Option<String>,
+    /// The TCP port of the two-process exchange.
+    #[arg(short, long, default_value_t = pingpong::DEFAULT_PORT)]
+    port: u16,
+    /// perftest's flag, accepted and ignored (nothing to silence here).
+    #[arg(short = 'F', long = "CPU-freq", hide = true)]
+    _cpu_freq: bool,
+}
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidArgument { verb: "perf", reason: reason.into() }
 }
 
-fn parse_args(args: &[String]) -> Result<Params> {
-    let mut it = args.iter();
-    let test = match it.next().map(String::as_str) {
-        Some("-h") | Some("--help") | None => {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        Some(t) => Test::parse(t).ok_or_else(|| bad(format!("unknown test {t:?}\n{USAGE}")))?,
-    };
-    let (mut device, mut gid, mut size, mut iters, mut dur) = (None, None, None, None, None);
-    let (mut qps, mut cq_mod, mut tx, mut rx, mut out_reads) = (1usize, None, None, 512usize, None);
-    let (mut timeout, mut json, mut quiet, mut spin, mut tokens) = (30.0f64, false, false, false, false);
-    let (mut peer, mut port, mut histogram, mut post_list, mut odp) = (None, 18515u16, false, 1usize, false);
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| it.next().cloned().ok_or_else(|| bad(format!("{name} needs a value")));
-        fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T> {
-            v.parse().map_err(|_| bad(format!("bad value for {flag}: {v:?}")))
-        }
-        match a.as_str() {
-            "-d" | "--ib-dev" => device = Some(val(a)?),
-            "-x" | "--gid-index" => gid = Some(num::<u8>(a, val(a)?)?),
-            "-s" | "--size" => size = Some(num::<usize>(a, val(a)?)?),
-            "-n" | "--iters" => iters = Some(num::<u64>(a, val(a)?)?),
-            "-D" | "--duration" => dur = Some(num::<f64>(a, val(a)?)?),
-            "-q" | "--qp" => qps = num(a, val(a)?)?,
-            "-Q" | "--cq-mod" => cq_mod = Some(num::<u64>(a, val(a)?)?),
-            "-t" | "--tx-depth" => tx = Some(num::<usize>(a, val(a)?)?),
-            "-r" | "--rx-depth" => rx = num(a, val(a)?)?,
-            "-o" | "--outs" => out_reads = Some(num::<u8>(a, val(a)?)?),
-            "--timeout" => timeout = num(a, val(a)?)?,
-            "--json" => json = true,
-            "--spin" => spin = true,
-            "--tokens" => tokens = true,
-            "--odp" => odp = true,
-            "--quiet" => quiet = true,
-            "-H" | "--report-histogram" => histogram = true,
-            "-l" | "--post_list" => post_list = num(a, val(a)?)?,
-            "--listen" => peer = Some((Role::Server, None)),
-            "--connect" => peer = Some((Role::Client, Some(val(a)?))),
-            "-p" | "--port" => port = num(a, val(a)?)?,
-            "-F" | "--CPU-freq" => {} // perftest's flag; nothing to silence here
-            other => return Err(bad(format!("unknown option {other:?}\n{USAGE}"))),
-        }
-    }
-    if iters.is_some() && dur.is_some() {
-        return Err(bad("-n and -D are exclusive"));
-    }
+/// The test's parameters from the command line: perftest's defaults and rules.
+fn params(cli: Cli) -> Result<Params> {
+    let Cli { test, size, qps, cq_mod, tx_depth, rx_depth: rx, post_list, tokens, .. } = cli;
     let bw = test.is_bw();
     let size = size.unwrap_or(if bw { 65536 } else { 2 });
-    let tx_depth = tx.unwrap_or(if bw { 128 } else { 1 });
+    let tx_depth = tx_depth.unwrap_or(if bw { 128 } else { 1 });
     // perftest: CQ moderation off above 8 KiB unless asked for; never above the TX depth.
     // With a post list, perftest's CQ moderation is the list's length unless given.
     let mut cq = cq_mod.unwrap_or(if post_list > 1 {
@@ -278,7 +301,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
         100
     });
     cq = cq.min(tx_depth as u64);
-    let duration = dur.map(Duration::from_secs_f64);
+    let duration = cli.duration.map(Duration::try_from_secs_f64).transpose().map_err(|e| bad(format!("-D: {e}")))?;
     if duration.is_some() && test == Test::SendLat {
         cq = 1; // the last reply of the passive side must be signaled
     }
@@ -288,10 +311,7 @@ fn parse_args(args: &[String]) -> Result<Params> {
     if !bw && qps != 1 {
         return Err(bad("latency tests use one QP pair (-q 1)"));
     }
-    if test == Test::WriteLat && size < 1 {
-        return Err(bad("write_lat needs at least 1 byte"));
-    }
-    let iters = match (iters, duration) {
+    let iters = match (cli.iters, duration) {
         (_, Some(_)) => u64::MAX,
         (Some(n), None) => n,
         // perftest: 5000 for ib_write_bw, 1000 for the others.
@@ -306,10 +326,10 @@ fn parse_args(args: &[String]) -> Result<Params> {
     if iters < 2 {
         return Err(bad("-n must be at least 2"));
     }
-    if histogram && bw {
+    if cli.histogram && bw {
         return Err(bad("-H is for the latency tests"));
     }
-    if odp && !bw {
+    if cli.odp && !bw {
         return Err(bad("--odp is for the bandwidth tests"));
     }
     if post_list == 0 {
@@ -337,19 +357,23 @@ fn parse_args(args: &[String]) -> Result<Params> {
             return Err(bad(format!("the iterations ({iters}) must be a multiple of the post list ({post_list})")));
         }
     }
+    let peer = match (cli.listen, cli.connect) {
+        (true, _) => Some((Role::Server, None)),
+        (false, Some(host)) => Some((Role::Client, Some(host))),
+        (false, None) => None,
+    };
     if peer.is_some() && (!matches!(test, Test::SendLat | Test::WriteLat) || duration.is_some()) {
         return Err(bad("--listen and --connect are for send_lat and write_lat with -n"));
     }
-    let device = match device.or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()) {
+    let device = match cli.device {
         Some(d) => d,
         None => devices()?.first().map(|d| d.name.clone()).ok_or_else(|| bad("no RDMA device present"))?,
     };
-    let gid_index =
-        gid.or_else(|| std::env::var("TYPED_VERBS_GID_INDEX").ok().and_then(|v| v.parse().ok())).unwrap_or(1);
+    let timeout = Duration::try_from_secs_f64(cli.timeout).map_err(|e| bad(format!("--timeout: {e}")))?;
     Ok(Params {
         test,
         device,
-        gid_index,
+        gid_index: cli.gid,
         size,
         iters,
         duration,
@@ -357,42 +381,42 @@ fn parse_args(args: &[String]) -> Result<Params> {
         cq_mod: cq,
         tx_depth,
         rx_depth: rx,
-        out_reads,
-        timeout: Duration::from_secs_f64(timeout),
-        spin,
+        out_reads: cli.out_reads,
+        timeout,
+        spin: cli.spin,
         tokens,
-        odp,
-        json,
+        odp: cli.odp,
+        json: cli.json,
         peer,
-        port,
-        quiet,
-        histogram,
+        port: cli.port,
+        quiet: cli.quiet,
+        histogram: cli.histogram,
         post_list,
     })
 }
 
-/// Progress on stderr, at most every 2 s, only once a run lasts longer than that.
+/// Progress on stderr: an indicatif bar (drawn only where stderr is a terminal), shown once a
+/// run lasts longer than 2 s, cleared at the end.
 struct Progress {
-    name: &'static str,
+    bar: ProgressBar,
     start: Instant,
-    last: Instant,
-    total: Option<u64>,
+    shown: bool,
     quiet: bool,
     calls: u64,
 }
 
 impl Progress {
     fn new(p: &Params, total: u64) -> Self {
-        let now = Instant::now();
-        Progress {
-            name: p.test.name(),
-            start: now,
-            last: now,
-            total: (p.duration.is_none()).then_some(total),
-            quiet: p.quiet,
-            calls: 0,
-        }
+        let (bar, template) = match p.duration {
+            None => (ProgressBar::new(total), "perf: {prefix} {wide_bar} {pos}/{len} ({percent}%) after {elapsed}"),
+            Some(_) => (ProgressBar::no_length(), "perf: {prefix} {spinner} {pos} after {elapsed}"),
+        };
+        let style = ProgressStyle::with_template(template).expect("a valid template");
+        let bar = bar.with_style(style).with_prefix(p.test.name());
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+        Progress { bar, start: Instant::now(), shown: false, quiet: p.quiet, calls: 0 }
     }
+
     /// Called once per iteration or wait round; looks at the clock every 64 calls. (Inline:
     /// it is on the latency tests' critical path, where a call and its return cost more than
     /// the counter under emulation.)
@@ -405,24 +429,24 @@ impl Progress {
         self.show(done);
     }
 
-    /// The rest of [`Progress::tick`], every 64th call: prints the progress every 2 s.
+    /// The rest of [`Progress::tick`], every 64th call.
     #[cold]
     #[inline(never)]
     fn show(&mut self, done: u64) {
-        let now = Instant::now();
-        if now.duration_since(self.last) < Duration::from_secs(2) {
-            return;
+        if !self.shown {
+            if self.start.elapsed() < Duration::from_secs(2) {
+                return;
+            }
+            self.shown = true;
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
         }
-        self.last = now;
-        let secs = now.duration_since(self.start).as_secs_f64();
-        match self.total {
-            Some(t) => eprintln!(
-                "perf: {}: {done}/{t} ({:.0}%) after {secs:.1} s",
-                self.name,
-                100.0 * done as f64 / t.max(1) as f64
-            ),
-            None => eprintln!("perf: {}: {done} after {secs:.1} s", self.name),
-        }
+        self.bar.set_position(done);
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
     }
 }
 
@@ -1959,55 +1983,86 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
-        Ok(()) => {}
-        Err(e) => {
-            eprintln!("perf: {e}");
-            std::process::exit(1);
+    use clap::Parser;
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        // Status 1 for a bad command line, as perftest's (clap's is 2); 0 for --help.
+        let _ = e.print();
+        std::process::exit(if e.use_stderr() { 1 } else { 0 });
+    });
+    if let Err(e) = params(cli).and_then(|p| run(&p)) {
+        eprintln!("perf: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The `--json` line: the run's parameters and figures (the keys `scripts/bench` reads).
+#[derive(serde::Serialize)]
+struct Summary<'a> {
+    tool: &'static str,
+    test: &'static str,
+    device: &'a str,
+    size: usize,
+    qps: usize,
+    tx_depth: usize,
+    cq_mod: u64,
+    post_list: usize,
+    api: &'static str,
+    spin: bool,
+    odp: bool,
+    duration_s: Option<f64>,
+    iterations: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    elapsed_s: Option<f64>,
+    #[serde(flatten)]
+    bw: Option<BwResult>,
+    #[serde(flatten)]
+    lat: Option<report::LatResult>,
+}
+
+impl<'a> Summary<'a> {
+    /// The parameters of `p`, no figures yet.
+    fn new(p: &'a Params) -> Self {
+        Summary {
+            tool: "typed-verbs perf",
+            test: p.test.name(),
+            device: &p.device,
+            size: p.size,
+            qps: p.qps,
+            tx_depth: p.tx_depth,
+            cq_mod: p.cq_mod,
+            post_list: p.post_list,
+            api: p.api(),
+            spin: p.spin,
+            odp: p.odp,
+            duration_s: p.duration.map(|d| d.as_secs_f64()),
+            iterations: 0,
+            elapsed_s: None,
+            bw: None,
+            lat: None,
         }
     }
 }
 
-fn run(args: &[String]) -> Result<()> {
-    let p = parse_args(args)?;
-    let mut j = Json::default();
-    j.str("tool", "typed-verbs perf")
-        .str("test", p.test.name())
-        .str("device", &p.device)
-        .int("size", p.size as u64)
-        .int("qps", p.qps as u64)
-        .int("tx_depth", p.tx_depth as u64)
-        .int("cq_mod", p.cq_mod)
-        .int("post_list", p.post_list as u64)
-        .str("api", p.api())
-        .bool("spin", p.spin)
-        .bool("odp", p.odp);
-    match p.duration {
-        Some(d) => j.num("duration_s", d.as_secs_f64()),
-        None => j.null("duration_s"),
-    };
+fn run(p: &Params) -> Result<()> {
+    let mut j = Summary::new(p);
     if p.test.is_bw() {
-        let run = run_bw(&p)?;
+        let run = run_bw(p)?;
         let r = report::bw(&run);
         println!("{}", report::bw_table(p.size, run.completed, &r));
         if r.peak_sampled {
             println!(" (BW peak computed on a subsample of start points: long run)");
         }
-        j.int("iterations", run.completed)
-            .num("elapsed_s", run.elapsed.as_secs_f64())
-            .num("bw_peak_mb_s", r.peak_mb_s)
-            .num("bw_avg_mb_s", r.avg_mb_s)
-            .num("msg_rate_mpps", r.msg_rate_mpps)
-            .bool("peak_sampled", r.peak_sampled);
+        j.iterations = run.completed;
+        j.elapsed_s = Some(run.elapsed.as_secs_f64());
+        j.bw = Some(r);
     } else {
         let stamps = match &p.peer {
-            None => run_lat(&p)?,
+            None => run_lat(p)?,
             Some((Role::Server, _)) => {
-                run_lat_peer(&p, Role::Server, None)?;
+                run_lat_peer(p, Role::Server, None)?;
                 return Ok(()); // the client measures
             }
-            Some((Role::Client, host)) => run_lat_peer(&p, Role::Client, host.as_deref())?,
+            Some((Role::Client, host)) => run_lat_peer(p, Role::Client, host.as_deref())?,
         };
         let iterations = stamps.len() as u64;
         let r = report::lat(&stamps, 2.0).ok_or_else(|| bad("too few iterations for latency statistics"))?;
@@ -2015,18 +2070,106 @@ fn run(args: &[String]) -> Result<()> {
             print!("{}", report::lat_all(&stamps, 2.0));
         }
         println!("{}", report::lat_table(p.size, iterations, &r));
-        j.int("iterations", iterations)
-            .num("t_min_us", r.t_min)
-            .num("t_max_us", r.t_max)
-            .num("t_typical_us", r.t_typical)
-            .num("t_avg_us", r.t_avg)
-            .num("t_stdev_us", r.t_stdev)
-            .num("t_p99_us", r.p99)
-            .num("t_p999_us", r.p999)
-            .int("samples", r.samples as u64);
+        j.iterations = iterations;
+        j.lat = Some(r);
     }
     if p.json {
-        println!("{}", j.render());
+        println!("{}", serde_json::to_string(&j).map_err(|e| bad(format!("JSON: {e}")))?);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(line: &str) -> std::result::Result<Params, String> {
+        let argv = std::iter::once("perf").chain(line.split_whitespace());
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        params(cli).map_err(|e| e.to_string())
+    }
+
+    fn ok(line: &str) -> Params {
+        parse(line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    }
+
+    /// perftest's forms (`-s 64`, `-s64`, `--size=64`, `--post_list 10`, `-F`) and defaults.
+    #[test]
+    fn the_command_line_is_perftests() {
+        let p = ok("write_bw -d rxe0 -x 1");
+        assert_eq!((p.test, p.device.as_str(), p.gid_index), (Test::WriteBw, "rxe0", 1));
+        assert_eq!((p.size, p.iters, p.tx_depth, p.cq_mod, p.rx_depth, p.qps), (65536, 5000, 128, 1, 512, 1));
+        assert_eq!((p.post_list, p.tokens, p.spin, p.json, p.peer.is_none()), (1, false, false, false, true));
+        assert_eq!(p.timeout, Duration::from_secs(30));
+        let p = ok("send_bw --ib-dev=rxe0 -x1 -s64 -t 40 -Q 10 --post_list 10 -n 400 -q 2 -r 64 --json --spin -F");
+        assert_eq!((p.test, p.size, p.tx_depth, p.cq_mod, p.post_list, p.iters), (Test::SendBw, 64, 40, 10, 10, 400));
+        assert_eq!((p.qps, p.rx_depth, p.json, p.spin), (2, 64, true, true));
+        // A post list sets the CQ moderation unless given.
+        assert_eq!(ok("write_bw -d rxe0 -s 64 -l 10 -n 400").cq_mod, 10);
+        let p = ok("write_lat -d rxe0 --connect 10.0.0.1 -p 18600 -H --timeout 2.5");
+        assert_eq!((p.size, p.iters, p.tx_depth, p.histogram, p.port), (2, 1000, 1, true, 18600));
+        assert_eq!(p.peer, Some((Role::Client, Some("10.0.0.1".into()))));
+        assert_eq!(p.timeout, Duration::from_millis(2500));
+        let p = ok("send_lat -d rxe0 -D 1.5 --tokens");
+        assert_eq!((p.duration, p.iters, p.cq_mod, p.tokens), (Some(Duration::from_millis(1500)), u64::MAX, 1, true));
+        assert_eq!(ok("read_bw -d rxe0 -o 4 --odp").out_reads, Some(4));
+        assert_eq!(ok("send_lat -d rxe0 --listen").peer, Some((Role::Server, None)));
+    }
+
+    #[test]
+    fn bad_command_lines_are_refused() {
+        for (line, says) in [
+            ("", "required"),
+            ("bogus_bw", "invalid value 'bogus_bw'"),
+            ("write_bw -d rxe0 -n 10 -D 1", "cannot be used with"),
+            ("write_bw -d rxe0 -s", "a value is required"),
+            ("write_bw -d rxe0 -z", "unexpected argument '-z'"),
+            ("write_bw -d rxe0 -n 1", "-n must be at least 2"),
+            ("write_bw -d rxe0 -H", "-H is for the latency tests"),
+            ("write_lat -d rxe0 --odp", "--odp is for the bandwidth tests"),
+            ("write_lat -d rxe0 -q 2", "one QP pair"),
+            ("write_bw -d rxe0 -n 405 -l 10", "multiple of the post list"),
+            ("write_bw -d rxe0 -l 10 -Q 4", "multiple of the CQ moderation"),
+            ("read_bw -d rxe0 -l 10 -t 25", "TX depth (25) must be a multiple of the post list"),
+            ("send_bw -d rxe0 -l 10 --tokens", "not --tokens"),
+            ("write_bw -d rxe0 --listen", "--listen and --connect are for send_lat and write_lat with -n"),
+            ("send_lat -d rxe0 -D 1 --listen", "--listen and --connect are for send_lat and write_lat with -n"),
+            ("send_lat -d rxe0 --listen --connect h", "cannot be used with"),
+        ] {
+            let e = parse(line).err().unwrap_or_else(|| panic!("{line:?} was accepted"));
+            assert!(e.contains(says), "{line:?}: {e}");
+        }
+    }
+
+    /// The JSON line has the keys `scripts/bench` and the device tests read, numbers as numbers,
+    /// and no figures of the other kind of test.
+    #[test]
+    fn the_json_line_has_the_keys_bench_reads() {
+        let p = ok("write_bw -d rxe0 -s 64");
+        let mut j = Summary::new(&p);
+        j.iterations = 5000;
+        j.elapsed_s = Some(0.5);
+        j.bw = Some(BwResult { peak_mb_s: 3.5, avg_mb_s: 2.0, msg_rate_mpps: 0.25, peak_sampled: false });
+        let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(&j).unwrap()).unwrap();
+        assert_eq!(v["tool"], "typed-verbs perf");
+        assert_eq!((v["test"].as_str(), v["api"].as_str()), (Some("write_bw"), Some("send lane")));
+        assert_eq!((v["size"].as_u64(), v["iterations"].as_u64()), (Some(64), Some(5000)));
+        assert_eq!((v["bw_peak_mb_s"].as_f64(), v["bw_avg_mb_s"].as_f64()), (Some(3.5), Some(2.0)));
+        assert_eq!((v["msg_rate_mpps"].as_f64(), v["elapsed_s"].as_f64()), (Some(0.25), Some(0.5)));
+        assert!(v["duration_s"].is_null() && v["peak_sampled"] == false && v.get("t_avg_us").is_none());
+        let p = ok("send_lat -d rxe0 -D 2");
+        let mut j = Summary::new(&p);
+        let t: Vec<u64> = (0..10).map(|i| i * 4000).collect();
+        j.lat = report::lat(&t, 2.0);
+        let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(&j).unwrap()).unwrap();
+        for key in ["t_min_us", "t_max_us", "t_typical_us", "t_avg_us", "t_stdev_us", "t_p99_us", "t_p999_us"] {
+            assert_eq!(v[key].as_f64(), Some(if key == "t_stdev_us" { 0.0 } else { 2.0 }), "{key}");
+        }
+        assert_eq!((v["samples"].as_u64(), v["duration_s"].as_f64()), (Some(9), Some(2.0)));
+        assert!(v.get("elapsed_s").is_none() && v.get("bw_avg_mb_s").is_none());
+        // A figure that is not a number is null, as before.
+        j.lat.as_mut().unwrap().t_avg = f64::NAN;
+        assert!(serde_json::to_string(&j).unwrap().contains("\"t_avg_us\":null"));
+    }
 }

@@ -18,7 +18,8 @@ use typed_verbs::prelude::*;
 mod cm_args;
 
 fn main() {
-    let opts = cm_args::parse("rdma_client", IpAddr::V4(Ipv4Addr::LOCALHOST));
+    // A bad command line exits with status 2 and the usage.
+    let opts = <cm_args::Options as clap::Parser>::parse();
     println!("rdma_client: start");
     let status = match run(&opts) {
         Ok(()) => 0,
@@ -32,7 +33,11 @@ fn main() {
 }
 
 fn run(opts: &cm_args::Options) -> typed_verbs::Result<()> {
-    let id = CmId::new()?.resolve_addr(None, SocketAddr::new(opts.addr, opts.port), opts.timeout)?;
+    let id = CmId::new()?.resolve_addr(
+        None,
+        SocketAddr::new(opts.addr.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)), opts.port),
+        opts.timeout,
+    )?;
     let id = id.resolve_route(opts.timeout)?;
     let dev = id.device_name().ok_or(Error::DeviceNotFound { name: "(the route's)".into(), available: vec![] })?;
     let ctx = Context::open(&dev)?;

@@ -16,17 +16,24 @@ use typed_verbs::prelude::*;
 
 const PORT: u8 = 1;
 
+/// One-sided RDMA WRITE and READ between two RC queue pairs on one device (loopback).
+#[derive(clap::Parser)]
+struct Args {
+    /// The device (default: the first one).
+    device: Option<String>,
+    /// The GID index (default: the GID of the port's IPv4 address, `Link::default_for`).
+    gid_index: Option<u8>,
+}
+
 fn main() -> typed_verbs::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let name = match args.next() {
+    let Args { device, gid_index } = clap::Parser::parse();
+    let name = match device {
         Some(n) => n,
         None => devices()?
             .first()
             .map(|d| d.name.clone())
             .ok_or(Error::DeviceNotFound { name: "(any)".into(), available: vec![] })?,
     };
-    // Default: the GID of the port's IPv4 address (`Link::default_for`).
-    let gid_index: Option<u8> = args.next().and_then(|s| s.parse().ok());
 
     let ctx = Context::open(&name)?;
     let pd = ctx.alloc_pd()?;

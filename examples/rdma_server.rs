@@ -17,7 +17,8 @@ use typed_verbs::prelude::*;
 mod cm_args;
 
 fn main() {
-    let opts = cm_args::parse("rdma_server", IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    // A bad command line exits with status 2 and the usage.
+    let opts = <cm_args::Options as clap::Parser>::parse();
     println!("rdma_server: start");
     let status = match run(&opts) {
         Ok(()) => 0,
@@ -31,7 +32,8 @@ fn main() {
 }
 
 fn run(opts: &cm_args::Options) -> typed_verbs::Result<()> {
-    let listener = CmListener::bind(SocketAddr::new(opts.addr, opts.port), 1)?;
+    let listener =
+        CmListener::bind(SocketAddr::new(opts.addr.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), opts.port), 1)?;
     let req = listener.next_request(opts.timeout)?;
     let dev = req.device_name().ok_or(Error::DeviceNotFound { name: "(the request's)".into(), available: vec![] })?;
     let ctx = Context::open(&dev)?;

@@ -23,17 +23,20 @@ use typed_verbs::prelude::*;
 const SIZES: [usize; 3] = [4096, 2 << 20, 1 << 30];
 const ITERS: [usize; 3] = [2000, 200, 3];
 
+/// The typed half of the registration benchmark: `Pd::register` and
+/// `Registered::deregister` of 4 KiB, 2 MiB and 1 GiB, timed.
+#[derive(clap::Parser)]
+struct Args {
+    /// The device.
+    #[arg(env = "TYPED_VERBS_DEVICE", default_value = "rxe0")]
+    device: String,
+    /// Multiplies the rounds per size (2000, 200, 3; at least 1).
+    #[arg(default_value_t = 1.0)]
+    iter_scale: f64,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let dev = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()).unwrap_or_else(|| "rxe0".into());
-    let scale: f64 = match args.next().map(|s| s.parse()) {
-        None => 1.0,
-        Some(Ok(s)) => s,
-        Some(Err(e)) => {
-            eprintln!("regmr: ITER_SCALE: {e}");
-            std::process::exit(2);
-        }
-    };
+    let Args { device: dev, iter_scale: scale } = clap::Parser::parse();
     if let Err(e) = run(&dev, scale) {
         eprintln!("regmr: {e}");
         std::process::exit(1);

@@ -40,7 +40,7 @@ use typed_verbs::prelude::*;
 #[path = "common/rping.rs"]
 mod rping;
 
-use rping::{c_str, fill_ping, Command, Info, Options, Role, INFO_LEN};
+use rping::{c_str, fill_ping, Info, Options, Role, INFO_LEN};
 
 type AppResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -64,23 +64,14 @@ macro_rules! debug {
 }
 
 fn main() {
-    let opts = match rping::parse_args(std::env::args().skip(1)) {
-        Ok(Command::Run(o)) => o,
-        Ok(Command::Help) => {
-            print!("{}", rping::usage());
-            return;
-        }
-        Err(e) => {
-            eprintln!("rping: {e}\n{}", rping::usage());
-            std::process::exit(2);
-        }
-    };
-    let result = match opts.role {
+    // A bad command line exits with status 2, as the C tool's.
+    let opts = rping::parse_args(std::env::args().skip(1)).unwrap_or_else(|e| e.exit());
+    let result = match opts.role() {
         Role::Server => server(&opts),
         Role::Client => client(&opts),
     };
     if let Err(e) = result {
-        let side = if opts.role == Role::Server { "server" } else { "client" };
+        let side = if opts.role() == Role::Server { "server" } else { "client" };
         eprintln!("rping {side} failed: {e}");
         std::process::exit(1);
     }

@@ -37,59 +37,41 @@ const GRH_LEN: usize = 40;
 /// The C tool's fixed port.
 const UDADDY_PORT: u16 = 7174;
 
+/// librdmacm's udaddy, written with typed-verbs: UD datagrams through the RDMA connection
+/// manager.
+#[derive(clap::Parser)]
+#[command(args_override_self = true)]
 struct Options {
-    /// `-s`: the server to connect to; a server without it.
+    /// the server to connect to; a server without it
+    #[arg(short = 's', value_name = "server_address")]
     server: Option<IpAddr>,
-    /// `-b`: the local address to bind to (the server's listening address).
+    /// the local address to bind to (the server's listening address)
+    #[arg(short = 'b', value_name = "bind_address")]
     bind: Option<IpAddr>,
-    /// `-c`: connections.
+    /// connections (at least 1)
+    #[arg(short = 'c', value_name = "connections", default_value_t = 1,
+          value_parser = |s: &str| s.parse::<usize>().map(|n| n.max(1)))]
     connections: usize,
-    /// `-C`: datagrams each way per connection.
+    /// datagrams each way per connection
+    #[arg(short = 'C', value_name = "message_count", default_value_t = 10)]
     count: usize,
-    /// `-S`: bytes per datagram.
+    /// bytes per datagram
+    #[arg(short = 'S', value_name = "message_size", default_value_t = 100)]
     size: usize,
+    /// the port (the C tool's is always 7174)
+    #[arg(long, default_value_t = UDADDY_PORT)]
     port: u16,
+    /// the bound of every wait, in seconds
+    #[arg(long, value_name = "secs", default_value = "60", value_parser = |s: &str| s.parse().map(Duration::from_secs))]
     timeout: Duration,
 }
 
-fn parse() -> Options {
-    let mut o = Options {
-        server: None,
-        bind: None,
-        connections: 1,
-        count: 10,
-        size: 100,
-        port: UDADDY_PORT,
-        timeout: Duration::from_secs(60),
-    };
-    let usage = |why: &str| -> ! {
-        eprintln!(
-            "udaddy: {why}\nusage: udaddy\n\t[-s server_address]\n\t[-b bind_address]\n\t[-c connections]\n\
-             \t[-C message_count]\n\t[-S message_size]\n\t[--port port]\n\t[--timeout secs]"
-        );
-        std::process::exit(1)
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        let number = |v: &str| v.parse::<usize>().unwrap_or_else(|_| usage(&format!("bad number {v} for {flag}")));
-        let addr = |v: &str| v.parse::<IpAddr>().unwrap_or_else(|_| usage(&format!("bad address {v}")));
-        match flag.as_str() {
-            "-s" => o.server = Some(addr(&value)),
-            "-b" => o.bind = Some(addr(&value)),
-            "-c" => o.connections = number(&value).max(1),
-            "-C" => o.count = number(&value),
-            "-S" => o.size = number(&value),
-            "--port" => o.port = u16::try_from(number(&value)).unwrap_or_else(|_| usage("bad port")),
-            "--timeout" => o.timeout = Duration::from_secs(number(&value) as u64),
-            other => usage(&format!("unknown option {other}")),
-        }
-    }
-    o
-}
-
 fn main() -> ExitCode {
-    let opts = parse();
+    let opts = <Options as clap::Parser>::try_parse().unwrap_or_else(|e| {
+        // Status 1 for a bad command line, as the C tool's (clap's is 2); 0 for --help.
+        let _ = e.print();
+        std::process::exit(if e.use_stderr() { 1 } else { 0 });
+    });
     let r = match opts.server {
         Some(server) => client(&opts, server),
         None => server(&opts),

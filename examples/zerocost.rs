@@ -281,15 +281,33 @@ fn warm_up(qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::Rem
     scope_body(qp, src, dst)
 }
 
+/// The typed half of the zero-cost check (benches/zerocost/README.md): RDMA WRITEs with send
+/// lanes, or with --scope, --owned, --send or --pingpong the other measured sequences.
+#[derive(clap::Parser)]
+#[command(group = clap::ArgGroup::new("sequence").args(["scope", "owned", "send", "pingpong"]))]
+struct Args {
+    /// WRITEs with scope tokens (`run_loop_scope`).
+    #[arg(long)]
+    scope: bool,
+    /// WRITEs with owned tokens (`run_loop_owned`).
+    #[arg(long)]
+    owned: bool,
+    /// SENDs from a send lane to a receive lane (`run_loop_send`).
+    #[arg(long)]
+    send: bool,
+    /// A SEND ping-pong (`run_loop_pingpong`).
+    #[arg(long)]
+    pingpong: bool,
+    /// The device.
+    #[arg(env = "TYPED_VERBS_DEVICE", default_value = "rxe0")]
+    device: String,
+    /// The GID index.
+    #[arg(env = "TYPED_VERBS_GID_INDEX", default_value_t = 1)]
+    gid_index: u8,
+}
+
 fn main() -> typed_verbs::Result<()> {
-    let mut args = std::env::args().skip(1).peekable();
-    let tokens = args.next_if(|a| a == "--scope").is_some();
-    let owned = !tokens && args.next_if(|a| a == "--owned").is_some();
-    let send = !tokens && !owned && args.next_if(|a| a == "--send").is_some();
-    let pingpong = !tokens && !owned && !send && args.next_if(|a| a == "--pingpong").is_some();
-    let name = args.next().or_else(|| std::env::var("TYPED_VERBS_DEVICE").ok()).unwrap_or_else(|| "rxe0".into());
-    let gid_index: u8 =
-        args.next().or_else(|| std::env::var("TYPED_VERBS_GID_INDEX").ok()).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let Args { scope: tokens, owned, send, pingpong, device: name, gid_index } = clap::Parser::parse();
 
     let ctx = Context::open(&name)?;
     let pd = ctx.alloc_pd()?;

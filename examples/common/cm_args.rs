@@ -4,35 +4,19 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-/// What the command line asked for.
+/// librdmacm's rdma_server / rdma_client examples, written with typed-verbs.
+#[derive(clap::Parser)]
+#[command(args_override_self = true)]
 pub struct Options {
-    /// `-s`: the address to listen on (server) or connect to (client).
-    pub addr: IpAddr,
-    /// `-p`: the port (the C tools' default, 7471).
+    /// the address to listen on (server; default every address) or to connect to (client;
+    /// default 127.0.0.1)
+    #[arg(short = 's', value_name = "server_address")]
+    pub addr: Option<IpAddr>,
+    /// the port
+    #[arg(short = 'p', value_name = "port_number", default_value_t = 7471)]
     pub port: u16,
-    /// `-t`: the bound of every wait.
+    /// the bound of every wait, in seconds
+    #[arg(short = 't', value_name = "timeout_secs", default_value = "60",
+          value_parser = |s: &str| s.parse().map(Duration::from_secs))]
     pub timeout: Duration,
-}
-
-/// Parses the arguments of `prog`, exiting with status 2 and the usage on a bad one.
-pub fn parse(prog: &str, default_addr: IpAddr) -> Options {
-    let mut o = Options { addr: default_addr, port: 7471, timeout: Duration::from_secs(60) };
-    let usage = |why: &str| -> ! {
-        eprintln!("{prog}: {why}\nusage: {prog}\n\t[-s server_address]\n\t[-p port_number]\n\t[-t timeout_secs]");
-        std::process::exit(2)
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        match flag.as_str() {
-            "-s" => o.addr = value.parse().unwrap_or_else(|_| usage(&format!("bad address {value}"))),
-            "-p" => o.port = value.parse().unwrap_or_else(|_| usage(&format!("bad port {value}"))),
-            "-t" => {
-                let secs: u64 = value.parse().unwrap_or_else(|_| usage(&format!("bad timeout {value}")));
-                o.timeout = Duration::from_secs(secs);
-            }
-            other => usage(&format!("unknown option {other}")),
-        }
-    }
-    o
 }

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use typed_verbs::device::LinkLayer;
 use typed_verbs::prelude::*;
-use typed_verbs::qp::{random_psn, PeerPath, Transitions};
+use typed_verbs::qp::{PeerPath, Transitions};
 use typed_verbs::transport::{SupportsSend, Unaddressed};
 
 /// The length of the address message on the wire, NUL included.
@@ -442,49 +442,92 @@ pub enum Tool {
     Srq,
 }
 
-impl Tool {
-    /// The C tool's default message size (`ibv_ud_pingpong`'s usage text says 2048; its code
-    /// uses 1024).
-    pub fn default_size(self) -> u32 {
-        match self {
-            Tool::Ud => 1024,
-            Tool::Connected | Tool::Srq => 4096,
-        }
-    }
+/// The options of the `ibv_*_pingpong` tools that these examples implement, plus the time
+/// bounds: getopt's forms (`-p 1`, `-p1`, `--port=1`, `--port 1`), numbers as `strtoul` reads
+/// them (decimal, `0x` hex, `0` octal).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct Options {
+    /// listen on/connect to port <port>
+    #[arg(short, long, value_name = "port", default_value_t = DEFAULT_PORT, value_parser = c_num::<u16, 0, 65535>)]
+    pub port: u16,
+    /// use IB device <dev> (default first device found)
+    #[arg(short = 'd', long = "ib-dev", value_name = "dev")]
+    pub ib_dev: Option<String>,
+    /// use port <port> of IB device
+    #[arg(short = 'i', long = "ib-port", value_name = "port", default_value_t = 1, value_parser = c_num::<u8, 1, 255>)]
+    pub ib_port: u8,
+    /// size of message to exchange
+    #[arg(short, long, value_name = "size", default_value = "4096", value_parser = c_num::<u32, 1, { u32::MAX as u64 }>)]
+    pub size: u32,
+    /// `-m`: the path MTU (connected transports: the flag is in `PathMtu`).
+    #[arg(skip = Mtu::Mtu1024)]
+    pub mtu: Mtu,
+    /// number of receives to post at a time
+    #[arg(short, long = "rx-depth", value_name = "dep", default_value_t = 500,
+          value_parser = c_num::<u32, 1, { u32::MAX as u64 }>)]
+    pub rx_depth: u32,
+    /// number of exchanges (srq_pingpong: over all QPs, as the C tool counts)
+    #[arg(short = 'n', long, value_name = "iters", default_value_t = 1000,
+          value_parser = c_num::<u32, 1, { u32::MAX as u64 }>)]
+    pub iters: u32,
+    /// service level value
+    #[arg(short = 'l', long, value_name = "sl", default_value_t = 0, value_parser = c_num::<u8, 0, 15>)]
+    pub sl: u8,
+    /// local port gid index (none: no GID is sent, LID addressing)
+    #[arg(short = 'g', long = "gid-idx", value_name = "gid index", value_parser = c_num::<u8, 0, 255>)]
+    pub gid_index: Option<u8>,
+    /// `-q`: the number of QPs (`srq_pingpong`: the flag is in `SrqCli`).
+    #[arg(skip = 16u32)]
+    pub num_qp: u32,
+    /// bound on each completion, socket read/write and the client's connection attempts
+    #[arg(long, value_name = "secs", default_value = "30", value_parser = seconds)]
+    pub timeout: Duration,
+    /// how long the server waits for a client
+    #[arg(long = "accept-timeout", value_name = "secs", default_value = "300", value_parser = seconds)]
+    pub accept_timeout: Duration,
+    /// connect to the server at <host>; without it, start a server and wait for a connection
+    #[arg(value_name = "host")]
+    pub server: Option<String>,
 }
 
-/// The options of the `ibv_*_pingpong` tools that these examples implement, plus the time
-/// bounds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Options {
-    /// `-p`: the TCP port.
-    pub port: u16,
-    /// `-d`: the device (default: the first one found).
-    pub ib_dev: Option<String>,
-    /// `-i`: the device port.
-    pub ib_port: u8,
-    /// `-s`: the message size.
-    pub size: u32,
-    /// `-m`: the path MTU (connected transports).
-    pub mtu: Mtu,
-    /// `-r`: receives kept posted.
-    pub rx_depth: u32,
-    /// `-n`: messages each way (for `srq_pingpong`: in total over all its QPs, as the C tool
-    /// counts, whatever its usage text says).
-    pub iters: u32,
-    /// `-l`: the service level.
-    pub sl: u8,
-    /// `-g`: the local GID index (none: no GID is sent, LID addressing).
-    pub gid_index: Option<u8>,
-    /// `-q`: the number of QPs (`srq_pingpong`).
-    pub num_qp: u32,
-    /// `--timeout`: bound on each completion, each socket read/write, and the client's
-    /// connection attempts.
-    pub timeout: Duration,
-    /// `--accept-timeout`: how long the server waits for a client.
-    pub accept_timeout: Duration,
-    /// The server to connect to; none means: be the server.
-    pub server: Option<String>,
+/// `-m` of the connected tools.
+#[derive(Debug, clap::Args)]
+struct PathMtu {
+    /// path MTU
+    #[arg(short, long, value_name = "size", default_value = "1024", value_parser = mtu)]
+    mtu: Mtu,
+}
+
+/// Ping-pong over RC or UC, as rdma-core's ibv_rc_pingpong / ibv_uc_pingpong (and with them).
+#[derive(Debug, clap::Parser)]
+#[command(args_override_self = true)]
+struct ConnectedCli {
+    #[command(flatten)]
+    opts: Options,
+    #[command(flatten)]
+    path: PathMtu,
+}
+
+/// Ping-pong over UD, as rdma-core's ibv_ud_pingpong (and with it).
+#[derive(Debug, clap::Parser)]
+#[command(args_override_self = true)]
+struct UdCli {
+    #[command(flatten)]
+    opts: Options,
+}
+
+/// Ping-pong over RC QPs sharing a receive queue, as rdma-core's ibv_srq_pingpong (and with
+/// it).
+#[derive(Debug, clap::Parser)]
+#[command(args_override_self = true)]
+struct SrqCli {
+    #[command(flatten)]
+    opts: Options,
+    #[command(flatten)]
+    path: PathMtu,
+    /// number of QPs to use (at most 255, as the C tool's address table)
+    #[arg(short = 'q', long = "num-qp", value_name = "num", default_value_t = 16, value_parser = c_num::<u32, 1, 255>)]
+    num_qp: u32,
 }
 
 impl Default for Options {
@@ -496,69 +539,13 @@ impl Default for Options {
 impl Options {
     /// The defaults of `tool`.
     pub fn for_tool(tool: Tool) -> Self {
-        Options {
-            port: DEFAULT_PORT,
-            ib_dev: None,
-            ib_port: 1,
-            size: tool.default_size(),
-            mtu: Mtu::Mtu1024,
-            rx_depth: 500,
-            iters: 1000,
-            sl: 0,
-            gid_index: None,
-            num_qp: 16,
-            timeout: Duration::from_secs(30),
-            accept_timeout: Duration::from_secs(300),
-            server: None,
-        }
+        parse_args_for(tool, std::iter::empty()).expect("the defaults parse")
     }
 }
 
-/// The usage text of `rc_pingpong` / `uc_pingpong`.
-pub fn usage(prog: &str) -> String {
-    usage_for(Tool::Connected, prog)
-}
-
-/// The usage text of an example following `tool`.
-pub fn usage_for(tool: Tool, prog: &str) -> String {
-    let size = tool.default_size();
-    let mtu = if tool == Tool::Ud { "" } else { "\n  -m, --mtu=<size>       path MTU (default 1024)" };
-    let num_qp = if tool == Tool::Srq { "\n  -q, --num-qp=<num>     number of QPs to use (default 16)" } else { "" };
-    let iters = if tool == Tool::Srq { "number of exchanges, over all QPs" } else { "number of exchanges" };
-    format!(
-        "Usage:
-  {prog}            start a server and wait for connection
-  {prog} <host>     connect to server at <host>
-
-Options:
-  -p, --port=<port>      listen on/connect to port <port> (default 18515)
-  -d, --ib-dev=<dev>     use IB device <dev> (default first device found)
-  -i, --ib-port=<port>   use port <port> of IB device (default 1)
-  -s, --size=<size>      size of message to exchange (default {size}){mtu}{num_qp}
-  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)
-  -n, --iters=<iters>    {iters} (default 1000)
-  -l, --sl=<sl>          service level value
-  -g, --gid-idx=<gid index> local port gid index
-      --timeout=<secs>   bound on each completion, socket read/write and the
-                         client's connection attempts (default 30)
-      --accept-timeout=<secs>  how long the server waits for a client (default 300)
-  -h, --help             this text
-"
-    )
-}
-
-/// What the command line asked for: run, or print the usage.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    /// Run with these options.
-    Run(Options),
-    /// `-h` / `--help`.
-    Help,
-}
-
 /// `strtoul(s, NULL, 0)`-like: decimal, `0x` hex, or `0` octal; but the whole string must be a
-/// number.
-fn parse_num(opt: &str, s: &str) -> Result<u64, String> {
+/// number, from `LO` to `HI`.
+fn c_num<T: TryFrom<u64>, const LO: u64, const HI: u64>(s: &str) -> Result<T, String> {
     let t = s.trim();
     let parsed = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         u64::from_str_radix(h, 16)
@@ -567,114 +554,72 @@ fn parse_num(opt: &str, s: &str) -> Result<u64, String> {
     } else {
         t.parse()
     };
-    parsed.map_err(|_| format!("option {opt}: {s:?} is not a number"))
-}
-
-fn num<T: TryFrom<u64>>(opt: &str, s: &str, lo: u64, hi: u64) -> Result<T, String> {
-    let v = parse_num(opt, s)?;
-    if v < lo || v > hi {
-        return Err(format!("option {opt}: {v} is out of range {lo}..={hi}"));
+    let v = parsed.map_err(|_| format!("{s:?} is not a number"))?;
+    if !(LO..=HI).contains(&v) {
+        return Err(format!("{v} is out of range {LO}..={HI}"));
     }
-    T::try_from(v).map_err(|_| format!("option {opt}: {v} is out of range"))
+    T::try_from(v).map_err(|_| format!("{v} is out of range"))
 }
 
-/// Parses the arguments (without the program name), getopt style: `-p 1`, `-p1`,
-/// `--port=1`, `--port 1`, and one positional server name.
+fn seconds(s: &str) -> Result<Duration, String> {
+    c_num::<u64, 1, 86_400>(s).map(Duration::from_secs)
+}
+
+fn mtu(s: &str) -> Result<Mtu, String> {
+    Ok(match c_num::<u32, 0, { u32::MAX as u64 }>(s)? {
+        256 => Mtu::Mtu256,
+        512 => Mtu::Mtu512,
+        1024 => Mtu::Mtu1024,
+        2048 => Mtu::Mtu2048,
+        4096 => Mtu::Mtu4096,
+        v => return Err(format!("{v} is not 256, 512, 1024, 2048 or 4096")),
+    })
+}
+
+/// Parses the arguments (without the program name) of `rc_pingpong` / `uc_pingpong`.
 ///
 /// # Errors
-/// A message naming the bad option or value.
-pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
+/// clap's error naming the bad option or value (`-h` is an error of kind `DisplayHelp`).
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Options, clap::Error> {
     parse_args_for(Tool::Connected, args)
 }
 
 /// [`parse_args`] for the command line of `tool`.
 ///
 /// # Errors
-/// A message naming the bad option or value.
-pub fn parse_args_for<I: IntoIterator<Item = String>>(tool: Tool, args: I) -> Result<Command, String> {
-    let mut o = Options::for_tool(tool);
-    let mut args = args.into_iter();
-    let mut positional = Vec::new();
-    while let Some(arg) = args.next() {
-        let (key, inline): (String, Option<String>) = if let Some(long) = arg.strip_prefix("--") {
-            if long.is_empty() {
-                positional.extend(args.by_ref());
-                break;
-            }
-            match long.split_once('=') {
-                Some((k, v)) => (k.to_string(), Some(v.to_string())),
-                None => (long.to_string(), None),
-            }
-        } else if arg.len() > 1 && arg.starts_with('-') {
-            let mut chars = arg[1..].chars();
-            let short = chars.next().map(String::from).unwrap_or_default();
-            let rest = chars.as_str();
-            (short, (!rest.is_empty()).then(|| rest.to_string()))
-        } else {
-            positional.push(arg);
-            continue;
-        };
-        let name = match key.as_str() {
-            "p" | "port" => "port",
-            "d" | "ib-dev" => "ib-dev",
-            "i" | "ib-port" => "ib-port",
-            "s" | "size" => "size",
-            "m" | "mtu" if tool != Tool::Ud => "mtu",
-            "q" | "num-qp" if tool == Tool::Srq => "num-qp",
-            "r" | "rx-depth" => "rx-depth",
-            "n" | "iters" => "iters",
-            "l" | "sl" => "sl",
-            "g" | "gid-idx" => "gid-idx",
-            "timeout" => "timeout",
-            "accept-timeout" => "accept-timeout",
-            "h" | "help" => return Ok(Command::Help),
-            "e" | "events" | "c" | "chk" | "o" | "odp" | "O" | "iodp" | "P" | "prefetch" | "t" | "ts" | "j" | "dm"
-            | "N" | "new_send" => return Err(format!("option {arg} is not implemented by this example")),
-            _ => return Err(format!("unknown option {arg}")),
-        };
-        let value = match inline {
-            Some(v) => v,
-            None => args.next().ok_or_else(|| format!("option {arg} needs a value"))?,
-        };
-        let opt = format!("--{name}");
-        match name {
-            "port" => o.port = num(&opt, &value, 0, 65535)?,
-            "ib-dev" => o.ib_dev = Some(value),
-            "ib-port" => o.ib_port = num(&opt, &value, 1, 255)?,
-            "size" => o.size = num(&opt, &value, 1, u64::from(u32::MAX))?,
-            "mtu" => {
-                o.mtu = match parse_num(&opt, &value)? {
-                    256 => Mtu::Mtu256,
-                    512 => Mtu::Mtu512,
-                    1024 => Mtu::Mtu1024,
-                    2048 => Mtu::Mtu2048,
-                    4096 => Mtu::Mtu4096,
-                    v => return Err(format!("option {opt}: {v} is not 256, 512, 1024, 2048 or 4096")),
-                }
-            }
-            "rx-depth" => o.rx_depth = num(&opt, &value, 1, u64::from(u32::MAX))?,
-            "iters" => o.iters = num(&opt, &value, 1, u64::from(u32::MAX))?,
-            "sl" => o.sl = num(&opt, &value, 0, 15)?,
-            "gid-idx" => o.gid_index = Some(num(&opt, &value, 0, 255)?),
-            "timeout" => o.timeout = Duration::from_secs(num(&opt, &value, 1, 86_400)?),
-            "accept-timeout" => o.accept_timeout = Duration::from_secs(num(&opt, &value, 1, 86_400)?),
-            // ibv_srq_pingpong exchanges addresses for at most 255 QPs (MAX_QP - 1).
-            "num-qp" => o.num_qp = num(&opt, &value, 1, 255)?,
-            _ => unreachable!("every name is handled"),
+/// As [`parse_args`].
+pub fn parse_args_for<I: IntoIterator<Item = String>>(tool: Tool, args: I) -> Result<Options, clap::Error> {
+    parse_argv(tool, std::iter::once(String::from("pingpong")).chain(args))
+}
+
+/// [`parse_args_for`] of a whole `argv`, the program's name first (what the usage shows).
+fn parse_argv<I: IntoIterator<Item = String>>(tool: Tool, argv: I) -> Result<Options, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = match tool {
+        Tool::Connected => ConnectedCli::command(),
+        // ibv_ud_pingpong's code uses 1024 (its usage text says 2048).
+        Tool::Ud => UdCli::command().mut_arg("size", |a| a.default_value("1024")),
+        Tool::Srq => SrqCli::command(),
+    };
+    let m = cmd.try_get_matches_from_mut(argv)?;
+    Ok(match tool {
+        Tool::Connected => {
+            let cli = ConnectedCli::from_arg_matches(&m)?;
+            Options { mtu: cli.path.mtu, ..cli.opts }
         }
-    }
-    match positional.len() {
-        0 => {}
-        1 => o.server = positional.pop(),
-        _ => return Err(format!("more than one server name: {positional:?}")),
-    }
-    if tool == Tool::Srq && o.num_qp > o.rx_depth {
-        return Err(format!(
-            "rx_depth {} is too small for {} QPs -- must have at least one receive per QP",
-            o.rx_depth, o.num_qp
-        ));
-    }
-    Ok(Command::Run(o))
+        Tool::Ud => UdCli::from_arg_matches(&m)?.opts,
+        Tool::Srq => {
+            let cli = SrqCli::from_arg_matches(&m)?;
+            if cli.num_qp > cli.opts.rx_depth {
+                let why = format!(
+                    "rx_depth {} is too small for {} QPs -- must have at least one receive per QP",
+                    cli.opts.rx_depth, cli.num_qp
+                );
+                return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, why));
+            }
+            Options { mtu: cli.path.mtu, num_qp: cli.num_qp, ..cli.opts }
+        }
+    })
 }
 
 // --- the ping-pong --------------------------------------------------------------------------
@@ -763,7 +708,8 @@ pub fn local_endpoint<T: typed_verbs::transport::Transport, S: typed_verbs::tran
     if port.link_layer() != LinkLayer::Ethernet && port.lid() == 0 {
         return Err("couldn't get the local LID (port not active?)".into());
     }
-    let psn = random_psn();
+    // The C tools' `lrand48() & 0xffffff`.
+    let psn = rand::random::<u32>() & 0xff_ffff;
     Ok(match opts.gid_index {
         Some(g) => qp.endpoint(opts.ib_port, g, psn)?,
         None => Endpoint { lid: port.lid(), qp_num: qp.qp_num(), psn, gid: Gid::default() },
@@ -927,15 +873,12 @@ pub fn program(
     run: impl FnOnce(&Options) -> Result<Duration, Box<dyn std::error::Error>>,
 ) -> std::process::ExitCode {
     use std::process::ExitCode;
-    let opts = match parse_args_for(tool, std::env::args().skip(1)) {
-        Ok(Command::Run(o)) => o,
-        Ok(Command::Help) => {
-            print!("{}", usage_for(tool, prog));
-            return ExitCode::SUCCESS;
-        }
+    let opts = match parse_argv(tool, std::env::args()) {
+        Ok(o) => o,
         Err(e) => {
-            eprintln!("{prog}: {e}\n\n{}", usage_for(tool, prog));
-            return ExitCode::FAILURE;
+            // The C tools' status for a bad command line is 1 (clap's is 2); 0 for `-h`.
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::FAILURE } else { ExitCode::SUCCESS };
         }
     };
     match run(&opts) {

@@ -100,69 +100,71 @@ pub enum Role {
     Client,
 }
 
-/// What the command line asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the command line asked for: the C tool's options (getopt's forms: flags grouped as in
+/// `-vVd`, values attached or not, `-C5` or `-C 5`), and this example's time bounds.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
+#[command(
+    name = "rping",
+    about = "librdmacm's rping, written with typed-verbs: RDMA READs and WRITEs over an RC \
+             connection of the RDMA connection manager",
+    args_override_self = true,
+    override_usage = "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n       \
+                      rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]",
+    group = clap::ArgGroup::new("role").required(true).args(["server", "client"]),
+)]
 pub struct Options {
-    /// `-s` or `-c`.
-    pub role: Role,
-    /// `-a`: the address to listen on (server; default every IPv4 address) or to connect to
-    /// (client; required).
+    /// server side.  To bind to any address with IPv6 use -a ::0
+    #[arg(short = 's', overrides_with = "client")]
+    server: bool,
+    /// client side
+    #[arg(short = 'c', overrides_with = "server")]
+    client: bool,
+    /// address: to listen on (server; default every IPv4 address) or to connect to (client)
+    #[arg(short = 'a', value_name = "addr", value_parser = resolve, required_if_eq("client", "true"))]
     pub addr: Option<IpAddr>,
-    /// `-I`: the client's source address.
+    /// Source address to bind to for client.
+    #[arg(short = 'I', value_name = "addr", value_parser = resolve)]
     pub source: Option<IpAddr>,
-    /// `-p`: the port.
+    /// port
+    #[arg(short = 'p', value_name = "port", default_value_t = DEFAULT_PORT)]
     pub port: u16,
-    /// `-C`: pings (client; 0, the default, pings until stopped). The server, as the C one,
-    /// serves until the client disconnects.
+    /// ping count times (0: until stopped; the server serves until the client disconnects)
+    #[arg(short = 'C', value_name = "count", default_value_t = 0)]
     pub count: u64,
-    /// `-S`: the ping data size, in bytes.
+    /// ping data size, in bytes
+    #[arg(short = 'S', value_name = "size", default_value_t = DEFAULT_SIZE, value_parser = ping_size)]
     pub size: usize,
-    /// `-v`: print each ping's data.
+    /// display ping data to stdout
+    #[arg(short = 'v')]
     pub verbose: bool,
-    /// `-V`: check that the data written back equals the data read (client).
+    /// validate ping data (client)
+    #[arg(short = 'V')]
     pub validate: bool,
-    /// `-d`: print each step.
+    /// debug printfs
+    #[arg(short = 'd')]
     pub debug: bool,
-    /// `--timeout`: bound on each wait (a completion, the peer's next message, address and
-    /// route resolution, the connection, the client's retries of a refused connection).
+    /// bound on each wait (a completion, the peer's next message, address and route
+    /// resolution, the connection), and on the client's retries of a refused connection
+    #[arg(long, value_name = "secs", default_value = "30", value_parser = seconds)]
     pub timeout: Duration,
-    /// `--accept-timeout`: how long the server waits for a client.
+    /// how long the server waits for a client
+    #[arg(long = "accept-timeout", value_name = "secs", default_value = "300", value_parser = seconds)]
     pub accept_timeout: Duration,
 }
 
-/// The usage text (the C tool's, and the options of this example).
-pub fn usage() -> String {
-    format!(
-        "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]
-rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]
-\t-c\t\tclient side
-\t-I\t\tSource address to bind to for client.
-\t-s\t\tserver side.  To bind to any address with IPv6 use -a ::0
-\t-v\t\tdisplay ping data to stdout
-\t-V\t\tvalidate ping data
-\t-d\t\tdebug printfs
-\t-S size \tping data size ({MIN_SIZE} to {MAX_SIZE}, default {DEFAULT_SIZE})
-\t-C count\tping count times (default 0: until stopped)
-\t-a addr\t\taddress
-\t-p port\t\tport (default {DEFAULT_PORT})
-\t--timeout secs\tbound on each wait, and on the client's retries of a refused
-\t\t\tconnection (default 30)
-\t--accept-timeout secs\thow long the server waits for a client (default 300)
-"
-    )
-}
-
-/// What the command line asked for: run, or print the usage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    /// Run with these options.
-    Run(Options),
-    /// `-h` / `--help`.
-    Help,
+impl Options {
+    /// `-s` or `-c` (the last one given).
+    pub fn role(&self) -> Role {
+        if self.client {
+            Role::Client
+        } else {
+            Role::Server
+        }
+    }
 }
 
 /// `addr` (an IP address or a host name) resolved to an IP address.
-fn resolve(opt: char, addr: &str) -> Result<IpAddr, String> {
+fn resolve(addr: &str) -> Result<IpAddr, String> {
     if let Ok(ip) = addr.parse() {
         return Ok(ip);
     }
@@ -171,125 +173,45 @@ fn resolve(opt: char, addr: &str) -> Result<IpAddr, String> {
         .ok()
         .and_then(|mut a| a.next())
         .map(|a: SocketAddr| a.ip())
-        .ok_or_else(|| format!("-{opt} {addr}: invalid hostname or IP address"))
+        .ok_or_else(|| "invalid hostname or IP address".into())
 }
 
-fn number<T: std::str::FromStr>(what: &str, s: &str) -> Result<T, String> {
-    s.trim().parse().map_err(|_| format!("{what} {s:?} is not a valid number"))
-}
-
-fn seconds(opt: &str, s: &str) -> Result<Duration, String> {
-    let secs: u64 = number(opt, s)?;
-    if secs == 0 {
-        return Err(format!("{opt} must be at least 1 second"));
+/// The C tool's sizes: from [`MIN_SIZE`] to [`MAX_SIZE`].
+fn ping_size(s: &str) -> Result<usize, String> {
+    let size: usize = s.trim().parse().map_err(|_| format!("{s:?} is not a valid number"))?;
+    if !(MIN_SIZE..=MAX_SIZE).contains(&size) {
+        return Err(format!("Invalid size {size} (valid range is {MIN_SIZE} to {MAX_SIZE})"));
     }
-    Ok(Duration::from_secs(secs))
+    Ok(size)
 }
 
-/// Parses the arguments (without the program name), getopt style as the C tool: flags may be
-/// grouped (`-vV`), a value follows its option attached or as the next argument (`-C5`,
-/// `-C 5`); `--timeout` and `--accept-timeout` take `=SECS` or the next argument.
+fn seconds(s: &str) -> Result<Duration, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1 second".into()),
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => Err(format!("{s:?} is not a valid number")),
+    }
+}
+
+/// Parses the arguments (without the program name).
 ///
 /// # Errors
-/// A message naming the bad option or value.
-pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
-    let mut role = None;
-    let mut o = Options {
-        role: Role::Server,
-        addr: None,
-        source: None,
-        port: DEFAULT_PORT,
-        count: 0,
-        size: DEFAULT_SIZE,
-        verbose: false,
-        validate: false,
-        debug: false,
-        timeout: Duration::from_secs(30),
-        accept_timeout: Duration::from_secs(300),
-    };
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        if let Some(long) = arg.strip_prefix("--") {
-            let (name, inline) = match long.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (long, None),
-            };
-            if name == "help" {
-                return Ok(Command::Help);
-            }
-            if name != "timeout" && name != "accept-timeout" {
-                return Err(format!("unknown option {arg}"));
-            }
-            let value = match inline {
-                Some(v) => v,
-                None => args.next().ok_or_else(|| format!("option --{name} needs a value"))?,
-            };
-            let d = seconds(&format!("--{name}"), &value)?;
-            if name == "timeout" {
-                o.timeout = d;
-            } else {
-                o.accept_timeout = d;
-            }
-            continue;
-        }
-        let Some(flags) = arg.strip_prefix('-').filter(|f| !f.is_empty()) else {
-            return Err(format!("unexpected argument {arg:?}"));
-        };
-        for (i, opt) in flags.char_indices() {
-            match opt {
-                's' => role = Some(Role::Server),
-                'c' => role = Some(Role::Client),
-                'v' => o.verbose = true,
-                'V' => o.validate = true,
-                'd' => o.debug = true,
-                'h' => return Ok(Command::Help),
-                'P' | 'q' => return Err(format!("option -{opt} is not implemented by this example")),
-                'a' | 'I' | 'p' | 'C' | 'S' => {
-                    let rest = &flags[i + opt.len_utf8()..];
-                    let value = if rest.is_empty() {
-                        args.next().ok_or_else(|| format!("option -{opt} needs a value"))?
-                    } else {
-                        rest.to_string()
-                    };
-                    match opt {
-                        'a' => o.addr = Some(resolve(opt, &value)?),
-                        'I' => o.source = Some(resolve(opt, &value)?),
-                        'p' => o.port = number("port", &value)?,
-                        'C' => o.count = number("count", &value).map_err(|_| format!("Invalid count {value}"))?,
-                        _ => {
-                            let size: usize = number("size", &value)?;
-                            if !(MIN_SIZE..=MAX_SIZE).contains(&size) {
-                                return Err(format!("Invalid size {size} (valid range is {MIN_SIZE} to {MAX_SIZE})"));
-                            }
-                            o.size = size;
-                        }
-                    }
-                    break; // the rest of the argument was the value
-                }
-                other => return Err(format!("unknown option -{other}")),
-            }
-        }
-    }
-    o.role = role.ok_or("one of -s (server) and -c (client) is required")?;
-    if o.role == Role::Client && o.addr.is_none() {
-        return Err("the client needs the server's address (-a addr)".into());
-    }
-    Ok(Command::Run(o))
+/// clap's error naming the bad option or value (`-h` is an error of kind `DisplayHelp`).
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Options, clap::Error> {
+    use clap::Parser;
+    Options::try_parse_from(std::iter::once(String::from("rping")).chain(args))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Result<Command, String> {
+    fn args(s: &str) -> Result<Options, clap::Error> {
         parse_args(s.split_whitespace().map(String::from))
     }
 
     fn run(s: &str) -> Options {
-        match args(s) {
-            Ok(Command::Run(o)) => o,
-            other => panic!("{s}: {other:?}"),
-        }
+        args(s).unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
     #[test]
@@ -329,16 +251,19 @@ mod tests {
     #[test]
     fn the_command_line_is_the_c_tools() {
         let o = run("-c -a 192.0.2.1 -v -V -C 5");
-        assert_eq!(o.role, Role::Client);
+        assert_eq!(o.role(), Role::Client);
         assert_eq!(o.addr, Some("192.0.2.1".parse().unwrap()));
         assert_eq!((o.count, o.size, o.port), (5, DEFAULT_SIZE, DEFAULT_PORT));
         assert!(o.verbose && o.validate && !o.debug);
         let o = run("-s -vVd -S100 -C 3 -p 7000 --timeout=9 --accept-timeout 11");
-        assert_eq!(o.role, Role::Server);
+        assert_eq!(o.role(), Role::Server);
         assert_eq!((o.addr, o.size, o.count, o.port), (None, 100, 3, 7000));
         assert!(o.verbose && o.validate && o.debug);
         assert_eq!((o.timeout, o.accept_timeout), (Duration::from_secs(9), Duration::from_secs(11)));
-        assert_eq!(args("-h"), Ok(Command::Help));
+        assert_eq!(args("-h").unwrap_err().kind(), clap::error::ErrorKind::DisplayHelp);
+        // The last of -s and -c counts, as in the C tool; so does the last of a repeated option.
+        assert_eq!(run("-s -c -a 192.0.2.1 -C 1 -C 2").role(), Role::Client);
+        assert_eq!(run("-c -s -C 1 -C 2").count, 2);
     }
 
     #[test]
@@ -355,7 +280,7 @@ mod tests {
             "-s --timeout 0",
             "-s extra",
         ] {
-            assert!(args(bad).is_err(), "{bad:?} was accepted");
+            assert!(args(bad).is_err_and(|e| e.use_stderr()), "{bad:?} was accepted");
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Statistics and output of `perf`: perftest's tables and formulas, and a JSON line.
+//! Statistics and output of `perf`: perftest's tables and formulas, and the figures of the JSON
+//! line (serialized with serde under the keys `scripts/bench` reads).
 //!
 //! The formulas are perftest 4.5's (`print_report_bw`, `print_report_lat` in
 //! `src/perftest_parameters.c`), so that the numbers of the two tools mean the same thing:
@@ -31,8 +32,11 @@ pub struct BwRun {
 }
 
 /// The bandwidth figures.
+#[derive(serde::Serialize)]
 pub struct BwResult {
+    #[serde(rename = "bw_peak_mb_s")]
     pub peak_mb_s: f64,
+    #[serde(rename = "bw_avg_mb_s")]
     pub avg_mb_s: f64,
     pub msg_rate_mpps: f64,
     /// Whether the peak was computed on a subsample of start points (long runs).
@@ -77,13 +81,21 @@ fn peak_per_msg(tposted: &[u64], comps: &[(u64, u64)]) -> Option<(f64, bool)> {
 }
 
 /// The latency figures, in microseconds.
+#[derive(serde::Serialize)]
 pub struct LatResult {
+    #[serde(rename = "t_min_us")]
     pub t_min: f64,
+    #[serde(rename = "t_max_us")]
     pub t_max: f64,
+    #[serde(rename = "t_typical_us")]
     pub t_typical: f64,
+    #[serde(rename = "t_avg_us")]
     pub t_avg: f64,
+    #[serde(rename = "t_stdev_us")]
     pub t_stdev: f64,
+    #[serde(rename = "t_p99_us")]
     pub p99: f64,
+    #[serde(rename = "t_p999_us")]
     pub p999: f64,
     /// Intervals measured (iterations - 1).
     pub samples: usize,
@@ -169,51 +181,6 @@ pub fn lat_table(size: usize, iterations: u64, r: &LatResult) -> String {
     );
     let _ = write!(s, "{LINE}");
     s
-}
-
-/// A flat JSON object, built by hand (no dependencies): values are numbers, strings or null.
-#[derive(Default)]
-pub struct Json(Vec<(&'static str, String)>);
-
-impl Json {
-    pub fn str(&mut self, k: &'static str, v: &str) -> &mut Self {
-        let mut q = String::with_capacity(v.len() + 2);
-        q.push('"');
-        for c in v.chars() {
-            match c {
-                '"' => q.push_str("\\\""),
-                '\\' => q.push_str("\\\\"),
-                c if (c as u32) < 0x20 => {
-                    let _ = write!(q, "\\u{:04x}", c as u32);
-                }
-                c => q.push(c),
-            }
-        }
-        q.push('"');
-        self.0.push((k, q));
-        self
-    }
-    pub fn num(&mut self, k: &'static str, v: impl Into<f64>) -> &mut Self {
-        let v = v.into();
-        self.0.push((k, if v.is_finite() { format!("{v}") } else { "null".into() }));
-        self
-    }
-    pub fn int(&mut self, k: &'static str, v: u64) -> &mut Self {
-        self.0.push((k, v.to_string()));
-        self
-    }
-    pub fn bool(&mut self, k: &'static str, v: bool) -> &mut Self {
-        self.0.push((k, v.to_string()));
-        self
-    }
-    pub fn null(&mut self, k: &'static str) -> &mut Self {
-        self.0.push((k, "null".into()));
-        self
-    }
-    pub fn render(&self) -> String {
-        let body: Vec<String> = self.0.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-        format!("{{{}}}", body.join(","))
-    }
 }
 
 #[cfg(test)]
