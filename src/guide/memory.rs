@@ -5,7 +5,7 @@
 //! A region is [`Mr<A, K>`](crate::mr::Mr): `A` is its access set
 //! [`Access<LW, RW, RR, RA, MB>`](crate::access::Access), one position per flag
 //! (LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND), each the flag's marker or
-//! `()`; `K` is [`Pinned`](crate::mr::Pinned) or [`Odp`](crate::mr::Odp) ([`odp`](super::odp)).
+//! `()`; `K` is [`Pinned`](crate::mr::Pinned) or [`Odp`](crate::mr::Odp) ([`on_demand_paging`](super::on_demand_paging)).
 //! Use the presets of [`crate::access`] or its builder:
 //!
 //! | preset | flags | for |
@@ -96,7 +96,7 @@
 //! |---|---|---|---|
 //! | [`Pd::alloc_mr`](crate::pd::Pd::alloc_mr) | allocated by the library: page-aligned, zeroed | any legal set | freed after deregistration |
 //! | [`Pd::alloc_mr_huge`](crate::pd::Pd::alloc_mr_huge) | the same in huge pages (`MAP_HUGETLB`) | any legal set | needs reserved huge pages (`ENOMEM` otherwise) |
-//! | [`Pd::alloc_mr_odp`](crate::pd::Pd::alloc_mr_odp) | On-Demand Paging, not pinned | any legal set | needs a capability value ([`odp`](super::odp)) |
+//! | [`Pd::alloc_mr_odp`](crate::pd::Pd::alloc_mr_odp) | On-Demand Paging, not pinned | any legal set | needs a capability value ([`on_demand_paging`](super::on_demand_paging)) |
 //! | [`Pd::register`](crate::pd::Pd::register) | an owned buffer moved in: `Vec<u8>`, `Box<[u8]>`, `memmap2::MmapMut` (feature `memmap2`) | any legal set | [`Registered::deregister`](crate::caller::Registered::deregister) gives the same buffer back |
 //! | [`Pd::register_borrowed`](crate::pd::Pd::register_borrowed) | a `&mut [u8]` | `LOCAL_READ`, `LOCAL_RW` only | no rkey a peer could keep using |
 //! | [`Pd::with_registered`](crate::pd::Pd::with_registered) | a `&mut [u8]`, for a closure | any legal set | deregistered when the closure returns or unwinds |
@@ -131,7 +131,7 @@
 //! [`Chunk`](crate::mr::Chunk)s, each keeping the region alive (deregistered with the last
 //! one). A chunk is owned memory: it moves into a request and comes back with the completion,
 //! and it is what owned tokens and SRQs post ([`posting`](super::posting),
-//! [`srq`](super::srq)). A chunk's bytes are a slice where no peer can write them
+//! [`shared_receive_queues`](super::shared_receive_queues)). A chunk's bytes are a slice where no peer can write them
 //! ([`Chunk::as_mut_slice`](crate::mr::Chunk::as_mut_slice)), volatile copies otherwise.
 //!
 //! # Protection domains

@@ -15,9 +15,9 @@
 //! | [`memory`] | the kinds of registered memory, access rights, views |
 //! | [`posting`] | scopes, owned tokens and lanes: which to use, what each costs |
 //! | [`windows`] | memory windows, type 1 and type 2 |
-//! | [`odp`] | On-Demand Paging regions |
+//! | [`on_demand_paging`] | On-Demand Paging regions |
 //! | [`ud`] | datagrams: address handles, Q_Keys, the GRH |
-//! | [`srq`] | shared receive queues |
+//! | [`shared_receive_queues`] | shared receive queues |
 //! | [`completions`] | completions, errors, recovery, events |
 //! | [`teardown`] | what dropping does, and when to tear down by hand |
 //!
@@ -32,9 +32,9 @@
 pub mod completions;
 pub mod connect;
 pub mod memory;
-pub mod odp;
+pub mod on_demand_paging;
 pub mod posting;
-pub mod srq;
+pub mod shared_receive_queues;
 pub mod teardown;
 pub mod ud;
 pub mod windows;
