@@ -80,7 +80,7 @@
 //!     }
 //!     let qp = qp.reset()?;
 //!     let me = qp.local_endpoint(link)?; // a new PSN: the peer needs it, and resets its QP too
-//!     qp.connect(link, QpAccess::REMOTE_WRITE, &me, peer)
+//!     qp.connect(link, Access::NONE.remote_write(), &me, peer)
 //! }
 //! ```
 //!

@@ -50,17 +50,17 @@
 //!     let b = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps))?;
 //!     let link = Link::default_for(&ctx, PORT)?;
 //!     let (ea, eb) = (a.local_endpoint(link)?, b.local_endpoint(link)?);
-//!     // What the peer may do to this side's memory (each region's rights still apply).
-//!     let access = QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ;
-//!     let a = a.connect(link, access, &ea, &eb)?;
-//!     let b = b.connect(link, access, &eb, &ea)?;
+//!     // What the peer may do to this side's memory (each region's rights still apply): the
+//!     // remote rights of an access set; LOCAL_WRITE and MW_BIND mean nothing to a QP.
+//!     let a = a.connect(link, access::REMOTE_RW, &ea, &eb)?;
+//!     let b = b.connect(link, access::REMOTE_RW, &eb, &ea)?;
 //!     Ok((pd, cq, a, b))
 //! }
 //! ```
 //!
-//! A QP grants remote access twice: the QP's access flags (here) say which remote operations
-//! it executes at all, and each region's [access set](crate::access) says what its rkey
-//! allows ([`memory`](super::memory)).
+//! Remote access is granted twice, both times as an [access set](crate::access): the QP's
+//! (here; its REMOTE_* rights become `qp_access_flags`) says which remote operations it
+//! executes at all, and each region's says what its rkey allows ([`memory`](super::memory)).
 //!
 //! # The transitions one by one
 //!
@@ -79,7 +79,7 @@
 //! use typed_verbs::qp::TransitionError;
 //!
 //! fn to_rts(qp: Qp<RC, RESET>, link: Link, me: &Endpoint, peer: &Endpoint) -> typed_verbs::Result<Qp<RC, RTS>> {
-//!     let qp = qp.to_init(&ConnectedInit::new(link.port, QpAccess::REMOTE_WRITE))?;
+//!     let qp = qp.to_init(&ConnectedInit::new(link.port, Access::NONE.remote_write()))?;
 //!     // Receives may be posted here (owned ones survive the transitions: see `posting`).
 //!     let path = qp.path_to(link, peer)?; // address vector from `link`'s GID, active MTU
 //!     let rtr = RcRtr { path_mtu: path.mtu, min_rnr_timer: 12, ..RcRtr::new(path.av, peer.qp_num, peer.psn) };
@@ -130,7 +130,7 @@
 //!     let ctx = Context::open(&id.device_name().expect("a resolved identifier has a device"))?;
 //!     let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(128)?);
 //!     let qp = pd.create_qp::<RC>(&QpConfig::new(&cq))?;
-//!     let conn = id.connect(qp, QpAccess::REMOTE_WRITE, &ConnParam::default(), t)?;
+//!     let conn = id.connect(qp, Access::NONE.remote_write(), &ConnParam::default(), t)?;
 //!     let _qp: &Qp<RC, RTS> = conn.qp(); // post on it as on any RC QP in RTS
 //!     Ok((pd, cq, conn))
 //! }
@@ -151,7 +151,7 @@
 //!     let ctx = Context::open(&request.device_name().expect("a request names its device"))?;
 //!     let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(128)?);
 //!     let qp = pd.create_qp::<RC>(&QpConfig::new(&cq))?;
-//!     let conn = request.accept(qp, QpAccess::REMOTE_WRITE, &ConnParam::default(), t)?;
+//!     let conn = request.accept(qp, Access::NONE.remote_write(), &ConnParam::default(), t)?;
 //!     Ok((pd, cq, conn))
 //! }
 //! ```

@@ -18,18 +18,17 @@
 //! | a token dropped or forgotten | the memory stays borrowed until the scope ends, and the scope waits for the device | dropped: its buffers are kept with the queue until the request completes, the QP is reset or destroyed; forgotten: leaked | nothing to lose: lane tokens are plain data |
 //! | end | `scope` returns only after every request completed; past the drain timeout (30 s by default) it flushes and resets the QP and returns [`Error::QpBroken`](crate::Error::QpBroken) | none: each token is waited for, or dropped | as scope tokens |
 //! | only here | memory window binds and invalidations ([`windows`](super::windows): they borrow the region); a token per request of a post list ([`Scope::post_send_list`](crate::scope::Scope::post_send_list)) | SRQ receives; tokens that outlive any scope, stored or moved between threads | prepared post lists ([`SendLane::post_list`](crate::lane::SendLane::post_list)); unsignaled runs without a token each |
-//! | instructions, RDMA WRITE of 64 B, against C (BENCHMARKS.md, "Zero-cost check") | 1,057 against 226: 4.68x | not measured | 237 against 226: 1.05x (send lane); SEND with receive lanes 538 against 440: 1.22x; ping-pong 741 against 515: 1.44x |
-//! | against perftest 4.5 on Soft-RoCE (BENCHMARKS.md, "perftest next to `perf`"; differences under ~10 % are noise there) | 64 B message rate: WRITE 1.07, SEND 1.37; t_typical latency: WRITE 1.37, SEND 1.16 | not measured | 64 B message rate: WRITE 1.02, SEND 1.63; t_typical latency: WRITE 1.11, SEND 0.90 (busy-polling `wait_spin`: 1.00 and 1.03) |
+//! | user-space instructions per RDMA WRITE, against C's 226 (BENCHMARKS.md, "Zero-cost check") | 490: 2.17x | 559: 2.48x | 237: 1.05x (send lane); a SEND with its receive, send and receive lanes: 535 against 440, 1.22x; a ping-pong message, two lanes per QP: 714 against 515, 1.39x |
+//! | against perftest 4.5 on Soft-RoCE (BENCHMARKS.md, "perftest next to `perf`"; differences under ~10 % are noise there) | 64 B message rate: WRITE 1.07, SEND 1.47; t_typical latency: WRITE 1.14, SEND 1.45 | not measured | 64 B message rate: WRITE 1.07, SEND 1.48; t_typical latency: WRITE 1.11, SEND 1.39 (busy-polling `wait_spin`: 0.84 and 1.11) |
 //!
 //! The figures are from one commit on Soft-RoCE under QEMU (BENCHMARKS.md, "Current results",
-//! and "Caveats of emulation"): rates and latencies are ratios within one run, with rounds
-//! that vary by 2x; instruction counts do not depend on the emulator's speed. Owned tokens build requests and keep their book-keeping as
-//! scope tokens do (the same request building, a locked per-queue record and a token per
-//! request), plus a reference count on the QP; BENCHMARKS.md has no figure for them.
+//! and "Caveats of emulation"): rates and latencies are ratios within one run, whose rounds
+//! spread by 1.5x and more; instruction counts do not depend on the emulator's speed. The
+//! perftest comparison does not run owned tokens.
 //!
 //! In short: scopes by default; owned tokens where buffers must outlive a function or cross
 //! state transitions, and for SRQs; lanes for the loop that re-posts the same few requests and
-//! must cost what C costs.
+//! must come closest to C.
 //!
 //! # Scope tokens
 //!
