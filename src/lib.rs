@@ -30,7 +30,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! See `DESIGN.md` in the repository for the architecture and the soundness argument.
+//! The [`guide`] walks through the library chapter by chapter: connecting queue pairs, memory
+//! and access rights, the three ways to post (scopes, owned tokens, lanes) and what each
+//! costs, memory windows, On-Demand Paging, UD, shared receive queues, completions and errors,
+//! teardown. `DESIGN.md` in the repository has the architecture and the soundness argument.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -44,6 +47,7 @@ pub mod device;
 pub mod dmabuf;
 pub mod error;
 pub mod event;
+pub mod guide;
 pub mod lane;
 pub mod mr;
 pub mod mw;

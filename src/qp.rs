@@ -174,7 +174,9 @@ impl Pd {
     ///   many completions as every queue completing on it can have outstanding, so it can never
     ///   overrun;
     /// - [`Error::Unsupported`] when the device does not support transport `T` (e.g.
-    ///   XRC_SEND or RAW_PACKET on Soft-RoCE);
+    ///   XRC_SEND or RAW_PACKET on Soft-RoCE). An XRC_SEND or RAW_PACKET QP, where the device
+    ///   creates one, stays in RESET: those transports have no transitions
+    ///   ([`crate::transport`], "What exists for each transport");
     /// - [`Error::Verb`] with `ibv_create_qp` and its errno otherwise.
     ///
     /// See ibv_create_qp(3).

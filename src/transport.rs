@@ -29,6 +29,32 @@
 //! Transport Service Type IBV_QPT_RC" is [`SupportsFence`].
 //!
 //! The state rules are [`CanPostSend`] (RTS only) and [`CanPostRecv`] (INIT, RTR, RTS).
+//!
+//! # What exists for each transport
+//!
+//! [`RC`], [`UC`] and [`UD`] are complete: typed transitions
+//! ([`Transitions`](crate::qp::Transitions)) and posting; [`Qp::connect`](crate::qp::Qp::connect)
+//! for RC and UC, the connection manager ([`crate::cm`]) for RC and UD.
+//!
+//! [`XRC_SEND`] and [`RAW_PACKET`] are markers with their column of the opcode table (the
+//! traits above, checked by the compile-fail tests) and nothing more:
+//!
+//! - they have no [`Transitions`](crate::qp::Transitions), so a `Qp<XRC_SEND, _>` or
+//!   `Qp<RAW_PACKET, _>` never leaves RESET (only [`Qp::reset`](crate::qp::Qp::reset) and
+//!   [`Qp::to_error`](crate::qp::Qp::to_error) apply) and nothing can be posted on it;
+//! - [`Pd::create_qp`](crate::pd::Pd::create_qp) refuses XRC_SEND with
+//!   [`Error::Unsupported`](crate::Error::Unsupported) on a device without `IBV_DEVICE_XRC`,
+//!   and otherwise passes either type to the provider; Soft-RoCE refuses both (device test
+//!   `opcodes::transports_the_device_lacks_are_typed_errors`), and no test runs on a device
+//!   that has them;
+//! - there is no XRC domain (`ibv_open_xrcd`), XRC SRQ or XRC_RECV QP, and no work request
+//!   carries the remote SRQ number an XRC_SEND request needs; there is no flow steering
+//!   (`ibv_create_flow`) for RAW_PACKET.
+//!
+//! The device capabilities typed for them are values like the others:
+//! [`Context::tso`](crate::device::Context::tso) and
+//! [`DeviceAttr::ip_csum`](crate::device::DeviceAttr::ip_csum) for RAW_PACKET,
+//! [`OdpCaps::ops`](crate::odp::OdpCaps::ops) for XRC.
 
 use core::fmt;
 
@@ -81,9 +107,11 @@ markers! { Transport;
     UC = "UC", sys::IBV_QPT_UC;
     /// Unreliable Datagram (`IBV_QPT_UD`).
     UD = "UD", sys::IBV_QPT_UD;
-    /// The sending side of eXtended Reliable Connected (`IBV_QPT_XRC_SEND`).
+    /// The sending side of eXtended Reliable Connected (`IBV_QPT_XRC_SEND`): the opcode table
+    /// only, no transitions (see [the module documentation](crate::transport)).
     XRC_SEND = "XRC_SEND", sys::IBV_QPT_XRC_SEND;
-    /// Raw Ethernet packets (`IBV_QPT_RAW_PACKET`).
+    /// Raw Ethernet packets (`IBV_QPT_RAW_PACKET`): the opcode table only, no transitions (see
+    /// [the module documentation](crate::transport)).
     RAW_PACKET = "RAW_PACKET", sys::IBV_QPT_RAW_PACKET;
 }
 
