@@ -1086,6 +1086,106 @@ mod tests {
         assert_eq!(dropped(), 3, "leaked, not freed");
     }
 
+    /// Threads share one send queue's book through its lock (a spin lock): two post (signaled
+    /// or not, under the library's signaling rule) and take their own results in any order,
+    /// giving some tokens up; a device thread completes the requests in posting order (the
+    /// signaled ones, and a few unsignaled ones that fail: an error has a completion of its
+    /// own). Every result taken is its request's own completion, or, for an unsignaled request
+    /// that did not fail, an implied success; nothing is kept once all were taken or given up.
+    #[cfg(not(loom))]
+    #[test]
+    fn threads_sharing_a_send_queue_book_each_get_their_own_results() {
+        use std::collections::VecDeque;
+        const PER_THREAD: u64 = 3000;
+        let q = TrackedQueue::new(16, Some(1));
+        // The device's queue, in posting order: (request, whether it completes on its own).
+        let device: Mutex<VecDeque<(u64, bool)>> = Mutex::new(VecDeque::new());
+        let finished = std::sync::atomic::AtomicUsize::new(0);
+        // Counts a poster as finished posting even if it panics, so the device thread ends.
+        struct Finished<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Finished<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        let own = |seq: u64| {
+            let mut c = Completion::implied(1, typed_verbs_sys::IBV_WC_RDMA_WRITE);
+            c.byte_len = seq as u32;
+            c.source = CompletionSource::Own;
+            c
+        };
+        let check = |seq: u64, has_own: bool, got: Take| match got {
+            Take::Done(c) if has_own => {
+                assert_eq!((c.source(), c.byte_len()), (CompletionSource::Own, seq as u32), "request {seq}: {c:?}")
+            }
+            Take::Done(c) => assert_eq!(c.source(), CompletionSource::ImpliedByLater, "request {seq}: {c:?}"),
+            other => panic!("request {seq}: {other:?}"),
+        };
+        std::thread::scope(|t| {
+            for owner in 1..=2u64 {
+                let (q, device, finished) = (&q, &device, &finished);
+                t.spawn(move || {
+                    let mut rng = Rng(owner.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    let mut mine: Vec<(u64, bool)> = Vec::new();
+                    let posting = Finished(finished);
+                    for k in 0..PER_THREAD {
+                        let wants_signal = k + 1 == PER_THREAD || rng.below(4) == 0;
+                        let fails = !wants_signal && rng.below(8) == 0;
+                        loop {
+                            let mut book = q.lock();
+                            if book.next_seq().is_none() {
+                                drop(book);
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            let signaled = wants_signal || book.must_signal(0);
+                            let seq = book.push_owned(signaled, owner);
+                            lock(device).push_back((seq, signaled || fails));
+                            mine.push((seq, signaled || fails));
+                            break;
+                        }
+                        if rng.below(2) == 0 {
+                            let i = rng.below(mine.len() as u64) as usize;
+                            let (seq, has_own) = mine[i];
+                            match q.try_take(seq) {
+                                Take::Pending => {}
+                                got => {
+                                    check(seq, has_own, got);
+                                    mine.swap_remove(i);
+                                }
+                            }
+                        }
+                        if rng.below(16) == 0 {
+                            let (seq, _) = mine.swap_remove(rng.below(mine.len() as u64) as usize);
+                            q.abandon(seq);
+                        }
+                    }
+                    drop(posting);
+                    while let Some((seq, has_own)) = mine.pop() {
+                        let got = loop {
+                            match q.try_take(seq) {
+                                Take::Pending => std::thread::yield_now(),
+                                got => break got,
+                            }
+                        };
+                        check(seq, has_own, got);
+                    }
+                });
+            }
+            t.spawn(|| loop {
+                let next = lock(&device).pop_front();
+                match next {
+                    Some((seq, true)) => q.complete(seq, own(seq)),
+                    Some((_, false)) => {}
+                    None if finished.load(Ordering::Acquire) == 2 => break,
+                    None => std::thread::yield_now(),
+                }
+            });
+        });
+        assert_eq!(q.outstanding(), 0);
+        assert_eq!(results(&q.lock()), 0, "results kept that nobody will take");
+    }
+
     #[test]
     fn a_refused_request_that_may_be_queued_is_uncovered() {
         // Send queue: a refused request recorded unsignaled is an uncovered tail, settled by a

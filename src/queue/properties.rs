@@ -145,12 +145,14 @@ fn work_queue_matches_the_model(send: bool) {
                     }
                 }
                 // The device executes the next queued request; its completion comes if it is
-                // covered. (A receive queue's uncovered request was never queued: skipped.)
+                // covered, or if it is an unsignaled send that failed (an error always has a
+                // completion of its own, a flush too). (A receive queue's uncovered request was
+                // never queued: skipped.)
                 4..=5 => {
                     if m.executed < m.reqs.len() {
                         let i = m.executed;
                         m.executed += 1;
-                        if m.reqs[i].covered {
+                        if m.reqs[i].covered || (send && rng.below(4) == 0) {
                             assert!(q.complete(i as u64, own(i)), "{ctx}: completion of {i} refused");
                             m.complete(i);
                         }

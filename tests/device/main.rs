@@ -34,6 +34,7 @@ mod reliability;
 mod rping;
 mod scope_safety;
 mod sgl;
+mod shared_book;
 mod windows;
 
 /// Counts each thread's allocations (`allocations.rs`: no heap allocation per request).
