@@ -192,6 +192,8 @@ impl<T: Transport, S: QpState> Qp<T, S> {
                 // Possibly queued: kept with the queue, under the same rule as a dropped token.
                 let held = (wr.address_handle().cloned(), wr.into_buffers());
                 self.shared.sq.release(seq, Box::new(held));
+                // No token will take its completion.
+                self.shared.sq.abandon(seq);
                 return Err(PostError { error, wr: None });
             }
         };
@@ -225,6 +227,8 @@ impl<T: Transport, S: QpState> Qp<T, S> {
             Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(wr) }),
             Err(Refused { error, kept: Some(seq) }) => {
                 self.shared.rq.release(seq, Box::new(wr.buf));
+                // No token will take its completion.
+                self.shared.rq.abandon(seq);
                 return Err(PostError { error, wr: None });
             }
         };

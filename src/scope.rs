@@ -995,13 +995,11 @@ impl<B: Completes> Drop for Token<'_, B> {
 
 impl Drop for TokenGuard<'_> {
     fn drop(&mut self) {
-        // Nobody will collect this completion. If the request is done, forget its result now;
-        // otherwise the scope waits for it at its end and forgets it then.
+        // Nobody will collect this completion: a result kept for it is dropped now, and one
+        // still to come is not kept. (The scope still waits for the request at its end: its
+        // drain finds the outstanding requests of the scope whether given up or not.)
         let p = self.posted;
-        let q = p.q.tracked();
-        if !q.is_pending(p.seq) {
-            q.abandon(p.seq);
-        }
+        p.q.tracked().abandon(p.seq);
     }
 }
 

@@ -232,6 +232,8 @@ impl Srq {
                 let seq = rq.push(false);
                 drop(rq);
                 self.shared.rq.release(seq, Box::new(wr.buf));
+                // No token will take its completion.
+                self.shared.rq.abandon(seq);
                 return Err(PostError { error, wr: None });
             }
             rq.push(true)

@@ -37,7 +37,7 @@ fn check_own(c: &Completion, op: WcOpcode, what: &str) {
 #[test]
 fn every_poster_of_one_send_queue_gets_its_own_completions_whoever_polls() {
     let r = rig();
-    let p = rc_pair(&r.pd, &r.cq, &r.cq, QpAccess::REMOTE_READ | QpAccess::REMOTE_WRITE, QpCaps::default());
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, access::REMOTE_RW, QpCaps::default());
     let mut source = r.pd.alloc_mr(SOURCE * PIECE, access::REMOTE_READ_ONLY).unwrap();
     for (i, b) in source.as_mut_slice().iter_mut().enumerate() {
         *b = pattern(i);
@@ -66,7 +66,7 @@ fn every_poster_of_one_send_queue_gets_its_own_completions_whoever_polls() {
                     for (i, mut piece) in pieces.drain(..).enumerate() {
                         piece.write_volatile_from(&[0; PIECE]);
                         let from = (round + i) % SOURCE * PIECE;
-                        let wr = Read::new(piece, source.remote(from..from + PIECE).unwrap());
+                        let wr = wr::Read::new(piece, source.remote(from..from + PIECE).unwrap());
                         let t = if i + 1 < BATCH {
                             s.post_send(qp, wr.unsignaled()).unwrap()
                         } else {
@@ -96,7 +96,7 @@ fn every_poster_of_one_send_queue_gets_its_own_completions_whoever_polls() {
                     let mut tokens = Vec::new();
                     for i in 0..BATCH {
                         let at = (BATCH + i) * PIECE;
-                        let wr = Write::new(
+                        let wr = wr::Write::new(
                             src.slice(i * PIECE..(i + 1) * PIECE).unwrap(),
                             target.remote(at..at + PIECE).unwrap(),
                         );
@@ -121,8 +121,8 @@ fn every_poster_of_one_send_queue_gets_its_own_completions_whoever_polls() {
                 for round in 0..ROUNDS {
                     let at = round % (2 * BATCH) * PIECE;
                     let gone =
-                        qp.post_send_owned(Write::new(owned.pop().unwrap(), target.remote(at..at + 64).unwrap()));
-                    let waited = qp.post_send_owned(Write::new(kept, target.remote(at + 64..at + 128).unwrap()));
+                        qp.post_send_owned(wr::Write::new(owned.pop().unwrap(), target.remote(at..at + 64).unwrap()));
+                    let waited = qp.post_send_owned(wr::Write::new(kept, target.remote(at + 64..at + 128).unwrap()));
                     drop(gone.unwrap());
                     let (c, chunk) = waited.unwrap().wait(WAIT).unwrap();
                     check_own(&c, WcOpcode::RdmaWrite, "an owned WRITE");
