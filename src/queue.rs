@@ -4,8 +4,10 @@
 //! `wr_id` (with the top bit telling the receive queue from the send queue). Completions of a
 //! work queue arrive in posting order, and an unsignaled send request is complete once any
 //! later request of the same send queue has completed (ibv_post_send(3), completion ordering).
-//! The queue records, for each sequence number, whether it is still pending, completed (with
-//! its [`Completion`]) or already consumed, and refuses new requests beyond the queue depth.
+//! A send queue's book ([`SendBook`]) keeps counters and the completions a request has of its
+//! own; a receive queue's ([`WorkQueue`]) records, for each sequence number, whether it is
+//! still pending, completed (with its [`Completion`]) or already consumed. Both refuse new
+//! requests beyond the queue depth ([`Book`]).
 
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Lock, LockGuard, Mutex, MutexGuard, Ordering};
 use std::collections::VecDeque;
@@ -64,16 +66,13 @@ impl WorkQueue {
         self.outstanding
     }
 
-    /// The sequence number the next of `n` requests will get, if all `n` fit beside `beside`
-    /// requests of the queue's lane still outstanding: the queue's depth bounds the two
-    /// together, as the CQ's room is reserved for the depth once (`CqShared::register`).
-    pub(crate) fn next_seq_beside(&self, n: usize, beside: u64) -> Option<u64> {
-        let beside = usize::try_from(beside).unwrap_or(usize::MAX);
-        self.room_for(n.saturating_add(beside)).then(|| self.base + self.slots.len() as u64)
+    /// The next request's number.
+    fn next(&self) -> u64 {
+        self.base + self.slots.len() as u64
     }
 
     /// Whether `n` more requests fit.
-    pub(crate) fn room_for(&self, n: usize) -> bool {
+    fn room_for(&self, n: usize) -> bool {
         (self.outstanding as usize).saturating_add(n) <= self.depth as usize
     }
 
@@ -81,7 +80,7 @@ impl WorkQueue {
     /// an owned token); `covered`: a completion of its own will come (false for a request the
     /// provider refused after it may have queued it).
     pub(crate) fn push_owned(&mut self, covered: bool, owner: u64) -> u64 {
-        let seq = self.base + self.slots.len() as u64;
+        let seq = self.next();
         self.slots.push_back((Slot::Pending { covered, abandoned: false }, owner));
         self.outstanding += 1;
         seq
@@ -235,9 +234,17 @@ impl SendBook {
         (self.next - self.done) as u32
     }
 
+    /// Whether `n` more requests fit.
     #[inline(always)]
     fn room_for(&self, n: usize) -> bool {
         (self.outstanding() as usize).saturating_add(n) <= self.depth as usize
+    }
+
+    /// The completion of a complete request that has none of its own stored: a success,
+    /// implied by a later completion.
+    #[inline(always)]
+    fn implied(&self) -> Completion {
+        Completion::implied(self.qp_num, u32::MAX)
     }
 
     #[inline(always)]
@@ -290,30 +297,24 @@ impl SendBook {
                 self.results.pop_front();
                 Take::Done(c)
             }
-            None => Take::Done(Completion::implied(self.qp_num, u32::MAX)),
-            Some(_) => self.take_stored(seq),
+            None => Take::Done(self.implied()),
+            Some(_) => Take::Done(self.remove_stored(seq).unwrap_or_else(|| self.implied())),
         }
     }
 
-    /// [`SendBook::try_take`] of a complete request whose completion, if it has one, is not the
-    /// oldest stored.
+    /// Removes the stored completion of the complete request `seq`, if it has one (the results
+    /// are in request order).
     #[cold]
-    fn take_stored(&mut self, seq: u64) -> Take {
-        match self.results.binary_search_by_key(&seq, |r| r.0) {
-            Ok(i) => {
-                Take::Done(self.results.remove(i).map_or_else(|| Completion::implied(self.qp_num, u32::MAX), |r| r.2))
-            }
-            Err(_) => Take::Done(Completion::implied(self.qp_num, u32::MAX)),
-        }
+    fn remove_stored(&mut self, seq: u64) -> Option<Completion> {
+        let i = self.results.binary_search_by_key(&seq, |r| r.0).ok()?;
+        self.results.remove(i).map(|r| r.2)
     }
 
     fn abandon(&mut self, seq: u64) {
         if self.is_pending(seq) {
             self.owners[(seq & self.mask) as usize] |= ABANDONED;
         } else if seq < self.done {
-            if let Ok(i) = self.results.binary_search_by_key(&seq, |r| r.0) {
-                self.results.remove(i);
-            }
+            self.remove_stored(seq);
         }
     }
 
@@ -356,6 +357,7 @@ impl Book {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn outstanding(&self) -> u32 {
         match self {
             Book::Send(b) => b.outstanding(),
@@ -371,7 +373,7 @@ impl Book {
     /// Whether `n` more requests fit.
     #[cfg(test)]
     pub(crate) fn room_for(&self, n: usize) -> bool {
-        (self.outstanding() as usize).saturating_add(n) <= self.depth() as usize
+        self.next_seq_beside(n, 0).is_some()
     }
 
     /// The sequence number the next of `n` requests will get, if all `n` fit beside `beside`
@@ -379,12 +381,11 @@ impl Book {
     /// together, as the CQ's room is reserved for the depth once (`CqShared::register`).
     #[inline(always)]
     pub(crate) fn next_seq_beside(&self, n: usize, beside: u64) -> Option<u64> {
+        let beside = usize::try_from(beside).unwrap_or(usize::MAX);
+        let n = n.saturating_add(beside);
         match self {
-            Book::Send(b) => {
-                let beside = usize::try_from(beside).unwrap_or(usize::MAX);
-                b.room_for(n.saturating_add(beside)).then_some(b.next)
-            }
-            Book::Recv(q) => q.next_seq_beside(n, beside),
+            Book::Send(b) => b.room_for(n).then_some(b.next),
+            Book::Recv(q) => q.room_for(n).then(|| q.next()),
         }
     }
 
@@ -753,7 +754,7 @@ impl LaneBook {
     }
 }
 
-/// A [`WorkQueue`] behind a mutex, with the buffers of owned tokens that were dropped while
+/// A work queue's [`Book`] behind its lock, with the buffers of tokens that were dropped while
 /// their request was outstanding ("graves"), kept until the request is no longer outstanding.
 pub(crate) struct TrackedQueue {
     wq: Lock<Book>,
