@@ -45,7 +45,7 @@ pub struct CompChannel {
     inner: Arc<ChannelShared>,
 }
 
-struct ChannelShared {
+pub(crate) struct ChannelShared {
     ch: NonNull<sys::ibv_comp_channel>,
     /// The channel's file descriptor (non-blocking), owned by libibverbs.
     fd: RawFd,
@@ -53,6 +53,45 @@ struct ChannelShared {
     /// The CQs attached to this channel, by the address of their `ibv_cq`, to say which of the
     /// caller's `Cq`s an event names.
     cqs: Mutex<Vec<(usize, Weak<CqShared>)>>,
+    /// The futures waiting on this channel's CQs and the CQs whose events await service
+    /// ([`CompChannel::dispatch`]).
+    driver: Mutex<Driver>,
+}
+
+/// The futures' side of a channel ([`crate::owned::OwnedCompletion`]).
+#[derive(Default)]
+struct Driver {
+    /// Futures waiting for a request that completes on one of the channel's CQs.
+    waiters: usize,
+    /// CQs whose event was read and that futures wait on: served by the next `dispatch`.
+    ready: Vec<Weak<CqShared>>,
+    /// The generation of the running tokio driver task, if one runs.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    running: Option<u64>,
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    next_gen: u64,
+    /// The driver task's waker: woken when an event was read by another waiter
+    /// ([`CompChannel::wait`]) or when the last future is gone (the task then ends).
+    waker: Option<std::task::Waker>,
+}
+
+/// How many events one [`CompChannel::dispatch`] reads at most.
+const DISPATCH_EVENTS: usize = 64;
+/// How many batches of 16 completions one [`CompChannel::dispatch`] polls at most from each CQ
+/// that fired, and one poll of a future from its CQ.
+pub(crate) const SERVE_BATCHES: usize = 4;
+
+/// What one [`CompChannel::dispatch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Dispatch {
+    /// Completion events read from the channel (each acknowledged).
+    pub events: usize,
+    /// Completions polled (and routed to their requests' tokens and futures).
+    pub completions: usize,
+    /// Work was left for a later call, which should come without waiting for the channel's
+    /// descriptor to become readable: more events than one call reads, or a CQ with more
+    /// completions than one call polls.
+    pub more: bool,
 }
 
 // SAFETY: a completion channel is a file descriptor read with `read(2)` by `ibv_get_cq_event`;
@@ -126,7 +165,13 @@ impl Context {
         // SAFETY: `ch` is a live channel returned just above.
         let fd = unsafe { (*ch.as_ptr()).fd };
         // Owned from here on: an error below destroys the channel.
-        let shared = ChannelShared { ch, fd, ctx: Arc::clone(&self.inner), cqs: Mutex::new(Vec::new()) };
+        let shared = ChannelShared {
+            ch,
+            fd,
+            ctx: Arc::clone(&self.inner),
+            cqs: Mutex::new(Vec::new()),
+            driver: Mutex::new(Driver::default()),
+        };
         set_nonblocking(fd).map_err(|e| {
             Error::verb(
                 Verb::CreateCompChannel,
@@ -158,8 +203,7 @@ impl Context {
                 ),
             ));
         }
-        let keep: Arc<dyn std::any::Any + Send + Sync> = channel.inner.clone();
-        let cq = self.create_cq_on(cqe, channel.inner.ch.as_ptr(), Some(keep))?;
+        let cq = self.create_cq_on(cqe, channel.inner.ch.as_ptr(), Some(Arc::clone(&channel.inner)))?;
         let mut cqs = lock(&channel.inner.cqs);
         cqs.retain(|(_, w)| w.strong_count() > 0);
         cqs.push((cq.as_ptr() as usize, Arc::downgrade(&cq.inner)));
@@ -247,7 +291,7 @@ impl CompChannel {
                     after: timeout,
                 });
             }
-            match self.try_get()? {
+            match self.try_get(false)? {
                 Got::Event(ev) => return Ok(ev),
                 // Another thread took the event, or it was for a CQ being dropped: wait on.
                 Got::Stale | Got::Nothing => {}
@@ -256,7 +300,7 @@ impl CompChannel {
     }
 
     /// One non-blocking `ibv_get_cq_event`, acknowledged at once.
-    fn try_get(&self) -> Result<Got> {
+    fn try_get(&self, from_dispatch: bool) -> Result<Got> {
         let mut cq: *mut sys::ibv_cq = ptr::null_mut();
         let mut cq_context: *mut std::ffi::c_void = ptr::null_mut();
         // SAFETY: the channel is live; its fd is non-blocking, so the call returns at once;
@@ -287,10 +331,258 @@ impl CompChannel {
         // acknowledged, so the CQ is still allocated (its destruction waits for this ack).
         unsafe { sys::ibv_ack_cq_events(cq, 1) };
         Ok(match found {
-            Some(inner) => Got::Event(CqEvent { cq: Cq { inner } }),
+            Some(inner) => {
+                self.inner.event_for(&inner, from_dispatch);
+                Got::Event(CqEvent { cq: Cq { inner } })
+            }
             None => Got::Stale,
         })
     }
+}
+
+impl ChannelShared {
+    /// An event for `cq` was read (by [`CompChannel::dispatch`] or another waiter): its arming
+    /// is used up. If futures wait on it, it is served by the next `dispatch`; an event read by
+    /// another waiter ([`CompChannel::wait`]) wakes the driver task for that.
+    fn event_for(&self, cq: &Arc<CqShared>, from_dispatch: bool) {
+        cq.armed.store(false, std::sync::atomic::Ordering::Release);
+        if cq.waiters.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut d = lock(&self.driver);
+        if !d.ready.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq))) {
+            d.ready.push(Arc::downgrade(cq));
+        }
+        if !from_dispatch {
+            if let Some(w) = &d.waker {
+                w.wake_by_ref();
+            }
+        }
+    }
+
+    /// A future starts waiting on one of this channel's CQs.
+    pub(crate) fn add_waiter(&self) {
+        lock(&self.driver).waiters += 1;
+    }
+
+    /// A future stopped waiting on one of this channel's CQs; the last one wakes the driver
+    /// task, which then ends.
+    pub(crate) fn remove_waiter(&self) {
+        let mut d = lock(&self.driver);
+        d.waiters = d.waiters.saturating_sub(1);
+        if d.waiters == 0 {
+            if let Some(w) = d.waker.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+impl CompChannel {
+    /// Serves the futures waiting on this channel's CQs ([`OwnedToken`](crate::owned::OwnedToken)
+    /// awaited, [`OwnedCompletion`](crate::owned::OwnedCompletion)): reads the pending
+    /// completion events (`ibv_get_cq_event`, each acknowledged at once with
+    /// `ibv_ack_cq_events`; at most 64), and for each CQ that fired and has futures waiting,
+    /// polls and routes its completions (at most 4 batches of 16), which wakes the futures
+    /// whose requests completed, then re-arms it (`ibv_req_notify_cq`) and polls once more.
+    /// Never blocks.
+    ///
+    /// This is what an executor other than tokio plugs in: register the channel's descriptor
+    /// ([`AsFd`](std::os::fd::AsFd)) with its reactor for readability, and when it is readable,
+    /// call `dispatch` until it returns `more == false` (yielding between calls), then wait for
+    /// readability again (with an edge-triggered reactor, only after `more == false`: the
+    /// descriptor was drained). With the `tokio` feature, a future that has to wait starts a
+    /// task on the current tokio runtime that does exactly this, so tokio programs need
+    /// nothing.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_get_cq_event` (reading the channel), `ibv_poll_cq` or
+    /// `ibv_req_notify_cq` and their errno.
+    ///
+    /// See ibv_get_cq_event(3), ibv_req_notify_cq(3).
+    #[doc(alias = "ibv_get_cq_event")]
+    pub fn dispatch(&self) -> Result<Dispatch> {
+        let mut out = Dispatch::default();
+        let mut drained = false;
+        for _ in 0..DISPATCH_EVENTS {
+            match self.try_get(true)? {
+                Got::Event(_) | Got::Stale => out.events += 1,
+                Got::Nothing => {
+                    drained = true;
+                    break;
+                }
+            }
+        }
+        let ready = std::mem::take(&mut lock(&self.inner.driver).ready);
+        let mut left = Vec::new();
+        let mut failed = None;
+        for w in ready {
+            let Some(cq) = w.upgrade() else { continue };
+            if failed.is_some() {
+                left.push(w);
+                continue;
+            }
+            match cq.serve(SERVE_BATCHES) {
+                Ok((n, more)) => {
+                    out.completions += n;
+                    if more {
+                        left.push(w);
+                    }
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    left.push(w);
+                }
+            }
+        }
+        out.more = !drained || !left.is_empty();
+        if !left.is_empty() {
+            let mut d = lock(&self.inner.driver);
+            for w in left {
+                if !d.ready.iter().any(|r| r.ptr_eq(&w)) {
+                    d.ready.push(w);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+}
+
+impl std::os::fd::AsFd for CompChannel {
+    /// The channel's descriptor (non-blocking), to register with a reactor for readability
+    /// ([`CompChannel::dispatch`]).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the descriptor belongs to the channel, which `self` keeps open for the
+        // borrow's lifetime.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.inner.fd) }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl ChannelShared {
+    /// Registers a duplicate of the channel's descriptor with the current tokio runtime's
+    /// reactor.
+    fn register_fd(&self) -> Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+        use std::os::fd::BorrowedFd;
+        use tokio::io::{unix::AsyncFd, Interest};
+        let err = |what: &str, e: io::Error| {
+            Error::verb(Verb::GetCqEvent, format!("{what} (completion channel of {})", self.ctx.name), e)
+        };
+        if let Err(e) = tokio::runtime::Handle::try_current() {
+            return Err(err("outside a tokio runtime", io::Error::other(e)));
+        }
+        // SAFETY: the fd belongs to the channel, which `self` keeps open for this whole call.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        let dup = fd.try_clone_to_owned().map_err(|e| err("duplicating the channel fd", e))?;
+        // SAFETY: `dup` is an `OwnedFd`: open, owned by the `AsyncFd` for its whole life, and
+        // its `as_raw_fd` always returns the same descriptor.
+        unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
+            .map_err(|e| err("registering the channel fd with the tokio reactor", e.into()))
+    }
+
+    /// Makes sure a task of the current tokio runtime serves this channel's futures (one per
+    /// channel while futures wait; it ends when the last one is gone or its runtime shuts
+    /// down). Outside a tokio runtime, nothing: the program calls [`CompChannel::dispatch`].
+    ///
+    /// # Errors
+    /// As [`CompChannel::wait_async`] when the descriptor cannot be registered.
+    pub(crate) fn ensure_driver(self: &Arc<Self>) -> Result<()> {
+        let mut d = lock(&self.driver);
+        if d.running.is_some() {
+            return Ok(());
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return Ok(());
+        };
+        let afd = self.register_fd()?;
+        let gen = d.next_gen;
+        d.next_gen += 1;
+        d.running = Some(gen);
+        drop(d);
+        let guard = DriverGuard { ch: Arc::downgrade(self), gen };
+        handle.spawn(async move {
+            let guard = guard;
+            std::future::poll_fn(|cx| drive(&guard, &afd, cx)).await;
+        });
+        Ok(())
+    }
+}
+
+/// Marks the driver task `gen` as ended when it is dropped (it ended, or its runtime shut down
+/// and dropped it, polled or not).
+#[cfg(feature = "tokio")]
+struct DriverGuard {
+    ch: Weak<ChannelShared>,
+    gen: u64,
+}
+
+#[cfg(feature = "tokio")]
+impl Drop for DriverGuard {
+    fn drop(&mut self) {
+        if let Some(ch) = self.ch.upgrade() {
+            let mut d = lock(&ch.driver);
+            if d.running == Some(self.gen) {
+                d.running = None;
+                d.waker = None;
+            }
+        }
+    }
+}
+
+/// One poll of a channel's driver task: while futures wait, waits for the descriptor to be
+/// readable and dispatches. A dispatch that left work yields (the task wakes itself) instead
+/// of looping: the work per wakeup is one `dispatch`. Ends when no future waits, when the
+/// channel is gone, or when the reactor or a dispatch fails (the futures' own polls then
+/// report the failure of their CQ).
+#[cfg(feature = "tokio")]
+fn drive(
+    guard: &DriverGuard,
+    afd: &tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<()> {
+    use std::task::Poll;
+    // A readiness that was drained and cleared is looked at again at once (it registers the
+    // waker); bounded, as a reactor may report readiness again and again.
+    for _ in 0..4 {
+        let Some(inner) = guard.ch.upgrade() else { return Poll::Ready(()) };
+        {
+            let mut d = lock(&inner.driver);
+            if d.waiters == 0 && d.ready.is_empty() {
+                // Under the lock a new future's `ensure_driver` takes: it sees no driver, and
+                // starts one.
+                if d.running == Some(guard.gen) {
+                    d.running = None;
+                    d.waker = None;
+                }
+                return Poll::Ready(());
+            }
+            match &mut d.waker {
+                Some(w) => w.clone_from(cx.waker()),
+                None => d.waker = Some(cx.waker().clone()),
+            }
+        }
+        let mut ready = match afd.poll_read_ready(cx) {
+            Poll::Pending => None,
+            Poll::Ready(Ok(g)) => Some(g),
+            Poll::Ready(Err(_)) => return Poll::Ready(()),
+        };
+        let channel = CompChannel { inner };
+        let Ok(done) = channel.dispatch() else { return Poll::Ready(()) };
+        if done.more {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        match ready.as_mut() {
+            None => return Poll::Pending,
+            // Drained: only now may the readiness be cleared (edge-triggered reactor).
+            Some(g) => g.clear_ready(),
+        }
+    }
+    cx.waker().wake_by_ref();
+    Poll::Pending
 }
 
 #[cfg(feature = "tokio")]
@@ -321,25 +613,16 @@ impl CompChannel {
     /// See ibv_get_cq_event(3).
     #[doc(alias = "ibv_get_cq_event")]
     pub async fn wait_async(&self) -> Result<CqEvent> {
-        use std::os::fd::BorrowedFd;
-        use tokio::io::{unix::AsyncFd, Interest};
-
         let err = |what: &str, e: io::Error| {
             Error::verb(Verb::GetCqEvent, format!("{what} (completion channel of {})", self.inner.ctx.name), e)
         };
         if let Err(e) = tokio::runtime::Handle::try_current() {
             return Err(err("wait_async outside a tokio runtime", io::Error::other(e)));
         }
-        // SAFETY: the fd belongs to the channel, which `self` keeps open for this whole call.
-        let fd = unsafe { BorrowedFd::borrow_raw(self.inner.fd) };
-        let dup = fd.try_clone_to_owned().map_err(|e| err("duplicating the channel fd", e))?;
-        // SAFETY: `dup` is an `OwnedFd`: open, owned by the `AsyncFd` for its whole life, and
-        // its `as_raw_fd` always returns the same descriptor.
-        let afd = unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
-            .map_err(|e| err("registering the channel fd with the tokio reactor", e.into()))?;
+        let afd = self.inner.register_fd()?;
         loop {
             let mut guard = afd.readable().await.map_err(|e| err("waiting for the channel fd", e))?;
-            match self.try_get()? {
+            match self.try_get(false)? {
                 Got::Event(ev) => return Ok(ev),
                 Got::Stale => {}
                 // Drained: only now may the readiness be cleared (edge-triggered reactor).
@@ -351,6 +634,7 @@ impl CompChannel {
 
 static_assertions::assert_impl_all!(CompChannel: Send, Sync);
 static_assertions::assert_impl_all!(CqEvent: Send, Sync);
+static_assertions::assert_impl_all!(Dispatch: Send, Sync, Unpin);
 
 /// Sets `O_NONBLOCK` on `fd` (if it is not set already).
 pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {

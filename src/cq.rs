@@ -37,7 +37,13 @@ pub(crate) struct CqShared {
     quirk: WcFlagsQuirk,
     pub(crate) ctx: Arc<ContextInner>,
     /// The completion channel the CQ reports to, kept alive as long as the CQ.
-    _channel: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    pub(crate) channel: Option<Arc<crate::channel::ChannelShared>>,
+    /// An arming (`ibv_req_notify_cq`) made for the futures waiting here whose event has not
+    /// been read yet ([`crate::owned::OwnedCompletion`]): the next completion will produce an
+    /// event, so a waiting future need not arm again.
+    pub(crate) armed: AtomicBool,
+    /// Futures waiting for a request that completes here.
+    pub(crate) waiters: std::sync::atomic::AtomicUsize,
     /// QPs whose completions land here, by QP number. Also serialises polling, so that the
     /// completions of one work queue are routed in the order the device produced them.
     routes: PollLock<Vec<(u32, Weak<QpShared>)>>,
@@ -108,7 +114,7 @@ impl Context {
         &self,
         cqe: u32,
         channel: *mut sys::ibv_comp_channel,
-        keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+        keep: Option<Arc<crate::channel::ChannelShared>>,
     ) -> Result<Cq> {
         let dev = self.query_device()?;
         let max = dev.max_cqe();
@@ -130,7 +136,9 @@ impl Context {
             cqe: u32::try_from(granted).unwrap_or(cqe),
             quirk: if dev.is_soft_roce() { WcFlagsQuirk::KernelNumbering } else { WcFlagsQuirk::None },
             ctx: Arc::clone(&self.inner),
-            _channel: keep,
+            channel: keep,
+            armed: AtomicBool::new(false),
+            waiters: std::sync::atomic::AtomicUsize::new(0),
             routes: PollLock::new(Vec::new()),
             retired: std::sync::Mutex::new(Vec::new()),
             reserved: std::sync::atomic::AtomicU64::new(0),
@@ -386,6 +394,47 @@ impl CqShared {
         if let Some(r) = retired.iter().find(|r| r.qp_num == wc.qp_num) {
             Self::route_retired(r, wc, decode);
         }
+    }
+
+    /// Work for the futures waiting on this CQ (a future's poll, or
+    /// [`CompChannel::dispatch`](crate::channel::CompChannel::dispatch) after an event): polls
+    /// and routes at most `budget` batches of [`POLL_BATCH`] completions (routing wakes the
+    /// futures whose requests completed); once a batch comes back short (the CQ was empty), and
+    /// if futures wait here, makes sure the CQ is armed (`ibv_req_notify_cq`, unless an arming
+    /// whose event has not been read is outstanding) and polls once more, so that a completion
+    /// that arrived before the arming, which produces no event, is not missed. Returns how many
+    /// completions were polled, and whether the budget ran out before the CQ was found empty
+    /// after the arming (then the caller must come back without waiting for an event).
+    pub(crate) fn serve(&self, budget: usize) -> Result<(usize, bool)> {
+        let mut n = 0;
+        for _ in 0..budget.max(1) {
+            let got = self.poll_and_route()?;
+            n += got;
+            if got < POLL_BATCH {
+                if self.waiters.load(Ordering::Acquire) == 0 {
+                    return Ok((n, false));
+                }
+                if !self.armed.swap(true, Ordering::AcqRel) {
+                    if let Err(e) = self.arm() {
+                        self.armed.store(false, Ordering::Release);
+                        return Err(e);
+                    }
+                }
+                let got = self.poll_and_route()?;
+                return Ok((n + got, got == POLL_BATCH));
+            }
+        }
+        Ok((n, true))
+    }
+
+    /// `ibv_req_notify_cq` for any completion.
+    fn arm(&self) -> Result<()> {
+        // SAFETY: the CQ is alive (`&self`).
+        let ret = unsafe { sys::ibv_req_notify_cq(self.cq.as_ptr(), 0) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::ReqNotifyCq, format!("any CQ on {} (for a future)", self.ctx.name), ret));
+        }
+        Ok(())
     }
 
     /// Polls one batch and routes every completion to its work queue. Returns how many

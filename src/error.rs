@@ -243,6 +243,13 @@ pub enum Error {
         /// The QP number.
         qp_num: u32,
     },
+    /// An awaited request completes on a CQ that reports to no completion channel (or, for a
+    /// shared receive queue, on no CQ yet), so nothing could wake its future: create the CQ
+    /// with [`Context::create_cq_with_channel`](crate::device::Context::create_cq_with_channel).
+    NoCompletionChannel {
+        /// The request.
+        what: String,
+    },
 }
 
 impl Error {
@@ -328,6 +335,11 @@ impl fmt::Display for Error {
             Error::QpBroken { qp_num } => {
                 write!(f, "QP {qp_num:#x} was forced to RESET while draining a scope; reset and reconnect it")
             }
+            Error::NoCompletionChannel { what } => write!(
+                f,
+                "ibv_req_notify_cq: {what} completes on a CQ without a completion channel, so it cannot be awaited \
+                 (create the CQ with Context::create_cq_with_channel)"
+            ),
         }
     }
 }

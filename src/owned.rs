@@ -14,16 +14,39 @@
 //!   them until the request completes (they are released by a later poll) or until the device
 //!   is done with the QP (reset or destroy);
 //! - the QP itself is destroyed only when the `Qp` and every token are gone.
+//!
+//! # Awaiting a token
+//!
+//! An [`OwnedToken`] is also a future ([`IntoFuture`]: `token.await`, or [`completion`]) that
+//! resolves to what [`OwnedToken::wait`] returns. The request's CQ must report to a completion
+//! channel ([`Context::create_cq_with_channel`](crate::device::Context::create_cq_with_channel));
+//! otherwise the future resolves at once to [`Error::NoCompletionChannel`] with the token.
+//! A future that has to wait registers its waker with its request, arms the CQ
+//! (`ibv_req_notify_cq`) and polls it once more; the completion event is served by
+//! [`CompChannel::dispatch`](crate::channel::CompChannel::dispatch), which polls the CQ and
+//! wakes exactly the futures whose requests completed. With the `tokio` feature, inside a tokio
+//! runtime, a task of the runtime calls it when the channel's descriptor is readable; any other
+//! executor registers the descriptor with its reactor and calls it (see `dispatch`).
+//!
+//! Dropping the future at any point is sound: what it still holds is the token, whose drop
+//! parks the buffers with the queue until the device is done with them (above). Only owned
+//! requests can be awaited ([`AsyncCompletion`]): a scope [`Token`](crate::scope::Token)
+//! borrows its buffers, and a future can be forgotten.
 #![allow(unsafe_code)]
 
 use std::fmt;
+use std::future::{Future, IntoFuture};
 use std::mem::ManuallyDrop;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use crate::ah::Ah;
+use crate::cq::CqShared;
 use crate::error::Error;
-use crate::qp::{Qp, QueueArc, Refused};
+use crate::qp::{Qp, QueueArc, QueueRef, Refused};
 use crate::queue::Take;
 use crate::scope::{post_raw, Completes, Idle, PostError, Waiting};
 use crate::sgl::Scatter;
@@ -243,3 +266,182 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         self.shared.sq.parked() + self.shared.rq.parked()
     }
 }
+
+/// The future of an awaited [`OwnedToken`] (`token.await`, [`completion`]): resolves to the
+/// completion and the buffers, as [`OwnedToken::wait`], or to an error with the token (no
+/// completion channel on the request's CQ, a failed poll or arming). See the
+/// [module documentation](self#awaiting-a-token) for how it is woken.
+///
+/// Dropping it at any point, polled or not, drops the token: its buffers are parked with the
+/// queue until the device is done with them.
+#[must_use = "futures do nothing unless awaited; dropping it parks the buffers until the request completes"]
+pub struct OwnedCompletion<B: Send + 'static> {
+    /// `None` once resolved.
+    token: Option<OwnedToken<B>>,
+    /// The CQs this future counts itself a waiter of (empty until it first has to wait).
+    waiting: Vec<Arc<CqShared>>,
+}
+
+// Nothing of it is pinned (the buffers are moved out by value only once it resolves).
+impl<B: Send + 'static> Unpin for OwnedCompletion<B> {}
+
+impl<B: Send + 'static> fmt::Debug for OwnedCompletion<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedCompletion").field("token", &self.token).field("waiting", &!self.waiting.is_empty()).finish()
+    }
+}
+
+impl<B: Completes + Send + 'static> IntoFuture for OwnedToken<B> {
+    type Output = std::result::Result<(Completion, B::Output), OwnedWaitError<B>>;
+    type IntoFuture = OwnedCompletion<B>;
+
+    /// The token as a future (see [`OwnedCompletion`]).
+    fn into_future(self) -> OwnedCompletion<B> {
+        OwnedCompletion { token: Some(self), waiting: Vec::new() }
+    }
+}
+
+/// What can be awaited for a completion: an [`OwnedToken`] (its request owns its buffers).
+///
+/// Sealed. Scope tokens are not: they borrow their buffers for the scope, and a future can be
+/// forgotten (`mem::forget`) or dropped at any await point, so nothing could make the borrow
+/// outlive the device's use of the memory (DESIGN.md §6, "Async completions").
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be awaited: only a request that owns its buffers can be a future",
+    label = "not an owned work request",
+    note = "a future can be forgotten or dropped at any await point, so a request whose buffers are borrowed (a scope `Token`, `LocalBuf` views) cannot be awaited: the borrow could end while the device still uses the memory",
+    note = "post owned buffers (`Mr::into_chunks` chunks, inline bytes, `'static` views) with `Qp::post_send_owned`, `Qp::post_recv_owned` or `Srq::post_recv_owned`, and await the `OwnedToken`; collect a scope `Token` with `Scope::wait`"
+)]
+pub trait AsyncCompletion: IntoFuture + sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<B: Send + 'static> Sealed for super::OwnedToken<B> {}
+}
+
+impl<B: Completes + Send + 'static> AsyncCompletion for OwnedToken<B> {}
+
+/// The completion of `token` as a future: `token.into_future()`, with a bound that says, at
+/// compile time, why a request with borrowed buffers cannot be awaited ([`AsyncCompletion`]).
+pub fn completion<T: AsyncCompletion>(token: T) -> T::IntoFuture {
+    token.into_future()
+}
+
+impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
+    type Output = std::result::Result<(Completion, B::Output), OwnedWaitError<B>>;
+
+    /// Takes the completion if it was routed; otherwise registers the waker with the request,
+    /// arms the request's CQ(s) and polls them (at most 4 batches of 16 completions each: if
+    /// more are there, the task is woken again rather than looping).
+    ///
+    /// # Panics
+    /// When polled again after it resolved (as futures may).
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let Some(token) = this.token.as_ref() else {
+            panic!("OwnedCompletion polled after it resolved");
+        };
+        let (q, seq) = (token.q.as_ref(), token.seq);
+        if let Take::Done(c) = q.tracked().try_take(seq) {
+            return Poll::Ready(Ok(this.finish(c)));
+        }
+        if this.waiting.is_empty() {
+            match wait_cqs(q, seq) {
+                Ok(cqs) => {
+                    for cq in &cqs {
+                        cq.waiters.fetch_add(1, Ordering::AcqRel);
+                        if let Some(ch) = &cq.channel {
+                            ch.add_waiter();
+                        }
+                    }
+                    this.waiting = cqs;
+                }
+                Err(error) => return Poll::Ready(Err(this.fail(error))),
+            }
+        }
+        q.tracked().register_waker(seq, cx.waker());
+        let served = this.waiting.iter().try_fold(false, |more, cq| {
+            #[cfg(feature = "tokio")]
+            if let Some(ch) = &cq.channel {
+                ch.ensure_driver()?;
+            }
+            cq.serve(crate::channel::SERVE_BATCHES).map(|(_, m)| more | m)
+        });
+        let more = match served {
+            Ok(more) => more,
+            Err(error) => return Poll::Ready(Err(this.fail(error))),
+        };
+        if let Take::Done(c) = q.tracked().try_take(seq) {
+            return Poll::Ready(Ok(this.finish(c)));
+        }
+        if more {
+            // Bounded work per poll: the rest of the CQ in a later poll.
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+/// The CQs request `seq` of `q` completes on, each reporting to a completion channel.
+fn wait_cqs(q: QueueRef<'_>, seq: u64) -> Result<Vec<Arc<CqShared>>, Error> {
+    let cqs = match q {
+        QueueRef::Send(s) => vec![Arc::clone(&s.send_cq)],
+        QueueRef::Recv(s) => vec![Arc::clone(&s.recv_cq)],
+        QueueRef::Srq(s) => s.cqs(),
+    };
+    if cqs.is_empty() {
+        return Err(Error::NoCompletionChannel {
+            what: format!("{} (no QP takes receives from the SRQ yet, so it completes on no CQ)", q.describe(seq)),
+        });
+    }
+    if cqs.iter().any(|cq| cq.channel.is_none()) {
+        return Err(Error::NoCompletionChannel { what: q.describe(seq) });
+    }
+    Ok(cqs)
+}
+
+impl<B: Completes + Send + 'static> OwnedCompletion<B> {
+    fn finish(&mut self, c: Completion) -> (Completion, B::Output) {
+        self.unregister();
+        match self.token.take() {
+            Some(token) => token.finish(c),
+            None => unreachable!("finish is called with the token present"),
+        }
+    }
+}
+
+impl<B: Send + 'static> OwnedCompletion<B> {
+    fn fail(&mut self, error: Error) -> OwnedWaitError<B> {
+        self.unregister();
+        match self.token.take() {
+            Some(token) => OwnedWaitError { error, token },
+            None => unreachable!("fail is called with the token present"),
+        }
+    }
+
+    /// No longer waiting: forgets the waker and the waiter counts.
+    fn unregister(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        if let Some(token) = &self.token {
+            token.q.as_ref().tracked().forget_waker(token.seq);
+        }
+        for cq in self.waiting.drain(..) {
+            cq.waiters.fetch_sub(1, Ordering::AcqRel);
+            if let Some(ch) = &cq.channel {
+                ch.remove_waiter();
+            }
+        }
+    }
+}
+
+impl<B: Send + 'static> Drop for OwnedCompletion<B> {
+    /// Stops waiting; the token (if the future had not resolved) is dropped after this, and
+    /// its drop parks the buffers with the queue until the device is done with them.
+    fn drop(&mut self) {
+        self.unregister();
+    }
+}
+
+static_assertions::assert_impl_all!(OwnedCompletion<crate::mr::Chunk<crate::access::LocalRw>>: Send, Sync, Unpin);

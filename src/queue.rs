@@ -764,6 +764,11 @@ pub(crate) struct TrackedQueue {
     ordered: bool,
     graves: Mutex<Vec<(u64, Box<dyn std::any::Any + Send>)>>,
     grave_count: AtomicUsize,
+    /// The wakers of futures awaiting requests of this queue ([`crate::owned::OwnedCompletion`]),
+    /// by request: registered only when a future has to wait, woken when a poll records the
+    /// request's completion (or a reset completes it).
+    wakers: Mutex<Vec<(u64, std::task::Waker)>>,
+    waker_count: AtomicUsize,
     /// The requests of the queue's lane (a send lane, or a receive lane).
     pub(crate) lane: LaneBook,
 }
@@ -787,6 +792,8 @@ impl TrackedQueue {
             ordered: send_of.is_some(),
             graves: Mutex::new(Vec::new()),
             grave_count: AtomicUsize::new(0),
+            wakers: Mutex::new(Vec::new()),
+            waker_count: AtomicUsize::new(0),
             lane: LaneBook::new(),
         }
     }
@@ -803,13 +810,76 @@ impl TrackedQueue {
         self.wq.lock()
     }
 
+    /// Records the completion of `seq` (routed by a poll). Releases the graves and wakes the
+    /// futures of requests that are no longer outstanding; for a queue with neither, that is
+    /// one branch.
+    #[inline]
     pub(crate) fn complete(&self, seq: u64, c: Completion) {
         self.wq.lock().complete(seq, c);
+        if (self.grave_count.load(Ordering::Acquire) | self.waker_count.load(Ordering::Acquire)) != 0 {
+            self.after_complete();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn after_complete(&self) {
         if self.grave_count.load(Ordering::Acquire) > 0 {
             let mut graves = lock(&self.graves);
             graves.retain(|(seq, _)| self.is_pending(*seq));
             self.grave_count.store(graves.len(), Ordering::Release);
         }
+        if self.waker_count.load(Ordering::Acquire) > 0 {
+            self.wake_completed();
+        }
+    }
+
+    /// Wakes (and forgets) the wakers of every request that is no longer outstanding. At most
+    /// one waker per outstanding request is registered, so this is bounded by the depth.
+    fn wake_completed(&self) {
+        let woken: Vec<std::task::Waker> = {
+            let mut wakers = lock(&self.wakers);
+            let book = self.wq.lock();
+            let mut woken = Vec::new();
+            wakers.retain(|(seq, w)| {
+                let pending = book.is_pending(*seq);
+                if !pending {
+                    woken.push(w.clone());
+                }
+                pending
+            });
+            self.waker_count.store(wakers.len(), Ordering::Release);
+            woken
+        };
+        // Woken outside the locks: a waker may run code of its executor.
+        for w in woken {
+            w.wake();
+        }
+    }
+
+    /// A future waits for request `seq`: `waker` is woken once a poll records its completion
+    /// (replacing the waker registered before for `seq`). The caller looks at the book again
+    /// after this (`try_take`): a completion recorded between its last look and the
+    /// registration wakes nobody, but that look sees it (the registration is stored before the
+    /// book's lock is taken, and a completion is recorded under that lock before the count is
+    /// read, so one of the two sees the other).
+    pub(crate) fn register_waker(&self, seq: u64, waker: &std::task::Waker) {
+        let mut wakers = lock(&self.wakers);
+        match wakers.iter_mut().find(|(s, _)| *s == seq) {
+            Some((_, w)) => w.clone_from(waker),
+            None => wakers.push((seq, waker.clone())),
+        }
+        self.waker_count.store(wakers.len(), Ordering::SeqCst);
+    }
+
+    /// The future of request `seq` is gone or done: forgets its waker.
+    pub(crate) fn forget_waker(&self, seq: u64) {
+        if self.waker_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut wakers = lock(&self.wakers);
+        wakers.retain(|(s, _)| *s != seq);
+        self.waker_count.store(wakers.len(), Ordering::Release);
     }
 
     #[inline(always)]
@@ -892,10 +962,14 @@ impl TrackedQueue {
         self.lane.force_flush();
     }
 
-    /// A reset's release of the graves: the device no longer touches them.
+    /// A reset's release of the graves: the device no longer touches them. The futures of
+    /// requests the reset completed are woken.
     pub(crate) fn release_graves(&self) {
         lock(&self.graves).clear();
         self.grave_count.store(0, Ordering::Release);
+        if self.waker_count.load(Ordering::Acquire) > 0 {
+            self.wake_completed();
+        }
     }
 }
 

@@ -314,6 +314,11 @@ impl SrqShared {
     }
 
     /// Polls every CQ an attached QP receives on; returns how many completions were polled.
+    /// The CQs the SRQ's receives complete on (those of the QPs attached to it).
+    pub(crate) fn cqs(&self) -> Vec<Arc<CqShared>> {
+        lock(&self.cqs).iter().filter_map(Weak::upgrade).collect()
+    }
+
     pub(crate) fn poll(&self) -> Result<usize> {
         let cqs: Vec<_> = lock(&self.cqs).iter().filter_map(Weak::upgrade).collect();
         let mut n = 0;
