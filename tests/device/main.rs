@@ -7,6 +7,8 @@
 mod common;
 
 mod allocations;
+#[cfg(feature = "tokio")]
+mod async_owned;
 mod attacks;
 mod basics;
 mod caller_memory;
