@@ -312,19 +312,30 @@ impl<B: Completes + Send + 'static> IntoFuture for OwnedToken<B> {
     note = "a future can be forgotten or dropped at any await point, so a request whose buffers are borrowed (a scope `Token`, `LocalBuf` views) cannot be awaited: the borrow could end while the device still uses the memory",
     note = "post owned buffers (`Mr::into_chunks` chunks, inline bytes, `'static` views) with `Qp::post_send_owned`, `Qp::post_recv_owned` or `Srq::post_recv_owned`, and await the `OwnedToken`; collect a scope `Token` with `Scope::wait`"
 )]
-pub trait AsyncCompletion: IntoFuture + sealed::Sealed {}
+pub trait AsyncCompletion: sealed::Sealed {
+    /// The future: [`OwnedCompletion`].
+    type Future: Future;
+    /// The request's completion as a future.
+    fn into_completion(self) -> Self::Future;
+}
 
 mod sealed {
     pub trait Sealed {}
     impl<B: Send + 'static> Sealed for super::OwnedToken<B> {}
 }
 
-impl<B: Completes + Send + 'static> AsyncCompletion for OwnedToken<B> {}
+impl<B: Completes + Send + 'static> AsyncCompletion for OwnedToken<B> {
+    type Future = OwnedCompletion<B>;
+    fn into_completion(self) -> OwnedCompletion<B> {
+        self.into_future()
+    }
+}
 
-/// The completion of `token` as a future: `token.into_future()`, with a bound that says, at
-/// compile time, why a request with borrowed buffers cannot be awaited ([`AsyncCompletion`]).
-pub fn completion<T: AsyncCompletion>(token: T) -> T::IntoFuture {
-    token.into_future()
+/// The completion of `token` as a future (`token.await` does the same for an
+/// [`OwnedToken`]), with a bound that says, at compile time, why a request with borrowed
+/// buffers cannot be awaited ([`AsyncCompletion`]).
+pub fn completion<T: AsyncCompletion>(token: T) -> T::Future {
+    token.into_completion()
 }
 
 impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {

@@ -437,3 +437,49 @@ fn a_thousand_futures_over_eight_qp_pairs_sharing_one_cq_each_resolve_exactly_on
         drop(ch);
     }
 }
+
+#[test]
+fn shared_receive_queue_receives_are_awaited_and_an_srq_without_a_qp_is_a_typed_error() {
+    for (name, rt) in runtimes() {
+        let ctx = open();
+        let pd = ctx.alloc_pd().unwrap();
+        let ch = ctx.create_comp_channel().unwrap();
+        let cq = ctx.create_cq_with_channel(256, &ch).unwrap();
+        let srq = pd.create_srq(16).unwrap();
+        // No QP takes receives from the SRQ yet: it completes on no CQ.
+        let early = srq.post_recv_owned(wr::Recv::new(chunks(&pd, 1, 64).remove(0))).unwrap();
+        let early = rt.block_on(async {
+            match timeout(WAIT, early.into_future()).await.expect("resolves at once") {
+                Err(e) => {
+                    assert!(matches!(e.error, Error::NoCompletionChannel { .. }), "{name}: {:?}", e.error);
+                    e.token
+                }
+                Ok(got) => panic!("{name}: {got:?}"),
+            }
+        });
+        let sq = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+        let rq = pd.create_qp::<RC>(&QpConfig::new(&cq).srq(&srq)).unwrap();
+        let (es, er) = (sq.endpoint(PORT, gid_index(), 0x10).unwrap(), rq.endpoint(PORT, gid_index(), 0x20).unwrap());
+        let (sq, _rq) = (connect_rc(sq, Access::NONE, &es, &er), connect_rc(rq, Access::NONE, &er, &es));
+        rt.block_on(async {
+            // The early receive, awaited again now that a QP completes it on `cq`.
+            let waiting = tokio::spawn(early.into_future());
+            let more: Vec<_> = (0..3)
+                .map(|_| tokio::spawn(completion(srq.post_recv_owned(wr::Recv::new(chunks(&pd, 1, 64).remove(0))).unwrap())))
+                .collect();
+            sleep(Duration::from_millis(20)).await;
+            for i in 0..4u8 {
+                let t = sq.post_send_owned(wr::Send::new(message(&pd, &[i; 16]))).unwrap();
+                let (c, _) = timeout(WAIT, t).await.expect("bounded").map_err(|e| e.error).unwrap();
+                assert!(c.is_success(), "{name}: {c:?}");
+            }
+            let mut got = BTreeSet::new();
+            for t in std::iter::once(waiting).chain(more) {
+                let (c, buf) = timeout(WAIT, t).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
+                assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 16), "{name}: {c:?}");
+                got.insert(buf.as_slice()[0]);
+            }
+            assert_eq!(got, (0..4u8).collect::<BTreeSet<_>>(), "{name}: each message once");
+        });
+    }
+}
