@@ -483,3 +483,33 @@ fn shared_receive_queue_receives_are_awaited_and_an_srq_without_a_qp_is_a_typed_
         });
     }
 }
+
+/// `examples/async_echo`: the server and the client on the device's address, 4 connections of
+/// 16 requests in flight each; both exit 0 and report every message echoed and every reply
+/// verified.
+#[test]
+fn the_async_echo_example_verifies_every_reply() {
+    let ip = crate::cm::local_ip().to_string();
+    let port = TcpPort::CmAsyncEcho.get().to_string();
+    let common = |role: &str| -> Vec<String> {
+        [role, "-s", &ip, "-p", &port, "--connections", "4", "--depth", "16", "-t", "120"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let mut server = Proc::spawn("async_echo server", &example("async_echo"), &common("server"));
+    if let Err(e) = server.wait_for_line("server listening", WAIT) {
+        server.stop();
+        panic!("{e}\n{}", server.output());
+    }
+    let mut client_args = common("client");
+    client_args.extend(["-n".to_string(), "128".to_string()]);
+    let mut client = Proc::spawn("async_echo client", &example("async_echo"), &client_args);
+    let out = client.expect_success(Duration::from_secs(150));
+    for i in 0..4 {
+        assert!(out.contains(&format!("client: connection {i}: 128 replies verified")), "{out}");
+    }
+    assert!(out.contains("async_echo: client: 4 connections, 512 replies verified"), "{out}");
+    let out = server.expect_success(Duration::from_secs(30));
+    assert!(out.contains("async_echo: server: 4 connections, 512 messages echoed"), "{out}");
+}

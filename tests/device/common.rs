@@ -420,6 +420,8 @@ pub enum TcpPort {
     TwoHostCmOursOnB,
     TwoHostRpingOursOnA,
     TwoHostRpingOursOnB,
+    // examples/async_echo (tests/device/async_owned.rs).
+    CmAsyncEcho,
 }
 
 impl TcpPort {
@@ -496,6 +498,7 @@ fn no_test_names_a_tcp_port_literally() {
         TcpPort::TwoHostCmOursOnB,
         TcpPort::TwoHostRpingOursOnA,
         TcpPort::TwoHostRpingOursOnB,
+        TcpPort::CmAsyncEcho,
     ];
     let ports: std::collections::HashSet<u16> = all.iter().map(|p| p.get()).collect();
     assert_eq!(ports.len(), all.len(), "{all:?}");
