@@ -379,10 +379,11 @@ impl ChannelShared {
 }
 
 impl CompChannel {
-    /// Serves the futures waiting on this channel's CQs ([`OwnedToken`](crate::owned::OwnedToken)
-    /// awaited, [`OwnedCompletion`](crate::owned::OwnedCompletion)): reads the pending
-    /// completion events (`ibv_get_cq_event`, each acknowledged at once with
-    /// `ibv_ack_cq_events`; at most 64), and for each CQ that fired and has futures waiting,
+    /// `ibv_get_cq_event` (each event acknowledged at once with `ibv_ack_cq_events`), then
+    /// `ibv_poll_cq` and `ibv_req_notify_cq` of each CQ that fired: serves the futures waiting
+    /// on this channel's CQs ([`OwnedToken`](crate::owned::OwnedToken) awaited,
+    /// [`OwnedCompletion`](crate::owned::OwnedCompletion)). Reads the pending completion
+    /// events (at most 64), and for each CQ that fired and has futures waiting,
     /// polls and routes its completions (at most 4 batches of 16), which wakes the futures
     /// whose requests completed, then re-arms it (`ibv_req_notify_cq`) and polls once more.
     /// Never blocks.
