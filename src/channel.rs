@@ -349,14 +349,20 @@ impl ChannelShared {
         if cq.waiters.load(std::sync::atomic::Ordering::Acquire) == 0 {
             return;
         }
-        let mut d = lock(&self.driver);
-        if !d.ready.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq))) {
-            d.ready.push(Arc::downgrade(cq));
-        }
-        if !from_dispatch {
-            if let Some(w) = &d.waker {
-                w.wake_by_ref();
+        let driver = {
+            let mut d = lock(&self.driver);
+            if !d.ready.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq))) {
+                d.ready.push(Arc::downgrade(cq));
             }
+            if from_dispatch {
+                None
+            } else {
+                d.waker.clone()
+            }
+        };
+        // Woken outside the lock.
+        if let Some(w) = driver {
+            w.wake();
         }
     }
 
@@ -368,12 +374,18 @@ impl ChannelShared {
     /// A future stopped waiting on one of this channel's CQs; the last one wakes the driver
     /// task, which then ends.
     pub(crate) fn remove_waiter(&self) {
-        let mut d = lock(&self.driver);
-        d.waiters = d.waiters.saturating_sub(1);
-        if d.waiters == 0 {
-            if let Some(w) = d.waker.take() {
-                w.wake();
+        let driver = {
+            let mut d = lock(&self.driver);
+            d.waiters = d.waiters.saturating_sub(1);
+            if d.waiters == 0 {
+                d.waker.take()
+            } else {
+                None
             }
+        };
+        // Woken outside the lock.
+        if let Some(w) = driver {
+            w.wake();
         }
     }
 }

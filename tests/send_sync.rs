@@ -22,7 +22,7 @@ use typed_verbs::lane::{
 use typed_verbs::mr::{Chunk, LocalBuf, LocalBufMut, Mr, Odp, OdpTag, Pinned, RemoteSlice};
 use typed_verbs::mw::{BoundMw, Mw, PendingBind, PendingUnbind, Type1, Type2, WindowAdvert};
 use typed_verbs::odp::{ImplicitMr, ImplicitOdpCap, OdpCap, OdpCaps, OdpOps, Prefetch};
-use typed_verbs::owned::{OwnedToken, OwnedWaitError};
+use typed_verbs::owned::{OwnedCompletion, OwnedToken, OwnedWaitError};
 use typed_verbs::pd::Pd;
 use typed_verbs::qp::{
     ConnectedInit, Endpoint, ObservedState, Qp, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, TransitionError, UcRtr, UdInit,
@@ -77,6 +77,10 @@ assert_impl_all!(RemoteSlice<window::Write>: Send, Sync, Unpin, Copy);
 // Tokens: owned tokens move between threads; scoped tokens too (with their scope's borrow).
 assert_impl_all!(OwnedToken<Chunk<access::LocalRw>>: Send, Sync, Unpin);
 assert_impl_all!(OwnedToken<()>: Send, Sync, Unpin);
+// The future of an awaited owned token: movable between threads (a multi-threaded runtime's
+// tasks), and Unpin whatever its buffers.
+assert_impl_all!(OwnedCompletion<Chunk<access::LocalRw>>: Send, Sync, Unpin);
+assert_impl_all!(typed_verbs::channel::Dispatch: Send, Sync, Unpin, Copy);
 assert_impl_all!(OwnedWaitError<Chunk<access::LocalRw>>: Send, Sync, Unpin);
 assert_impl_all!(Token<'static, LocalBuf<'static>>: Send, Sync, Unpin);
 assert_impl_all!(Scope<'static, 'static>: Send, Sync, Unpin);
@@ -195,6 +199,7 @@ assert_not_impl_any!(RawSendWr: Send, Sync);
 // unbound or drained exactly once; a scope and its lanes are exclusive posters.
 assert_not_impl_any!(Token<'static, LocalBuf<'static>>: Clone, Copy);
 assert_not_impl_any!(OwnedToken<Chunk<access::LocalRw>>: Clone, Copy);
+assert_not_impl_any!(OwnedCompletion<Chunk<access::LocalRw>>: Clone, Copy);
 assert_not_impl_any!(LaneToken<'static>: Clone, Copy);
 assert_not_impl_any!(RecvToken<'static>: Clone, Copy);
 assert_not_impl_any!(LocalBufMut<'static>: Clone, Copy);
