@@ -1161,6 +1161,53 @@ mod tests {
         assert_eq!(dropped(), 3, "leaked, not freed");
     }
 
+    /// Wakes (and counts) a future's task.
+    #[cfg(not(loom))]
+    struct CountWake(std::sync::atomic::AtomicUsize);
+    #[cfg(not(loom))]
+    impl std::task::Wake for CountWake {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// The wakers of awaited requests: woken once when their request completes (on a send
+    /// queue, also by a later request's completion), or by a reset; a forgotten one never.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_registered_waker_is_woken_once_by_its_completion_a_later_one_or_a_reset() {
+        use std::sync::Arc;
+        let woken = |w: &Arc<CountWake>| w.0.load(std::sync::atomic::Ordering::SeqCst);
+        let new = || Arc::new(CountWake(std::sync::atomic::AtomicUsize::new(0)));
+        let q = TrackedQueue::new(8, Some(1));
+        let a = q.lock().push(false);
+        let b = q.lock().push(true);
+        let c = q.lock().push(true);
+        let (wa, wb, wc_) = (new(), new(), new());
+        q.register_waker(a, &std::task::Waker::from(Arc::clone(&wa)));
+        q.register_waker(b, &std::task::Waker::from(Arc::clone(&wb)));
+        // Registered again (a future polled again): replaced, not added.
+        q.register_waker(b, &std::task::Waker::from(Arc::clone(&wb)));
+        q.register_waker(c, &std::task::Waker::from(Arc::clone(&wc_)));
+        q.forget_waker(c);
+        q.complete(b, wc(1));
+        assert_eq!((woken(&wa), woken(&wb)), (1, 1), "b's completion completes the unsignaled a too");
+        q.complete(c, wc(1));
+        assert_eq!(woken(&wc_), 0, "a forgotten waker is not woken");
+        assert_eq!((woken(&wa), woken(&wb)), (1, 1), "each woken once");
+        // A receive queue: only the request that completed; a reset wakes the rest.
+        let r = TrackedQueue::new(8, None);
+        let x = r.lock().push(true);
+        let y = r.lock().push(true);
+        let (wx, wy) = (new(), new());
+        r.register_waker(x, &std::task::Waker::from(Arc::clone(&wx)));
+        r.register_waker(y, &std::task::Waker::from(Arc::clone(&wy)));
+        r.complete(y, wc(1));
+        assert_eq!((woken(&wx), woken(&wy)), (0, 1));
+        r.force_flush(1);
+        assert_eq!((woken(&wx), woken(&wy)), (1, 1), "the reset completed x");
+    }
+
     /// Threads share one send queue's book through its lock (a spin lock): two post (signaled
     /// or not, under the library's signaling rule) and take their own results in any order,
     /// giving some tokens up; a device thread completes the requests in posting order (the
