@@ -1,4 +1,5 @@
-//! Asynchronous events (`Context::next_async_event`): what Soft-RoCE actually reports.
+//! Asynchronous events (`Context::next_async_event`, `AsyncEvents`): what Soft-RoCE actually
+//! reports.
 //!
 //! Observed on rxe (kernel 6.12, rdma-core 44), and asserted below:
 //! - a CQ overrun: one `IBV_EVENT_CQ_ERR` naming the CQ per completion that did not fit (the
@@ -7,12 +8,21 @@
 //!   shows;
 //! - the link of the device's netdev going down: one `IBV_EVENT_PORT_ERR` on port 1; coming back
 //!   up: `IBV_EVENT_PORT_ACTIVE` on port 1, once or twice (twice observed, ~190 ms apart);
-//! - an address added to the netdev: `IBV_EVENT_GID_CHANGE` on port 1.
+//! - an address added to the netdev: `IBV_EVENT_GID_CHANGE` on port 1;
+//! - an SRQ armed with a limit going below it: `IBV_EVENT_SRQ_LIMIT_REACHED` naming the SRQ;
+//! - a QP attached to an SRQ moved to ERR: `IBV_EVENT_QP_LAST_WQE_REACHED` with its QP number
+//!   (rxe's one QP event; also on 6.18).
 //!
 //! Also observed, and *not* reported by rxe as async events (the error only shows in the
 //! completions): an RDMA WRITE with a bad rkey (REM_ACCESS_ERR at the requester, nothing at the
-//! responder), a receive buffer too small (REM_OP_ERR / LOC_QP_OP_ERR), moving a QP to ERR with
-//! `ibv_modify_qp`, and a peer QP that was destroyed (no completion at all within 15 s).
+//! responder), a receive buffer too small (REM_OP_ERR / LOC_QP_OP_ERR), moving a QP without an
+//! SRQ to ERR with `ibv_modify_qp`, the first packet arriving on a QP in RTR (no
+//! `IBV_EVENT_COMM_EST`), and a peer QP that was destroyed (no completion at all within 15 s).
+//!
+//! The same events through [`AsyncEvents`] (`Context::async_events`): its descriptor waited on
+//! with poll(2) and read with `try_next_event`, and with the `tokio` feature `next` on current-
+//! thread and multi-threaded runtimes, cancelled, bounded by `tokio::time::timeout`, beside a
+//! second reader and the blocking `next_async_event` (each event reaches exactly one).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -50,7 +60,8 @@ fn events_until_quiet(ctx: &Context) -> Vec<AsyncEvent> {
 struct SrqMarker {
     srq: Srq,
     s: Qp<RC, RTS>,
-    _r: Qp<RC, RTS>,
+    /// The receiving QP, on the SRQ.
+    r: Qp<RC, RTS>,
     _receives: Vec<OwnedToken<Chunk<access::LocalRw>>>,
     src: Mr<access::LocalRead>,
     _cq: Cq,
@@ -73,7 +84,7 @@ impl SrqMarker {
         srq.arm_limit(2).unwrap();
         let mut src = pd.alloc_mr(8, access::LOCAL_READ).unwrap();
         src.as_mut_slice().fill(1);
-        SrqMarker { srq, s, _r: r, _receives: receives, src, _cq: cq, _pd: pd }
+        SrqMarker { srq, s, r, _receives: receives, src, _cq: cq, _pd: pd }
     }
 
     /// The event [`fire`](Self::fire) raises.
@@ -381,7 +392,7 @@ fn async_events_wait_is_bounded_by_tokio_timeout_and_consumes_nothing() {
     let mut events = ctx.async_events().unwrap();
     let rt = current_thread_runtime();
     let start = Instant::now();
-    let r = rt.block_on(tokio::time::timeout(Duration::from_millis(200), events.next()));
+    let r = rt.block_on(async { tokio::time::timeout(Duration::from_millis(200), events.next()).await });
     let took = start.elapsed();
     assert!(r.is_err(), "expected the timer to expire, got {r:?}");
     assert!(took >= Duration::from_millis(200), "returned early, after {took:?}");
@@ -506,12 +517,50 @@ fn async_events_outside_a_runtime_or_after_its_runtime_are_typed_errors() {
     });
     drop(rt);
     let other = current_thread_runtime();
-    let r = other.block_on(tokio::time::timeout(WAIT, events.next())).expect("a wait on a dead reactor must not hang");
+    let r = other.block_on(async { tokio::time::timeout(WAIT, events.next()).await }).expect("a wait on a dead reactor must not hang");
     assert!(matches!(r, Err(Error::Verb { verb: Verb::GetAsyncEvent, .. })), "{r:?}");
     // A fresh reader works in the new runtime, and nothing was consumed meanwhile.
     let marker = SrqMarker::armed(&ctx);
     marker.fire();
     let mut fresh = ctx.async_events().unwrap();
-    let ev = other.block_on(tokio::time::timeout(WAIT, fresh.next())).expect("no event within WAIT").unwrap();
+    let ev = other.block_on(async { tokio::time::timeout(WAIT, fresh.next()).await }).expect("no event within WAIT").unwrap();
     assert_eq!(ev, marker.event());
+}
+
+#[test]
+fn a_qp_on_an_srq_moved_to_err_reports_last_wqe_reached() {
+    // rxe's one QP event: a QP attached to an SRQ that enters the error state will take no
+    // more receives from it (IBV_EVENT_QP_LAST_WQE_REACHED, naming the QP).
+    let ctx = open();
+    let SrqMarker { r, srq, s, _receives, src, _cq, _pd } = SrqMarker::armed(&ctx);
+    let qp_num = r.qp_num();
+    let r = r.to_error().unwrap();
+    let ev = ctx.next_async_event(WAIT).unwrap();
+    assert_eq!(ev, AsyncEvent::LastWqeReached { qp_num }, "{ev}");
+    assert_eq!((ev.name(), ev.qp_num()), ("IBV_EVENT_QP_LAST_WQE_REACHED", Some(qp_num)));
+    assert_eq!(ev.to_string(), format!("IBV_EVENT_QP_LAST_WQE_REACHED on QP {qp_num:#x}"));
+    assert_no_event_pending(&ctx);
+    // The QP outside the SRQ raises nothing.
+    let _s = s.to_error().unwrap();
+    drop((r, srq, src));
+    assert_eq!(events_until_marker(&ctx), vec![]);
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn async_events_report_a_qp_event_with_its_qp_number() {
+    let ctx = open();
+    let mut events = ctx.async_events().unwrap();
+    let SrqMarker { r, srq: _srq, s: _s, _receives, src: _src, _cq, _pd } = SrqMarker::armed(&ctx);
+    let qp_num = r.qp_num();
+    let rt = current_thread_runtime();
+    let (ev, _r) = rt.block_on(async {
+        let mut next = Box::pin(tokio::time::timeout(WAIT, events.next()));
+        assert!(pending_once(&mut next).await, "an event was pending before the test raised one");
+        let r = r.to_error().unwrap();
+        (next.await.expect("no event within WAIT").unwrap(), r)
+    });
+    assert_eq!(ev, AsyncEvent::LastWqeReached { qp_num }, "{ev}");
+    assert_eq!(ev.qp_num(), Some(qp_num));
+    assert_no_event_pending(&ctx);
 }
