@@ -321,7 +321,11 @@ fn try_get(ctx: &Context) -> Result<Option<AsyncEvent>> {
         if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
             return Ok(None);
         }
-        return Err(Error::verb(Verb::GetAsyncEvent, format!("reading async_fd (async events of {})", ctx.inner.name), e));
+        return Err(Error::verb(
+            Verb::GetAsyncEvent,
+            format!("reading async_fd (async events of {})", ctx.inner.name),
+            e,
+        ));
     }
     // SAFETY: the event was just read and is not acknowledged yet.
     let ev = unsafe { AsyncEvent::from_raw(&raw) };
@@ -530,7 +534,8 @@ impl AsyncEvents {
         use tokio::io::{unix::AsyncFd, Interest};
 
         let name = &self.ctx.inner.name;
-        let err = |what: &str, e: io::Error| Error::verb(Verb::GetAsyncEvent, format!("{what} (async events of {name})"), e);
+        let err =
+            |what: &str, e: io::Error| Error::verb(Verb::GetAsyncEvent, format!("{what} (async events of {name})"), e);
         let afd = match self.reactor {
             Some(ref afd) => afd,
             None => {

@@ -448,7 +448,8 @@ fn two_async_readers_on_one_reactor_and_the_blocking_reader_each_event_goes_to_o
         let bound = Duration::from_millis(1500);
         tokio::join!(tokio::time::timeout(bound, na), tokio::time::timeout(bound, nb))
     });
-    let got: Vec<AsyncEvent> = [&ra, &rb].iter().filter_map(|r| r.as_ref().ok()).map(|r| *r.as_ref().unwrap()).collect();
+    let got: Vec<AsyncEvent> =
+        [&ra, &rb].iter().filter_map(|r| r.as_ref().ok()).map(|r| *r.as_ref().unwrap()).collect();
     assert_eq!(got, vec![first.event()], "the event must reach exactly one reader: a {ra:?}, b {rb:?}");
 
     // With both waiting, the blocking reader takes the next event; neither async reader gets
@@ -517,13 +518,18 @@ fn async_events_outside_a_runtime_or_after_its_runtime_are_typed_errors() {
     });
     drop(rt);
     let other = current_thread_runtime();
-    let r = other.block_on(async { tokio::time::timeout(WAIT, events.next()).await }).expect("a wait on a dead reactor must not hang");
+    let r = other
+        .block_on(async { tokio::time::timeout(WAIT, events.next()).await })
+        .expect("a wait on a dead reactor must not hang");
     assert!(matches!(r, Err(Error::Verb { verb: Verb::GetAsyncEvent, .. })), "{r:?}");
     // A fresh reader works in the new runtime, and nothing was consumed meanwhile.
     let marker = SrqMarker::armed(&ctx);
     marker.fire();
     let mut fresh = ctx.async_events().unwrap();
-    let ev = other.block_on(async { tokio::time::timeout(WAIT, fresh.next()).await }).expect("no event within WAIT").unwrap();
+    let ev = other
+        .block_on(async { tokio::time::timeout(WAIT, fresh.next()).await })
+        .expect("no event within WAIT")
+        .unwrap();
     assert_eq!(ev, marker.event());
 }
 
