@@ -913,6 +913,35 @@ impl CmId<AddrResolved, UD> {
         pd: &Pd,
         timeout: Duration,
     ) -> Result<McGroup<'q>> {
+        let membership = self.start_join(group, qp, pd)?;
+        let e = membership.raw.expect(Verb::JoinMulticast, CmEvent::MulticastJoin, timeout)?;
+        finish_join(membership, e, qp, pd)
+    }
+
+    /// The asynchronous [`join_multicast`](Self::join_multicast) (`tokio` feature): waits for
+    /// the `MULTICAST_JOIN` event with tokio's reactor. Cancel-safe in the sense of the other
+    /// async waits (an event is read only in the poll that resolves the future); dropping the
+    /// future while it waits leaves the group and destroys the identifier. Bound it with
+    /// `tokio::time::timeout`.
+    ///
+    /// # Errors
+    /// As [`join_multicast`](Self::join_multicast), without [`Error::Timeout`], and
+    /// [`Error::Verb`] with `rdma_get_cm_event` outside a tokio runtime (checked before the
+    /// join is asked for).
+    ///
+    /// See rdma_join_multicast(3), ibv_attach_mcast(3).
+    #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_join_multicast")]
+    #[doc(alias = "ibv_attach_mcast")]
+    pub async fn join_multicast_async<'q>(self, group: IpAddr, qp: &'q Qp<UD, RTS>, pd: &Pd) -> Result<McGroup<'q>> {
+        RawId::runtime_check(|| format!("{}: joining {group}", Verb::JoinMulticast))?;
+        let membership = self.start_join(group, qp, pd)?;
+        let e = membership.raw.expect_async(Verb::JoinMulticast, CmEvent::MulticastJoin).await?;
+        finish_join(membership, e, qp, pd)
+    }
+
+    /// The checks and `rdma_join_multicast`; the membership leaves the group when dropped.
+    fn start_join(self, group: IpAddr, qp: &Qp<UD, RTS>, pd: &Pd) -> Result<Membership> {
         if !group.is_multicast() {
             return Err(Error::invalid("rdma_join_multicast", format!("{group} is not a multicast address")));
         }
@@ -924,24 +953,27 @@ impl CmId<AddrResolved, UD> {
         let ret = unsafe { sys::rdma_join_multicast(self.raw.ptr(), addr.as_mut_ptr(), std::ptr::null_mut()) };
         check(ret, Verb::JoinMulticast, || format!("{group}"))?;
         // From here on, any failure leaves the group (the membership's drop).
-        let membership = Membership { raw: self.raw, group: addr, joined: true };
-        let e = membership.raw.expect(Verb::JoinMulticast, CmEvent::MulticastJoin, timeout)?;
-        let ud =
-            e.ud.as_ref().ok_or_else(|| Error::invalid("rdma_get_cm_event", "a join event without its address"))?;
-        let (gid, lid, qkey) =
-            (AddressVector::from_raw(&ud.ah_attr).grh.map(|g| g.dgid).unwrap_or_default(), ud.ah_attr.dlid, ud.qkey);
-        let ours = qp.qkey()?;
-        if ours != qkey {
-            return Err(Error::invalid(
-                "rdma_join_multicast",
-                format!("QP {:#x} takes Q_Key {ours:#x}, the group's datagrams carry {qkey:#x}", qp.qp_num()),
-            ));
-        }
-        let peer = peer(pd, e)?;
-        // Last, so that nothing fails once the QP is attached.
-        qp.attach_mcast(gid, lid)?;
-        Ok(McGroup { membership, qp, gid, lid, attached: true, peer })
+        Ok(Membership { raw: self.raw, group: addr, joined: true })
     }
+}
+
+/// The rest of a join once its `MULTICAST_JOIN` event `e` arrived: the Q_Key check, the address
+/// handle, the QP attached.
+fn finish_join<'q>(membership: Membership, e: Event, qp: &'q Qp<UD, RTS>, pd: &Pd) -> Result<McGroup<'q>> {
+    let ud = e.ud.as_ref().ok_or_else(|| Error::invalid("rdma_get_cm_event", "a join event without its address"))?;
+    let (gid, lid, qkey) =
+        (AddressVector::from_raw(&ud.ah_attr).grh.map(|g| g.dgid).unwrap_or_default(), ud.ah_attr.dlid, ud.qkey);
+    let ours = qp.qkey()?;
+    if ours != qkey {
+        return Err(Error::invalid(
+            "rdma_join_multicast",
+            format!("QP {:#x} takes Q_Key {ours:#x}, the group's datagrams carry {qkey:#x}", qp.qp_num()),
+        ));
+    }
+    let peer = peer(pd, e)?;
+    // Last, so that nothing fails once the QP is attached.
+    qp.attach_mcast(gid, lid)?;
+    Ok(McGroup { membership, qp, gid, lid, attached: true, peer })
 }
 
 /// A joined group, left once (`rdma_leave_multicast`) by [`Membership::leave`] or on drop,

@@ -7,11 +7,21 @@
 //! unacknowledged event never exists outside this module (destroying a QP, CQ or SRQ waits until
 //! every event naming it has been acknowledged).
 //!
+//! For an event loop, [`Context::async_events`] gives an [`AsyncEvents`]: a duplicate of
+//! `async_fd` to register for readability and a non-blocking read
+//! ([`AsyncEvents::try_next_event`]); with the `tokio` feature, `AsyncEvents::next` (an `async
+//! fn`) and `AsyncEvents::poll_next_event` (a poll function, the shape of a `Stream`'s) wait
+//! with tokio's reactor. Every reader of one context reads one queue: each event goes to exactly
+//! one of them.
+//!
 //! Observed on Soft-RoCE (rxe, kernel 6.12, rdma-core 44): see `tests/device/events.rs`.
 #![allow(unsafe_code)]
 
 use std::fmt;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+#[cfg(feature = "tokio")]
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use typed_verbs_sys as sys;
@@ -298,6 +308,41 @@ impl fmt::Display for AsyncEvent {
     }
 }
 
+/// One non-blocking `ibv_get_async_event` on `ctx` (whose `async_fd` is non-blocking), the
+/// event decoded and acknowledged at once. `Ok(None)`: nothing was pending (EAGAIN, EINTR).
+fn try_get(ctx: &Context) -> Result<Option<AsyncEvent>> {
+    let mut raw = sys::ibv_async_event::default();
+    // SAFETY: the context is open; `raw` is a valid out-pointer; the context's `async_fd` was
+    // set non-blocking by every caller (`next_async_event`, `Context::async_events`), so the
+    // read returns at once.
+    let ret = unsafe { sys::ibv_get_async_event(ctx.as_ptr(), &mut raw) };
+    if ret != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
+            return Ok(None);
+        }
+        return Err(Error::verb(
+            Verb::GetAsyncEvent,
+            format!("reading async_fd (async events of {})", ctx.inner.name),
+            e,
+        ));
+    }
+    // SAFETY: the event was just read and is not acknowledged yet.
+    let ev = unsafe { AsyncEvent::from_raw(&raw) };
+    // SAFETY: `raw` is an event returned by `ibv_get_async_event`, acknowledged once.
+    unsafe { sys::ibv_ack_async_event(&mut raw) };
+    if let AsyncEvent::CqError { cq } = ev {
+        crate::cq::CqShared::failed(&ctx.inner, cq);
+    }
+    Ok(Some(ev))
+}
+
+/// The context's `async_fd` (set once by `ibv_open_device`, open until `ibv_close_device`).
+fn async_fd(ctx: &Context) -> RawFd {
+    // SAFETY: the context is open; `async_fd` is set once by ibv_open_device.
+    unsafe { (*ctx.as_ptr()).async_fd }
+}
+
 impl Context {
     /// `ibv_get_async_event`: waits at most `timeout` for the next asynchronous event of this
     /// device, copies it out and acknowledges it (`ibv_ack_async_event`) before returning.
@@ -305,7 +350,9 @@ impl Context {
     /// The wait is poll(2) on the context's `async_fd`, which this call sets non-blocking, so
     /// the read itself never blocks. Events are queued by the kernel from the moment the context
     /// is open, whether or not anyone waits; `Duration::ZERO` takes one if it is pending. Several
-    /// threads may call this; each event goes to one of them.
+    /// threads may call this; each event goes to one of them. The queue is the same one an
+    /// [`AsyncEvents`] of this context reads: each event goes to exactly one reader, this call
+    /// or one of them.
     ///
     /// An `IBV_EVENT_CQ_ERR` also breaks every QP completing on that CQ: its completions may
     /// have been lost, so the QPs refuse posts ([`Error::QpBroken`]) until they are reset. (The
@@ -321,8 +368,7 @@ impl Context {
     #[doc(alias = "ibv_get_async_event")]
     #[doc(alias = "ibv_ack_async_event")]
     pub fn next_async_event(&self, timeout: Duration) -> Result<AsyncEvent> {
-        // SAFETY: the context is open; `async_fd` is set once by ibv_open_device.
-        let fd = unsafe { (*self.as_ptr()).async_fd };
+        let fd = async_fd(self);
         let err = |what: &str, e: io::Error| {
             Error::verb(Verb::GetAsyncEvent, format!("{what} (async events of {})", self.inner.name), e)
         };
@@ -336,30 +382,213 @@ impl Context {
                     after: timeout,
                 });
             }
-            let mut raw = sys::ibv_async_event::default();
-            // SAFETY: the context is open; `raw` is a valid out-pointer; the fd is non-blocking.
-            let ret = unsafe { sys::ibv_get_async_event(self.as_ptr(), &mut raw) };
-            if ret != 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
-                    // Another thread took it: wait on with the time left.
-                    continue;
-                }
-                return Err(err("reading async_fd", e));
+            // `None`: another reader took it; wait on with the time left.
+            if let Some(ev) = try_get(self)? {
+                return Ok(ev);
             }
-            // SAFETY: the event was just read and is not acknowledged yet.
-            let ev = unsafe { AsyncEvent::from_raw(&raw) };
-            // SAFETY: `raw` is an event returned by `ibv_get_async_event`, acknowledged once.
-            unsafe { sys::ibv_ack_async_event(&mut raw) };
-            if let AsyncEvent::CqError { cq } = ev {
-                crate::cq::CqShared::failed(&self.inner, cq);
-            }
-            return Ok(ev);
         }
+    }
+
+    /// `ibv_get_async_event` without a blocked thread: a reader of this device's asynchronous
+    /// events for an event loop ([`AsyncEvents`]), with its own duplicate of the context's
+    /// `async_fd` to register for readability. The context's `async_fd` is set non-blocking.
+    ///
+    /// Creating one needs no runtime; with the `tokio` feature,
+    /// [`AsyncEvents::next`] and [`AsyncEvents::poll_next_event`] register it with the tokio
+    /// runtime they are first polled in.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_get_async_event` and the errno of fcntl(2) or of duplicating
+    /// the descriptor (`F_DUPFD_CLOEXEC`, e.g. EMFILE).
+    ///
+    /// See ibv_get_async_event(3).
+    #[doc(alias = "ibv_get_async_event")]
+    pub fn async_events(&self) -> Result<AsyncEvents> {
+        let raw = async_fd(self);
+        let err = |what: &str, e: io::Error| {
+            Error::verb(Verb::GetAsyncEvent, format!("{what} (async events of {})", self.inner.name), e)
+        };
+        set_nonblocking(raw).map_err(|e| err("fcntl(O_NONBLOCK) on async_fd", e))?;
+        // SAFETY: `async_fd` is open as long as the context, which `self` keeps open here.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+        let fd = fd.try_clone_to_owned().map_err(|e| err("duplicating async_fd", e))?;
+        Ok(AsyncEvents {
+            #[cfg(feature = "tokio")]
+            reactor: None,
+            fd,
+            ctx: self.clone(),
+        })
     }
 }
 
-static_assertions::assert_impl_all!(AsyncEvent: Send, Sync);
+/// A reader of a device's asynchronous events for an event loop (`ibv_get_async_event`, each
+/// event acknowledged with `ibv_ack_async_event` before it is handed out): device, port, QP,
+/// CQ and SRQ events as [`AsyncEvent`]s, from [`Context::async_events`].
+///
+/// It owns a duplicate of the context's `async_fd` ([`AsFd`]) and keeps the context open.
+///
+/// # With tokio (`tokio` feature)
+/// [`next`](Self::next) resolves with the next event (`while let Ok(ev) = events.next().await`);
+/// [`poll_next_event`](Self::poll_next_event) is the same as a poll function. The descriptor is
+/// registered with the reactor of the runtime it is first polled in (it stays bound to that
+/// runtime). Bound each wait with the runtime's timer, `tokio::time::timeout(d, events.next())`:
+/// both are cancel-safe, since an event is read and acknowledged only inside the one poll that
+/// returns it, so a future dropped while pending loses no event.
+///
+/// `poll_next_event` has the signature of `futures::Stream::poll_next` but for the `Option`
+/// (the event queue has no end), so a `Stream` is one line where the `futures` crate is at
+/// hand: `futures::stream::poll_fn(move |cx| events.poll_next_event(cx).map(Some))`.
+///
+/// # With another event loop
+/// Register [`as_fd`](AsFd::as_fd) for readability (edge- or level-triggered); whenever it is
+/// readable, call [`try_next_event`](Self::try_next_event) until it returns `Ok(None)`, then
+/// wait for readability again. The descriptor is non-blocking, so `try_next_event` never
+/// blocks.
+///
+/// # Several readers
+/// A context has one event queue. [`Context::next_async_event`] and every `AsyncEvents` of
+/// the context read it, and each event goes to exactly one reader: with several, which one
+/// gets a given event is not specified. Each `AsyncEvents` has its own duplicate descriptor,
+/// so any number may be registered with one reactor (epoll tells duplicates apart); each is
+/// woken by a new event and the ones that find the queue empty wait on.
+#[doc(alias = "ibv_get_async_event")]
+#[doc(alias = "ibv_ack_async_event")]
+pub struct AsyncEvents {
+    /// The registration of `fd` with a tokio reactor, made at the first poll. Declared before
+    /// `fd`, so it is dropped (deregistered) while `fd` is still open.
+    #[cfg(feature = "tokio")]
+    reactor: Option<tokio::io::unix::AsyncFd<RawFd>>,
+    /// A duplicate of the context's `async_fd` (the same open file, non-blocking).
+    fd: OwnedFd,
+    ctx: Context,
+}
+
+impl fmt::Debug for AsyncEvents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("AsyncEvents");
+        d.field("device", &self.ctx.inner.name).field("fd", &self.fd.as_raw_fd());
+        #[cfg(feature = "tokio")]
+        d.field("registered", &self.reactor.is_some());
+        d.finish()
+    }
+}
+
+impl AsFd for AsyncEvents {
+    /// The descriptor to register for readability: a duplicate of the context's `async_fd`.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for AsyncEvents {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsyncEvents {
+    /// `ibv_get_async_event` without waiting: the next event if one is pending (acknowledged
+    /// with `ibv_ack_async_event` before it is returned), `Ok(None)` if the queue is empty.
+    ///
+    /// The building block for an event loop other than tokio's (see the type's docs); an
+    /// `IBV_EVENT_CQ_ERR` breaks the CQ's QPs as [`Context::next_async_event`] says.
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_get_async_event` and the errno of the read.
+    ///
+    /// See ibv_get_async_event(3).
+    #[doc(alias = "ibv_get_async_event")]
+    pub fn try_next_event(&self) -> Result<Option<AsyncEvent>> {
+        try_get(&self.ctx)
+    }
+
+    /// The context whose events this reads.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl AsyncEvents {
+    /// `ibv_get_async_event` as a poll function (`tokio` feature): `Ready` with the next event
+    /// (read and acknowledged with `ibv_ack_async_event` in this call), or `Pending` with `cx`'s
+    /// waker registered for the descriptor's readability with tokio's reactor.
+    ///
+    /// The first call registers the descriptor with the current runtime's reactor; later calls
+    /// must come from tasks of a runtime while that one is alive. Nothing is kept between
+    /// calls, so abandoning a pending poll loses no event. `&mut self`: one task polls one
+    /// reader (the reactor keeps the waker of the last poll only); give each task its own
+    /// [`Context::async_events`].
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_get_async_event` when there is no tokio runtime, when the
+    /// descriptor cannot be registered with the reactor or the reactor reports an error (its
+    /// runtime shut down), or when the read fails.
+    ///
+    /// # Panics
+    /// Tokio panics when the current runtime was built without I/O (`enable_io`).
+    ///
+    /// See ibv_get_async_event(3).
+    #[doc(alias = "ibv_get_async_event")]
+    pub fn poll_next_event(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<AsyncEvent>> {
+        use tokio::io::{unix::AsyncFd, Interest};
+
+        let name = &self.ctx.inner.name;
+        let err =
+            |what: &str, e: io::Error| Error::verb(Verb::GetAsyncEvent, format!("{what} (async events of {name})"), e);
+        let afd = match self.reactor {
+            Some(ref afd) => afd,
+            None => {
+                if let Err(e) = tokio::runtime::Handle::try_current() {
+                    return Poll::Ready(Err(err("AsyncEvents polled outside a tokio runtime", io::Error::other(e))));
+                }
+                let raw = self.fd.as_raw_fd();
+                // SAFETY: `raw` is `self.fd`, an `OwnedFd` that stays open as long as the
+                // `AsyncFd` (the field `reactor` is declared before `fd`, so it is dropped
+                // first), and `RawFd::as_raw_fd` always returns the same descriptor. Device
+                // test `events::async_events_stream_an_srq_limit_event_through_tokio`.
+                let afd = unsafe { AsyncFd::register_with_interest(raw, Interest::READABLE) }
+                    .map_err(|e| err("registering async_fd with the tokio reactor", e.into()))?;
+                self.reactor.insert(afd)
+            }
+        };
+        loop {
+            let mut guard = match afd.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => r.map_err(|e| err("waiting for async_fd", e))?,
+            };
+            match try_get(&self.ctx)? {
+                Some(ev) => return Poll::Ready(Ok(ev)),
+                // Drained: only now may the readiness be cleared (edge-triggered reactor).
+                None => guard.clear_ready(),
+            }
+        }
+    }
+
+    /// `ibv_get_async_event`, awaited (`tokio` feature): resolves with the next asynchronous
+    /// event of the device, acknowledged with `ibv_ack_async_event`
+    /// ([`poll_next_event`](Self::poll_next_event) in a future).
+    ///
+    /// Cancel-safe: an event is read only in the poll that resolves the future, so dropping
+    /// the future (a `tokio::time::timeout` that expired, a `select!` branch that lost) loses
+    /// no event; the next call gets it. Unbounded by itself: bound it with
+    /// `tokio::time::timeout`.
+    ///
+    /// # Errors
+    /// As [`poll_next_event`](Self::poll_next_event).
+    ///
+    /// # Panics
+    /// Tokio panics when the current runtime was built without I/O (`enable_io`).
+    ///
+    /// See ibv_get_async_event(3).
+    #[doc(alias = "ibv_get_async_event")]
+    pub async fn next(&mut self) -> Result<AsyncEvent> {
+        std::future::poll_fn(|cx| self.poll_next_event(cx)).await
+    }
+}
+
+static_assertions::assert_impl_all!(AsyncEvent: Send, Sync, Unpin);
+static_assertions::assert_impl_all!(AsyncEvents: Send, Sync, Unpin);
 
 #[cfg(test)]
 mod tests {

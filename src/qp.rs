@@ -1244,10 +1244,14 @@ impl QpShared {
         if self.broken.load(Ordering::Acquire) {
             return Err(self.unusable(&sq));
         }
-        let Some(seq) = sq.next_seq_beside(1, self.sq.lane.outstanding()) else {
+        // The send queue's book has one kind (`TrackedQueue::new`): matched once.
+        let Some(book) = sq.as_send() else {
             return Err(self.unusable(&sq));
         };
-        if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 && sq.must_signal(0) {
+        let Some(seq) = book.next_beside(self.sq.lane.outstanding()) else {
+            return Err(self.unusable(&sq));
+        };
+        if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 && book.must_signal_next() {
             wr.send_flags |= sys::IBV_SEND_SIGNALED;
         }
         wr.wr_id = seq;
@@ -1259,7 +1263,10 @@ impl QpShared {
         if ret != 0 {
             return Err(self.send_refused(&mut sq, wr, ret, bad.is_null(), owner));
         }
-        Ok(sq.push_owned(wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
+        let Some(book) = sq.as_send() else {
+            return Err(self.unusable(&sq));
+        };
+        Ok(book.push_owned(wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
     }
 
     /// Why the send queue takes no request now: the QP is broken, or the queue is full.

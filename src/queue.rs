@@ -204,6 +204,9 @@ pub(crate) struct SendBook {
     covered: u64,
     /// Unsignaled requests posted since the last signaled one.
     unsignaled_run: u32,
+    /// Every this many requests one is signaled even if asked not to be (`depth / 2`, at
+    /// least 1): see [`Book::must_signal`].
+    signal_every: u32,
     /// For each outstanding request (at `seq & mask`; at most `depth` are outstanding): the
     /// scope that posted it (0: an owned token), with [`ABANDONED`].
     owners: Box<[u64]>,
@@ -222,6 +225,7 @@ impl SendBook {
             done: 0,
             covered: 0,
             unsignaled_run: 0,
+            signal_every: (depth / 2).max(1),
             owners: vec![0; cap].into_boxed_slice(),
             mask: cap as u64 - 1,
             results: VecDeque::new(),
@@ -240,6 +244,19 @@ impl SendBook {
         (self.outstanding() as usize).saturating_add(n) <= self.depth as usize
     }
 
+    /// The sequence number of the next request, if it fits beside `beside` requests of the
+    /// queue's lane still outstanding (both are bounded by the depth, so nothing overflows).
+    #[inline(always)]
+    pub(crate) fn next_beside(&self, beside: u64) -> Option<u64> {
+        (self.next - self.done + beside < u64::from(self.depth)).then_some(self.next)
+    }
+
+    /// [`Book::must_signal`] of a send queue with no request ahead.
+    #[inline(always)]
+    pub(crate) fn must_signal_next(&self) -> bool {
+        self.unsignaled_run + 1 >= self.signal_every
+    }
+
     /// The completion of a complete request that has none of its own stored: a success,
     /// implied by a later completion.
     #[inline(always)]
@@ -248,7 +265,7 @@ impl SendBook {
     }
 
     #[inline(always)]
-    fn push_owned(&mut self, signaled: bool, owner: u64) -> u64 {
+    pub(crate) fn push_owned(&mut self, signaled: bool, owner: u64) -> u64 {
         let seq = self.next;
         debug_assert!(self.outstanding() < self.owners.len() as u32, "more outstanding than the depth");
         self.owners[(seq & self.mask) as usize] = owner;
@@ -350,6 +367,15 @@ pub(crate) enum Book {
 }
 
 impl Book {
+    /// The send queue's book: `None` for a receive queue's.
+    #[inline(always)]
+    pub(crate) fn as_send(&mut self) -> Option<&mut SendBook> {
+        match self {
+            Book::Send(b) => Some(b),
+            Book::Recv(_) => None,
+        }
+    }
+
     pub(crate) fn depth(&self) -> u32 {
         match self {
             Book::Send(b) => b.depth,
@@ -396,7 +422,7 @@ impl Book {
     #[inline(always)]
     pub(crate) fn must_signal(&self, ahead: u32) -> bool {
         match self {
-            Book::Send(b) => b.unsignaled_run + ahead + 1 >= (b.depth / 2).max(1),
+            Book::Send(b) => b.unsignaled_run + ahead + 1 >= b.signal_every,
             Book::Recv(_) => false,
         }
     }

@@ -15,7 +15,7 @@ use typed_verbs::cm::{
 use typed_verbs::cq::Cq;
 use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLayer, Mtu, PortAttr, PortState, TsoCap};
 use typed_verbs::error::{Error, Verb};
-use typed_verbs::event::{AsyncEvent, HandleId};
+use typed_verbs::event::{AsyncEvent, AsyncEvents, HandleId};
 use typed_verbs::lane::{
     LaneToken, LaneWaitError, Prepared, PreparedList, PreparedRecv, RecvLane, RecvToken, RecvWaitError, SendLane,
 };
@@ -164,6 +164,8 @@ assert_impl_all!(ImplicitOdpCap<RC>: Send, Sync, Unpin, Copy);
 assert_impl_all!(Prefetch: Send, Sync, Unpin, Copy);
 assert_impl_all!(CqEvent: Send, Sync, Unpin);
 assert_impl_all!(AsyncEvent: Send, Sync, Unpin);
+assert_impl_all!(AsyncEvents: Send, Sync, Unpin);
+assert_not_impl_any!(AsyncEvents: Clone);
 assert_impl_all!(HandleId: Send, Sync, Unpin, Copy);
 
 // Zero-sized markers.

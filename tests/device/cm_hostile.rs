@@ -885,3 +885,61 @@ mod async_waits {
         assert_eq!(ended, PeerEnded::Disconnected);
     }
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_join_carries_datagrams_a_dropped_one_leaves_and_outside_a_runtime_nothing_is_joined() {
+    use std::future::Future;
+    use std::task::{Context as TaskContext, Poll, Wake, Waker};
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    let g = group(9);
+    let rx = Side::new();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().unwrap();
+
+    // Outside a runtime: a typed error, before the join is asked for.
+    let (id, qp) = member(&rx, g);
+    let waker = Waker::from(std::sync::Arc::new(Noop));
+    let mut join = Box::pin(id.join_multicast_async(g, &qp, &rx.pd));
+    match join.as_mut().poll(&mut TaskContext::from_waker(&waker)) {
+        Poll::Ready(Err(Error::Verb { verb: Verb::GetCmEvent, context, .. })) => {
+            assert!(context.contains("outside a tokio runtime"), "{context}")
+        }
+        other => panic!("expected a typed error naming rdma_get_cm_event, got {other:?}"),
+    }
+    drop(join);
+
+    // A join abandoned while it waits (its future dropped after one poll; or, on a fast
+    // machine, already joined and dropped) leaves the group in bounded time.
+    let (id, qp) = member(&rx, g);
+    let t = Instant::now();
+    let first = rt.block_on(async {
+        let mut join = Box::pin(id.join_multicast_async(g, &qp, &rx.pd));
+        std::future::poll_fn(|cx| Poll::Ready(join.as_mut().poll(cx).map(|r| r.map(drop)))).await
+    });
+    if let Poll::Ready(r) = first {
+        r.expect("a join that completed at its first poll");
+    }
+    assert!(t.elapsed() < Duration::from_secs(10), "bounded: {:?}", t.elapsed());
+
+    // Joined with the async wait on both sides: the group's datagrams arrive.
+    let joined = rt
+        .block_on(async { tokio::time::timeout(WAIT, bound_to(g).join_multicast_async(g, &qp, &rx.pd)).await })
+        .expect("bounded")
+        .expect("joined with the async wait");
+    assert_eq!(joined.peer().qkey(), CM_QKEY);
+    let tx = Side::new();
+    let (tx_id, tx_qp) = member(&tx, g);
+    let sender = rt
+        .block_on(async { tokio::time::timeout(WAIT, tx_id.join_multicast_async(g, &tx_qp, &tx.pd)).await })
+        .expect("bounded")
+        .expect("the sender joins");
+    let to = sender.peer().clone();
+    let r = rx.recv(&qp, 5);
+    assert!(tx.send(&tx_qp, b"async", to.ah(), to.qp_num(), to.qkey()).is_success());
+    assert_eq!(arrived(r, WAIT, 5).as_deref(), Some(&b"async"[..]));
+    joined.leave().expect("left");
+    drop(sender);
+}
