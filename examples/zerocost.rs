@@ -460,10 +460,10 @@ fn main() -> typed_verbs::Result<()> {
 
     let view = src.slice(..MSG)?;
     if is_async {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Error::InvalidArgument {
-            verb: "zerocost",
-            reason: format!("a tokio runtime: {e}"),
-        })?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::InvalidArgument { verb: "zerocost", reason: format!("a tokio runtime: {e}") })?;
         if async_pingpong {
             let pool = |fill: u8| -> typed_verbs::Result<Vec<Chunk<access::LocalRead>>> {
                 let mut mr = pd.alloc_mr(2 * MSG, access::LOCAL_READ)?;

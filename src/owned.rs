@@ -287,7 +287,10 @@ impl<B: Send + 'static> Unpin for OwnedCompletion<B> {}
 
 impl<B: Send + 'static> fmt::Debug for OwnedCompletion<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OwnedCompletion").field("token", &self.token).field("waiting", &!self.waiting.is_empty()).finish()
+        f.debug_struct("OwnedCompletion")
+            .field("token", &self.token)
+            .field("waiting", &!self.waiting.is_empty())
+            .finish()
     }
 }
 

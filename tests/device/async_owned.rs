@@ -465,7 +465,9 @@ fn shared_receive_queue_receives_are_awaited_and_an_srq_without_a_qp_is_a_typed_
             // The early receive, awaited again now that a QP completes it on `cq`.
             let waiting = tokio::spawn(early.into_future());
             let more: Vec<_> = (0..3)
-                .map(|_| tokio::spawn(completion(srq.post_recv_owned(wr::Recv::new(chunks(&pd, 1, 64).remove(0))).unwrap())))
+                .map(|_| {
+                    tokio::spawn(completion(srq.post_recv_owned(wr::Recv::new(chunks(&pd, 1, 64).remove(0))).unwrap()))
+                })
                 .collect();
             sleep(Duration::from_millis(20)).await;
             for i in 0..4u8 {
