@@ -3,7 +3,8 @@
 //! ```text
 //! perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
 //!      [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH]
-//!      [-o OUT_READS] [-l POST_LIST] [--tokens] [--spin] [--odp] [--timeout SECS] [--json] [--quiet]
+//!      [-o OUT_READS] [-l POST_LIST] [--tokens | --async] [--spin] [--odp] [--timeout SECS] [--json]
+//!      [--quiet]
 //!      [-H]
 //! ```
 //!
@@ -20,6 +21,10 @@
 //! - **scope tokens** (`--tokens`): a request and a `Token` per post (`Scope::post_send`,
 //!   `Scope::post_recv`), every token collected with `Scope::wait`; the path `perf` used before
 //!   lanes existed, kept for comparison (`scripts/bench` runs both).
+//! - **awaited owned requests** (`--async`, `send_lat` only, `-n` only, built with the `tokio`
+//!   feature): each side runs a current-thread tokio runtime in its thread; its receives and
+//!   sends are owned chunks (`Qp::post_recv_owned`, `Qp::post_send_owned`), each token awaited
+//!   (`token.await`), the CQs on a completion channel: the latency an async program sees.
 //!
 //! The tests:
 //! - `write_bw`, `read_bw`: one thread posts on the a_i and keeps at most TX_DEPTH requests
@@ -164,6 +169,8 @@ struct Params {
     spin: bool,
     /// Post with scope tokens (`Scope::post_send`, a token per request) instead of send lanes.
     tokens: bool,
+    /// send_lat with owned requests awaited in a current-thread tokio runtime per side.
+    awaited: bool,
     /// Bandwidth tests: register every buffer as an explicit ODP region (perftest's `--odp`).
     odp: bool,
     json: bool,
@@ -185,6 +192,8 @@ impl Params {
     fn api(&self) -> &'static str {
         if self.tokens {
             "scope tokens"
+        } else if self.awaited {
+            "owned tokens awaited"
         } else {
             "send lane"
         }
@@ -246,8 +255,12 @@ struct Cli {
     #[arg(short = 'l', long = "post_list", default_value_t = 1)]
     post_list: usize,
     /// Post with scope tokens (a request and a token per post) instead of send lanes.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "awaited")]
     tokens: bool,
+    /// send_lat with owned requests, each awaited in a current-thread tokio runtime per side
+    /// (`-n` only; needs the `tokio` feature).
+    #[arg(long = "async")]
+    awaited: bool,
     /// Busy-poll the CQ instead of yielding when it is empty.
     #[arg(long)]
     spin: bool,
@@ -332,6 +345,17 @@ fn params(cli: Cli) -> Result<Params> {
     if cli.odp && !bw {
         return Err(bad("--odp is for the bandwidth tests"));
     }
+    if cli.awaited {
+        if test != Test::SendLat {
+            return Err(bad("--async is for send_lat"));
+        }
+        if cli.spin || cli.duration.is_some() || cli.listen || cli.connect.is_some() || cq_mod.is_some_and(|q| q != 1) {
+            return Err(bad("--async runs send_lat with -n and -Q 1, both sides in this process, without --spin"));
+        }
+        if cfg!(not(feature = "tokio")) {
+            return Err(bad("--async needs perf built with the tokio feature"));
+        }
+    }
     if post_list == 0 {
         return Err(bad("-l must be at least 1"));
     }
@@ -385,6 +409,7 @@ fn params(cli: Cli) -> Result<Params> {
         timeout,
         spin: cli.spin,
         tokens,
+        awaited: cli.awaited,
         odp: cli.odp,
         json: cli.json,
         peer,
@@ -1806,14 +1831,21 @@ struct LatRes {
     pd: Pd,
     cq: Cq,
     rcq: Cq,
+    /// `--async`: the completion channel both CQs report to (awaited requests need one).
+    _channel: Option<CompChannel>,
 }
 
 impl LatRes {
     fn open(p: &Params) -> Result<Self> {
         let ctx = Context::open(&p.device)?;
         let pd = ctx.alloc_pd()?;
-        let (cq, rcq) = (ctx.create_cq(64)?, ctx.create_cq(recv_depth(p) as u32 + 1)?);
-        Ok(LatRes { ctx, pd, cq, rcq })
+        let channel = if p.awaited { Some(ctx.create_comp_channel()?) } else { None };
+        let cq = |n: u32| match &channel {
+            Some(ch) => ctx.create_cq_with_channel(n, ch),
+            None => ctx.create_cq(n),
+        };
+        let (cq, rcq) = (cq(64)?, cq(recv_depth(p) as u32 + 1)?);
+        Ok(LatRes { ctx, pd, cq, rcq, _channel: channel })
     }
 
     /// The side's QP configuration. send_lat as perftest's: receives complete on a CQ of
@@ -1875,6 +1907,21 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
                 Ok(stamps)
             })
         }
+        #[cfg(feature = "tokio")]
+        Test::SendLat if p.awaited => std::thread::scope(|ts| {
+            let (a, b) = (&*a, &*b);
+            let server = ts.spawn(|| awaited::send_lat_side(b_side, b, pd_b, 0xb));
+            // The client's first send needs the server's receives posted.
+            let r = wait_flag(&sh.ready, p.timeout, "the server's receives")
+                .and_then(|()| awaited::send_lat_side(a_side, a, pd_a, 0xa));
+            if r.is_err() {
+                sh.failed.store(true, Ordering::Release);
+            }
+            let rs = join(server);
+            let stamps = r?;
+            rs?;
+            Ok(stamps)
+        }),
         Test::SendLat => {
             let ((src_a, mut rbuf_a), (src_b, mut rbuf_b)) = (send_lat_mem(p, pd_a, 0xa)?, send_lat_mem(p, pd_b, 0xb)?);
             let rx = recv_depth(p);
@@ -1895,6 +1942,94 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
             })
         }
         _ => unreachable!(),
+    }
+}
+
+/// `send_lat --async`: each side's loop with owned requests awaited in a tokio runtime.
+#[cfg(feature = "tokio")]
+mod awaited {
+    use std::collections::VecDeque;
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+
+    use typed_verbs::prelude::*;
+
+    use typed_verbs::scope::Completes;
+
+    use super::{bad, recv_depth, LatSide, Progress, Result, Role};
+
+    /// Awaits `token` at most `timeout` (`--timeout`).
+    async fn bounded<B: Completes + Send + 'static>(
+        token: OwnedToken<B>,
+        timeout: std::time::Duration,
+        what: &str,
+    ) -> Result<B::Output> {
+        match tokio::time::timeout(timeout, token).await {
+            Ok(done) => {
+                let (c, buffers) = done?;
+                c.ok()?;
+                Ok(buffers)
+            }
+            Err(_) => Err(Error::Timeout { what: what.into(), after: timeout }),
+        }
+    }
+
+    /// One side of send_lat (`send_lat_loop`'s rules, `-n`, CQ moderation 1): RX_DEPTH
+    /// owned receives posted first; then, each round, the peer's message awaited (not before
+    /// the client's first send) and its chunk re-posted while more are to come, the post time
+    /// stamped (client), a SEND of the side's chunk (bytes `fill`) posted and, when signaled,
+    /// awaited. The runtime is this thread's, current-thread.
+    pub(super) fn send_lat_side(side: LatSide<'_>, qp: &Qp<RC, RTS>, pd: &Pd, fill: u8) -> Result<Vec<u64>> {
+        let p = side.p;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| bad(format!("a tokio runtime: {e}")))?;
+        let n = recv_depth(p);
+        let mut src = pd.alloc_mr(p.size, access::LOCAL_READ)?;
+        src.as_mut_slice().fill(fill);
+        let mut send_chunk = src.into_chunks(p.size)?.pop();
+        let mut free = pd.alloc_mr(p.size * n, access::LOCAL_RW)?.into_chunks(p.size)?;
+        let r = rt.block_on(async {
+            let mut stamps = side.stamps();
+            let mut progress = Progress::new(p, p.iters);
+            let mut rx = VecDeque::with_capacity(n);
+            let mut total_posted = 0;
+            while let Some(chunk) = free.pop() {
+                rx.push_back(qp.post_recv_owned(wr::Recv::new(chunk))?);
+                total_posted += 1;
+            }
+            side.sh.ready.store(true, Ordering::Release);
+            let base = Instant::now();
+            let (mut sent, mut received) = (0u64, 0u64);
+            loop {
+                if !(side.role == Role::Client && sent == 0) {
+                    let token = rx.pop_front().ok_or_else(|| bad("internal: no receive posted"))?;
+                    let chunk = bounded(token, p.timeout, "the peer's SEND").await?;
+                    received += 1;
+                    if side.role == Role::Client && received == p.iters {
+                        return Ok(stamps);
+                    }
+                    if total_posted < p.iters as usize {
+                        rx.push_back(qp.post_recv_owned(wr::Recv::new(chunk))?);
+                        total_posted += 1;
+                    }
+                }
+                side.before_send(false, base, sent, &mut stamps, &mut progress);
+                sent += 1;
+                let chunk = send_chunk.take().ok_or_else(|| bad("internal: the send chunk is out"))?;
+                // Every send signaled (CQ moderation 1, checked by `params`).
+                let token = qp.post_send_owned(wr::Send::new(chunk))?;
+                send_chunk = Some(bounded(token, p.timeout, "the SEND's completion").await?);
+                if side.role == Role::Server && sent == p.iters {
+                    return Ok(stamps);
+                }
+            }
+        });
+        if r.is_err() {
+            side.sh.failed.store(true, Ordering::Release);
+        }
+        r
     }
 }
 

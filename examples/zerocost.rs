@@ -30,8 +30,15 @@
 //! forth, every one signaled; before sending, a side waits for the peer's last message and
 //! re-posts a receive, and after sending, it waits for the send's completion.
 //!
-//! Build: `cargo build --release --example zerocost`. Usage:
-//! `zerocost [--scope | --owned | --send | --pingpong] [DEVICE [GID_INDEX]]`
+//! With `--async`, the measured function is `run_loop_async`: the `--owned` sequence with every
+//! token awaited (`token.await`, `OwnedToken: IntoFuture`) in a current-thread tokio runtime,
+//! the QP's CQ on a completion channel. With `--async-pingpong`, it is
+//! `run_loop_async_pingpong`: the `--pingpong` sequence with owned chunks (`post_send_owned`,
+//! `post_recv_owned`), every send and receive awaited in the same runtime. `block_on` and the
+//! runtime's work are counted as the library's: they are what an async program runs.
+//!
+//! Build: `cargo build --release --features tokio --example zerocost`. Usage:
+//! `zerocost [--scope | --owned | --send | --pingpong | --async | --async-pingpong] [DEVICE [GID_INDEX]]`
 //! (defaults: `$TYPED_VERBS_DEVICE` or `rxe0`, `$TYPED_VERBS_GID_INDEX` or 1).
 
 use std::time::Duration;
@@ -138,6 +145,108 @@ fn owned_body<A: HasRemoteWrite>(
 #[cold]
 fn no_chunk() -> Error {
     Error::InvalidArgument { verb: "zerocost", reason: "no free chunk".into() }
+}
+
+/// The `--owned` sequence with every token awaited, run by `rt`.
+#[inline(always)]
+fn async_body<A: HasRemoteWrite>(
+    rt: &tokio::runtime::Runtime,
+    qp: &Qp<RC, RTS>,
+    chunks: &mut Vec<Chunk<access::LocalRead>>,
+    dst: RemoteSlice<A>,
+) -> typed_verbs::Result<()> {
+    rt.block_on(async move {
+        let mut unsignaled: Vec<OwnedToken<Chunk<access::LocalRead>>> = Vec::with_capacity(SIGNAL_EVERY);
+        for i in 0..N {
+            let chunk = chunks.pop().ok_or_else(no_chunk)?;
+            let wr = wr::Write::new(chunk, dst);
+            if (i + 1) % SIGNAL_EVERY == 0 || i == N - 1 {
+                let token = qp.post_send_owned(wr)?;
+                settle();
+                let (c, chunk) = token.await?;
+                c.ok()?;
+                chunks.push(chunk);
+                for token in unsignaled.drain(..) {
+                    let (c, chunk) = token.await?;
+                    c.ok()?;
+                    chunks.push(chunk);
+                }
+            } else {
+                unsignaled.push(qp.post_send_owned(wr.unsignaled())?);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The measured function of `--async`.
+#[inline(never)]
+fn run_loop_async(
+    rt: &tokio::runtime::Runtime,
+    qp: &Qp<RC, RTS>,
+    chunks: &mut Vec<Chunk<access::LocalRead>>,
+    dst: RemoteSlice<access::RemoteRw>,
+) -> typed_verbs::Result<()> {
+    async_body(rt, qp, chunks, dst)
+}
+
+/// The ping-pong (`pingpong_body`) with owned chunks, every send and receive awaited: side
+/// `s` sends from `sends[s]` and receives into the chunks of `recvs[s]`, one per receive posted.
+#[inline(always)]
+fn async_pingpong_body(
+    rt: &tokio::runtime::Runtime,
+    qps: [&Qp<RC, RTS>; 2],
+    sends: &mut [Vec<Chunk<access::LocalRead>>; 2],
+    recvs: &mut [Vec<Chunk<access::LocalRw>>; 2],
+) -> typed_verbs::Result<()> {
+    rt.block_on(async move {
+        let mut tokens: [std::collections::VecDeque<OwnedToken<Chunk<access::LocalRw>>>; 2] = Default::default();
+        let mut posted = [0usize; 2];
+        for side in 0..2 {
+            while posted[side] < PP_DEPTH {
+                let chunk = recvs[side].pop().ok_or_else(no_chunk)?;
+                tokens[side].push_back(qps[side].post_recv_owned(wr::Recv::new(chunk))?);
+                posted[side] += 1;
+            }
+        }
+        for m in 0..N {
+            let side = m % 2;
+            if m > 0 {
+                let token = tokens[side].pop_front().ok_or_else(no_receive)?;
+                let (c, chunk) = token.await?;
+                c.ok()?;
+                recvs[side].push(chunk);
+                if posted[side] < N / 2 {
+                    let chunk = recvs[side].pop().ok_or_else(no_chunk)?;
+                    tokens[side].push_back(qps[side].post_recv_owned(wr::Recv::new(chunk))?);
+                    posted[side] += 1;
+                }
+            }
+            let chunk = sends[side].pop().ok_or_else(no_chunk)?;
+            let token = qps[side].post_send_owned(wr::Send::new(chunk))?;
+            settle();
+            let (c, chunk) = token.await?;
+            c.ok()?;
+            sends[side].push(chunk);
+        }
+        // The last message's receiver (side 0, N being even).
+        let token = tokens[0].pop_front().ok_or_else(no_receive)?;
+        let (c, chunk) = token.await?;
+        c.ok()?;
+        recvs[0].push(chunk);
+        Ok(())
+    })
+}
+
+/// The measured function of `--async-pingpong`.
+#[inline(never)]
+fn run_loop_async_pingpong(
+    rt: &tokio::runtime::Runtime,
+    qps: [&Qp<RC, RTS>; 2],
+    sends: &mut [Vec<Chunk<access::LocalRead>>; 2],
+    recvs: &mut [Vec<Chunk<access::LocalRw>>; 2],
+) -> typed_verbs::Result<()> {
+    async_pingpong_body(rt, qps, sends, recvs)
 }
 
 /// The SEND sequence with both lanes: a send lane on `a`, a receive lane on `b`, one request
@@ -284,7 +393,7 @@ fn warm_up(qp: &mut Qp<RC, RTS>, src: LocalBuf<'_>, dst: RemoteSlice<access::Rem
 /// The typed half of the zero-cost check (benches/zerocost/README.md): RDMA WRITEs with send
 /// lanes, or with --scope, --owned, --send or --pingpong the other measured sequences.
 #[derive(clap::Parser)]
-#[command(group = clap::ArgGroup::new("sequence").args(["scope", "owned", "send", "pingpong"]))]
+#[command(group = clap::ArgGroup::new("sequence").args(["scope", "owned", "send", "pingpong", "awaited", "async_pingpong"]))]
 struct Args {
     /// WRITEs with scope tokens (`run_loop_scope`).
     #[arg(long)]
@@ -298,6 +407,12 @@ struct Args {
     /// A SEND ping-pong (`run_loop_pingpong`).
     #[arg(long)]
     pingpong: bool,
+    /// WRITEs with owned tokens, awaited in a current-thread tokio runtime (`run_loop_async`).
+    #[arg(long = "async")]
+    awaited: bool,
+    /// The SEND ping-pong with owned chunks, awaited (`run_loop_async_pingpong`).
+    #[arg(long)]
+    async_pingpong: bool,
     /// The device.
     #[arg(env = "TYPED_VERBS_DEVICE", default_value = "rxe0")]
     device: String,
@@ -307,7 +422,10 @@ struct Args {
 }
 
 fn main() -> typed_verbs::Result<()> {
-    let Args { scope: tokens, owned, send, pingpong, device: name, gid_index } = clap::Parser::parse();
+    let Args { scope: tokens, owned, send, pingpong, awaited, async_pingpong, device: name, gid_index } =
+        clap::Parser::parse();
+    let is_async = awaited || async_pingpong;
+    let pingpong_like = pingpong || async_pingpong;
 
     let ctx = Context::open(&name)?;
     let pd = ctx.alloc_pd()?;
@@ -315,10 +433,13 @@ fn main() -> typed_verbs::Result<()> {
     src.as_mut_slice().fill(0xab);
     let mut dst = pd.alloc_mr(4096, access::REMOTE_RW)?;
     // Each CQ holds what the queues completing on it can have outstanding.
-    let cqe = if pingpong { 64 } else { 64 + SIGNAL_EVERY as u32 };
-    let (cq_a, cq_b) = (ctx.create_cq(cqe)?, ctx.create_cq(cqe)?);
-    // --pingpong: receives complete on CQs of their own, as in perftest's send_lat.
-    let rcqs = if pingpong { Some((ctx.create_cq(64)?, ctx.create_cq(64)?)) } else { None };
+    let cqe = if pingpong_like { 64 } else { 64 + SIGNAL_EVERY as u32 };
+    // Awaited requests complete on CQs that report to a completion channel.
+    let channel = ctx.create_comp_channel()?;
+    let cq = |n: u32| if is_async { ctx.create_cq_with_channel(n, &channel) } else { ctx.create_cq(n) };
+    let (cq_a, cq_b) = (cq(cqe)?, cq(cqe)?);
+    // The ping-pongs: receives complete on CQs of their own, as in perftest's send_lat.
+    let rcqs = if pingpong_like { Some((cq(64)?, cq(64)?)) } else { None };
     let caps = QpCaps { max_send_wr: 64, max_recv_wr: SIGNAL_EVERY as u32, ..QpCaps::default() };
     let (mut config_a, mut config_b) = (QpConfig::new(&cq_a).caps(caps), QpConfig::new(&cq_b).caps(caps));
     if let Some((rcq_a, rcq_b)) = &rcqs {
@@ -338,6 +459,49 @@ fn main() -> typed_verbs::Result<()> {
     let mut b = connect(b, eb, ea)?;
 
     let view = src.slice(..MSG)?;
+    if is_async {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::InvalidArgument { verb: "zerocost", reason: format!("a tokio runtime: {e}") })?;
+        if async_pingpong {
+            let pool = |fill: u8| -> typed_verbs::Result<Vec<Chunk<access::LocalRead>>> {
+                let mut mr = pd.alloc_mr(2 * MSG, access::LOCAL_READ)?;
+                mr.as_mut_slice().fill(fill);
+                mr.into_chunks(MSG)
+            };
+            let mut sends = [pool(0xab)?, pool(0xab)?];
+            let recv_pool = || pd.alloc_mr(PP_DEPTH * MSG, access::LOCAL_RW)?.into_chunks(MSG);
+            let mut recvs = [recv_pool()?, recv_pool()?];
+            async_pingpong_body(&rt, [&a, &b], &mut sends, &mut recvs)?;
+            for side in &mut recvs {
+                side.iter_mut().for_each(|c| c.as_mut_slice().fill(0));
+            }
+            run_loop_async_pingpong(&rt, [&a, &b], &mut sends, &mut recvs)?;
+            // Every receive chunk took a message (500 receives per side over 16 chunks).
+            if recvs.iter().flatten().any(|c| c.as_slice() != &src.as_slice()[..MSG]) {
+                eprintln!("zerocost: a receive chunk does not hold the sent bytes");
+                std::process::exit(1);
+            }
+            println!("typed (owned, awaited): {N} SENDs of {MSG} bytes, ping-pong, every one signaled: ok");
+        } else {
+            let target = dst.remote(..)?;
+            let mut pool = pd.alloc_mr(SIGNAL_EVERY * MSG, access::LOCAL_READ)?;
+            pool.as_mut_slice().fill(0xab);
+            let mut chunks = pool.into_chunks(MSG)?;
+            async_body(&rt, &a, &mut chunks, target)?;
+            dst.write_volatile_from(0, &[0; MSG])?;
+            run_loop_async(&rt, &a, &mut chunks, target)?;
+            let mut seen = [0u8; MSG];
+            dst.read_volatile_into(0, &mut seen)?;
+            if seen[..] != src.as_slice()[..MSG] {
+                eprintln!("zerocost: the target does not hold the written bytes");
+                std::process::exit(1);
+            }
+            println!("typed (owned, awaited): {N} RDMA WRITEs of {MSG} bytes, every {SIGNAL_EVERY}th signaled: ok");
+        }
+        return Ok(());
+    }
     if pingpong {
         // The warm-up's own scope ends before the measured one borrows the receive buffers.
         let (da, db) = dst.slice_mut(..2 * MSG)?.split_at(MSG)?;
