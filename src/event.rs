@@ -393,9 +393,9 @@ impl Context {
     /// events for an event loop ([`AsyncEvents`]), with its own duplicate of the context's
     /// `async_fd` to register for readability. The context's `async_fd` is set non-blocking.
     ///
-    /// Creating one needs no runtime; with the `tokio` feature,
-    /// [`AsyncEvents::next`] and [`AsyncEvents::poll_next_event`] register it with the tokio
-    /// runtime they are first polled in.
+    /// Creating one needs no runtime; with the `tokio` feature, `AsyncEvents::next` and
+    /// `AsyncEvents::poll_next_event` register it with the tokio runtime they are first polled
+    /// in.
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_get_async_event` and the errno of fcntl(2) or of duplicating
@@ -428,8 +428,8 @@ impl Context {
 /// It owns a duplicate of the context's `async_fd` ([`AsFd`]) and keeps the context open.
 ///
 /// # With tokio (`tokio` feature)
-/// [`next`](Self::next) resolves with the next event (`while let Ok(ev) = events.next().await`);
-/// [`poll_next_event`](Self::poll_next_event) is the same as a poll function. The descriptor is
+/// `next` resolves with the next event (`while let Ok(ev) = events.next().await`);
+/// `poll_next_event` is the same as a poll function. The descriptor is
 /// registered with the reactor of the runtime it is first polled in (it stays bound to that
 /// runtime). Bound each wait with the runtime's timer, `tokio::time::timeout(d, events.next())`:
 /// both are cancel-safe, since an event is read and acknowledged only inside the one poll that

@@ -20,8 +20,9 @@
 //! An [`OwnedToken`] is also a future ([`IntoFuture`]: `token.await`, or [`completion`]) that
 //! resolves to what [`OwnedToken::wait`] returns. The request's CQ must report to a completion
 //! channel ([`Context::create_cq_with_channel`](crate::device::Context::create_cq_with_channel));
-//! otherwise the future resolves at once to [`Error::NoCompletionChannel`] with the token.
-//! A future that has to wait registers its waker with its request, arms the CQ
+//! otherwise a future that has to wait resolves at once to [`Error::NoCompletionChannel`] with
+//! the token. A future first polls the CQ once: a request already complete resolves without
+//! arming anything. A future that has to wait registers its waker with its request, arms the CQ
 //! (`ibv_req_notify_cq`) and polls it once more; the completion event is served by
 //! [`CompChannel::dispatch`](crate::channel::CompChannel::dispatch), which polls the CQ and
 //! wakes exactly the futures whose requests completed. With the `tokio` feature, inside a tokio
@@ -344,8 +345,9 @@ pub fn completion<T: AsyncCompletion>(token: T) -> T::Future {
 impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
     type Output = std::result::Result<(Completion, B::Output), OwnedWaitError<B>>;
 
-    /// Takes the completion if it was routed; otherwise registers the waker with the request,
-    /// arms the request's CQ(s) and polls them (at most 4 batches of 16 completions each: if
+    /// Takes the completion if it was routed; otherwise (the first time) polls the CQ once and
+    /// takes it if it was there; otherwise registers the waker with the request, arms the
+    /// request's CQ(s) and polls them (at most 4 batches of 16 completions each: if
     /// more are there, the task is woken again rather than looping).
     ///
     /// # Panics
@@ -360,6 +362,14 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
             return Poll::Ready(Ok(this.finish(c)));
         }
         if this.waiting.is_empty() {
+            // Before it first waits: a completion already in the CQ is taken with one poll, as
+            // `try_complete` takes it, with no waker, arming or event.
+            if let Err(error) = q.poll() {
+                return Poll::Ready(Err(this.fail(error)));
+            }
+            if let Take::Done(c) = q.tracked().try_take(seq) {
+                return Poll::Ready(Ok(this.finish(c)));
+            }
             match wait_cqs(q, seq) {
                 Ok(cqs) => {
                     for cq in &cqs {
