@@ -8,6 +8,8 @@ mod common;
 
 mod allocations;
 #[cfg(feature = "tokio")]
+mod async_hostile;
+#[cfg(feature = "tokio")]
 mod async_owned;
 mod attacks;
 mod basics;

@@ -1,0 +1,583 @@
+//! Hostile programs against awaited owned tokens (`OwnedCompletion`): futures forgotten after
+//! they registered their waker, dropped on another thread while the driver task routes their
+//! completions, re-polled with another waker or moved to another task, polled after they
+//! resolved, left waiting across a QP reset or a move to ERR, waiting on one runtime while the
+//! channel's driver task belongs to another runtime that is not running, an SRQ receive whose
+//! completion lands on a CQ attached after the future started waiting, a runtime without I/O,
+//! and a hand-written executor whose waker polls the future inline. Every buffer that comes
+//! back holds its message (it came back after its completion); every buffer that did not is
+//! read back over RDMA from its region, and holds the late message (the device wrote memory
+//! the library still kept). Every wait is bounded: a hang fails the test.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use tokio::time::{sleep, timeout};
+use typed_verbs::mr::Chunk;
+use typed_verbs::owned::OwnedCompletion;
+use typed_verbs::prelude::*;
+
+use crate::common::*;
+
+/// A current-thread and a multi-threaded (two workers) runtime, I/O and timer enabled.
+fn runtimes() -> [(&'static str, tokio::runtime::Runtime); 2] {
+    [
+        ("current-thread", tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()),
+        ("multi-thread", tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()),
+    ]
+}
+
+/// Two connected RC QPs whose CQs both report to one completion channel.
+struct AsyncRig {
+    ctx: Context,
+    pd: Pd,
+    ch: CompChannel,
+    cq_a: Cq,
+    cq_b: Cq,
+    pair: RcPair,
+}
+
+fn async_rig() -> AsyncRig {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let cq_a = ctx.create_cq_with_channel(256, &ch).unwrap();
+    let cq_b = ctx.create_cq_with_channel(256, &ch).unwrap();
+    let pair = rc_pair(&pd, &cq_a, &cq_b, access::REMOTE_RW, QpCaps::default());
+    AsyncRig { ctx, pd, ch, cq_a, cq_b, pair }
+}
+
+/// `LOCAL_WRITE | REMOTE_READ`: receive buffers the peer may read back (never write).
+type Rx = typed_verbs::access::Access<typed_verbs::access::LocalWrite, (), typed_verbs::access::RemoteRead>;
+const RX: Rx = Access::NONE.local_write().remote_read();
+
+/// `n` chunks of `len` bytes of one region the peer may read.
+fn chunks(pd: &Pd, n: usize, len: usize) -> Vec<Chunk<Rx>> {
+    pd.alloc_mr(n * len, RX).unwrap().into_chunks(len).unwrap()
+}
+
+/// A chunk holding `bytes`.
+fn message(pd: &Pd, bytes: &[u8]) -> Chunk<Rx> {
+    let mut c = chunks(pd, 1, bytes.len()).remove(0);
+    c.as_mut_slice().copy_from_slice(bytes);
+    c
+}
+
+/// Sends `bytes` from `qp` (owned, waited synchronously) and asserts success.
+fn send_sync(pd: &Pd, qp: &Qp<RC, RTS>, bytes: &[u8]) {
+    let t = qp.post_send_owned(wr::Send::new(message(pd, bytes))).map_err(|e| e.error).unwrap();
+    let (c, _) = t.wait(WAIT).map_err(|e| e.error).unwrap();
+    assert!(c.is_success(), "{c:?}");
+}
+
+/// Reads `remote` over `qp` into a fresh chunk (synchronously) and returns its bytes.
+fn read_back(pd: &Pd, qp: &Qp<RC, RTS>, remote: RemoteSlice<Rx>, len: usize) -> Vec<u8> {
+    let dst = chunks(pd, 1, len).remove(0);
+    let t = qp.post_send_owned(wr::Read::new(dst, remote)).map_err(|e| e.error).unwrap();
+    let (c, dst) = t.wait(WAIT).map_err(|e| e.error).unwrap();
+    assert!(c.is_success(), "{c:?}");
+    dst.as_slice().to_vec()
+}
+
+/// Polls `cq` until `qp` keeps no parked buffer (bounded).
+fn until_unparked<T: typed_verbs::transport::Transport, S: typed_verbs::transport::QpState>(qp: &Qp<T, S>, cq: &Cq) {
+    let start = Instant::now();
+    while qp.parked_buffers() > 0 {
+        assert!(start.elapsed() < WAIT, "{} buffers still parked after {WAIT:?}", qp.parked_buffers());
+        cq.progress().unwrap();
+        std::thread::yield_now();
+    }
+}
+
+/// Polls `fut` once with `waker`.
+fn poll_with<F: Future + Unpin>(fut: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(fut).poll(&mut TaskContext::from_waker(waker))
+}
+
+/// Runs `f` on a thread of its own and waits at most `bound` for it: a hang fails the test
+/// (the thread is left behind).
+fn bounded<R: Send + 'static>(what: &str, bound: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(bound) {
+        Ok(r) => r,
+        Err(e) => panic!("{what}: did not finish within {bound:?} ({e})"),
+    }
+}
+
+/// A waker that counts its wakes.
+struct CountWake(AtomicUsize);
+
+impl Wake for CountWake {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn count_waker() -> (Arc<CountWake>, Waker) {
+    let c = Arc::new(CountWake(AtomicUsize::new(0)));
+    (Arc::clone(&c), Waker::from(c))
+}
+
+/// Futures polled once (so their waker is registered, their CQ armed and a driver task
+/// started) and then `mem::forget`-ten: their buffers are never handed back nor freed, the
+/// late messages land in them (read back over RDMA), the QP keeps serving other futures on
+/// the same and on a new runtime, and dropping the runtime and every handle neither hangs nor
+/// frees anything the device writes.
+#[test]
+fn forgotten_waiting_futures_leak_their_buffers_and_the_channel_keeps_serving() {
+    const N: usize = 8;
+    for (name, rt) in runtimes() {
+        let r = async_rig();
+        let mut region = chunks(&r.pd, N + 1, 64);
+        let keep = region.pop().unwrap();
+        let remotes: Vec<_> = region.iter().map(|c| c.remote()).collect();
+        rt.block_on(async {
+            for mut c in region {
+                c.as_mut_slice().fill(0xEE);
+                let t = r.pair.b.post_recv_owned(wr::Recv::new(c)).unwrap();
+                let mut fut = t.into_future();
+                std::future::poll_fn(|cx| {
+                    assert!(Pin::new(&mut fut).poll(cx).is_pending(), "{name}: nothing was sent");
+                    Poll::Ready(())
+                })
+                .await;
+                std::mem::forget(fut);
+            }
+        });
+        let alive = rt.metrics().num_alive_tasks();
+        eprintln!("{name}: tasks alive after {N} forgotten futures: {alive}");
+        assert_eq!(r.pair.b.parked_buffers(), 0, "{name}: forgotten, not parked");
+        for i in 0..N {
+            send_sync(&r.pd, &r.pair.a, &[i as u8 + 1; 16]);
+        }
+        // Let the driver task serve the completions of the forgotten futures.
+        rt.block_on(async { sleep(Duration::from_millis(50)).await });
+        r.cq_b.progress().unwrap();
+        for (i, remote) in remotes.iter().enumerate() {
+            let got = read_back(&r.pd, &r.pair.a, *remote, 64);
+            assert!(got[..16].iter().all(|&b| b == i as u8 + 1), "{name}: message {i} landed elsewhere: {got:?}");
+            assert!(got[16..].iter().all(|&b| b == 0xEE), "{name}: receive {i} written past the message");
+        }
+        // The same QP and channel still serve an awaited receive, on this runtime...
+        rt.block_on(async {
+            let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+            let waiting = tokio::spawn(t.into_future());
+            sleep(Duration::from_millis(20)).await;
+            send_sync(&r.pd, &r.pair.a, b"after the forgotten");
+            let (c, buf) = timeout(WAIT, waiting).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
+            assert!(c.is_success(), "{name}: {c:?}");
+            assert_eq!(&buf.as_slice()[..19], b"after the forgotten", "{name}");
+        });
+        // ... and, once it is dropped (its driver task with it), on a new one.
+        bounded("dropping the runtime", WAIT, move || drop(rt));
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+            let waiting = tokio::spawn(t.into_future());
+            sleep(Duration::from_millis(20)).await;
+            send_sync(&r.pd, &r.pair.a, b"new runtime");
+            let (c, buf) = timeout(WAIT, waiting).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
+            assert!(c.is_success(), "{name}: {c:?}");
+            assert_eq!(&buf.as_slice()[..11], b"new runtime", "{name}");
+        });
+        // Every handle dropped: the forgotten tokens keep the QP (and so the CQ, the channel
+        // and the context) alive; nothing hangs.
+        bounded("dropping the rig", WAIT, move || drop((r, keep, rt)));
+    }
+}
+
+/// One receive future, shared between the task that polls it and a thread that drops it.
+struct Shared {
+    fut: Mutex<Option<OwnedCompletion<Chunk<Rx>>>>,
+    waker: Mutex<Option<Waker>>,
+}
+
+/// On a multi-threaded runtime, each of many receives is awaited by a task while a thread
+/// sends its message and another thread drops the future at a different moment each time
+/// (before its first poll, waiting, while the driver task routes its completion, or after it
+/// was woken): a buffer that came back through the future holds its message (it came back
+/// only after its completion); the buffer of every dropped future was kept until the message
+/// landed in it (read back over RDMA); each message is delivered once.
+#[test]
+fn futures_dropped_on_another_thread_while_the_driver_routes_their_completions() {
+    const N: usize = 48;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let r = Arc::new(async_rig());
+    let mut region = chunks(&r.pd, N + 1, 64);
+    let keep = region.pop().unwrap();
+    let remotes: Vec<_> = region.iter().map(|c| c.remote()).collect();
+    let (mut came_back, mut dropped) = (0, Vec::new());
+    for (i, mut c) in region.into_iter().enumerate() {
+        c.as_mut_slice().fill(0xEE);
+        let t = r.pair.b.post_recv_owned(wr::Recv::new(c)).unwrap();
+        let shared = Arc::new(Shared { fut: Mutex::new(Some(t.into_future())), waker: Mutex::new(None) });
+        let task = {
+            let shared = Arc::clone(&shared);
+            rt.spawn(std::future::poll_fn(move |cx| {
+                *shared.waker.lock().unwrap() = Some(cx.waker().clone());
+                let mut slot = shared.fut.lock().unwrap();
+                let Some(fut) = slot.as_mut() else { return Poll::Ready(None) };
+                match Pin::new(fut).poll(cx) {
+                    Poll::Ready(got) => {
+                        *slot = None;
+                        Poll::Ready(Some(got))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }))
+        };
+        let dropper = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros((i as u64 * 97) % 3000));
+                let fut = shared.fut.lock().unwrap().take();
+                // Dropped here, on this thread, outside the slot's lock.
+                drop(fut);
+                if let Some(w) = shared.waker.lock().unwrap().take() {
+                    w.wake();
+                }
+            })
+        };
+        let sender = {
+            let r = Arc::clone(&r);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros((i as u64 * 53) % 2000));
+                send_sync(&r.pd, &r.pair.a, &[i as u8 + 1; 16]);
+            })
+        };
+        dropper.join().unwrap();
+        sender.join().unwrap();
+        match rt.block_on(async { timeout(WAIT, task).await }).expect("bounded").unwrap() {
+            Some(got) => {
+                let (c, buf) = got.map_err(|e| e.error).unwrap();
+                assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 16), "{i}: {c:?}");
+                assert!(buf.as_slice()[..16].iter().all(|&b| b == i as u8 + 1), "{i}: came back before its message");
+                came_back += 1;
+            }
+            None => dropped.push(i),
+        }
+    }
+    until_unparked(&r.pair.b, &r.cq_b);
+    for &i in &dropped {
+        let got = read_back(&r.pd, &r.pair.a, remotes[i], 64);
+        assert!(got[..16].iter().all(|&b| b == i as u8 + 1), "{i}: the late message did not land in the kept buffer");
+        assert!(got[16..].iter().all(|&b| b == 0xEE), "{i}");
+    }
+    eprintln!("{came_back} came back through their futures, {} dropped", dropped.len());
+    assert_eq!(came_back + dropped.len(), N);
+    drop((keep, rt));
+}
+
+/// A future polled with one waker and then with another: the completion wakes the latest
+/// only. A future polled in one task and moved to another: the second task is woken.
+#[test]
+fn a_future_repolled_with_another_waker_or_moved_to_another_task_wakes_the_latest() {
+    for (name, rt) in runtimes() {
+        let r = async_rig();
+        let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+        let mut fut = t.into_future();
+        let (first, w1) = count_waker();
+        let (second, w2) = count_waker();
+        // Polled inside the runtime: a driver task serves the channel.
+        rt.block_on(async {
+            assert!(poll_with(&mut fut, &w1).is_pending(), "{name}");
+            assert!(poll_with(&mut fut, &w2).is_pending(), "{name}");
+        });
+        send_sync(&r.pd, &r.pair.a, b"for the latest");
+        rt.block_on(async {
+            let start = Instant::now();
+            while second.0.load(Ordering::SeqCst) == 0 {
+                assert!(start.elapsed() < WAIT, "{name}: the latest waker was not woken");
+                sleep(Duration::from_millis(5)).await;
+            }
+        });
+        assert_eq!(first.0.load(Ordering::SeqCst), 0, "{name}: a replaced waker was woken");
+        match poll_with(&mut fut, &w2) {
+            Poll::Ready(got) => {
+                let (c, buf) = got.map_err(|e| e.error).unwrap();
+                assert!(c.is_success(), "{name}: {c:?}");
+                assert_eq!(&buf.as_slice()[..14], b"for the latest", "{name}");
+            }
+            Poll::Pending => panic!("{name}: woken but not ready"),
+        }
+        // Moved from one task to another while waiting.
+        rt.block_on(async {
+            let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+            let first = tokio::spawn(async move {
+                let mut fut = t.into_future();
+                tokio::select! {
+                    biased;
+                    got = &mut fut => panic!("nothing was sent, yet {got:?}"),
+                    _ = sleep(Duration::from_millis(20)) => {}
+                }
+                fut
+            });
+            let fut = timeout(WAIT, first).await.expect("bounded").unwrap();
+            let second = tokio::spawn(fut);
+            sleep(Duration::from_millis(20)).await;
+            send_sync(&r.pd, &r.pair.a, b"moved");
+            let (c, buf) = timeout(WAIT, second).await.expect("the second task was woken").unwrap().map_err(|e| e.error).unwrap();
+            assert!(c.is_success(), "{name}: {c:?}");
+            assert_eq!(&buf.as_slice()[..5], b"moved", "{name}");
+        });
+    }
+}
+
+/// Polled after it resolved (to a completion, or to an error with the token): a clean panic
+/// naming the misuse; the token that came back with the error is still good.
+#[test]
+fn a_future_polled_after_it_resolved_panics_cleanly() {
+    let r = async_rig();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (_, w) = count_waker();
+    let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+    send_sync(&r.pd, &r.pair.a, b"once");
+    let mut fut = t.into_future();
+    let got = rt.block_on(async { poll_with(&mut fut, &w) });
+    assert!(matches!(&got, Poll::Ready(Ok((c, _))) if c.is_success()), "{got:?}");
+    let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll_with(&mut fut, &w)));
+    let msg = again.expect_err("a second poll panics");
+    let msg = msg.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| msg.downcast_ref::<String>().cloned());
+    assert_eq!(msg.as_deref(), Some("OwnedCompletion polled after it resolved"));
+    drop(fut);
+    // Resolved to an error (no channel on its CQ), then polled again.
+    let Rig { _ctx, pd, cq } = rig();
+    let pair = rc_pair(&pd, &cq, &cq, Access::NONE, QpCaps::default());
+    let t = pair.b.post_recv_owned(wr::Recv::new(chunks(&pd, 1, 64).remove(0))).unwrap();
+    let mut fut = t.into_future();
+    let token = match poll_with(&mut fut, &w) {
+        Poll::Ready(Err(e)) => {
+            assert!(matches!(e.error, Error::NoCompletionChannel { .. }), "{:?}", e.error);
+            e.token
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll_with(&mut fut, &w))).is_err());
+    drop(fut);
+    send_sync(&pd, &pair.a, b"still good");
+    let (c, buf) = token.wait(WAIT).map_err(|e| e.error).unwrap();
+    assert!(c.is_success(), "{c:?}");
+    assert_eq!(&buf.as_slice()[..10], b"still good");
+}
+
+/// Receives awaited while their QP is reset (`Qp::reset`) or moved to ERR: every future
+/// resolves (a flush), with its buffer untouched; a send waiting for the acknowledgement of a
+/// peer that was reset resolves when its own QP is reset.
+#[test]
+fn futures_waiting_across_a_reset_or_a_move_to_err_resolve_with_their_buffers_untouched() {
+    const N: usize = 8;
+    for (name, rt) in runtimes() {
+        for to_err in [false, true] {
+            let r = async_rig();
+            let AsyncRig { ctx, pd, ch, cq_a, cq_b, pair } = r;
+            let RcPair { a, b } = pair;
+            let tasks: Vec<_> = (0..N)
+                .map(|_| {
+                    let mut c = chunks(&pd, 1, 64).remove(0);
+                    c.as_mut_slice().fill(0xEE);
+                    rt.spawn(b.post_recv_owned(wr::Recv::new(c)).unwrap().into_future())
+                })
+                .collect();
+            rt.block_on(async { sleep(Duration::from_millis(30)).await });
+            let b = if to_err {
+                let b = b.to_error().map_err(|e| e.error).unwrap();
+                drop(b);
+                None
+            } else {
+                Some(b.reset().map_err(|e| e.error).unwrap())
+            };
+            rt.block_on(async {
+                for t in tasks {
+                    let got = timeout(WAIT, t).await.expect("a waiting future resolves after the reset").unwrap();
+                    let (c, buf) = got.map_err(|e| e.error).unwrap();
+                    assert_eq!(c.status(), WcStatus::WrFlushErr, "{name} (to_err {to_err}): {c:?}");
+                    assert!(buf.as_slice().iter().all(|&x| x == 0xEE), "{name}: a flushed buffer was written");
+                }
+            });
+            if let Some(b) = b {
+                // A send to the reset peer is never acknowledged; it waits until its own QP
+                // is reset.
+                let t = a.post_send_owned(wr::Send::new(message(&pd, b"into the void"))).unwrap();
+                let task = rt.spawn(t.into_future());
+                rt.block_on(async { sleep(Duration::from_millis(30)).await });
+                let _a = a.reset().map_err(|e| e.error).unwrap();
+                let got = rt.block_on(async { timeout(WAIT, task).await }).expect("bounded").unwrap();
+                let (c, buf) = got.map_err(|e| e.error).unwrap();
+                assert!(
+                    matches!(c.status(), WcStatus::WrFlushErr | WcStatus::RetryExcErr),
+                    "{name}: {c:?}"
+                );
+                assert_eq!(buf.as_slice(), b"into the void", "{name}");
+                drop(b);
+            }
+            drop((cq_a, cq_b, ch, pd, ctx));
+        }
+    }
+}
+
+/// A current-thread runtime that is not running (its `block_on` returned) holds a task whose
+/// future waits on the channel, so the channel's driver task belongs to it. A future awaited
+/// on another runtime must still be served when its completion arrives.
+#[test]
+fn a_future_on_one_runtime_is_served_while_the_channels_driver_belongs_to_an_idle_runtime() {
+    for (name, rt_b) in runtimes() {
+        let r = async_rig();
+        let rt_a = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let parked = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+        let _holder = rt_a.spawn(parked.into_future());
+        // The task runs (its future waits, a driver task on `rt_a` starts), then `rt_a` idles.
+        rt_a.block_on(async { sleep(Duration::from_millis(30)).await });
+        // On the other runtime: a receive awaited, whose message arrives after it waits.
+        let got = rt_b.block_on(async {
+            let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+            let waiting = tokio::spawn(t.into_future());
+            sleep(Duration::from_millis(50)).await;
+            send_sync(&r.pd, &r.pair.a, b"served?");
+            timeout(Duration::from_secs(5), waiting).await
+        });
+        let (c, buf) = got
+            .unwrap_or_else(|_| panic!("{name}: the future hung: the driver task belongs to the idle runtime"))
+            .unwrap()
+            .map_err(|e| e.error)
+            .unwrap();
+        assert!(c.is_success(), "{name}: {c:?}");
+        assert_eq!(&buf.as_slice()[..7], b"served?", "{name}");
+        drop(rt_a);
+    }
+}
+
+/// An SRQ receive awaited while one QP (on CQ 1) takes from the SRQ; a second QP on CQ 2
+/// (the same channel) is attached afterwards, and the message arrives there.
+#[test]
+fn an_srq_receive_completing_on_a_cq_attached_after_it_started_waiting_resolves() {
+    for (name, rt) in runtimes() {
+        let ctx = open();
+        let pd = ctx.alloc_pd().unwrap();
+        let ch = ctx.create_comp_channel().unwrap();
+        let cq1 = ctx.create_cq_with_channel(512, &ch).unwrap();
+        let cq2 = ctx.create_cq_with_channel(512, &ch).unwrap();
+        let srq = pd.create_srq(16).unwrap();
+        let _first = pd.create_qp::<RC>(&QpConfig::new(&cq1).srq(&srq)).unwrap();
+        let t = srq.post_recv_owned(wr::Recv::new(chunks(&pd, 1, 64).remove(0))).unwrap();
+        let waiting = rt.spawn(t.into_future());
+        rt.block_on(async { sleep(Duration::from_millis(30)).await });
+        // A second QP on the SRQ, on CQ 2, connected to a sender.
+        let sq = pd.create_qp::<RC>(&QpConfig::new(&cq1)).unwrap();
+        let rq = pd.create_qp::<RC>(&QpConfig::new(&cq2).srq(&srq)).unwrap();
+        let (es, er) = (sq.endpoint(PORT, gid_index(), 0x10).unwrap(), rq.endpoint(PORT, gid_index(), 0x20).unwrap());
+        let (sq, _rq) = (connect_rc(sq, Access::NONE, &es, &er), connect_rc(rq, Access::NONE, &er, &es));
+        send_sync(&pd, &sq, b"on cq 2");
+        let got = rt.block_on(async { timeout(Duration::from_secs(5), waiting).await });
+        let (c, buf) = got
+            .unwrap_or_else(|_| panic!("{name}: the future hung: it waits on CQ 1 only"))
+            .unwrap()
+            .map_err(|e| e.error)
+            .unwrap();
+        assert!(c.is_success(), "{name}: {c:?}");
+        assert_eq!(&buf.as_slice()[..7], b"on cq 2", "{name}");
+    }
+}
+
+/// A tokio runtime built without I/O: a future that has to wait cannot start a driver task;
+/// it resolves to a typed error with the token (no panic), and the token is still good.
+#[test]
+fn a_future_waiting_in_a_runtime_without_io_is_a_typed_error_not_a_panic() {
+    let r = async_rig();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(async { timeout(Duration::from_secs(2), t.into_future()).await })
+    }));
+    let got = got.unwrap_or_else(|p| {
+        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+        panic!("awaiting in a runtime without I/O panicked: {msg:?}")
+    });
+    let token = match got.expect("resolves at once") {
+        Err(e) => {
+            assert!(matches!(e.error, Error::Verb { .. }), "{:?}", e.error);
+            e.token
+        }
+        Ok(got) => panic!("nothing was sent, yet {got:?}"),
+    };
+    send_sync(&r.pd, &r.pair.a, b"still mine");
+    let (c, buf) = token.wait(WAIT).map_err(|e| e.error).unwrap();
+    assert!(c.is_success(), "{c:?}");
+    assert_eq!(&buf.as_slice()[..10], b"still mine");
+}
+
+/// A hand-written executor outside any runtime whose waker polls the future inline (on the
+/// thread that called `CompChannel::dispatch`, under the CQ's routing lock): the woken future
+/// resolves there, with its buffer, without a deadlock.
+#[test]
+fn a_waker_that_polls_its_completed_future_inline_from_dispatch_resolves_it() {
+    type Fut = OwnedCompletion<Chunk<Rx>>;
+    type Out = <Fut as Future>::Output;
+    struct Inline {
+        fut: Mutex<Option<Fut>>,
+        out: Mutex<Option<Out>>,
+        polls: AtomicUsize,
+    }
+    impl Inline {
+        fn poll_inline(self: &Arc<Self>) {
+            let waker = Waker::from(Arc::clone(self));
+            let mut slot = self.fut.lock().unwrap();
+            if let Some(fut) = slot.as_mut() {
+                self.polls.fetch_add(1, Ordering::SeqCst);
+                if let Poll::Ready(got) = poll_with(fut, &waker) {
+                    *slot = None;
+                    *self.out.lock().unwrap() = Some(got);
+                }
+            }
+        }
+    }
+    impl Wake for Inline {
+        fn wake(self: Arc<Self>) {
+            self.poll_inline();
+        }
+    }
+    let r = async_rig();
+    let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+    let exec = Arc::new(Inline { fut: Mutex::new(Some(t.into_future())), out: Mutex::new(None), polls: AtomicUsize::new(0) });
+    exec.poll_inline();
+    assert!(exec.out.lock().unwrap().is_none(), "nothing was sent");
+    send_sync(&r.pd, &r.pair.a, b"inline");
+    let out = bounded("dispatch with an inline-polling waker", WAIT, {
+        let exec = Arc::clone(&exec);
+        let ch = r.ch;
+        move || {
+            let start = Instant::now();
+            while exec.out.lock().unwrap().is_none() && start.elapsed() < WAIT {
+                if readable(&ch, 100) {
+                    ch.dispatch().unwrap();
+                }
+            }
+            (exec.out.lock().unwrap().take(), ch)
+        }
+    });
+    let (c, buf) = out.0.expect("resolved inside dispatch").map_err(|e| e.error).unwrap();
+    assert!(c.is_success(), "{c:?}");
+    assert_eq!(&buf.as_slice()[..6], b"inline");
+    assert!(exec.polls.load(Ordering::SeqCst) <= 3, "{} polls", exec.polls.load(Ordering::SeqCst));
+    drop((out.1, r.ctx));
+}
+
+/// poll(2) on the channel's descriptor for `ms` milliseconds: true when it is readable.
+#[allow(unsafe_code)] // poll(2): the tests have no safe wrapper for it
+fn readable(ch: &CompChannel, ms: i32) -> bool {
+    use std::os::fd::{AsFd, AsRawFd};
+    let mut pfd = libc::pollfd { fd: ch.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    assert!(n >= 0, "poll(2) on the channel fd: {}", std::io::Error::last_os_error());
+    n > 0 && pfd.revents & libc::POLLIN != 0
+}
