@@ -65,14 +65,42 @@ struct Driver {
     waiters: usize,
     /// CQs whose event was read and that futures wait on: served by the next `dispatch`.
     ready: Vec<Weak<CqShared>>,
-    /// The generation of the running tokio driver task, if one runs.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    running: Option<u64>,
+    /// The running tokio driver tasks, at most one per runtime: a future is served by a task
+    /// of the runtime it is polled on, whatever other runtimes (idle, blocked or leaked) do.
+    tasks: Vec<DriverTask>,
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     next_gen: u64,
-    /// The driver task's waker: woken when an event was read by another waiter
-    /// ([`CompChannel::wait`]) or when the last future is gone (the task then ends).
+}
+
+/// A running driver task.
+struct DriverTask {
+    /// Its generation (which task of the channel it is).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    gen: u64,
+    /// The runtime it runs on.
+    #[cfg(feature = "tokio")]
+    runtime: tokio::runtime::Id,
+    /// Its waker: woken when an event was read by another waiter ([`CompChannel::wait`]) or
+    /// when the last future is gone (the task then ends).
     waker: Option<std::task::Waker>,
+}
+
+impl Driver {
+    /// The wakers of the driver tasks (`take`: forgotten).
+    fn task_wakers(&mut self, take: bool) -> Vec<std::task::Waker> {
+        let wakers = self.tasks.iter_mut();
+        if take {
+            wakers.filter_map(|t| t.waker.take()).collect()
+        } else {
+            wakers.filter_map(|t| t.waker.clone()).collect()
+        }
+    }
+
+    /// Driver task `gen` ended: forgets it.
+    #[cfg(feature = "tokio")]
+    fn ended(&mut self, gen: u64) {
+        self.tasks.retain(|t| t.gen != gen);
+    }
 }
 
 /// How many events one [`CompChannel::dispatch`] reads at most.
@@ -349,19 +377,19 @@ impl ChannelShared {
         if cq.waiters.load(std::sync::atomic::Ordering::Acquire) == 0 {
             return;
         }
-        let driver = {
+        let drivers = {
             let mut d = lock(&self.driver);
             if !d.ready.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq))) {
                 d.ready.push(Arc::downgrade(cq));
             }
             if from_dispatch {
-                None
+                Vec::new()
             } else {
-                d.waker.clone()
+                d.task_wakers(false)
             }
         };
         // Woken outside the lock.
-        if let Some(w) = driver {
+        for w in drivers {
             w.wake();
         }
     }
@@ -372,19 +400,19 @@ impl ChannelShared {
     }
 
     /// A future stopped waiting on one of this channel's CQs; the last one wakes the driver
-    /// task, which then ends.
+    /// tasks, which then end.
     pub(crate) fn remove_waiter(&self) {
-        let driver = {
+        let drivers = {
             let mut d = lock(&self.driver);
             d.waiters = d.waiters.saturating_sub(1);
             if d.waiters == 0 {
-                d.waker.take()
+                d.task_wakers(true)
             } else {
-                None
+                Vec::new()
             }
         };
         // Woken outside the lock.
-        if let Some(w) = driver {
+        for w in drivers {
             w.wake();
         }
     }
@@ -497,23 +525,26 @@ impl ChannelShared {
     }
 
     /// Makes sure a task of the current tokio runtime serves this channel's futures (one per
-    /// channel while futures wait; it ends when the last one is gone or its runtime shuts
-    /// down). Outside a tokio runtime, nothing: the program calls [`CompChannel::dispatch`].
+    /// channel and runtime while futures wait; it ends when the last one is gone or its runtime
+    /// shuts down). A task of another runtime is not enough: that runtime may not run (a
+    /// current-thread runtime outside `block_on`, a blocked or leaked one). Outside a tokio
+    /// runtime, nothing: the program calls [`CompChannel::dispatch`].
     ///
     /// # Errors
     /// As [`CompChannel::wait_async`] when the descriptor cannot be registered.
     pub(crate) fn ensure_driver(self: &Arc<Self>) -> Result<()> {
-        let mut d = lock(&self.driver);
-        if d.running.is_some() {
-            return Ok(());
-        }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return Ok(());
         };
+        let runtime = handle.id();
+        let mut d = lock(&self.driver);
+        if d.tasks.iter().any(|t| t.runtime == runtime) {
+            return Ok(());
+        }
         let afd = self.register_fd()?;
         let gen = d.next_gen;
         d.next_gen += 1;
-        d.running = Some(gen);
+        d.tasks.push(DriverTask { gen, runtime, waker: None });
         drop(d);
         let guard = DriverGuard { ch: Arc::downgrade(self), gen };
         handle.spawn(async move {
@@ -536,11 +567,7 @@ struct DriverGuard {
 impl Drop for DriverGuard {
     fn drop(&mut self) {
         if let Some(ch) = self.ch.upgrade() {
-            let mut d = lock(&ch.driver);
-            if d.running == Some(self.gen) {
-                d.running = None;
-                d.waker = None;
-            }
+            lock(&ch.driver).ended(self.gen);
         }
     }
 }
@@ -564,17 +591,17 @@ fn drive(
         {
             let mut d = lock(&inner.driver);
             if d.waiters == 0 && d.ready.is_empty() {
-                // Under the lock a new future's `ensure_driver` takes: it sees no driver, and
-                // starts one.
-                if d.running == Some(guard.gen) {
-                    d.running = None;
-                    d.waker = None;
-                }
+                // Under the lock a new future's `ensure_driver` takes: it sees no driver of its
+                // runtime, and starts one.
+                d.ended(guard.gen);
                 return Poll::Ready(());
             }
-            match &mut d.waker {
+            let Some(me) = d.tasks.iter_mut().find(|t| t.gen == guard.gen) else {
+                return Poll::Ready(());
+            };
+            match &mut me.waker {
                 Some(w) => w.clone_from(cx.waker()),
-                None => d.waker = Some(cx.waker().clone()),
+                None => me.waker = Some(cx.waker().clone()),
             }
         }
         let mut ready = match afd.poll_read_ready(cx) {

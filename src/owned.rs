@@ -351,7 +351,9 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
     /// more are there, the task is woken again rather than looping).
     ///
     /// # Panics
-    /// When polled again after it resolved (as futures may).
+    /// When polled again after it resolved (as futures may). Tokio panics when it has to wait
+    /// inside a tokio runtime built without I/O (`enable_io`): the channel's descriptor cannot
+    /// be registered with its reactor. The unwinding drops the future, which parks the buffers.
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let Some(token) = this.token.as_ref() else {
@@ -371,17 +373,19 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
                 return Poll::Ready(Ok(this.finish(c)));
             }
             match wait_cqs(q, seq) {
-                Ok(cqs) => {
-                    for cq in &cqs {
-                        cq.waiters.fetch_add(1, Ordering::AcqRel);
-                        if let Some(ch) = &cq.channel {
-                            ch.add_waiter();
-                        }
-                    }
-                    this.waiting = cqs;
-                }
+                Ok(cqs) => wait_on(&mut this.waiting, cqs),
                 Err(error) => return Poll::Ready(Err(this.fail(error))),
             }
+        } else if let QueueRef::Srq(s) = q {
+            // A QP attached to the SRQ after this future started waiting completes receives on
+            // its own CQ: waited on too (the attach woke this future).
+            let new: Vec<_> =
+                s.cqs().into_iter().filter(|cq| !this.waiting.iter().any(|w| Arc::ptr_eq(w, cq))).collect();
+            if new.iter().any(|cq| cq.channel.is_none()) {
+                let what = q.describe(seq);
+                return Poll::Ready(Err(this.fail(Error::NoCompletionChannel { what })));
+            }
+            wait_on(&mut this.waiting, new);
         }
         q.tracked().register_waker(seq, cx.waker());
         let served = this.waiting.iter().try_fold(false, |more, cq| {
@@ -403,6 +407,17 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
             cx.waker().wake_by_ref();
         }
         Poll::Pending
+    }
+}
+
+/// Counts a future a waiter of `cqs` (and of their channels), adding them to its `waiting`.
+fn wait_on(waiting: &mut Vec<Arc<CqShared>>, cqs: Vec<Arc<CqShared>>) {
+    for cq in cqs {
+        cq.waiters.fetch_add(1, Ordering::AcqRel);
+        if let Some(ch) = &cq.channel {
+            ch.add_waiter();
+        }
+        waiting.push(cq);
     }
 }
 

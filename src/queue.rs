@@ -898,6 +898,24 @@ impl TrackedQueue {
         self.waker_count.store(wakers.len(), Ordering::SeqCst);
     }
 
+    /// Wakes (and forgets) every registered waker: the set of CQs the queue's requests
+    /// complete on grew (a QP was attached to a shared receive queue), and each waiting future
+    /// must wait on the new one too. The woken futures register again when polled.
+    pub(crate) fn wake_all(&self) {
+        if self.waker_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let woken = {
+            let mut wakers = lock(&self.wakers);
+            self.waker_count.store(0, Ordering::Release);
+            std::mem::take(&mut *wakers)
+        };
+        // Woken outside the lock: a waker may run code of its executor.
+        for (_, w) in woken {
+            w.wake();
+        }
+    }
+
     /// The future of request `seq` is gone or done: forgets its waker.
     pub(crate) fn forget_waker(&self, seq: u64) {
         if self.waker_count.load(Ordering::Acquire) == 0 {

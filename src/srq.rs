@@ -309,16 +309,20 @@ impl SrqShared {
         register(if new { u64::from(self.max_wr) } else { 0 })?;
         if new {
             cqs.push(Arc::downgrade(cq));
+            drop(cqs);
+            // The futures waiting on the SRQ's receives wait on the CQs attached before: woken,
+            // they wait on this one too (`OwnedCompletion::poll`).
+            self.rq.wake_all();
         }
         Ok(())
     }
 
-    /// Polls every CQ an attached QP receives on; returns how many completions were polled.
     /// The CQs the SRQ's receives complete on (those of the QPs attached to it).
     pub(crate) fn cqs(&self) -> Vec<Arc<CqShared>> {
         lock(&self.cqs).iter().filter_map(Weak::upgrade).collect()
     }
 
+    /// Polls every CQ an attached QP receives on; returns how many completions were polled.
     pub(crate) fn poll(&self) -> Result<usize> {
         let cqs: Vec<_> = lock(&self.cqs).iter().filter_map(Weak::upgrade).collect();
         let mut n = 0;

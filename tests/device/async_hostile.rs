@@ -3,7 +3,8 @@
 //! completions, re-polled with another waker or moved to another task, polled after they
 //! resolved, left waiting across a QP reset or a move to ERR, waiting on one runtime while the
 //! channel's driver task belongs to another runtime that is not running, an SRQ receive whose
-//! completion lands on a CQ attached after the future started waiting, a runtime without I/O,
+//! completion lands on a CQ attached after the future started waiting, a runtime without I/O
+//! (tokio panics; the unwinding parks the buffer),
 //! and a hand-written executor whose waker polls the future inline. Every buffer that comes
 //! back holds its message (it came back after its completion); every buffer that did not is
 //! read back over RDMA from its region, and holds the late message (the device wrote memory
@@ -433,11 +434,13 @@ fn a_future_on_one_runtime_is_served_while_the_channels_driver_belongs_to_an_idl
     for (name, rt_b) in runtimes() {
         let r = async_rig();
         let rt_a = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let parked = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+        // A receive of QP a (on CQ a, nothing is sent to a): the channel's first waiter.
+        let parked = r.pair.a.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
         let _holder = rt_a.spawn(parked.into_future());
         // The task runs (its future waits, a driver task on `rt_a` starts), then `rt_a` idles.
         rt_a.block_on(async { sleep(Duration::from_millis(30)).await });
-        // On the other runtime: a receive awaited, whose message arrives after it waits.
+        // On the other runtime: a receive of QP b (on CQ b, the same channel) awaited, whose
+        // message arrives after it waits.
         let got = rt_b.block_on(async {
             let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
             let waiting = tokio::spawn(t.into_future());
@@ -488,31 +491,34 @@ fn an_srq_receive_completing_on_a_cq_attached_after_it_started_waiting_resolves(
     }
 }
 
-/// A tokio runtime built without I/O: a future that has to wait cannot start a driver task;
-/// it resolves to a typed error with the token (no panic), and the token is still good.
+/// A tokio runtime built without I/O: a future that has to wait cannot start a driver task.
+/// Tokio panics (documented on `OwnedCompletion::poll`, as on `CompChannel::wait_async`); the
+/// unwinding drops the future, whose buffer is parked until its message lands, and the QP and
+/// the channel serve a future on a runtime with I/O afterwards.
 #[test]
-fn a_future_waiting_in_a_runtime_without_io_is_a_typed_error_not_a_panic() {
+fn a_future_waiting_in_a_runtime_without_io_panics_and_parks_its_buffer() {
     let r = async_rig();
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
     let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         rt.block_on(async { timeout(Duration::from_secs(2), t.into_future()).await })
     }));
-    let got = got.unwrap_or_else(|p| {
-        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
-        panic!("awaiting in a runtime without I/O panicked: {msg:?}")
+    let p = got.expect_err("tokio panics: I/O is disabled");
+    let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+    assert!(msg.as_deref().is_some_and(|m| m.contains("IO is disabled")), "{msg:?}");
+    assert_eq!(r.pair.b.parked_buffers(), 1, "the unwound future's buffer is parked");
+    send_sync(&r.pd, &r.pair.a, b"parked");
+    until_unparked(&r.pair.b, &r.cq_b);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+        let waiting = tokio::spawn(t.into_future());
+        sleep(Duration::from_millis(20)).await;
+        send_sync(&r.pd, &r.pair.a, b"with I/O");
+        let (c, buf) = timeout(WAIT, waiting).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        assert_eq!(&buf.as_slice()[..8], b"with I/O");
     });
-    let token = match got.expect("resolves at once") {
-        Err(e) => {
-            assert!(matches!(e.error, Error::Verb { .. }), "{:?}", e.error);
-            e.token
-        }
-        Ok(got) => panic!("nothing was sent, yet {got:?}"),
-    };
-    send_sync(&r.pd, &r.pair.a, b"still mine");
-    let (c, buf) = token.wait(WAIT).map_err(|e| e.error).unwrap();
-    assert!(c.is_success(), "{c:?}");
-    assert_eq!(&buf.as_slice()[..10], b"still mine");
 }
 
 /// A hand-written executor outside any runtime whose waker polls the future inline (on the
