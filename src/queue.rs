@@ -1252,6 +1252,34 @@ mod tests {
         assert_eq!((woken(&wx), woken(&wy)), (1, 1), "the reset completed x");
     }
 
+    /// Futures forgotten after they registered (nothing forgets their wakers): the registry
+    /// holds at most one waker per outstanding request however often each is polled, and
+    /// empties (dropping the wakers) as the requests complete; `wake_all` (an SRQ attach) wakes
+    /// and forgets every one.
+    #[cfg(not(loom))]
+    #[test]
+    fn wakers_of_forgotten_futures_are_bounded_by_the_outstanding_requests_and_dropped_on_completion() {
+        use std::sync::Arc;
+        let w = Arc::new(CountWake(std::sync::atomic::AtomicUsize::new(0)));
+        let q = TrackedQueue::new(8, None);
+        let seqs: Vec<u64> = (0..8).map(|_| q.lock().push(true)).collect();
+        for _ in 0..100 {
+            for &s in &seqs {
+                q.register_waker(s, &std::task::Waker::from(Arc::clone(&w)));
+            }
+        }
+        assert_eq!(q.waker_count.load(Ordering::SeqCst), 8);
+        assert_eq!(lock(&q.wakers).len(), 8);
+        assert_eq!(Arc::strong_count(&w), 9, "one clone per registered request");
+        for &s in &seqs[..6] {
+            q.complete(s, wc(1));
+        }
+        assert_eq!((q.waker_count.load(Ordering::SeqCst), Arc::strong_count(&w)), (2, 3));
+        q.wake_all();
+        assert_eq!((q.waker_count.load(Ordering::SeqCst), Arc::strong_count(&w)), (0, 1));
+        assert_eq!(w.0.load(Ordering::SeqCst), 8, "each woken once");
+    }
+
     /// Threads share one send queue's book through its lock (a spin lock): two post (signaled
     /// or not, under the library's signaling rule) and take their own results in any order,
     /// giving some tokens up; a device thread completes the requests in posting order (the

@@ -314,6 +314,7 @@ fn a_future_repolled_with_another_waker_or_moved_to_another_task_wakes_the_lates
         // Moved from one task to another while waiting.
         rt.block_on(async {
             let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+            #[allow(clippy::async_yields_async)] // the waiting future is moved to another task
             let first = tokio::spawn(async move {
                 let mut fut = t.into_future();
                 tokio::select! {
@@ -327,7 +328,8 @@ fn a_future_repolled_with_another_waker_or_moved_to_another_task_wakes_the_lates
             let second = tokio::spawn(fut);
             sleep(Duration::from_millis(20)).await;
             send_sync(&r.pd, &r.pair.a, b"moved");
-            let (c, buf) = timeout(WAIT, second).await.expect("the second task was woken").unwrap().map_err(|e| e.error).unwrap();
+            let (c, buf) =
+                timeout(WAIT, second).await.expect("the second task was woken").unwrap().map_err(|e| e.error).unwrap();
             assert!(c.is_success(), "{name}: {c:?}");
             assert_eq!(&buf.as_slice()[..5], b"moved", "{name}");
         });
@@ -414,10 +416,7 @@ fn futures_waiting_across_a_reset_or_a_move_to_err_resolve_with_their_buffers_un
                 let _a = a.reset().map_err(|e| e.error).unwrap();
                 let got = rt.block_on(async { timeout(WAIT, task).await }).expect("bounded").unwrap();
                 let (c, buf) = got.map_err(|e| e.error).unwrap();
-                assert!(
-                    matches!(c.status(), WcStatus::WrFlushErr | WcStatus::RetryExcErr),
-                    "{name}: {c:?}"
-                );
+                assert!(matches!(c.status(), WcStatus::WrFlushErr | WcStatus::RetryExcErr), "{name}: {c:?}");
                 assert_eq!(buf.as_slice(), b"into the void", "{name}");
                 drop(b);
             }
@@ -553,7 +552,8 @@ fn a_waker_that_polls_its_completed_future_inline_from_dispatch_resolves_it() {
     }
     let r = async_rig();
     let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
-    let exec = Arc::new(Inline { fut: Mutex::new(Some(t.into_future())), out: Mutex::new(None), polls: AtomicUsize::new(0) });
+    let exec =
+        Arc::new(Inline { fut: Mutex::new(Some(t.into_future())), out: Mutex::new(None), polls: AtomicUsize::new(0) });
     exec.poll_inline();
     assert!(exec.out.lock().unwrap().is_none(), "nothing was sent");
     send_sync(&r.pd, &r.pair.a, b"inline");
