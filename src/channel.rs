@@ -434,7 +434,9 @@ impl CompChannel {
     /// readability again (with an edge-triggered reactor, only after `more == false`: the
     /// descriptor was drained). With the `tokio` feature, a future that has to wait starts a
     /// task on the current tokio runtime that does exactly this, so tokio programs need
-    /// nothing.
+    /// nothing. The futures' wakers are called inside this call, under the routing lock of the
+    /// CQ being polled: they must schedule their tasks, not poll them inline (see
+    /// [`owned`](crate::owned#awaiting-a-token)).
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_get_cq_event` (reading the channel), `ibv_poll_cq` or
