@@ -377,11 +377,12 @@ impl CqShared {
         let mut left = self.cqe as usize;
         let Routing { routes, wcs } = routing;
         while left > 0 {
-            let polled =
-                self.poll_locked(wcs, left.min(POLL_BATCH), |_, wc| match retired.iter().find(|r| r.qp_num == wc.qp_num) {
+            let polled = self.poll_locked(wcs, left.min(POLL_BATCH), |_, wc| {
+                match retired.iter().find(|r| r.qp_num == wc.qp_num) {
                     Some(r) => Self::route_retired(r, wc, || self.decode(wc)),
                     None => self.route(routes, wc, None, || self.decode(wc)),
-                });
+                }
+            });
             match polled {
                 // Empty, or a failed poll (nothing more can be taken off).
                 Ok(0) | Err(_) => return,
