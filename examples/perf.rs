@@ -2246,6 +2246,15 @@ mod tests {
         assert_eq!((p.duration, p.iters, p.cq_mod, p.tokens), (Some(Duration::from_millis(1500)), u64::MAX, 1, true));
         assert_eq!(ok("read_bw -d rxe0 -o 4 --odp").out_reads, Some(4));
         assert_eq!(ok("send_lat -d rxe0 --listen").peer, Some((Role::Server, None)));
+        if cfg!(feature = "tokio") {
+            let p = ok("send_lat -d rxe0 --async -n 100");
+            assert_eq!(
+                (p.awaited, p.tokens, p.iters, p.cq_mod, p.api()),
+                (true, false, 100, 1, "owned tokens awaited")
+            );
+        } else {
+            assert!(parse("send_lat -d rxe0 --async").is_err_and(|e| e.contains("the tokio feature")));
+        }
     }
 
     #[test]
@@ -2267,6 +2276,11 @@ mod tests {
             ("write_bw -d rxe0 --listen", "--listen and --connect are for send_lat and write_lat with -n"),
             ("send_lat -d rxe0 -D 1 --listen", "--listen and --connect are for send_lat and write_lat with -n"),
             ("send_lat -d rxe0 --listen --connect h", "cannot be used with"),
+            ("write_lat -d rxe0 --async", "--async is for send_lat"),
+            ("send_lat -d rxe0 --async --spin", "--async runs send_lat with -n and -Q 1"),
+            ("send_lat -d rxe0 --async -Q 4", "--async runs send_lat with -n and -Q 1"),
+            ("send_lat -d rxe0 --async -D 1", "--async runs send_lat with -n and -Q 1"),
+            ("send_lat -d rxe0 --async --tokens", "cannot be used with"),
         ] {
             let e = parse(line).err().unwrap_or_else(|| panic!("{line:?} was accepted"));
             assert!(e.contains(says), "{line:?}: {e}");
