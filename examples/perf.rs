@@ -592,6 +592,23 @@ fn join<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
     h.join().unwrap_or_else(|_| Err(bad("the peer thread panicked")))
 }
 
+/// Runs this thread's side, `mine`, beside the peer thread `peer`: a failure of `mine` tells
+/// the peer (`failed`), then both are joined; `mine`'s result, or the first error.
+fn beside_peer<T, U>(
+    failed: &AtomicBool,
+    peer: std::thread::ScopedJoinHandle<'_, Result<U>>,
+    mine: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let r = mine();
+    if r.is_err() {
+        failed.store(true, Ordering::Release);
+    }
+    let rp = join(peer);
+    let v = r?;
+    rp?;
+    Ok(v)
+}
+
 // ------------------------------------------------------------------------------------------
 // Bandwidth
 
@@ -1205,7 +1222,7 @@ fn bw_with<M: Memory>(
             let (a, b) = (&mut a, &mut b);
             std::thread::scope(|ts| {
                 let receiver = ts.spawn(|| send_bw_receiver(p, b, bufs, &sh));
-                let mut sender = || -> Result<BwRun> {
+                let sender = || -> Result<BwRun> {
                     wait_flag(&sh.ready, p.timeout, "the receiver's initial receives")?;
                     let out = scope_with_timeout(p.timeout, |s| {
                         if p.tokens {
@@ -1221,14 +1238,7 @@ fn bw_with<M: Memory>(
                     })??;
                     Ok(out.run)
                 };
-                let r = sender();
-                if r.is_err() {
-                    sh.failed.store(true, Ordering::Release);
-                }
-                let rr = join(receiver);
-                let run = r?;
-                rr?;
-                Ok(run)
+                beside_peer(&sh.failed, receiver, sender)
             })
         }
         _ => unreachable!(),
@@ -1900,11 +1910,7 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
             let (to_b, to_a) = (dst_b.remote(..)?, dst_a.remote(..)?);
             std::thread::scope(|ts| {
                 let server = ts.spawn(|| write_lat_side(b_side, b, &slots_b, &dst_b, to_a));
-                let r = write_lat_side(a_side, a, &slots_a, &dst_a, to_b);
-                let rs = join(server);
-                let stamps = r?;
-                rs?;
-                Ok(stamps)
+                beside_peer(&sh.failed, server, || write_lat_side(a_side, a, &slots_a, &dst_a, to_b))
             })
         }
         #[cfg(feature = "tokio")]
@@ -1912,15 +1918,10 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
             let (a, b) = (&*a, &*b);
             let server = ts.spawn(|| awaited::send_lat_side(b_side, b, pd_b, 0xb));
             // The client's first send needs the server's receives posted.
-            let r = wait_flag(&sh.ready, p.timeout, "the server's receives")
-                .and_then(|()| awaited::send_lat_side(a_side, a, pd_a, 0xa));
-            if r.is_err() {
-                sh.failed.store(true, Ordering::Release);
-            }
-            let rs = join(server);
-            let stamps = r?;
-            rs?;
-            Ok(stamps)
+            beside_peer(&sh.failed, server, || {
+                wait_flag(&sh.ready, p.timeout, "the server's receives")?;
+                awaited::send_lat_side(a_side, a, pd_a, 0xa)
+            })
         }),
         Test::SendLat => {
             let ((src_a, mut rbuf_a), (src_b, mut rbuf_b)) = (send_lat_mem(p, pd_a, 0xa)?, send_lat_mem(p, pd_b, 0xb)?);
@@ -1930,15 +1931,10 @@ fn run_lat(p: &Params) -> Result<Vec<u64>> {
             std::thread::scope(|ts| {
                 let server = ts.spawn(|| send_lat_side(b_side, b, vb, rb));
                 // The client's first send needs the server's receive posted.
-                let r = wait_flag(&sh.ready, p.timeout, "the server's receive")
-                    .and_then(|()| send_lat_side(a_side, a, va, ra));
-                if r.is_err() {
-                    sh.failed.store(true, Ordering::Release);
-                }
-                let rs = join(server);
-                let stamps = r?;
-                rs?;
-                Ok(stamps)
+                beside_peer(&sh.failed, server, || {
+                    wait_flag(&sh.ready, p.timeout, "the server's receive")?;
+                    send_lat_side(a_side, a, va, ra)
+                })
             })
         }
         _ => unreachable!(),
@@ -2250,6 +2246,15 @@ mod tests {
         assert_eq!((p.duration, p.iters, p.cq_mod, p.tokens), (Some(Duration::from_millis(1500)), u64::MAX, 1, true));
         assert_eq!(ok("read_bw -d rxe0 -o 4 --odp").out_reads, Some(4));
         assert_eq!(ok("send_lat -d rxe0 --listen").peer, Some((Role::Server, None)));
+        if cfg!(feature = "tokio") {
+            let p = ok("send_lat -d rxe0 --async -n 100");
+            assert_eq!(
+                (p.awaited, p.tokens, p.iters, p.cq_mod, p.api()),
+                (true, false, 100, 1, "owned tokens awaited")
+            );
+        } else {
+            assert!(parse("send_lat -d rxe0 --async").is_err_and(|e| e.contains("the tokio feature")));
+        }
     }
 
     #[test]
@@ -2271,6 +2276,11 @@ mod tests {
             ("write_bw -d rxe0 --listen", "--listen and --connect are for send_lat and write_lat with -n"),
             ("send_lat -d rxe0 -D 1 --listen", "--listen and --connect are for send_lat and write_lat with -n"),
             ("send_lat -d rxe0 --listen --connect h", "cannot be used with"),
+            ("write_lat -d rxe0 --async", "--async is for send_lat"),
+            ("send_lat -d rxe0 --async --spin", "--async runs send_lat with -n and -Q 1"),
+            ("send_lat -d rxe0 --async -Q 4", "--async runs send_lat with -n and -Q 1"),
+            ("send_lat -d rxe0 --async -D 1", "--async runs send_lat with -n and -Q 1"),
+            ("send_lat -d rxe0 --async --tokens", "cannot be used with"),
         ] {
             let e = parse(line).err().unwrap_or_else(|| panic!("{line:?} was accepted"));
             assert!(e.contains(says), "{line:?}: {e}");

@@ -44,9 +44,10 @@ pub(crate) struct CqShared {
     pub(crate) armed: AtomicBool,
     /// Futures waiting for a request that completes here.
     pub(crate) waiters: std::sync::atomic::AtomicUsize,
-    /// QPs whose completions land here, by QP number. Also serialises polling, so that the
-    /// completions of one work queue are routed in the order the device produced them.
-    routes: PollLock<Vec<(u32, Weak<QpShared>)>>,
+    /// QPs whose completions land here, by QP number, and the entries of a batch poll. Also
+    /// serialises polling, so that the completions of one work queue are routed in the order
+    /// the device produced them.
+    routes: PollLock<Routing>,
     /// QPs destroyed after completing here, whose completions may still sit in the CQ
     /// (rxe keeps a destroyed QP's completions) while the device may give their numbers to new
     /// QPs. The next QP registered here first takes every such completion off the CQ
@@ -57,6 +58,18 @@ pub(crate) struct CqShared {
     /// are taken off ([`CqShared::register`]). Never above `cqe`, so the CQ cannot overrun.
     /// Changed only under the routing lock.
     reserved: std::sync::atomic::AtomicU64,
+}
+
+/// What a CQ's routing lock guards.
+pub(crate) struct Routing {
+    /// QPs whose completions land on the CQ, by QP number.
+    routes: Vec<(u32, Weak<QpShared>)>,
+    /// The entries a batch poll hands to `ibv_poll_cq`, zeroed between polls: each poll
+    /// zeroes again the entries it used (a failed `ibv_poll_cq` all of them), so a batch costs
+    /// the entries it returns rather than a zeroed array of [`POLL_BATCH`]. (A routing that
+    /// panics halfway leaves its entries as the provider wrote them: initialised values, only
+    /// ever read where the next completion's provider leaves fields unwritten.)
+    wcs: [sys::ibv_wc; POLL_BATCH],
 }
 
 /// A QP destroyed after completing on a CQ: its number, and the shared receive queue its
@@ -139,7 +152,7 @@ impl Context {
             channel: keep,
             armed: AtomicBool::new(false),
             waiters: std::sync::atomic::AtomicUsize::new(0),
-            routes: PollLock::new(Vec::new()),
+            routes: PollLock::new(Routing { routes: Vec::new(), wcs: [sys::ibv_wc::default(); POLL_BATCH] }),
             retired: std::sync::Mutex::new(Vec::new()),
             reserved: std::sync::atomic::AtomicU64::new(0),
         });
@@ -302,11 +315,11 @@ impl CqShared {
     /// [`Error::InvalidArgument`] when `need` does not fit: nothing is registered then.
     pub(crate) fn register(&self, qp_num: u32, qp: Weak<QpShared>, need: u64) -> Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut routes = self.routes.lock();
+        let mut routing = self.routes.lock();
         let retired = std::mem::take(&mut *self.retired());
         let mut used = self.reserved.load(Relaxed);
         if !retired.is_empty() {
-            self.drain_retired(&routes, &retired);
+            self.drain_retired(&mut routing, &retired);
             used = used.saturating_sub(retired.iter().map(|r| r.reserved).sum());
             self.reserved.store(used, Relaxed);
         }
@@ -321,8 +334,8 @@ impl CqShared {
             ));
         }
         self.reserved.store(used + need, Relaxed);
-        routes.retain(|(_, w)| w.strong_count() > 0);
-        routes.push((qp_num, qp));
+        routing.routes.retain(|(_, w)| w.strong_count() > 0);
+        routing.routes.push((qp_num, qp));
         Ok(())
     }
 
@@ -336,7 +349,7 @@ impl CqShared {
     pub(crate) fn failed(ctx: &ContextInner, cq: crate::event::HandleId) {
         let cqs: Vec<_> = ctx.cqs.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade).collect();
         for shared in cqs.iter().filter(|c| crate::event::HandleId::of(c.cq.as_ptr()) == cq) {
-            let qps: Vec<_> = shared.routes.lock().iter().filter_map(|(_, w)| w.upgrade()).collect();
+            let qps: Vec<_> = shared.routes.lock().routes.iter().filter_map(|(_, w)| w.upgrade()).collect();
             for qp in qps {
                 qp.mark_broken();
             }
@@ -358,16 +371,18 @@ impl CqShared {
 
     /// Takes off the CQ every completion it holds (at most `cqe`), routing each: those of the
     /// `retired` QPs to their shared receive queue (or nowhere), the others as usual. Called
-    /// with the routing lock held (`routes`).
+    /// with the routing lock held (`routing`).
     #[cold]
-    fn drain_retired(&self, routes: &[(u32, Weak<QpShared>)], retired: &[Retired]) {
+    fn drain_retired(&self, routing: &mut Routing, retired: &[Retired]) {
         let mut left = self.cqe as usize;
+        let Routing { routes, wcs } = routing;
         while left > 0 {
-            let polled =
-                self.poll_locked(left.min(POLL_BATCH), |_, wc| match retired.iter().find(|r| r.qp_num == wc.qp_num) {
+            let polled = self.poll_locked(wcs, left.min(POLL_BATCH), |_, wc| {
+                match retired.iter().find(|r| r.qp_num == wc.qp_num) {
                     Some(r) => Self::route_retired(r, wc, || self.decode(wc)),
                     None => self.route(routes, wc, None, || self.decode(wc)),
-                });
+                }
+            });
             match polled {
                 // Empty, or a failed poll (nothing more can be taken off).
                 Ok(0) | Err(_) => return,
@@ -452,7 +467,7 @@ impl CqShared {
     /// Inline, as verbs.h's `ibv_poll_cq` is: the lane's waits are the data path.
     #[inline(always)]
     pub(crate) fn poll_for_lane(&self, qp: &QpShared) -> i32 {
-        let routes = self.routes.lock();
+        let routing = self.routes.lock();
         let mut slot = sys::ibv_wc::default();
         let wc = match self.poll_one(&mut slot) {
             Ok(wc) => wc,
@@ -462,7 +477,7 @@ impl CqShared {
         if wc.qp_num == qp.qp_num() && is_lane_request(wc.wr_id) && wc.status == sys::IBV_WC_SUCCESS {
             qp.sq.lane.complete(wc.wr_id, true, || unreachable!("a successful completion is not decoded"));
         } else {
-            self.route_cold(&routes, wc, Some(qp));
+            self.route_cold(&routing.routes, wc, Some(qp));
         }
         1
     }
@@ -482,7 +497,7 @@ impl CqShared {
         keep: usize,
         mine: &mut Option<Completion>,
     ) -> i32 {
-        let routes = self.routes.lock();
+        let routing = self.routes.lock();
         let mut slot = sys::ibv_wc::default();
         let wc = match self.poll_one(&mut slot) {
             Ok(wc) => wc,
@@ -496,7 +511,7 @@ impl CqShared {
                 self.keep_ready(ready, keep, lane_seq, wc);
             }
         } else {
-            self.route_cold(&routes, wc, Some(qp));
+            self.route_cold(&routing.routes, wc, Some(qp));
         }
         1
     }
@@ -552,22 +567,29 @@ impl CqShared {
         want: usize,
         mut each: impl FnMut(usize, &sys::ibv_wc, &[(u32, Weak<QpShared>)]),
     ) -> Result<usize> {
-        let routes = self.routes.lock();
-        self.poll_locked(want, |i, wc| each(i, wc, &routes))
+        let mut routing = self.routes.lock();
+        let Routing { routes, wcs } = &mut *routing;
+        self.poll_locked(wcs, want, |i, wc| each(i, wc, routes))
     }
 
     /// One `ibv_poll_cq` of at most `want <= POLL_BATCH` completions, handing each, with its
     /// index, to `each`. The caller holds the routing lock. Returns how many were polled.
     #[inline(always)]
-    fn poll_locked(&self, want: usize, mut each: impl FnMut(usize, &sys::ibv_wc)) -> Result<usize> {
+    fn poll_locked(
+        &self,
+        wcs: &mut [sys::ibv_wc; POLL_BATCH],
+        want: usize,
+        mut each: impl FnMut(usize, &sys::ibv_wc),
+    ) -> Result<usize> {
         let want = want.min(POLL_BATCH);
-        // Initialised (zeroed): for a failed completion the provider defines only wr_id,
-        // status, qp_num and vendor_err (ibv_poll_cq(3)) and may leave the other fields
-        // unwritten, and every field is read when the entry is decoded.
-        let mut wcs = [sys::ibv_wc::default(); POLL_BATCH];
+        // `wcs` is initialised, and zeroed between polls (see `Routing::wcs`): for a failed
+        // completion the provider defines only wr_id, status, qp_num and vendor_err
+        // (ibv_poll_cq(3)) and may leave the other fields unwritten, and every field is read
+        // when the entry is decoded.
         // SAFETY: the CQ is alive; `wcs` holds `want <= POLL_BATCH` valid entries.
         let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr()) };
         if n < 0 {
+            *wcs = [sys::ibv_wc::default(); POLL_BATCH];
             return Err(self.poll_failed(n));
         }
         // A provider never returns more than asked; clamp anyway so a faulty one cannot panic us.
@@ -575,6 +597,8 @@ impl CqShared {
         for (i, wc) in wcs[..n].iter().enumerate() {
             each(i, wc);
         }
+        // Zeroed again for the next poll: only the entries this one used (usually one or two).
+        wcs[..n].fill(sys::ibv_wc::default());
         Ok(n)
     }
 

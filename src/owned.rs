@@ -446,6 +446,7 @@ fn wait_cqs(q: QueueRef<'_>, seq: u64) -> Result<Vec<Arc<CqShared>>, Error> {
 }
 
 impl<B: Completes + Send + 'static> OwnedCompletion<B> {
+    #[inline(always)]
     fn finish(&mut self, c: Completion) -> (Completion, B::Output) {
         self.unregister();
         match self.token.take() {
@@ -464,11 +465,18 @@ impl<B: Send + 'static> OwnedCompletion<B> {
         }
     }
 
-    /// No longer waiting: forgets the waker and the waiter counts.
+    /// No longer waiting: forgets the waker and the waiter counts (nothing to do for a future
+    /// that never waited).
+    #[inline(always)]
     fn unregister(&mut self) {
-        if self.waiting.is_empty() {
-            return;
+        if !self.waiting.is_empty() {
+            self.stop_waiting();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn stop_waiting(&mut self) {
         if let Some(token) = &self.token {
             token.q.as_ref().tracked().forget_waker(token.seq);
         }
