@@ -23,7 +23,7 @@ use typed_verbs::prelude::*;
 use crate::common::*;
 
 /// A current-thread and a multi-threaded (two workers) runtime, I/O and timer enabled.
-fn runtimes() -> [(&'static str, tokio::runtime::Runtime); 2] {
+pub(crate) fn runtimes() -> [(&'static str, tokio::runtime::Runtime); 2] {
     [
         ("current-thread", tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()),
         ("multi-thread", tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()),
@@ -31,43 +31,46 @@ fn runtimes() -> [(&'static str, tokio::runtime::Runtime); 2] {
 }
 
 /// Two connected RC QPs whose CQs both report to one completion channel.
-struct AsyncRig {
-    _ctx: Context,
-    pd: Pd,
-    _ch: CompChannel,
-    cq_a: Cq,
-    cq_b: Cq,
-    pair: RcPair,
+pub(crate) struct AsyncRig {
+    pub(crate) ctx: Context,
+    pub(crate) pd: Pd,
+    pub(crate) ch: CompChannel,
+    pub(crate) cq_a: Cq,
+    pub(crate) cq_b: Cq,
+    pub(crate) pair: RcPair,
 }
 
-fn async_rig() -> AsyncRig {
+pub(crate) fn async_rig() -> AsyncRig {
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let ch = ctx.create_comp_channel().unwrap();
     let cq_a = ctx.create_cq_with_channel(256, &ch).unwrap();
     let cq_b = ctx.create_cq_with_channel(256, &ch).unwrap();
     let pair = rc_pair(&pd, &cq_a, &cq_b, access::REMOTE_RW, QpCaps::default());
-    AsyncRig { _ctx: ctx, pd, _ch: ch, cq_a, cq_b, pair }
+    AsyncRig { ctx, pd, ch, cq_a, cq_b, pair }
 }
 
 /// `LOCAL_WRITE | REMOTE_READ`: receive and READ buffers the peer may read back (never write).
-type Rx = typed_verbs::access::Access<typed_verbs::access::LocalWrite, (), typed_verbs::access::RemoteRead>;
-const RX: Rx = Access::NONE.local_write().remote_read();
+pub(crate) type Rx = typed_verbs::access::Access<typed_verbs::access::LocalWrite, (), typed_verbs::access::RemoteRead>;
+pub(crate) const RX: Rx = Access::NONE.local_write().remote_read();
 
 /// `n` chunks of `len` bytes of one region the peer may read.
-fn chunks(pd: &Pd, n: usize, len: usize) -> Vec<Chunk<Rx>> {
+pub(crate) fn chunks(pd: &Pd, n: usize, len: usize) -> Vec<Chunk<Rx>> {
     pd.alloc_mr(n * len, RX).unwrap().into_chunks(len).unwrap()
 }
 
 /// A chunk holding `bytes`.
-fn message(pd: &Pd, bytes: &[u8]) -> Chunk<Rx> {
+pub(crate) fn message(pd: &Pd, bytes: &[u8]) -> Chunk<Rx> {
     let mut c = chunks(pd, 1, bytes.len()).remove(0);
     c.as_mut_slice().copy_from_slice(bytes);
     c
 }
 
 /// Polls `cq` until `qp` keeps no parked buffer (bounded).
-fn until_unparked<T: typed_verbs::transport::Transport, S: typed_verbs::transport::QpState>(qp: &Qp<T, S>, cq: &Cq) {
+pub(crate) fn until_unparked<T: typed_verbs::transport::Transport, S: typed_verbs::transport::QpState>(
+    qp: &Qp<T, S>,
+    cq: &Cq,
+) {
     let start = Instant::now();
     while qp.parked_buffers() > 0 {
         assert!(start.elapsed() < WAIT, "{} buffers still parked after {WAIT:?}", qp.parked_buffers());
@@ -77,14 +80,14 @@ fn until_unparked<T: typed_verbs::transport::Transport, S: typed_verbs::transpor
 }
 
 /// Sends `bytes` from `qp` (owned, waited synchronously) and asserts success.
-fn send_sync(pd: &Pd, qp: &Qp<RC, RTS>, bytes: &[u8]) {
+pub(crate) fn send_sync(pd: &Pd, qp: &Qp<RC, RTS>, bytes: &[u8]) {
     let t = qp.post_send_owned(wr::Send::new(message(pd, bytes))).map_err(|e| e.error).unwrap();
     let (c, _) = t.wait(WAIT).map_err(|e| e.error).unwrap();
     assert!(c.is_success(), "{c:?}");
 }
 
 /// Reads `remote` over `qp` into a fresh chunk (synchronously) and returns its bytes.
-fn read_back(pd: &Pd, qp: &Qp<RC, RTS>, remote: RemoteSlice<Rx>, len: usize) -> Vec<u8> {
+pub(crate) fn read_back(pd: &Pd, qp: &Qp<RC, RTS>, remote: RemoteSlice<Rx>, len: usize) -> Vec<u8> {
     let dst = chunks(pd, 1, len).remove(0);
     let t = qp.post_send_owned(wr::Read::new(dst, remote)).map_err(|e| e.error).unwrap();
     let (c, dst) = t.wait(WAIT).map_err(|e| e.error).unwrap();
