@@ -504,13 +504,27 @@ impl std::os::fd::AsFd for CompChannel {
     }
 }
 
+/// Registers a duplicate of `fd` with the current tokio runtime's reactor, for readability
+/// (a completion channel's or a CM event channel's descriptor). On failure, what failed and
+/// its error.
+#[cfg(feature = "tokio")]
+pub(crate) fn register_readable(
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> std::result::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, (&'static str, io::Error)> {
+    use tokio::io::{unix::AsyncFd, Interest};
+    let dup = fd.try_clone_to_owned().map_err(|e| ("duplicating the descriptor", e))?;
+    // SAFETY: `dup` is an `OwnedFd`: open, owned by the `AsyncFd` for its whole life, and its
+    // `as_raw_fd` always returns the same descriptor.
+    unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
+        .map_err(|e| ("registering the descriptor with the tokio reactor", e.into()))
+}
+
 #[cfg(feature = "tokio")]
 impl ChannelShared {
     /// Registers a duplicate of the channel's descriptor with the current tokio runtime's
     /// reactor.
     fn register_fd(&self) -> Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
         use std::os::fd::BorrowedFd;
-        use tokio::io::{unix::AsyncFd, Interest};
         let err = |what: &str, e: io::Error| {
             Error::verb(Verb::GetCqEvent, format!("{what} (completion channel of {})", self.ctx.name), e)
         };
@@ -519,11 +533,7 @@ impl ChannelShared {
         }
         // SAFETY: the fd belongs to the channel, which `self` keeps open for this whole call.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
-        let dup = fd.try_clone_to_owned().map_err(|e| err("duplicating the channel fd", e))?;
-        // SAFETY: `dup` is an `OwnedFd`: open, owned by the `AsyncFd` for its whole life, and
-        // its `as_raw_fd` always returns the same descriptor.
-        unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
-            .map_err(|e| err("registering the channel fd with the tokio reactor", e.into()))
+        register_readable(fd).map_err(|(what, e)| err(what, e))
     }
 
     /// Makes sure a task of the current tokio runtime serves this channel's futures (one per

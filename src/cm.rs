@@ -368,17 +368,12 @@ impl RawId {
     #[cfg(feature = "tokio")]
     async fn next_event_async(&self, what: impl Fn() -> String) -> Result<Event> {
         use std::os::fd::BorrowedFd;
-        use tokio::io::{unix::AsyncFd, Interest};
 
         let err = |doing: &str, e: std::io::Error| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e);
         Self::runtime_check(&what)?;
         // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
-        let dup = fd.try_clone_to_owned().map_err(|e| err("duplicating the channel's descriptor", e))?;
-        // SAFETY: `dup` is an `OwnedFd`: open, owned by the `AsyncFd` for its whole life, and
-        // its `as_raw_fd` always returns the same descriptor.
-        let afd = unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
-            .map_err(|e| err("registering the channel's descriptor with the tokio reactor", e.into()))?;
+        let afd = crate::channel::register_readable(fd).map_err(|(doing, e)| err(doing, e))?;
         loop {
             let mut guard = afd.readable().await.map_err(|e| err("waiting for the channel's descriptor", e))?;
             match self.try_event(&what)? {

@@ -1251,7 +1251,7 @@ impl QpShared {
         let Some(seq) = book.next_beside(self.sq.lane.outstanding()) else {
             return Err(self.unusable(&sq));
         };
-        if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 && book.must_signal_next() {
+        if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 && book.must_signal(0) {
             wr.send_flags |= sys::IBV_SEND_SIGNALED;
         }
         wr.wr_id = seq;

@@ -251,10 +251,11 @@ impl SendBook {
         (self.next - self.done + beside < u64::from(self.depth)).then_some(self.next)
     }
 
-    /// [`Book::must_signal`] of a send queue with no request ahead.
+    /// Whether a request that asks to be unsignaled must be signaled anyway, `ahead`
+    /// unsignaled requests being about to be posted before it (see [`Book::must_signal`]).
     #[inline(always)]
-    pub(crate) fn must_signal_next(&self) -> bool {
-        self.unsignaled_run + 1 >= self.signal_every
+    pub(crate) fn must_signal(&self, ahead: u32) -> bool {
+        self.unsignaled_run + ahead + 1 >= self.signal_every
     }
 
     /// The completion of a complete request that has none of its own stored: a success,
@@ -422,7 +423,7 @@ impl Book {
     #[inline(always)]
     pub(crate) fn must_signal(&self, ahead: u32) -> bool {
         match self {
-            Book::Send(b) => b.unsignaled_run + ahead + 1 >= b.signal_every,
+            Book::Send(b) => b.must_signal(ahead),
             Book::Recv(_) => false,
         }
     }
