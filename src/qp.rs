@@ -1171,8 +1171,8 @@ impl QpShared {
         let (mut sq, mut rq) = (self.sq.lock(), self.rq.lock());
         self.broken.store(true, Ordering::Release);
         self.modify(state, &StateOnly, "(draining)", "RESET")?;
-        sq.force_flush(self.qp_num);
-        rq.force_flush(self.qp_num);
+        self.sq.flush_book(&mut sq, self.qp_num);
+        self.rq.flush_book(&mut rq, self.qp_num);
         drop((sq, rq));
         self.flush_lanes_and_graves();
         Ok(())
@@ -1182,8 +1182,8 @@ impl QpShared {
     /// receives of a shared receive queue stay posted there): every outstanding request is
     /// complete, and the buffers of dropped tokens are released.
     fn flush_books(&self) {
-        self.sq.lock().force_flush(self.qp_num);
-        self.rq.lock().force_flush(self.qp_num);
+        self.sq.flush_book(&mut self.sq.lock(), self.qp_num);
+        self.rq.flush_book(&mut self.rq.lock(), self.qp_num);
         self.flush_lanes_and_graves();
     }
 

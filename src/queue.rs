@@ -355,6 +355,58 @@ impl SendBook {
         }
         self.done = self.next;
     }
+
+    /// Publishes `done` and the first stored completion's number to `settled` (under the
+    /// book's lock, after every change of either): see [`Settled`].
+    #[inline(always)]
+    fn publish(&self, settled: &Settled) {
+        let stored_from = self.results.front().map_or(u64::MAX, |r| r.0);
+        settled.stored_from.store(stored_from, Ordering::Relaxed);
+        settled.done.store(self.done, Ordering::Release);
+    }
+}
+
+/// What a waiter may read of a send queue's book without taking its lock: every request below
+/// `done` is complete, and no request below `stored_from` has a completion of its own stored
+/// (`u64::MAX`: none is stored). So a request below both is complete without a completion of
+/// its own, a success implied by a later completion, which [`TrackedQueue::try_take`] hands
+/// over without the lock: the common case of an unsignaled request covered by a later
+/// signaled one.
+///
+/// Why a request `seq` below both has no completion stored: completions are stored only for
+/// requests at or above `done` (outstanding ones, `SendBook::complete` and `force_flush`),
+/// and `done` moves past them only afterwards; each change is published under the book's lock,
+/// `stored_from` before `done` (`Release`). A waiter loads `done` (`Acquire`), then
+/// `stored_from`: if `done > seq` is the publication of the change that moved `done` past
+/// `seq`, or a later one, the `stored_from` it reads is that publication's or a later one's,
+/// each the smallest stored number then. A completion stored for `seq` stays stored until the
+/// one token holding `seq` takes it, so each of those is at most `seq`, and the waiter takes
+/// the lock. (`stored_from` only grows otherwise, when others' completions are taken, which
+/// is never wrong: it is the smallest stored number at each publication.) The loom model
+/// `queue::loom_model::settled_*` checks it.
+pub(crate) struct Settled {
+    done: AtomicU64,
+    stored_from: AtomicU64,
+    /// The completion handed over for an implied success (built once: copying it is cheaper
+    /// than building it).
+    implied: Completion,
+}
+
+impl Settled {
+    fn new(qp_num: u32) -> Self {
+        Settled {
+            done: AtomicU64::new(0),
+            stored_from: AtomicU64::new(u64::MAX),
+            implied: Completion::implied(qp_num, u32::MAX),
+        }
+    }
+
+    /// Whether the published state proves `seq` complete without a completion of its own (see
+    /// [`Settled`]).
+    #[inline(always)]
+    fn is_implied(&self, seq: u64) -> bool {
+        seq < self.done.load(Ordering::Acquire) && seq < self.stored_from.load(Ordering::Relaxed)
+    }
 }
 
 /// The book of one work queue: a send queue's ([`SendBook`]), or a receive queue's or a
@@ -494,7 +546,7 @@ impl Book {
         }
     }
 
-    pub(crate) fn force_flush(&mut self, qp_num: u32) {
+    fn force_flush(&mut self, qp_num: u32) {
         match self {
             Book::Send(b) => b.force_flush(qp_num),
             Book::Recv(q) => q.force_flush(qp_num),
@@ -796,6 +848,9 @@ pub(crate) struct TrackedQueue {
     /// request's completion (or a reset completes it).
     wakers: Mutex<Vec<(u64, std::task::Waker)>>,
     waker_count: AtomicUsize,
+    /// A send queue's `done` and first stored completion, readable without the lock (a receive
+    /// queue's stays at its start, where it proves nothing).
+    settled: Settled,
     /// The requests of the queue's lane (a send lane, or a receive lane).
     pub(crate) lane: LaneBook,
 }
@@ -821,6 +876,7 @@ impl TrackedQueue {
             grave_count: AtomicUsize::new(0),
             wakers: Mutex::new(Vec::new()),
             waker_count: AtomicUsize::new(0),
+            settled: Settled::new(send_of.unwrap_or(0)),
             lane: LaneBook::new(),
         }
     }
@@ -842,7 +898,11 @@ impl TrackedQueue {
     /// one branch.
     #[inline]
     pub(crate) fn complete(&self, seq: u64, c: Completion) {
-        self.wq.lock().complete(seq, c);
+        {
+            let mut book = self.wq.lock();
+            book.complete(seq, c);
+            self.publish(&book);
+        }
         if (self.grave_count.load(Ordering::Acquire) | self.waker_count.load(Ordering::Acquire)) != 0 {
             self.after_complete();
         }
@@ -927,13 +987,43 @@ impl TrackedQueue {
         self.waker_count.store(wakers.len(), Ordering::Release);
     }
 
+    /// Takes the completion of `seq` if it is complete. An implied one (an unsignaled send
+    /// covered by a later completion) is handed over without the lock ([`Settled`]).
     #[inline(always)]
     pub(crate) fn try_take(&self, seq: u64) -> Take {
-        self.wq.lock().try_take(seq)
+        if self.settled.is_implied(seq) {
+            return Take::Done(self.settled.implied);
+        }
+        self.try_take_locked(seq)
+    }
+
+    #[inline]
+    fn try_take_locked(&self, seq: u64) -> Take {
+        let mut book = self.wq.lock();
+        let taken = book.try_take(seq);
+        self.publish(&book);
+        taken
     }
 
     pub(crate) fn abandon(&self, seq: u64) {
-        self.wq.lock().abandon(seq)
+        let mut book = self.wq.lock();
+        book.abandon(seq);
+        self.publish(&book);
+    }
+
+    /// A forced reset's flush of the book, which the caller holds locked: every outstanding
+    /// request completes with a synthetic flush.
+    pub(crate) fn flush_book(&self, book: &mut Book, qp_num: u32) {
+        book.force_flush(qp_num);
+        self.publish(book);
+    }
+
+    /// After a change of a send queue's book, under its lock: see [`Settled`].
+    #[inline(always)]
+    fn publish(&self, book: &Book) {
+        if let Book::Send(b) = book {
+            b.publish(&self.settled);
+        }
     }
 
     pub(crate) fn owned_by(&self, owner: u64) -> Vec<u64> {
@@ -996,7 +1086,7 @@ impl TrackedQueue {
     /// pollers under it (`QpShared::flush_lanes_and_graves` for a QP).
     #[cfg(test)]
     pub(crate) fn force_flush(&self, qp_num: u32) {
-        self.wq.lock().force_flush(qp_num);
+        self.flush_book(&mut self.wq.lock(), qp_num);
         self.lane_flushed();
         self.release_graves();
     }

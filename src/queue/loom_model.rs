@@ -428,3 +428,78 @@ fn reset_scenario(reqs: &'static [Req], racing: bool) {
         }
     });
 }
+
+/// The send queue's book read without its lock ([`super::Settled`]): requests 0 (unsignaled),
+/// 1 (signaled, fails: its error completion is stored), 2 (unsignaled) and 3 (signaled) are
+/// posted; a poller records the completions of 1 and 3 (each also completing the requests
+/// before it); two waiters, each holding two of the tokens, take their results as
+/// `Scope::wait` does (`TrackedQueue::try_take`, the lock-free implied case first), and a
+/// third thread optionally resets the queue meanwhile (`flush_book`). A stored completion is
+/// handed to its token, never an implied success in its place; an implied success goes only
+/// to requests that have no completion of their own.
+fn settled_scenario(reset: bool) {
+    loom::model(move || {
+        let q = Arc::new(super::TrackedQueue::new(8, Some(QP)));
+        {
+            let mut book = q.lock();
+            for signaled in [false, true, false, true] {
+                book.push_owned(signaled, 0);
+            }
+        }
+        let failed = device_completion(1);
+        let ok = device_completion(3);
+        let poller = {
+            let q = q.clone();
+            thread::spawn(move || {
+                q.complete(1, failed);
+                q.complete(3, ok);
+            })
+        };
+        let resetter = reset.then(|| {
+            let q = q.clone();
+            thread::spawn(move || {
+                let mut book = q.lock();
+                q.flush_book(&mut book, QP);
+            })
+        });
+        // One look each while the others run (no spinning: loom explores every order); what
+        // is still pending is taken once everything has run.
+        let look = |q: &super::TrackedQueue, seq: u64| match q.try_take(seq) {
+            super::Take::Done(c) => Some(c),
+            super::Take::Pending => None,
+            super::Take::Unknown => panic!("request {seq} unknown"),
+        };
+        let waiter = {
+            let q = q.clone();
+            thread::spawn(move || (look(&q, 1), look(&q, 2)))
+        };
+        let (c0, c3) = (look(&q, 0), look(&q, 3));
+        let (c1, c2) = waiter.join().unwrap();
+        poller.join().unwrap();
+        if let Some(r) = resetter {
+            r.join().unwrap();
+        }
+        let last = |c: Option<Completion>, seq: u64| c.or_else(|| look(&q, seq)).expect("complete after the poller");
+        let (c0, c1, c2, c3) = (last(c0, 0), last(c1, 1), last(c2, 2), last(c3, 3));
+        let implied = Completion::implied(QP, u32::MAX);
+        let flushed = Completion::forced_reset(QP);
+        // Request 1's own completion (the error), or the reset's if it came first; never an
+        // implied success.
+        assert!(c1 == failed || (reset && c1 == flushed), "request 1: {c1:?}");
+        assert!(c3 == ok || (reset && c3 == flushed), "request 3: {c3:?}");
+        // The unsignaled ones: implied by a later completion, or flushed by the reset.
+        assert!(c0 == implied || (reset && c0 == flushed), "request 0: {c0:?}");
+        assert!(c2 == implied || (reset && c2 == flushed), "request 2: {c2:?}");
+        assert_eq!(q.outstanding(), 0);
+    });
+}
+
+#[test]
+fn loom_settled_send_book() {
+    settled_scenario(false);
+}
+
+#[test]
+fn loom_settled_send_book_with_a_reset() {
+    settled_scenario(true);
+}
