@@ -172,7 +172,9 @@ unsafe impl<T: Transport> Sync for RecvLane<'_, T> {}
 
 /// The `struct ibv_send_wr` of a prepared request and its scatter/gather entries, boxed so that
 /// `next` (in a list) stays valid when the [`Prepared`] moves; the entries are on the heap, so
-/// `sg_list` stays valid too. Never touched again but through `wr`.
+/// `sg_list` stays valid too. Never touched again but through `wr`. (`repr(C)`: `wr` first, so
+/// that the box's address is the request's.)
+#[repr(C)]
 struct LaneWr {
     wr: sys::ibv_send_wr,
     _sges: Vec<sys::ibv_sge>,
@@ -191,6 +193,7 @@ impl LaneWr {
 
 /// The `struct ibv_recv_wr` of a prepared receive and its scatter/gather entries, as
 /// [`LaneWr`].
+#[repr(C)]
 struct RawRecvWr {
     wr: sys::ibv_recv_wr,
     _sges: Vec<sys::ibv_sge>,
@@ -882,8 +885,6 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
     }
 
     /// The queue has room for request number `next`: returns it, or [`Error::QueueFull`].
-    /// Inline: a lane that keeps its queue full of receives (a ping-pong's) comes here on every
-    /// post.
     #[inline(always)]
     fn check(&mut self) -> Result<u64> {
         let book = &self.qp.rq.lane;
@@ -893,6 +894,16 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
             return Err(self.full());
         }
         Ok(next)
+    }
+
+    /// Receive `seq` completed and its completion was handed out: it and every receive before
+    /// it have left the queue (a receive queue completes in order), so numbers up to
+    /// `seq + depth` fit, as [`RecvLane::check`] would find. A lane that keeps its queue full
+    /// (a ping-pong's) then posts without looking at the book. (A wait for an earlier receive
+    /// than the last one lowers the limit: the next post looks at the book, as before.)
+    #[inline(always)]
+    fn freed_upto(&mut self, seq: u64) {
+        self.limit = seq + 1 + self.depth;
     }
 
     #[cold]
@@ -951,6 +962,7 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
             if let Some(&(seq, c)) = self.ready.front() {
                 if seq == token.seq {
                     self.ready.pop_front();
+                    self.freed_upto(seq);
                     return Ok(c);
                 }
             } else if !self.qp.rq.lane.is_done(token.seq) {
@@ -958,6 +970,7 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
                 let mut mine = None;
                 self.qp.recv_cq.poll_for_recv_lane(self.qp, token.seq, &mut self.ready, self.depth as usize, &mut mine);
                 if let Some(c) = mine {
+                    self.freed_upto(token.seq);
                     return Ok(c);
                 }
             }
