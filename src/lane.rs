@@ -670,10 +670,22 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         Ok(next)
     }
 
+    /// Request `seq` completed: it and every request before it have left the send queue
+    /// (completions come in posting order), so numbers up to `seq + depth` fit, as
+    /// [`SendLane::check_room`] would find; the checkpoint moves with the limit. Unsignaled
+    /// posts then reach the slow path only to be signaled, not to look at the book. (A wait
+    /// for an earlier request than the last lowers both: the next post looks at the book.)
+    #[inline(always)]
+    fn freed_upto(&mut self, seq: u64) {
+        self.limit = seq + 1 + self.depth;
+        self.checkpoint = self.force_at().min(self.limit);
+    }
+
     /// The number of the next request that is signaled whatever the caller asked: a run of
     /// unsignaled requests stays shorter than half the queue, so that the send queue never
     /// fills with requests that nothing completes. (The run starts after the last signaled
     /// request, or where the lane opened.)
+    #[inline(always)]
     fn force_at(&self) -> u64 {
         self.qp.sq.lane.covered_upto() + self.max_run
     }
@@ -762,6 +774,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                 }
             }
             if book.succeeded(token.seq) {
+                self.freed_upto(token.seq);
                 return Ok(success(&token));
             }
         }

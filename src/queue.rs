@@ -673,6 +673,7 @@ impl LaneBook {
     }
 
     /// One past the last signaled request of the lane (or where it opened).
+    #[inline(always)]
     pub(crate) fn covered_upto(&self) -> u64 {
         self.covered.load(Ordering::Acquire)
     }
