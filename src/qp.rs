@@ -1239,17 +1239,18 @@ impl QpShared {
     #[inline(always)]
     pub(crate) unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr, owner: u64) -> std::result::Result<u64, Refused> {
         let mut sq = self.sq.lock();
+        // The send queue's book has one kind (`TrackedQueue::new`): matched once, and the
+        // reference held across the provider call (which the compiler cannot see through).
+        let Some(book) = sq.as_send() else {
+            return Err(self.unusable(sq.depth()));
+        };
         // Checked under the queue's lock: a forced reset sets `broken` before it resets the QP
         // and flushes the book under this lock afterwards (`force_state`).
         if self.broken.load(Ordering::Acquire) {
-            return Err(self.unusable(&sq));
+            return Err(self.unusable(book.depth()));
         }
-        // The send queue's book has one kind (`TrackedQueue::new`): matched once.
-        let Some(book) = sq.as_send() else {
-            return Err(self.unusable(&sq));
-        };
         let Some(seq) = book.next_beside(self.sq.lane.outstanding()) else {
-            return Err(self.unusable(&sq));
+            return Err(self.unusable(book.depth()));
         };
         if wr.send_flags & sys::IBV_SEND_SIGNALED == 0 && book.must_signal(0) {
             wr.send_flags |= sys::IBV_SEND_SIGNALED;
@@ -1261,22 +1262,19 @@ impl QpShared {
         // guarantees; `bad` is a valid out-pointer.
         let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
-            return Err(self.send_refused(&mut sq, wr, ret, bad.is_null(), owner));
+            return Err(self.send_refused(book, wr, ret, bad.is_null(), owner));
         }
-        let Some(book) = sq.as_send() else {
-            return Err(self.unusable(&sq));
-        };
         Ok(book.push_owned(wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
     }
 
     /// Why the send queue takes no request now: the QP is broken, or the queue is full.
     #[cold]
     #[inline(never)]
-    fn unusable(&self, sq: &crate::queue::Book) -> Refused {
+    fn unusable(&self, depth: u32) -> Refused {
         if let Err(e) = self.check_usable() {
             return e.into();
         }
-        Error::QueueFull { queue: "send", qp_num: self.qp_num, depth: sq.depth() }.into()
+        Error::QueueFull { queue: "send", qp_num: self.qp_num, depth }.into()
     }
 
     /// The provider refused `wr` (`ret`); `bad_null`: it left `bad_wr` NULL, which proves
@@ -1286,7 +1284,7 @@ impl QpShared {
     #[inline(never)]
     fn send_refused(
         &self,
-        sq: &mut crate::queue::Book,
+        sq: &mut crate::queue::SendBook,
         wr: &sys::ibv_send_wr,
         ret: i32,
         bad_null: bool,

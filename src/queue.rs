@@ -238,6 +238,11 @@ impl SendBook {
         (self.next - self.done) as u32
     }
 
+    /// The depth the queue is kept to.
+    pub(crate) fn depth(&self) -> u32 {
+        self.depth
+    }
+
     /// Whether `n` more requests fit.
     #[inline(always)]
     fn room_for(&self, n: usize) -> bool {
@@ -992,14 +997,23 @@ impl TrackedQueue {
     /// covered by a later completion) is handed over without the lock ([`Settled`]).
     #[inline(always)]
     pub(crate) fn try_take(&self, seq: u64) -> Take {
-        if self.settled.is_implied(seq) {
-            return Take::Done(self.settled.implied);
+        if let Some(c) = self.implied(seq) {
+            return Take::Done(*c);
         }
         self.try_take_locked(seq)
     }
 
+    /// The completion of `seq` if it is an implied one, proved without the lock ([`Settled`]):
+    /// the first half of [`TrackedQueue::try_take`], for a wait that hands the completion
+    /// straight to its token.
+    #[inline(always)]
+    pub(crate) fn implied(&self, seq: u64) -> Option<&Completion> {
+        self.settled.is_implied(seq).then_some(&self.settled.implied)
+    }
+
+    /// The second half of [`TrackedQueue::try_take`]: under the lock.
     #[inline]
-    fn try_take_locked(&self, seq: u64) -> Take {
+    pub(crate) fn try_take_locked(&self, seq: u64) -> Take {
         let mut book = self.wq.lock();
         let taken = book.try_take(seq);
         self.publish(&book);

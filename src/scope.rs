@@ -524,7 +524,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         how: Waiting,
     ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
         let p = token.guard.posted;
-        if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
+        let q = p.q.tracked();
+        if let Some(c) = q.implied(p.seq) {
+            return Ok(token.finish(*c));
+        }
+        if let Take::Done(c) = q.try_take_locked(p.seq) {
             return Ok(token.finish(c));
         }
         self.poll_until_done(token, timeout, how)
