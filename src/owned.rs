@@ -68,7 +68,6 @@ pub struct OwnedToken<B: Send + 'static> {
     seq: u64,
     /// The buffers and the address handle; taken exactly once, by `finish` or by `drop`.
     held: ManuallyDrop<(B, Option<Ah>)>,
-    taken: bool,
 }
 
 impl<B: Send + 'static> fmt::Debug for OwnedToken<B> {
@@ -156,27 +155,31 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
     }
 
     #[inline(always)]
-    fn finish(mut self, c: Completion) -> (Completion, B::Output) {
-        self.taken = true;
-        // SAFETY: `taken` was false (set only here and in `drop`, and `finish` consumes the
-        // token), so `held` has not been taken; it is never used again (`drop` sees `taken`).
-        let (buffers, _ah) = unsafe { ManuallyDrop::take(&mut self.held) };
+    fn finish(self, c: Completion) -> (Completion, B::Output) {
+        // The token's `drop`, which would park the buffers, must not run: it is consumed
+        // into a `ManuallyDrop`, and its fields are moved out of it once each.
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `held` is taken only here and in `drop`, which never runs for `this`; `this`
+        // is not used again.
+        let (buffers, _ah) = unsafe { ManuallyDrop::take(&mut this.held) };
+        // SAFETY: `q` is read once and `this` is never dropped, so the queue's `Arc` is
+        // released exactly once (by `_q`).
+        let _q = unsafe { std::ptr::read(&this.q) };
         (c, buffers.complete(&c))
     }
 }
 
 impl<B: Send + 'static> OwnedToken<B> {
     pub(crate) fn new(q: QueueArc, seq: u64, buffers: B, ah: Option<Ah>) -> Self {
-        OwnedToken { q, seq, held: ManuallyDrop::new((buffers, ah)), taken: false }
+        OwnedToken { q, seq, held: ManuallyDrop::new((buffers, ah)) }
     }
 }
 
 impl<B: Send + 'static> Drop for OwnedToken<B> {
-    #[inline(always)]
+    /// Runs only for a token that was not finished (`finish` consumes it into a
+    /// `ManuallyDrop`).
     fn drop(&mut self) {
-        if !self.taken {
-            self.give_up();
-        }
+        self.give_up();
     }
 }
 
@@ -186,8 +189,8 @@ impl<B: Send + 'static> OwnedToken<B> {
     #[cold]
     #[inline(never)]
     fn give_up(&mut self) {
-        self.taken = true;
-        // SAFETY: not taken before (`taken` was false) and never used again.
+        // SAFETY: called only by `drop`, which runs once and never for a finished token, so
+        // `held` was not taken; it is not used again.
         let held = unsafe { ManuallyDrop::take(&mut self.held) };
         let q = self.q.as_ref().tracked();
         // The device may still use the buffers: the queue's one release rule keeps them until
@@ -370,7 +373,10 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
             panic!("OwnedCompletion polled after it resolved");
         };
         let (q, seq) = (token.q.as_ref(), token.seq);
-        if let Take::Done(c) = q.tracked().try_take(seq) {
+        if let Some(&c) = q.tracked().implied(seq) {
+            return Poll::Ready(Ok(this.finish(c)));
+        }
+        if let Take::Done(c) = q.tracked().try_take_locked(seq) {
             return Poll::Ready(Ok(this.finish(c)));
         }
         if this.waiting.is_empty() {
