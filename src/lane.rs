@@ -498,9 +498,11 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     #[inline(never)]
     fn post_unsignaled_slow<W>(&mut self, wr: &mut Prepared<'scope, W>) -> Result<()> {
         let seq = self.check(wr.qp)?;
-        if seq >= self.force_at() {
+        let force_at = self.force_at();
+        if seq >= force_at {
             return self.post(wr).map(drop);
         }
+        self.checkpoint = force_at.min(self.limit);
         self.post_now(&mut wr.raw, seq)
     }
 
@@ -670,15 +672,17 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         Ok(next)
     }
 
-    /// Request `seq` completed: it and every request before it have left the send queue
-    /// (completions come in posting order), so numbers up to `seq + depth` fit, as
-    /// [`SendLane::check_room`] would find; the checkpoint moves with the limit. Unsignaled
-    /// posts then reach the slow path only to be signaled, not to look at the book. (A wait
-    /// for an earlier request than the last lowers both: the next post looks at the book.)
+    /// Signaled request `seq` completed: it and every request before it have left the send
+    /// queue (completions come in posting order), so numbers up to `seq + depth` fit, as
+    /// [`SendLane::check_room`] would find, and the next forced signal is at `seq + 1 +
+    /// max_run` or later (the run of unsignaled requests after `seq`): the checkpoint, at most
+    /// both. Unsignaled posts then reach the slow path only to be signaled, not to look at the
+    /// book. (A wait for an earlier request than the last lowers both: the next post takes
+    /// the slow path, which looks at the book and moves the checkpoint on.)
     #[inline(always)]
     fn freed_upto(&mut self, seq: u64) {
         self.limit = seq + 1 + self.depth;
-        self.checkpoint = self.force_at().min(self.limit);
+        self.checkpoint = seq + 1 + self.max_run;
     }
 
     /// The number of the next request that is signaled whatever the caller asked: a run of
