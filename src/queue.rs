@@ -502,24 +502,58 @@ impl Book {
     }
 
     /// As [`WorkQueue::complete`] (a send queue's completions imply the earlier requests').
-    pub(crate) fn complete(&mut self, seq: u64, c: Completion) -> bool {
+    #[cfg(test)]
+    fn complete(&mut self, seq: u64, c: Completion) -> bool {
         match self {
             Book::Send(b) => b.complete(seq, c),
             Book::Recv(q) => q.complete(seq, c),
         }
     }
 
+    /// [`Book::complete`], publishing a send queue's change to `settled` (under the lock).
+    #[inline(always)]
+    fn complete_published(&mut self, seq: u64, c: Completion, settled: &Settled) {
+        match self {
+            Book::Send(b) => {
+                if b.complete(seq, c) {
+                    b.publish(settled);
+                }
+            }
+            Book::Recv(q) => {
+                q.complete(seq, c);
+            }
+        }
+    }
+
+    /// [`Book::try_take`], publishing a send queue's change to `settled` (under the lock).
+    #[inline(always)]
+    fn try_take_published(&mut self, seq: u64, settled: &Settled) -> Take {
+        match self {
+            Book::Send(b) => {
+                let taken = b.try_take(seq);
+                // Only a take changes what is published (a waiter spinning on a pending request
+                // does not write the line that the lock-free readers load).
+                if let Take::Done(_) = taken {
+                    b.publish(settled);
+                }
+                taken
+            }
+            Book::Recv(q) => q.try_take(seq),
+        }
+    }
+
     /// As [`WorkQueue::try_take`]; a send queue's book hands a result over to the one token that
     /// holds its number ([`SendBook`]).
     #[inline(always)]
-    pub(crate) fn try_take(&mut self, seq: u64) -> Take {
+    #[cfg(test)]
+    fn try_take(&mut self, seq: u64) -> Take {
         match self {
             Book::Send(b) => b.try_take(seq),
             Book::Recv(q) => q.try_take(seq),
         }
     }
 
-    pub(crate) fn abandon(&mut self, seq: u64) {
+    fn abandon(&mut self, seq: u64) {
         match self {
             Book::Send(b) => b.abandon(seq),
             Book::Recv(q) => q.abandon(seq),
@@ -904,11 +938,7 @@ impl TrackedQueue {
     /// one branch.
     #[inline]
     pub(crate) fn complete(&self, seq: u64, c: Completion) {
-        {
-            let mut book = self.wq.lock();
-            book.complete(seq, c);
-            self.publish(&book);
-        }
+        self.wq.lock().complete_published(seq, c, &self.settled);
         if (self.grave_count.load(Ordering::Acquire) | self.waker_count.load(Ordering::Acquire)) != 0 {
             self.after_complete();
         }
@@ -1012,12 +1042,9 @@ impl TrackedQueue {
     }
 
     /// The second half of [`TrackedQueue::try_take`]: under the lock.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_take_locked(&self, seq: u64) -> Take {
-        let mut book = self.wq.lock();
-        let taken = book.try_take(seq);
-        self.publish(&book);
-        taken
+        self.wq.lock().try_take_published(seq, &self.settled)
     }
 
     pub(crate) fn abandon(&self, seq: u64) {

@@ -503,3 +503,74 @@ fn loom_settled_send_book() {
 fn loom_settled_send_book_with_a_reset() {
     settled_scenario(true);
 }
+
+/// The lock-free collection against a dropped token: a token given up while its stored error
+/// is in the book (`abandon` removes the first stored completion or a middle one, and
+/// `stored_from` jumps) races the poller, a waiter whose own error is stored and one on an
+/// unsignaled request after it. Requests: 0 signaled and failing, 1 unsignaled, 2 signaled and
+/// failing, 3 unsignaled, 4 signaled. `dropped` (0 or 2) is abandoned by a third thread; the
+/// waiter looks at the other failing request and at 3, the main thread at 1 and 4, each as the
+/// waits do (`implied`, then `try_take_locked`).
+fn settled_abandon_scenario(dropped: u64) {
+    loom::model(move || {
+        let q = Arc::new(super::TrackedQueue::new(8, Some(QP)));
+        {
+            let mut book = q.lock();
+            for signaled in [true, false, true, false, true] {
+                book.push_owned(signaled, 0);
+            }
+        }
+        let (e0, e2, ok) = (device_completion(0), device_completion(2), device_completion(4));
+        let kept = 2 - dropped;
+        let poller = {
+            let q = q.clone();
+            thread::spawn(move || {
+                q.complete(0, e0);
+                q.complete(2, e2);
+                q.complete(4, ok);
+            })
+        };
+        let dropper = {
+            let q = q.clone();
+            thread::spawn(move || q.abandon(dropped))
+        };
+        let look = |q: &super::TrackedQueue, seq: u64| {
+            if let Some(&c) = q.implied(seq) {
+                return Some(c);
+            }
+            match q.try_take_locked(seq) {
+                super::Take::Done(c) => Some(c),
+                super::Take::Pending => None,
+                super::Take::Unknown => panic!("request {seq} unknown"),
+            }
+        };
+        let waiter = {
+            let q = q.clone();
+            thread::spawn(move || (look(&q, kept), look(&q, 3)))
+        };
+        let (c1, c4) = (look(&q, 1), look(&q, 4));
+        let (ck, c3) = waiter.join().unwrap();
+        poller.join().unwrap();
+        dropper.join().unwrap();
+        let last = |c: Option<Completion>, seq: u64| c.or_else(|| look(&q, seq)).expect("complete after the poller");
+        let (c1, c3, c4, ck) = (last(c1, 1), last(c3, 3), last(c4, 4), last(ck, kept));
+        let implied = Completion::implied(QP, u32::MAX);
+        let want_k = if kept == 0 { e0 } else { e2 };
+        assert_eq!(ck, want_k, "request {kept}: its stored error");
+        assert_eq!(c4, ok, "request 4");
+        assert_eq!(c1, implied, "request 1");
+        assert_eq!(c3, implied, "request 3");
+        assert_eq!(q.outstanding(), 0);
+        assert_eq!(q.lock().as_send().map(|b| b.results.len()), Some(0), "a result left behind");
+    });
+}
+
+#[test]
+fn loom_settled_send_book_with_the_first_stored_completion_abandoned() {
+    settled_abandon_scenario(0);
+}
+
+#[test]
+fn loom_settled_send_book_with_a_middle_stored_completion_abandoned() {
+    settled_abandon_scenario(2);
+}
