@@ -385,10 +385,10 @@ impl SendBook {
 /// `stored_from`: if `done > seq` is the publication of the change that moved `done` past
 /// `seq`, or a later one, the `stored_from` it reads is that publication's or a later one's,
 /// each the smallest stored number then. A completion stored for `seq` stays stored until the
-/// one token holding `seq` takes it, so each of those is at most `seq`, and the waiter takes
-/// the lock. (`stored_from` only grows otherwise, when others' completions are taken, which
+/// one token holding `seq` takes it (or is dropped: then nobody asks), so each of those is at
+/// most `seq`, and the waiter takes the lock. (`stored_from` only grows otherwise, when others' completions are taken, which
 /// is never wrong: it is the smallest stored number at each publication.) The loom model
-/// `queue::loom_model::settled_*` checks it.
+/// `queue::loom_model::loom_settled_*` checks it.
 pub(crate) struct Settled {
     done: AtomicU64,
     stored_from: AtomicU64,
