@@ -412,6 +412,8 @@ fn a_path_mtu_above_the_peer_port_is_refused_here_negotiated_or_fails_typed_ther
     //    not); this side connects at 1024. What the mismatch gives, per direction:
     let mut owner = start_owner(&peer, TcpPort::TwoHostMtu, &["--mtu", "4096"]);
     let (qp, x) = connect_to_owner(&side, side.qp(), TcpPort::TwoHostMtu, 0x200, true);
+    // The path MTU this side connected at, as `connect_to_owner` negotiated it (for the report).
+    let here = remote::negotiate(side.mtu(), x.theirs);
     assert!(owner.wait_for_line("path MTU 4096", WAIT).is_ok(), "{}", owner.output());
     let target = x.advert.remote::<window::All>().unwrap();
     let statuses = scope(|s| {
@@ -423,8 +425,9 @@ fn a_path_mtu_above_the_peer_port_is_refused_here_negotiated_or_fails_typed_ther
     })
     .unwrap();
     eprintln!(
-        "forced path MTU 4096 at host B ({}), 1024 here ({}): READ of 3000 bytes {:?}, then WRITE {:?}",
+        "forced path MTU 4096 at host B ({}), {:?} here ({}): READ of 3000 bytes {:?}, then WRITE {:?}",
         peer.info().map(|i| i.kernel).unwrap_or_default(),
+        here,
         kernel(),
         statuses.0,
         statuses.1
