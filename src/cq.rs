@@ -32,6 +32,9 @@ pub struct Cq {
 
 pub(crate) struct CqShared {
     cq: NonNull<sys::ibv_cq>,
+    /// The provider's `ibv_poll_cq` (`cq->context->ops.poll_cq`), looked up once: what
+    /// verbs.h's inline `ibv_poll_cq` reads on every call.
+    poll_fn: PollFn,
     cqe: u32,
     /// The device reports `wc_flags` in the kernel's numbering (see [`WcFlagsQuirk`]).
     quirk: WcFlagsQuirk,
@@ -59,6 +62,9 @@ pub(crate) struct CqShared {
     /// Changed only under the routing lock.
     reserved: std::sync::atomic::AtomicU64,
 }
+
+/// The type of a provider's `ibv_poll_cq` (`struct verbs_context_ops::poll_cq`).
+type PollFn = unsafe extern "C" fn(*mut sys::ibv_cq, i32, *mut sys::ibv_wc) -> i32;
 
 /// What a CQ's routing lock guards.
 pub(crate) struct Routing {
@@ -144,8 +150,12 @@ impl Context {
             .ok_or_else(|| Error::last_os(Verb::CreateCq, format!("{cqe} entries on {}", self.inner.name)))?;
         // SAFETY: `cq` is valid; `cqe` is the size the provider granted.
         let granted = unsafe { (*cq.as_ptr()).cqe };
+        // SAFETY: `cq` and its context are alive (the CQ was just created on it); the
+        // provider's operations are set when the context is opened and never change.
+        let poll_fn = unsafe { (*(*cq.as_ptr()).context).ops.poll_cq }.unwrap_or(sys::ibv_poll_cq);
         let inner = Arc::new(CqShared {
             cq,
+            poll_fn,
             cqe: u32::try_from(granted).unwrap_or(cqe),
             quirk: if dev.is_soft_roce() { WcFlagsQuirk::KernelNumbering } else { WcFlagsQuirk::None },
             ctx: Arc::clone(&self.inner),
@@ -543,8 +553,9 @@ impl CqShared {
     /// only `wr_id`, `status`, `qp_num` and `vendor_err` (ibv_poll_cq(3)) and may leave the
     /// other fields as they were, and every field is read when the entry is decoded.
     fn poll_one<'w>(&self, slot: &'w mut sys::ibv_wc) -> std::result::Result<&'w sys::ibv_wc, i32> {
-        // SAFETY: the CQ is alive; `slot` is one valid entry, room for the one asked for.
-        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), 1, slot) };
+        // SAFETY: the CQ is alive and `poll_fn` its provider's `ibv_poll_cq`; `slot` is one
+        // valid entry, room for the one asked for.
+        let n = unsafe { (self.poll_fn)(self.cq.as_ptr(), 1, slot) };
         if n <= 0 {
             return Err(n);
         }
@@ -586,8 +597,9 @@ impl CqShared {
         // completion the provider defines only wr_id, status, qp_num and vendor_err
         // (ibv_poll_cq(3)) and may leave the other fields unwritten, and every field is read
         // when the entry is decoded.
-        // SAFETY: the CQ is alive; `wcs` holds `want <= POLL_BATCH` valid entries.
-        let n = unsafe { sys::fast::ibv_poll_cq(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr()) };
+        // SAFETY: the CQ is alive and `poll_fn` its provider's `ibv_poll_cq`; `wcs` holds
+        // `want <= POLL_BATCH` valid entries.
+        let n = unsafe { (self.poll_fn)(self.cq.as_ptr(), want as i32, wcs.as_mut_ptr()) };
         if n < 0 {
             *wcs = [sys::ibv_wc::default(); POLL_BATCH];
             return Err(self.poll_failed(n));

@@ -76,23 +76,3 @@ mod layout {
     const_assert_eq!(offset_of!(ibv_wc, sl), 44);
     const_assert_eq!(offset_of!(ibv_wc, dlid_path_bits), 45);
 }
-
-/// `ibv_poll_cq` as `<infiniband/verbs.h>` defines it: a `static inline` call through the
-/// context's provider operations. The `__extern` wrapper above does the same from a separate C
-/// object, one call deeper; this is for the data path. (A send lane looks its provider's
-/// `post_send` up once, when it opens.)
-pub mod fast {
-    use super::*;
-
-    /// `ibv_poll_cq`: `cq->context->ops.poll_cq(cq, num_entries, wc)`.
-    ///
-    /// # Safety
-    /// As for ibv_poll_cq(3): `cq` is a live CQ and `wc` has room for `num_entries` entries.
-    #[inline(always)]
-    pub unsafe fn ibv_poll_cq(cq: *mut ibv_cq, num_entries: i32, wc: *mut ibv_wc) -> i32 {
-        match (*(*cq).context).ops.poll_cq {
-            Some(f) => f(cq, num_entries, wc),
-            None => super::ibv_poll_cq(cq, num_entries, wc),
-        }
-    }
-}
