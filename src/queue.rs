@@ -202,11 +202,12 @@ pub(crate) struct SendBook {
     done: u64,
     /// One past the last request that a completion of its own will cover.
     covered: u64,
-    /// Unsignaled requests posted since the last signaled one.
-    unsignaled_run: u32,
     /// Every this many requests one is signaled even if asked not to be (`depth / 2`, at
     /// least 1): see [`Book::must_signal`].
-    signal_every: u32,
+    signal_every: u64,
+    /// The first request that must be signaled: the `signal_every`-th after the last signaled
+    /// one (`covered + signal_every - 1`; the requests from `covered` on are unsignaled).
+    force_at: u64,
     /// For each outstanding request (at `seq & mask`; at most `depth` are outstanding): the
     /// scope that posted it (0: an owned token), with [`ABANDONED`].
     owners: Box<[u64]>,
@@ -224,8 +225,8 @@ impl SendBook {
             next: 0,
             done: 0,
             covered: 0,
-            unsignaled_run: 0,
-            signal_every: (depth / 2).max(1),
+            signal_every: u64::from((depth / 2).max(1)),
+            force_at: u64::from((depth / 2).max(1)) - 1,
             owners: vec![0; cap].into_boxed_slice(),
             mask: cap as u64 - 1,
             results: VecDeque::new(),
@@ -260,7 +261,7 @@ impl SendBook {
     /// unsignaled requests being about to be posted before it (see [`Book::must_signal`]).
     #[inline(always)]
     pub(crate) fn must_signal(&self, ahead: u32) -> bool {
-        self.unsignaled_run + ahead + 1 >= self.signal_every
+        self.next + u64::from(ahead) >= self.force_at
     }
 
     /// The completion of a complete request that has none of its own stored: a success,
@@ -278,9 +279,7 @@ impl SendBook {
         self.next = seq + 1;
         if signaled {
             self.covered = self.next;
-            self.unsignaled_run = 0;
-        } else {
-            self.unsignaled_run += 1;
+            self.force_at = self.next + self.signal_every - 1;
         }
         seq
     }
