@@ -87,8 +87,7 @@ pub struct Prepared<'scope, W> {
     flags_signaled: u32,
     flags_unsignaled: u32,
     /// What the work completion reports for this request on success.
-    opcode: u32,
-    byte_len: u32,
+    report: Report,
     wr: W,
     /// Invariant in 'scope (see [`SendLane`]).
     _scope: PhantomData<&'scope mut &'scope ()>,
@@ -119,8 +118,7 @@ pub struct PreparedList<'scope, W> {
 pub struct LaneToken<'scope> {
     qp: &'scope QpShared,
     seq: u64,
-    opcode: u32,
-    byte_len: u32,
+    report: Report,
     _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
@@ -426,14 +424,14 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             Ok(raw) => raw,
             Err(error) => return Err(PostError { error, wr: Some(wr) }),
         };
-        let (opcode, byte_len) = success_report(&built);
+        let report = success_report(&built);
         let mut raw = LaneWr::new(&built);
         raw.wr.next = std::ptr::null_mut();
         let flags_signaled = raw.wr.send_flags | sys::IBV_SEND_SIGNALED;
         let flags_unsignaled = raw.wr.send_flags & !sys::IBV_SEND_SIGNALED;
         // Between posts the request holds the unsignaled flags: an unsignaled post sets nothing.
         raw.wr.send_flags = flags_unsignaled;
-        Ok(Prepared { raw, qp: self.qp, flags_signaled, flags_unsignaled, opcode, byte_len, wr, _scope: PhantomData })
+        Ok(Prepared { raw, qp: self.qp, flags_signaled, flags_unsignaled, report, wr, _scope: PhantomData })
     }
 
     /// `ibv_post_send` of `wr`, signaled: the returned token collects its completion, which
@@ -468,7 +466,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     fn signaled_posted<W>(&mut self, seq: u64, wr: &Prepared<'scope, W>) -> LaneToken<'scope> {
         self.qp.sq.lane.covered(seq);
         self.checkpoint = (seq + 1 + self.max_run).min(self.limit);
-        LaneToken { qp: self.qp, seq, opcode: wr.opcode, byte_len: wr.byte_len, _scope: PhantomData }
+        LaneToken { qp: self.qp, seq, report: wr.report, _scope: PhantomData }
     }
 
     /// `ibv_post_send` of `wr` without `IBV_SEND_SIGNALED`: it has no completion of its own
@@ -782,8 +780,8 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                 return Ok(success(&token));
             }
         }
-        let LaneToken { qp, seq, opcode, byte_len, _scope } = token;
-        self.wait_slow(qp, seq, opcode, byte_len, timeout, how)
+        let LaneToken { qp, seq, report, _scope } = token;
+        self.wait_slow(qp, seq, report, timeout, how)
     }
 
     /// The rest of [`SendLane::wait`]. Takes the token's fields one by one (in registers):
@@ -793,12 +791,11 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         &mut self,
         qp: &'scope QpShared,
         seq: u64,
-        opcode: u32,
-        byte_len: u32,
+        report: Report,
         timeout: Duration,
         how: Waiting,
     ) -> std::result::Result<Completion, LaneWaitError<'scope>> {
-        let token = LaneToken { qp, seq, opcode, byte_len, _scope: PhantomData };
+        let token = LaneToken { qp, seq, report, _scope: PhantomData };
         if !std::ptr::eq(token.qp, self.qp) {
             return Err(LaneWaitError { error: foreign("send lane", self.qp), token });
         }
@@ -972,22 +969,23 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         timeout: Duration,
         how: Waiting,
     ) -> std::result::Result<Completion, RecvWaitError<'scope>> {
-        // The common cases, inline: an earlier poll of the lane took the receive's completion
-        // (the oldest it took), or the lane's poll finds it now. Everything else (not there yet,
-        // kept by another poller, failed poll, foreign token) takes `wait_slow`.
+        // The common cases, inline: the lane's poll finds the receive's completion now, or an
+        // earlier poll of the lane took it (the oldest it took). Everything else (not there
+        // yet, kept by another poller, failed poll, foreign token) takes `wait_slow`.
         if std::ptr::eq(token.qp, self.qp) {
-            if let Some(&(seq, c)) = self.ready.front() {
-                if seq == token.seq {
-                    self.ready.pop_front();
-                    self.freed_upto(seq);
-                    return Ok(c);
-                }
-            } else if !self.qp.rq.lane.is_done(token.seq) {
-                // A failed poll leaves `mine` empty: `wait_slow` polls again and reports it.
+            if !self.qp.rq.lane.is_done(token.seq) {
+                // Not complete, so not among the ones taken. A failed poll leaves `mine`
+                // empty: `wait_slow` polls again and reports it.
                 let mut mine = None;
                 self.qp.recv_cq.poll_for_recv_lane(self.qp, token.seq, &mut self.ready, self.depth as usize, &mut mine);
                 if let Some(c) = mine {
                     self.freed_upto(token.seq);
+                    return Ok(c);
+                }
+            } else if let Some(&(seq, c)) = self.ready.front() {
+                if seq == token.seq {
+                    self.ready.pop_front();
+                    self.freed_upto(seq);
                     return Ok(c);
                 }
             }
@@ -1182,8 +1180,8 @@ impl<T: Transport, S: CanPostSend> std::fmt::Debug for SendLane<'_, T, S> {
 /// The successful completion of `token`'s request.
 #[inline(always)]
 fn success(token: &LaneToken<'_>) -> Completion {
-    let mut c = Completion::implied(token.qp.qp_num(), token.opcode);
-    c.byte_len = token.byte_len;
+    let mut c = Completion::implied(token.qp.qp_num(), token.report.opcode);
+    c.byte_len = token.report.byte_len;
     c.source = CompletionSource::Own;
     c
 }
@@ -1195,16 +1193,26 @@ fn foreign(lane: &'static str, qp: &QpShared) -> Error {
 
 /// What a successful completion of `raw` reports: its opcode, and the byte length for the
 /// operations whose send-queue completion carries one (RDMA READ: the bytes read; atomics: 8).
-fn success_report<S: SgeStore>(raw: &RawSendWr<S>) -> (u32, u32) {
+fn success_report<S: SgeStore>(raw: &RawSendWr<S>) -> Report {
     let len = raw.used_sges().iter().fold(0u32, |n, s| n.wrapping_add(s.length));
-    match raw.wr.opcode {
+    let (opcode, byte_len) = match raw.wr.opcode {
         sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => (sys::IBV_WC_RDMA_WRITE, 0),
         sys::IBV_WR_RDMA_READ => (sys::IBV_WC_RDMA_READ, len),
         sys::IBV_WR_ATOMIC_CMP_AND_SWP => (sys::IBV_WC_COMP_SWAP, 8),
         sys::IBV_WR_ATOMIC_FETCH_AND_ADD => (sys::IBV_WC_FETCH_ADD, 8),
         sys::IBV_WR_TSO => (sys::IBV_WC_TSO, 0),
         _ => (sys::IBV_WC_SEND, 0),
-    }
+    };
+    Report { opcode, byte_len }
+}
+
+/// What a successful completion of a lane's request reports (`IBV_WC_*` opcode, byte length).
+/// Aligned as one 8-byte word, so that a token carries it in one move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(8))]
+struct Report {
+    opcode: u32,
+    byte_len: u32,
 }
 
 #[cfg(test)]
@@ -1224,10 +1232,10 @@ mod tests {
         let remote = RemoteSlice::<crate::access::RemoteAll>::new(0x9000, 64, 2);
         let mut raw = RawSendWr::new();
         wr::Read::new((sink(0x1000, 8), sink(0x2000, 0), sink(0x3000, 9)), remote).build(&mut raw).expect("17 fit 64");
-        assert_eq!(success_report(&raw), (sys::IBV_WC_RDMA_READ, 17));
+        assert_eq!(success_report(&raw), Report { opcode: sys::IBV_WC_RDMA_READ, byte_len: 17 });
         let view = LocalBuf::from_parts(0x1000, 100, 3, OdpTag::default(), pd);
         let mut raw = RawSendWr::new();
         wr::Send::new([view; 3]).build(&mut raw).expect("valid");
-        assert_eq!(success_report(&raw), (sys::IBV_WC_SEND, 0));
+        assert_eq!(success_report(&raw), Report { opcode: sys::IBV_WC_SEND, byte_len: 0 });
     }
 }
