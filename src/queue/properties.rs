@@ -4,7 +4,7 @@
 //! program has taken) with random operations from the deterministic [`Rng`], and compares every
 //! answer of the book with the model's.
 
-use super::{Book, Kept, LaneBook, LaneResult, SendBook, Take, WorkQueue, LANE_BIT};
+use super::{Book, Kept, LaneBook, LaneResult, SendBook, Take, TrackedQueue, WorkQueue, LANE_BIT};
 use crate::test_util::Rng;
 use crate::wc::{Completion, CompletionSource};
 
@@ -222,6 +222,121 @@ fn send_queue_arithmetic_matches_a_model() {
 #[test]
 fn receive_queue_arithmetic_matches_a_model() {
     work_queue_matches_the_model(false);
+}
+
+/// A send queue's book behind its [`TrackedQueue`], driven through the methods the library
+/// calls (a post under the lock, `complete`, `try_take`, `abandon`, a reset's flush), with the
+/// lock-free `implied` asked at every step for every request a token still holds: it must hand
+/// over a completion only for a request that is complete with none of its own stored (never
+/// for a pending one, whose memory the device may still use, nor for one whose error, flush
+/// or forced reset is stored), and then the model's implied success. (The concurrent protocol
+/// is `loom_model`'s `loom_settled_*`.)
+#[test]
+fn the_lock_free_take_of_a_send_queue_matches_the_model() {
+    for seed in 1..300u64 {
+        let mut rng = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1);
+        let depth = 1 + rng.below(9) as u32;
+        let q = TrackedQueue::new(depth, Some(QP));
+        let mut m = Model { depth, send: true, reqs: Vec::new(), executed: 0 };
+        for step in 0..300 {
+            let ctx = format!("seed {seed} step {step} depth {depth}");
+            match rng.below(10) {
+                0..=3 => {
+                    let mut book = q.lock();
+                    let Some(seq) = book.next_seq() else { continue };
+                    let covered = book.must_signal(0) || rng.below(3) == 0;
+                    let owner = rng.below(3);
+                    assert_eq!(book.push_owned(covered, owner), seq, "{ctx}: numbers are consecutive");
+                    drop(book);
+                    m.reqs.push(Req { covered, abandoned: false, owner, st: St::Pending });
+                }
+                // The device executes the next request: a signaled one reports it, an unsignaled
+                // one only when it fails.
+                4..=5 => {
+                    if m.executed < m.reqs.len() {
+                        let i = m.executed;
+                        m.executed += 1;
+                        if m.reqs[i].covered || rng.below(4) == 0 {
+                            q.complete(i as u64, own(i));
+                            m.complete(i);
+                        }
+                    }
+                }
+                // A stale or unknown completion changes nothing (`check` below).
+                6 => {
+                    let i = rng.below(m.reqs.len() as u64 + 3) as usize;
+                    if i >= m.reqs.len() || m.reqs[i].st != St::Pending {
+                        q.complete(i as u64, own(i));
+                    }
+                }
+                // A token takes its result: at most once, never after it was given up.
+                7 => {
+                    let i = rng.below(m.reqs.len() as u64 + 2) as usize;
+                    if m.reqs.get(i).is_none_or(|r| r.st == St::Gone || r.abandoned) {
+                        continue;
+                    }
+                    let expect = match m.reqs[i].st {
+                        St::Pending => Take::Pending,
+                        St::Done(c) => {
+                            m.reqs[i].st = St::Gone;
+                            Take::Done(c)
+                        }
+                        St::Gone => unreachable!("skipped above"),
+                    };
+                    assert_eq!(q.try_take(i as u64), expect, "{ctx}: try_take({i})");
+                }
+                // A token is given up (dropped or leaked).
+                8 => {
+                    if let Some(i) = (!m.reqs.is_empty()).then(|| rng.below(m.reqs.len() as u64) as usize) {
+                        if m.reqs[i].st == St::Gone {
+                            continue;
+                        }
+                        q.abandon(i as u64);
+                        let r = &mut m.reqs[i];
+                        match r.st {
+                            St::Pending => r.abandoned = true,
+                            St::Done(_) => r.st = St::Gone,
+                            St::Gone => {}
+                        }
+                    }
+                }
+                _ => {
+                    if rng.below(4) == 0 {
+                        q.force_flush(QP);
+                        for r in &mut m.reqs {
+                            if r.st == St::Pending {
+                                r.st = if r.abandoned { St::Gone } else { St::Done(Completion::forced_reset(QP)) };
+                            }
+                        }
+                        m.executed = m.reqs.len();
+                    }
+                }
+            }
+            check(&q.lock(), &m, &ctx);
+            // Whether a completion of its own is stored for a request before the one asked
+            // about: the lock-free take covers only the requests below the first stored one
+            // (the others take the lock, `try_take_locked`).
+            let mut stored_before = false;
+            for (i, r) in m.reqs.iter().enumerate() {
+                let implied = match r.st {
+                    St::Done(c) if c.source() == CompletionSource::ImpliedByLater => Some(c),
+                    _ => None,
+                };
+                if !r.abandoned && r.st != St::Gone {
+                    let got = q.implied(i as u64).copied();
+                    // Sound: an implied success only where the model has one.
+                    if got.is_some() {
+                        assert_eq!(got, implied, "{ctx}: implied({i}), the model says {:?}", r.st);
+                    }
+                    // Complete: every implied success below the first stored completion.
+                    if implied.is_some() && !stored_before {
+                        assert_eq!(got, implied, "{ctx}: implied({i}) missed, nothing stored before it");
+                    }
+                }
+                stored_before |= matches!(r.st, St::Done(_)) && implied.is_none();
+            }
+        }
+    }
 }
 
 /// A lane request in the lane book's model.
