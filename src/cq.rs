@@ -468,6 +468,13 @@ impl CqShared {
         self.poll_batch(&mut [])
     }
 
+    /// [`CqShared::poll_and_route`] by a waiter for a request of `qp` (one of this CQ's QPs,
+    /// alive: the waiter's token holds it): its completions are routed to it without looking it
+    /// up (no upgrade of its weak reference), the others as usual.
+    pub(crate) fn poll_and_route_for(&self, qp: &QpShared) -> Result<usize> {
+        self.poll_with(POLL_BATCH, |_, wc, routes| self.route(routes, wc, Some(qp), || self.decode(wc)))
+    }
+
     /// As [`CqShared::poll_and_route`], for the send lane of `qp` (one of this CQ's QPs): its
     /// successful lane completions are recorded on the spot, everything else is routed as
     /// usual.

@@ -37,18 +37,13 @@ use typed_verbs_sys as sys;
 
 use crate::error::{Error, Result};
 use crate::mr::{LocalBuf, LocalBufMut};
-use crate::qp::{Qp, QpShared, QueueRef};
+use crate::qp::{PostRecvFn, PostSendFn, Qp, QpShared, QueueRef};
 use crate::queue::{Kept, LaneResult, RECV_BIT};
 use crate::scope::{Idle, PostError, Scope, Waiting};
 use crate::sgl::{Scatter, SgeStore};
 use crate::transport::{CanPostRecv, CanPostSend, Transport};
 use crate::wc::{Completion, CompletionSource};
 use crate::wr::{AddressedFor, RawSendWr, Recv, SendWr};
-
-/// `ibv_post_send` as the provider implements it.
-type PostSendFn = unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_send_wr, *mut *mut sys::ibv_send_wr) -> i32;
-/// `ibv_post_recv` as the provider implements it.
-type PostRecvFn = unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32;
 
 /// The exclusive poster of a QP's send queue within a scope. See the [module
 /// documentation](self).
@@ -369,8 +364,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // may have granted on top.
         let depth = u64::from(shared.rq.depth().max(1));
         shared.rq.lane.set_open(true);
-        // SAFETY: as in `open_send_lane`.
-        let post_fn = unsafe { (*(*raw_qp.as_ptr()).context).ops.post_recv }.unwrap_or(sys::ibv_post_recv);
+        let post_fn = shared.post_recv_fn;
         let ready = std::collections::VecDeque::new();
         Ok(RecvLane {
             qp: shared,
@@ -392,9 +386,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // The depth the library counts (the CQ's room is reserved for it).
         let depth = u64::from(shared.sq.depth().max(1));
         let max_run = (depth / 2).max(1);
-        // SAFETY: the QP and its context are alive (borrowed for 'scope); the provider's
-        // operations are set when the context is opened and never change.
-        let post_fn = unsafe { (*(*raw_qp.as_ptr()).context).ops.post_send }.unwrap_or(sys::ibv_post_send);
+        let post_fn = shared.post_send_fn;
         Ok(SendLane {
             qp: shared,
             raw_qp,

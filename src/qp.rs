@@ -83,6 +83,13 @@ impl<'a> QpConfig<'a> {
     }
 }
 
+/// `ibv_post_send` as the provider implements it (`struct verbs_context_ops::post_send`).
+pub(crate) type PostSendFn =
+    unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_send_wr, *mut *mut sys::ibv_send_wr) -> i32;
+/// `ibv_post_recv` as the provider implements it (`struct verbs_context_ops::post_recv`).
+pub(crate) type PostRecvFn =
+    unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32;
+
 /// A queue pair of transport `T` in state `S`: `struct ibv_qp`.
 ///
 /// Destroyed on drop; the CQs and the PD it uses stay alive as long as it does.
@@ -93,6 +100,10 @@ pub struct Qp<T: Transport, S: QpState> {
 
 pub(crate) struct QpShared {
     qp: NonNull<sys::ibv_qp>,
+    /// The provider's `ibv_post_send` and `ibv_post_recv` (`qp->context->ops`), looked up once:
+    /// what verbs.h's inline verbs read on every call.
+    pub(crate) post_send_fn: PostSendFn,
+    pub(crate) post_recv_fn: PostRecvFn,
     qp_num: u32,
     caps: QpCaps,
     pub(crate) send_cq: Arc<CqShared>,
@@ -268,8 +279,15 @@ impl Pd {
             max_recv_sge: init.cap.max_recv_sge.max(c.max_recv_sge),
             max_inline_data: init.cap.max_inline_data.max(c.max_inline_data),
         };
+        // SAFETY: `qp` and its context are alive (the QP was just created on it); the
+        // provider's operations are set when the context is opened and never change.
+        let ops = unsafe { &(*(*qp.as_ptr()).context).ops };
+        let (post_send_fn, post_recv_fn) =
+            (ops.post_send.unwrap_or(sys::ibv_post_send), ops.post_recv.unwrap_or(sys::ibv_post_recv));
         let shared = Arc::new(QpShared {
             qp,
+            post_send_fn,
+            post_recv_fn,
             qp_num,
             caps: granted,
             send_cq: Arc::clone(&config.send_cq.inner),
@@ -1258,9 +1276,9 @@ impl QpShared {
         wr.wr_id = seq;
         wr.next = std::ptr::null_mut();
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the QP is alive; `wr` is a single valid request whose memory the caller
-        // guarantees; `bad` is a valid out-pointer.
-        let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), wr, &mut bad) };
+        // SAFETY: the QP is alive and `post_send_fn` its provider's `ibv_post_send`; `wr` is a
+        // single valid request whose memory the caller guarantees; `bad` is a valid out-pointer.
+        let ret = unsafe { (self.post_send_fn)(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
             return Err(self.send_refused(book, wr, ret, bad.is_null(), owner));
         }
@@ -1332,9 +1350,10 @@ impl QpShared {
             unsafe { (*first.add(i)).next = if i + 1 < n { first.add(i + 1) } else { std::ptr::null_mut() } };
         }
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the QP is alive; the list is valid and terminated; the memory it names is
-        // valid per the caller; `bad` is a valid out-pointer.
-        let ret = unsafe { sys::ibv_post_send(self.qp.as_ptr(), first, &mut bad) };
+        // SAFETY: the QP is alive and `post_send_fn` its provider's `ibv_post_send`; the list is
+        // valid and terminated; the memory it names is valid per the caller; `bad` is a valid
+        // out-pointer.
+        let ret = unsafe { (self.post_send_fn)(self.qp.as_ptr(), first, &mut bad) };
         // ibv_post_send(3) returns the failing request in `bad_wr`; rxe (rdma-core 44) leaves it
         // NULL when its doorbell fails after the requests were queued. Then nothing says what
         // was queued: every request is treated as posted, and none as covered (no completion
@@ -1424,8 +1443,8 @@ impl QpShared {
         wr.wr_id = seq | RECV_BIT;
         wr.next = std::ptr::null_mut();
         let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: as in `post_send`.
-        let ret = unsafe { sys::ibv_post_recv(self.qp.as_ptr(), wr, &mut bad) };
+        // SAFETY: as in `post_send` (`post_recv_fn` is the provider's `ibv_post_recv`).
+        let ret = unsafe { (self.post_recv_fn)(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
             let error = Error::from_ret(Verb::PostRecv, format!("QP {:#x}", self.qp_num), ret);
             let kept = bad.is_null().then(|| rq.push_owned(false, owner));
@@ -1483,8 +1502,8 @@ impl<'a> QueueRef<'a> {
     /// Polls the CQ(s) this queue completes on; returns how many completions were polled.
     pub(crate) fn poll(self) -> Result<usize> {
         match self {
-            QueueRef::Send(q) => q.send_cq.poll_and_route(),
-            QueueRef::Recv(q) => q.recv_cq.poll_and_route(),
+            QueueRef::Send(q) => q.send_cq.poll_and_route_for(q),
+            QueueRef::Recv(q) => q.recv_cq.poll_and_route_for(q),
             QueueRef::Srq(s) => s.poll(),
         }
     }
