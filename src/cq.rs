@@ -475,6 +475,26 @@ impl CqShared {
         self.poll_with(POLL_BATCH, |_, wc, routes| self.route(routes, wc, Some(qp), || self.decode(wc)))
     }
 
+    /// [`CqShared::poll_and_route_for`] by the wait of send request `seq` of `qp`: its
+    /// completion, if polled now, is recorded and handed to the wait (`mine`) rather than
+    /// stored for it ([`TrackedQueue::complete_taken`](crate::queue::TrackedQueue::complete_taken));
+    /// everything else is routed as usual.
+    pub(crate) fn poll_for_send(&self, qp: &QpShared, seq: u64, mine: &mut Option<Completion>) -> Result<usize> {
+        self.poll_with(POLL_BATCH, |_, wc, routes| {
+            // A tracked send request's `wr_id` is its number (lanes' and receives' carry a bit).
+            if wc.wr_id == seq && wc.qp_num == qp.qp_num() && mine.is_none() {
+                let c = self.decode(wc);
+                if qp.sq.complete_taken(seq) {
+                    *mine = Some(c);
+                } else {
+                    self.route(routes, wc, Some(qp), || c);
+                }
+            } else {
+                self.route(routes, wc, Some(qp), || self.decode(wc));
+            }
+        })
+    }
+
     /// As [`CqShared::poll_and_route`], for the send lane of `qp` (one of this CQ's QPs): its
     /// successful lane completions are recorded on the spot, everything else is routed as
     /// usual.

@@ -109,7 +109,11 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
         if let Take::Done(c) = q.tracked().try_take(self.seq) {
             return Ok(self.finish(c));
         }
-        let _ = q.poll();
+        let mut mine = None;
+        let _ = q.poll_for(self.seq, &mut mine);
+        if let Some(c) = mine {
+            return Ok(self.finish(c));
+        }
         match q.tracked().try_take(self.seq) {
             Take::Done(c) => Ok(self.finish(c)),
             _ => Err(self),
@@ -138,9 +142,14 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
     fn poll_until_done(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
         // The clock is read only once a poll came back empty (`Idle`).
         let mut idle = Idle::new(Waiting::Yield, timeout);
+        let mut mine = None;
         loop {
             let q = self.q.as_ref();
-            match q.poll() {
+            let polled = q.poll_for(self.seq, &mut mine);
+            if let Some(c) = mine {
+                return Ok(self.finish(c));
+            }
+            match polled {
                 Ok(0) if idle.expired() => {
                     let what = format!("the completion of owned {}", q.describe(self.seq));
                     return Err(OwnedWaitError { error: Error::Timeout { what, after: timeout }, token: self });
@@ -382,7 +391,12 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
         if this.waiting.is_empty() {
             // Before it first waits: a completion already in the CQ is taken with one poll, as
             // `try_complete` takes it, with no waker, arming or event.
-            if let Err(error) = q.poll() {
+            let mut mine = None;
+            let polled = q.poll_for(seq, &mut mine);
+            if let Some(c) = mine {
+                return Poll::Ready(Ok(this.finish(c)));
+            }
+            if let Err(error) = polled {
                 return Poll::Ready(Err(this.fail(error)));
             }
             if let Take::Done(c) = q.tracked().try_take(seq) {

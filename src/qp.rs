@@ -1508,6 +1508,16 @@ impl<'a> QueueRef<'a> {
         }
     }
 
+    /// [`QueueRef::poll`] by the wait of request `seq`: on a send queue its completion, if
+    /// polled now, comes back in `mine` ([`CqShared::poll_for_send`]); otherwise the wait takes
+    /// it from the book.
+    pub(crate) fn poll_for(self, seq: u64, mine: &mut Option<Completion>) -> Result<usize> {
+        match self {
+            QueueRef::Send(q) => q.send_cq.poll_for_send(q, seq, mine),
+            _ => self.poll(),
+        }
+    }
+
     pub(crate) fn describe(self, seq: u64) -> String {
         match self {
             QueueRef::Send(q) => format!("send request {seq} on QP {:#x}", q.qp_num),

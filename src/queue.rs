@@ -309,6 +309,19 @@ impl SendBook {
         true
     }
 
+    /// Records the completion of `seq` (and of every earlier request) for the wait of `seq`'s
+    /// own token, which takes it at once: [`SendBook::complete`] then [`SendBook::try_take`],
+    /// with nothing stored between. False (nothing changed) if `seq` is not outstanding, or its
+    /// token was given up.
+    #[inline]
+    fn complete_taken(&mut self, seq: u64) -> bool {
+        if !self.is_pending(seq) || self.owner(seq) & ABANDONED != 0 {
+            return false;
+        }
+        self.done = seq + 1;
+        true
+    }
+
     #[inline(always)]
     fn try_take(&mut self, seq: u64) -> Take {
         if seq >= self.done {
@@ -1020,6 +1033,26 @@ impl TrackedQueue {
         let mut wakers = lock(&self.wakers);
         wakers.retain(|(s, _)| *s != seq);
         self.waker_count.store(wakers.len(), Ordering::Release);
+    }
+
+    /// A send queue's request `seq` completed, polled by the wait of its own token, which takes
+    /// the completion at once (it is not stored): as [`TrackedQueue::complete`] followed by a
+    /// take, under one lock. False (nothing changed: the caller records it as usual) for a
+    /// receive queue, or if `seq` is not outstanding or its token was given up.
+    #[inline]
+    pub(crate) fn complete_taken(&self, seq: u64) -> bool {
+        {
+            let mut book = self.wq.lock();
+            let Book::Send(b) = &mut *book else { return false };
+            if !b.complete_taken(seq) {
+                return false;
+            }
+            b.publish(&self.settled);
+        }
+        if (self.grave_count.load(Ordering::Acquire) | self.waker_count.load(Ordering::Acquire)) != 0 {
+            self.after_complete();
+        }
+        true
     }
 
     /// Takes the completion of `seq` if it is complete. An implied one (an unsignaled send

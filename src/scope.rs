@@ -543,8 +543,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
         let p = token.guard.posted;
         let mut idle = Idle::new(how, timeout);
+        let mut mine = None;
         loop {
-            match p.q.poll() {
+            let polled = p.q.poll_for(p.seq, &mut mine);
+            if let Some(c) = mine {
+                return Ok(token.finish(c));
+            }
+            match polled {
                 Ok(0) if idle.expired() => {
                     let what = format!("the completion of {}", p.q.describe(p.seq));
                     return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });

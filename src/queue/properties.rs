@@ -251,21 +251,37 @@ fn the_lock_free_take_of_a_send_queue_matches_the_model() {
                     m.reqs.push(Req { covered, abandoned: false, owner, st: St::Pending });
                 }
                 // The device executes the next request: a signaled one reports it, an unsignaled
-                // one only when it fails.
+                // one only when it fails. Half the time the poll is the wait of the request's own
+                // token, which takes the completion at once (`complete_taken`); refused for a
+                // token given up, whose completion the poll then records as usual.
                 4..=5 => {
                     if m.executed < m.reqs.len() {
                         let i = m.executed;
                         m.executed += 1;
                         if m.reqs[i].covered || rng.below(4) == 0 {
-                            q.complete(i as u64, own(i));
-                            m.complete(i);
+                            if rng.below(2) == 0 {
+                                let taken = q.complete_taken(i as u64);
+                                assert_eq!(taken, !m.reqs[i].abandoned, "{ctx}: complete_taken({i})");
+                                if !taken {
+                                    q.complete(i as u64, own(i));
+                                }
+                                m.complete(i);
+                                if taken {
+                                    m.reqs[i].st = St::Gone;
+                                }
+                            } else {
+                                q.complete(i as u64, own(i));
+                                m.complete(i);
+                            }
                         }
                     }
                 }
-                // A stale or unknown completion changes nothing (`check` below).
+                // A stale or unknown completion changes nothing (`check` below), whether a wait
+                // or a routing poll finds it.
                 6 => {
                     let i = rng.below(m.reqs.len() as u64 + 3) as usize;
                     if i >= m.reqs.len() || m.reqs[i].st != St::Pending {
+                        assert!(!q.complete_taken(i as u64), "{ctx}: stale completion {i} taken by a wait");
                         q.complete(i as u64, own(i));
                     }
                 }
