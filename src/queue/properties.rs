@@ -75,6 +75,28 @@ impl Model {
         }
     }
 
+    /// The token of request `i` is given up: a pending request's completion will not be kept,
+    /// a complete one's is dropped.
+    fn abandon(&mut self, i: usize) {
+        let r = &mut self.reqs[i];
+        match r.st {
+            St::Pending => r.abandoned = true,
+            St::Done(_) => r.st = St::Gone,
+            St::Gone => {}
+        }
+    }
+
+    /// A forced reset: every pending request completes with a synthetic flush (kept unless its
+    /// token was given up), and the device has nothing left to execute.
+    fn reset(&mut self) {
+        for r in &mut self.reqs {
+            if r.st == St::Pending {
+                r.st = if r.abandoned { St::Gone } else { St::Done(Completion::forced_reset(QP)) };
+            }
+        }
+        self.executed = self.reqs.len();
+    }
+
     fn uncovered(&self) -> bool {
         let mut pending = self.reqs.iter().filter(|r| r.st == St::Pending);
         if self.send {
@@ -185,24 +207,14 @@ fn work_queue_matches_the_model(send: bool) {
                 8 => {
                     if let Some(i) = (!m.reqs.is_empty()).then(|| rng.below(m.reqs.len() as u64) as usize) {
                         q.abandon(i as u64);
-                        let r = &mut m.reqs[i];
-                        match r.st {
-                            St::Pending => r.abandoned = true,
-                            St::Done(_) => r.st = St::Gone,
-                            St::Gone => {}
-                        }
+                        m.abandon(i);
                     }
                 }
                 // A reset: rarely.
                 _ => {
                     if rng.below(4) == 0 {
                         q.force_flush(QP);
-                        for r in &mut m.reqs {
-                            if r.st == St::Pending {
-                                r.st = if r.abandoned { St::Gone } else { St::Done(Completion::forced_reset(QP)) };
-                            }
-                        }
-                        m.executed = m.reqs.len();
+                        m.reset();
                     }
                 }
             }
@@ -308,23 +320,13 @@ fn the_lock_free_take_of_a_send_queue_matches_the_model() {
                             continue;
                         }
                         q.abandon(i as u64);
-                        let r = &mut m.reqs[i];
-                        match r.st {
-                            St::Pending => r.abandoned = true,
-                            St::Done(_) => r.st = St::Gone,
-                            St::Gone => {}
-                        }
+                        m.abandon(i);
                     }
                 }
                 _ => {
                     if rng.below(4) == 0 {
                         q.force_flush(QP);
-                        for r in &mut m.reqs {
-                            if r.st == St::Pending {
-                                r.st = if r.abandoned { St::Gone } else { St::Done(Completion::forced_reset(QP)) };
-                            }
-                        }
-                        m.executed = m.reqs.len();
+                        m.reset();
                     }
                 }
             }
