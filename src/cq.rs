@@ -17,7 +17,7 @@ use typed_verbs_sys as sys;
 use crate::device::{Context, ContextInner};
 use crate::error::{Error, Result, Verb};
 use crate::qp::QpShared;
-use crate::queue::{is_lane_request, is_recv_lane_request, RECV_BIT};
+use crate::queue::{is_lane_request, is_recv_lane_request, DeferWakes, RECV_BIT};
 use crate::wc::Completion;
 
 /// How many completions one `ibv_poll_cq` call may return.
@@ -325,6 +325,8 @@ impl CqShared {
     /// [`Error::InvalidArgument`] when `need` does not fit: nothing is registered then.
     pub(crate) fn register(&self, qp_num: u32, qp: Weak<QpShared>, need: u64) -> Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
+        // Dropped after the lock: the futures the drain of retired completions wakes.
+        let _wakes = DeferWakes::new();
         let mut routing = self.routes.lock();
         let retired = std::mem::take(&mut *self.retired());
         let mut used = self.reserved.load(Relaxed);
@@ -369,6 +371,8 @@ impl CqShared {
     /// Runs `f` under the routing lock, serialised with every poll's routing (a reset's flush
     /// of a lane's book, which pollers write under it).
     pub(crate) fn with_routing_lock<R>(&self, f: impl FnOnce() -> R) -> R {
+        // Dropped after the lock: the futures a reset's flush completes are woken outside it.
+        let _wakes = DeferWakes::new();
         let _routes = self.routes.lock();
         f()
     }
@@ -514,7 +518,7 @@ impl CqShared {
         if wc.qp_num == qp.qp_num() && is_lane_request(wc.wr_id) && wc.status == sys::IBV_WC_SUCCESS {
             qp.sq.lane.complete(wc.wr_id, true, || unreachable!("a successful completion is not decoded"));
         } else {
-            self.route_cold(&routing.routes, wc, Some(qp));
+            self.route_cold(routing, wc, Some(qp));
         }
         1
     }
@@ -548,7 +552,7 @@ impl CqShared {
                 self.keep_ready(ready, keep, lane_seq, wc);
             }
         } else {
-            self.route_cold(&routing.routes, wc, Some(qp));
+            self.route_cold(routing, wc, Some(qp));
         }
         1
     }
@@ -589,11 +593,16 @@ impl CqShared {
         Ok(slot)
     }
 
-    /// [`CqShared::route`], out of line.
+    /// [`CqShared::route`], out of line, for a lane's poll that holds the routing lock
+    /// (`routing`): released here, before the futures of requests the completion completed are
+    /// woken ([`DeferWakes`]).
     #[cold]
     #[inline(never)]
-    fn route_cold(&self, routes: &[(u32, Weak<QpShared>)], wc: &sys::ibv_wc, known: Option<&QpShared>) {
-        self.route(routes, wc, known, || self.decode(wc))
+    fn route_cold(&self, routing: PollGuard<'_, Routing>, wc: &sys::ibv_wc, known: Option<&QpShared>) {
+        let wakes = DeferWakes::new();
+        self.route(&routing.routes, wc, known, || self.decode(wc));
+        drop(routing);
+        drop(wakes);
     }
 
     /// One `ibv_poll_cq` of at most `want <= POLL_BATCH` completions, handing each, with its
@@ -605,6 +614,9 @@ impl CqShared {
         want: usize,
         mut each: impl FnMut(usize, &sys::ibv_wc, &[(u32, Weak<QpShared>)]),
     ) -> Result<usize> {
+        // Declared first, dropped last: the futures of the requests this poll completes are woken
+        // once the routing lock is released.
+        let _wakes = DeferWakes::new();
         let mut routing = self.routes.lock();
         let Routing { routes, wcs } = &mut *routing;
         self.poll_locked(wcs, want, |i, wc| each(i, wc, routes))

@@ -907,6 +907,68 @@ pub(crate) struct TrackedQueue {
     pub(crate) lane: LaneBook,
 }
 
+std::thread_local! {
+    /// How many [`DeferWakes`] are alive on this thread.
+    static DEFERRING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Whether `DEFERRED` holds wakers.
+    static PENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The wakers of completions recorded on this thread while a [`DeferWakes`] is alive on it.
+    static DEFERRED: std::cell::RefCell<Vec<std::task::Waker>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// While alive, the futures woken by completions recorded on this thread are woken only when it
+/// is dropped (by the outermost one, if several are alive). A poll creates one before it takes
+/// a CQ's routing lock and drops it after releasing the lock: a waker may run its task at once,
+/// and a task that polls the same CQ would spin on that lock forever (it is not reentrant).
+/// Two thread-local counters on the way in and out; the list is touched only by a wake.
+pub(crate) struct DeferWakes(());
+
+impl DeferWakes {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        DEFERRING.with(|n| n.set(n.get() + 1));
+        DeferWakes(())
+    }
+}
+
+impl Drop for DeferWakes {
+    #[inline]
+    fn drop(&mut self) {
+        let left = DEFERRING.with(|n| {
+            let left = n.get() - 1;
+            n.set(left);
+            left
+        });
+        if left == 0 && PENDING.with(std::cell::Cell::get) {
+            wake_deferred();
+        }
+    }
+}
+
+/// The outermost [`DeferWakes`] is dropped: wakes what was kept. Taken before waking: a task
+/// that a waker runs starts afresh (its polls defer their own).
+#[cold]
+#[inline(never)]
+fn wake_deferred() {
+    PENDING.with(|p| p.set(false));
+    let woken = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
+    for w in woken {
+        w.wake();
+    }
+}
+
+/// Wakes `woken` now, or when the [`DeferWakes`] alive on this thread is dropped.
+fn wake(woken: Vec<std::task::Waker>) {
+    if DEFERRING.with(std::cell::Cell::get) > 0 {
+        DEFERRED.with(|d| d.borrow_mut().extend(woken));
+        PENDING.with(|p| p.set(true));
+    } else {
+        for w in woken {
+            w.wake();
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // The book-keeping is consistent at every step, so a poisoned lock is still usable.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -986,10 +1048,9 @@ impl TrackedQueue {
             self.waker_count.store(wakers.len(), Ordering::Release);
             woken
         };
-        // Woken outside the locks: a waker may run code of its executor.
-        for w in woken {
-            w.wake();
-        }
+        // Woken outside the locks, the CQ's routing lock included (`DeferWakes`): a waker may
+        // run code of its executor, which may poll.
+        wake(woken);
     }
 
     /// A future waits for request `seq`: `waker` is woken once a poll records its completion
@@ -1019,10 +1080,8 @@ impl TrackedQueue {
             self.waker_count.store(0, Ordering::Release);
             std::mem::take(&mut *wakers)
         };
-        // Woken outside the lock: a waker may run code of its executor.
-        for (_, w) in woken {
-            w.wake();
-        }
+        // Woken outside the locks, as in `wake_completed`.
+        wake(woken.into_iter().map(|(_, w)| w).collect());
     }
 
     /// The future of request `seq` is gone or done: forgets its waker.
@@ -1415,6 +1474,57 @@ mod tests {
         assert_eq!((woken(&wx), woken(&wy)), (0, 1));
         r.force_flush(1);
         assert_eq!((woken(&wx), woken(&wy)), (1, 1), "the reset completed x");
+    }
+
+    /// A completion taken by its own token's wait (`complete_taken`) releases the graves and
+    /// wakes the futures of the requests it completes, as a recorded one does: here an awaited
+    /// unsignaled request before it, and a dropped token's parked buffer.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_completion_taken_by_its_wait_releases_the_graves_and_wakes_what_it_completes() {
+        use std::sync::Arc;
+        let drops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let q = TrackedQueue::new(8, Some(1));
+        let a = q.lock().push(false);
+        let b = q.lock().push(false);
+        let c = q.lock().push(true);
+        let wa = Arc::new(CountWake(std::sync::atomic::AtomicUsize::new(0)));
+        q.register_waker(a, &std::task::Waker::from(Arc::clone(&wa)));
+        q.abandon(b);
+        q.release(b, Box::new(Sentinel(drops.clone())));
+        assert_eq!(q.parked(), 1);
+        assert!(q.complete_taken(c));
+        assert_eq!(wa.0.load(std::sync::atomic::Ordering::SeqCst), 1, "a's future woken");
+        assert_eq!((q.parked(), drops.load(std::sync::atomic::Ordering::SeqCst)), (0, 1), "b's buffer released");
+        assert!(!q.complete_taken(c), "taken once");
+    }
+
+    /// While a `DeferWakes` is alive on the thread (a poll holding a CQ's routing lock), the
+    /// futures a completion completes are not woken: the outermost one wakes them, once, when
+    /// it is dropped. With none alive they are woken at once.
+    #[cfg(not(loom))]
+    #[test]
+    fn completions_recorded_under_a_defer_wakes_wake_when_the_outermost_is_dropped() {
+        use std::sync::Arc;
+        let woken = |w: &Arc<CountWake>| w.0.load(std::sync::atomic::Ordering::SeqCst);
+        let new = || Arc::new(CountWake(std::sync::atomic::AtomicUsize::new(0)));
+        let q = TrackedQueue::new(8, Some(1));
+        let a = q.lock().push(true);
+        let b = q.lock().push(true);
+        let (wa, wb) = (new(), new());
+        q.register_waker(a, &std::task::Waker::from(Arc::clone(&wa)));
+        q.register_waker(b, &std::task::Waker::from(Arc::clone(&wb)));
+        let outer = DeferWakes::new();
+        let inner = DeferWakes::new();
+        q.complete(a, wc(1));
+        drop(inner);
+        assert_eq!(woken(&wa), 0, "not while the outer one is alive");
+        drop(outer);
+        assert_eq!(woken(&wa), 1, "woken by the outermost");
+        q.complete(b, wc(1));
+        assert_eq!(woken(&wb), 1, "none alive: at once");
+        drop(DeferWakes::new());
+        assert_eq!((woken(&wa), woken(&wb)), (1, 1), "each once");
     }
 
     /// Futures forgotten after they registered (nothing forgets their wakers): the registry

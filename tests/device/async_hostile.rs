@@ -508,6 +508,78 @@ fn a_waker_that_polls_its_completed_future_inline_from_dispatch_resolves_it() {
     drop((out.1, r.ctx));
 }
 
+/// A hand-written executor whose waker runs its task inline, on the thread that called
+/// `CompChannel::dispatch`: the task, woken by one receive's completion, takes it and then
+/// polls a second receive's future for the first time, which polls the same CQ. The wake comes
+/// after the poll that routed the completion released the CQ's routing lock (not reentrant),
+/// so the task neither spins forever on it nor misses anything: the second receive resolves
+/// with the next message.
+#[test]
+fn a_waker_whose_task_polls_the_same_cq_inline_from_dispatch_does_not_deadlock() {
+    type Fut = OwnedCompletion<Chunk<Rx>>;
+    type Out = <Fut as Future>::Output;
+    struct Task {
+        futs: [Mutex<Option<Fut>>; 2],
+        out: Mutex<Vec<Out>>,
+    }
+    impl Task {
+        /// Polls the first future, and the second only once the first resolved.
+        fn run(self: &Arc<Self>) {
+            let waker = Waker::from(Arc::clone(self));
+            for slot in &self.futs {
+                let mut slot = slot.lock().unwrap();
+                if let Some(fut) = slot.as_mut() {
+                    match poll_with(fut, &waker) {
+                        Poll::Ready(got) => {
+                            *slot = None;
+                            self.out.lock().unwrap().push(got);
+                        }
+                        Poll::Pending => return,
+                    }
+                }
+            }
+        }
+    }
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {
+            self.run();
+        }
+    }
+    let r = async_rig();
+    let mut rx = chunks(&r.pd, 2, 64);
+    let t1 = r.pair.b.post_recv_owned(wr::Recv::new(rx.remove(0))).unwrap();
+    let t2 = r.pair.b.post_recv_owned(wr::Recv::new(rx.remove(0))).unwrap();
+    let task = Arc::new(Task {
+        futs: [Mutex::new(Some(t1.into_future())), Mutex::new(Some(t2.into_future()))],
+        out: Mutex::new(Vec::new()),
+    });
+    task.run();
+    assert!(task.out.lock().unwrap().is_empty(), "nothing was sent");
+    let resolved = |n: usize| {
+        let task = Arc::clone(&task);
+        let ch = r.ch.clone();
+        move || {
+            let start = Instant::now();
+            while task.out.lock().unwrap().len() < n && start.elapsed() < WAIT {
+                if readable(&ch, 100) {
+                    ch.dispatch().unwrap();
+                }
+            }
+            task.out.lock().unwrap().len()
+        }
+    };
+    send_sync(&r.pd, &r.pair.a, b"first");
+    assert_eq!(bounded("dispatch waking a task that polls the same CQ", WAIT, resolved(1)), 1, "the first receive");
+    assert!(task.futs[1].lock().unwrap().is_some(), "the second receive waits for its message");
+    send_sync(&r.pd, &r.pair.a, b"second");
+    assert_eq!(bounded("dispatch waking the second receive", WAIT, resolved(2)), 2, "the second receive");
+    let out: Vec<_> = task.out.lock().unwrap().drain(..).map(|o| o.map_err(|e| e.error).unwrap()).collect();
+    for ((c, buf), want) in out.iter().zip([&b"first"[..], &b"second"[..]]) {
+        assert!(c.is_success(), "{c:?}");
+        assert_eq!(&buf.as_slice()[..want.len()], want);
+    }
+}
+
 /// poll(2) on the channel's descriptor for `ms` milliseconds: true when it is readable.
 #[allow(unsafe_code)] // poll(2): the tests have no safe wrapper for it
 fn readable(ch: &CompChannel, ms: i32) -> bool {
