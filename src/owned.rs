@@ -29,11 +29,11 @@
 //! runtime, a task of the runtime calls it when the channel's descriptor is readable; any other
 //! executor registers the descriptor with its reactor and calls it (see `dispatch`).
 //!
-//! The wakers are called inside the poll of the CQ that routed the completion (any poll:
-//! `dispatch`, a future's, [`Cq::progress`](crate::cq::Cq::progress)), under that CQ's routing
-//! lock: a waker must schedule its task (as tokio's, smol's and async-std's do), not poll it
-//! inline. A waker that polls inline the future it wakes gets its result; one that polls another
-//! future still waiting on the same CQ deadlocks (the routing lock is not reentrant).
+//! The wakers are called at the end of the poll of the CQ that routed the completion (any
+//! poll: `dispatch`, a future's, [`Cq::progress`](crate::cq::Cq::progress)), once it has
+//! released that CQ's routing lock: a waker may schedule its task (as tokio's, smol's and
+//! async-std's do) or run it inline, even a task that polls other futures waiting on the same
+//! CQ.
 //!
 //! Dropping the future at any point is sound: what it still holds is the token, whose drop
 //! parks the buffers with the queue until the device is done with them (above). Only owned
