@@ -1013,6 +1013,13 @@ impl TrackedQueue {
     #[inline]
     pub(crate) fn complete(&self, seq: u64, c: Completion) {
         self.wq.lock().complete_published(seq, c, &self.settled);
+        self.recorded();
+    }
+
+    /// After a completion was recorded (the book's lock released): releases the graves and
+    /// wakes the futures of requests that are no longer outstanding, if the queue has any.
+    #[inline(always)]
+    fn recorded(&self) {
         if (self.grave_count.load(Ordering::Acquire) | self.waker_count.load(Ordering::Acquire)) != 0 {
             self.after_complete();
         }
@@ -1102,15 +1109,13 @@ impl TrackedQueue {
     pub(crate) fn complete_taken(&self, seq: u64) -> bool {
         {
             let mut book = self.wq.lock();
-            let Book::Send(b) = &mut *book else { return false };
+            let Some(b) = book.as_send() else { return false };
             if !b.complete_taken(seq) {
                 return false;
             }
             b.publish(&self.settled);
         }
-        if (self.grave_count.load(Ordering::Acquire) | self.waker_count.load(Ordering::Acquire)) != 0 {
-            self.after_complete();
-        }
+        self.recorded();
         true
     }
 
