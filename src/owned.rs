@@ -299,10 +299,11 @@ impl<T: Transport, S: QpState> Qp<T, S> {
 /// queue until the device is done with them.
 #[must_use = "futures do nothing unless awaited; dropping it parks the buffers until the request completes"]
 pub struct OwnedCompletion<B: Send + 'static> {
-    /// `None` once resolved.
-    token: Option<OwnedToken<B>>,
-    /// The CQs this future counts itself a waiter of (empty until it first has to wait).
-    waiting: Vec<Arc<CqShared>>,
+    /// `None` once resolved. Dropped by `Drop::drop` (see there), not by the drop glue.
+    token: ManuallyDrop<Option<OwnedToken<B>>>,
+    /// The CQs this future counts itself a waiter of (empty, with no allocation, until it
+    /// first has to wait). Dropped by `Drop::drop`, as `token`.
+    waiting: ManuallyDrop<Vec<Arc<CqShared>>>,
 }
 
 // Nothing of it is pinned (the buffers are moved out by value only once it resolves).
@@ -311,7 +312,7 @@ impl<B: Send + 'static> Unpin for OwnedCompletion<B> {}
 impl<B: Send + 'static> fmt::Debug for OwnedCompletion<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OwnedCompletion")
-            .field("token", &self.token)
+            .field("token", &*self.token)
             .field("waiting", &!self.waiting.is_empty())
             .finish()
     }
@@ -323,7 +324,7 @@ impl<B: Completes + Send + 'static> IntoFuture for OwnedToken<B> {
 
     /// The token as a future (see [`OwnedCompletion`]).
     fn into_future(self) -> OwnedCompletion<B> {
-        OwnedCompletion { token: Some(self), waiting: Vec::new() }
+        OwnedCompletion { token: ManuallyDrop::new(Some(self)), waiting: ManuallyDrop::new(Vec::new()) }
     }
 }
 
@@ -376,15 +377,28 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
     /// When polled again after it resolved (as futures may). Tokio panics when it has to wait
     /// inside a tokio runtime built without I/O (`enable_io`): the channel's descriptor cannot
     /// be registered with its reactor. The unwinding drops the future, which parks the buffers.
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        // The common case, inline: an unsignaled request a later completion covered.
+        if let Some(token) = this.token.as_ref() {
+            if let Some(&c) = token.q.as_ref().tracked().implied(token.seq) {
+                return Poll::Ready(Ok(this.finish(c)));
+            }
+        }
+        this.poll_slow(cx)
+    }
+}
+
+impl<B: Completes + Send + 'static> OwnedCompletion<B> {
+    /// The rest of [`OwnedCompletion::poll`], out of line.
+    #[inline(never)]
+    fn poll_slow(&mut self, cx: &mut TaskContext<'_>) -> Poll<<Self as Future>::Output> {
+        let this = self;
         let Some(token) = this.token.as_ref() else {
             panic!("OwnedCompletion polled after it resolved");
         };
         let (q, seq) = (token.q.as_ref(), token.seq);
-        if let Some(&c) = q.tracked().implied(seq) {
-            return Poll::Ready(Ok(this.finish(c)));
-        }
         if let Take::Done(c) = q.tracked().try_take_locked(seq) {
             return Poll::Ready(Ok(this.finish(c)));
         }
@@ -501,7 +515,7 @@ impl<B: Send + 'static> OwnedCompletion<B> {
     #[cold]
     #[inline(never)]
     fn stop_waiting(&mut self) {
-        if let Some(token) = &self.token {
+        if let Some(token) = &*self.token {
             token.q.as_ref().tracked().forget_waker(token.seq);
         }
         for cq in self.waiting.drain(..) {
@@ -514,10 +528,26 @@ impl<B: Send + 'static> OwnedCompletion<B> {
 }
 
 impl<B: Send + 'static> Drop for OwnedCompletion<B> {
-    /// Stops waiting; the token (if the future had not resolved) is dropped after this, and
-    /// its drop parks the buffers with the queue until the device is done with them.
+    /// Stops waiting and drops the token (if the future had not resolved), whose drop parks the
+    /// buffers with the queue until the device is done with them. A future that resolved
+    /// without waiting holds nothing to drop: two tests, inline.
+    #[inline(always)]
     fn drop(&mut self) {
+        if self.token.is_some() || self.waiting.capacity() != 0 {
+            self.drop_slow();
+        }
+    }
+}
+
+impl<B: Send + 'static> OwnedCompletion<B> {
+    #[cold]
+    #[inline(never)]
+    fn drop_slow(&mut self) {
         self.unregister();
+        // What is left after these is an empty `None` and a `Vec` without allocation, which
+        // need no drop.
+        drop(self.token.take());
+        drop(std::mem::take(&mut *self.waiting));
     }
 }
 
