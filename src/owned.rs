@@ -301,9 +301,53 @@ impl<T: Transport, S: QpState> Qp<T, S> {
 pub struct OwnedCompletion<B: Send + 'static> {
     /// `None` once resolved. Dropped by `Drop::drop` (see there), not by the drop glue.
     token: ManuallyDrop<Option<OwnedToken<B>>>,
-    /// The CQs this future counts itself a waiter of (empty, with no allocation, until it
-    /// first has to wait). Dropped by `Drop::drop`, as `token`.
-    waiting: ManuallyDrop<Vec<Arc<CqShared>>>,
+    /// The CQs this future counts itself a waiter of. Dropped by `Drop::drop`, as `token`.
+    waiting: ManuallyDrop<WaitingOn>,
+}
+
+/// The CQs a future counts itself a waiter of: none until it first has to wait; one for a
+/// QP's send or receive queue (no allocation); those of the QPs attached to a shared receive
+/// queue.
+#[derive(Default)]
+enum WaitingOn {
+    #[default]
+    Nothing,
+    One(Arc<CqShared>),
+    Several(Vec<Arc<CqShared>>),
+}
+
+impl WaitingOn {
+    fn is_empty(&self) -> bool {
+        matches!(self, WaitingOn::Nothing)
+    }
+
+    fn as_slice(&self) -> &[Arc<CqShared>] {
+        match self {
+            WaitingOn::Nothing => &[],
+            WaitingOn::One(cq) => std::slice::from_ref(cq),
+            WaitingOn::Several(cqs) => cqs,
+        }
+    }
+
+    fn add(&mut self, cq: Arc<CqShared>) {
+        *self = match std::mem::take(self) {
+            WaitingOn::Nothing => WaitingOn::One(cq),
+            WaitingOn::One(first) => WaitingOn::Several(vec![first, cq]),
+            WaitingOn::Several(mut cqs) => {
+                cqs.push(cq);
+                WaitingOn::Several(cqs)
+            }
+        };
+    }
+
+    /// Each CQ, by value (`self` is left empty).
+    fn drain(&mut self, mut f: impl FnMut(Arc<CqShared>)) {
+        match std::mem::take(self) {
+            WaitingOn::Nothing => {}
+            WaitingOn::One(cq) => f(cq),
+            WaitingOn::Several(cqs) => cqs.into_iter().for_each(f),
+        }
+    }
 }
 
 // Nothing of it is pinned (the buffers are moved out by value only once it resolves).
@@ -324,7 +368,7 @@ impl<B: Completes + Send + 'static> IntoFuture for OwnedToken<B> {
 
     /// The token as a future (see [`OwnedCompletion`]).
     fn into_future(self) -> OwnedCompletion<B> {
-        OwnedCompletion { token: ManuallyDrop::new(Some(self)), waiting: ManuallyDrop::new(Vec::new()) }
+        OwnedCompletion { token: ManuallyDrop::new(Some(self)), waiting: ManuallyDrop::new(WaitingOn::Nothing) }
     }
 }
 
@@ -424,15 +468,15 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             // A QP attached to the SRQ after this future started waiting completes receives on
             // its own CQ: waited on too (the attach woke this future).
             let new: Vec<_> =
-                s.cqs().into_iter().filter(|cq| !this.waiting.iter().any(|w| Arc::ptr_eq(w, cq))).collect();
+                s.cqs().into_iter().filter(|cq| !this.waiting.as_slice().iter().any(|w| Arc::ptr_eq(w, cq))).collect();
             if new.iter().any(|cq| cq.channel.is_none()) {
                 let what = q.describe(seq);
                 return Poll::Ready(Err(this.fail(Error::NoCompletionChannel { what })));
             }
-            wait_on(&mut this.waiting, new);
+            wait_on(&mut this.waiting, WaitingOn::Several(new));
         }
         q.tracked().register_waker(seq, cx.waker());
-        let served = this.waiting.iter().try_fold(false, |more, cq| {
+        let served = this.waiting.as_slice().iter().try_fold(false, |more, cq| {
             #[cfg(feature = "tokio")]
             if let Some(ch) = &cq.channel {
                 ch.ensure_driver()?;
@@ -455,29 +499,29 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
 }
 
 /// Counts a future a waiter of `cqs` (and of their channels), adding them to its `waiting`.
-fn wait_on(waiting: &mut Vec<Arc<CqShared>>, cqs: Vec<Arc<CqShared>>) {
-    for cq in cqs {
+fn wait_on(waiting: &mut WaitingOn, mut cqs: WaitingOn) {
+    cqs.drain(|cq| {
         cq.waiters.fetch_add(1, Ordering::AcqRel);
         if let Some(ch) = &cq.channel {
             ch.add_waiter();
         }
-        waiting.push(cq);
-    }
+        waiting.add(cq);
+    });
 }
 
 /// The CQs request `seq` of `q` completes on, each reporting to a completion channel.
-fn wait_cqs(q: QueueRef<'_>, seq: u64) -> Result<Vec<Arc<CqShared>>, Error> {
+fn wait_cqs(q: QueueRef<'_>, seq: u64) -> Result<WaitingOn, Error> {
     let cqs = match q {
-        QueueRef::Send(s) => vec![Arc::clone(&s.send_cq)],
-        QueueRef::Recv(s) => vec![Arc::clone(&s.recv_cq)],
-        QueueRef::Srq(s) => s.cqs(),
+        QueueRef::Send(s) => WaitingOn::One(Arc::clone(&s.send_cq)),
+        QueueRef::Recv(s) => WaitingOn::One(Arc::clone(&s.recv_cq)),
+        QueueRef::Srq(s) => WaitingOn::Several(s.cqs()),
     };
-    if cqs.is_empty() {
+    if cqs.as_slice().is_empty() {
         return Err(Error::NoCompletionChannel {
             what: format!("{} (no QP takes receives from the SRQ yet, so it completes on no CQ)", q.describe(seq)),
         });
     }
-    if cqs.iter().any(|cq| cq.channel.is_none()) {
+    if cqs.as_slice().iter().any(|cq| cq.channel.is_none()) {
         return Err(Error::NoCompletionChannel { what: q.describe(seq) });
     }
     Ok(cqs)
@@ -518,12 +562,12 @@ impl<B: Send + 'static> OwnedCompletion<B> {
         if let Some(token) = &*self.token {
             token.q.as_ref().tracked().forget_waker(token.seq);
         }
-        for cq in self.waiting.drain(..) {
+        self.waiting.drain(|cq| {
             cq.waiters.fetch_sub(1, Ordering::AcqRel);
             if let Some(ch) = &cq.channel {
                 ch.remove_waiter();
             }
-        }
+        });
     }
 }
 
@@ -533,7 +577,7 @@ impl<B: Send + 'static> Drop for OwnedCompletion<B> {
     /// without waiting holds nothing to drop: two tests, inline.
     #[inline(always)]
     fn drop(&mut self) {
-        if self.token.is_some() || self.waiting.capacity() != 0 {
+        if self.token.is_some() || !self.waiting.is_empty() {
             self.drop_slow();
         }
     }
@@ -543,11 +587,9 @@ impl<B: Send + 'static> OwnedCompletion<B> {
     #[cold]
     #[inline(never)]
     fn drop_slow(&mut self) {
+        // Leaves `waiting` empty and `token` `None`: nothing that needs a drop.
         self.unregister();
-        // What is left after these is an empty `None` and a `Vec` without allocation, which
-        // need no drop.
         drop(self.token.take());
-        drop(std::mem::take(&mut *self.waiting));
     }
 }
 

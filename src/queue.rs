@@ -945,28 +945,32 @@ impl Drop for DeferWakes {
     }
 }
 
-/// The outermost [`DeferWakes`] is dropped: wakes what was kept. Taken before waking: a task
-/// that a waker runs starts afresh (its polls defer their own).
-#[cold]
-#[inline(never)]
-fn wake_deferred() {
-    PENDING.with(|p| p.set(false));
-    let woken = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
-    for w in woken {
-        w.wake();
+/// Keeps `waker`, to be woken once the caller released its locks: by [`wake_kept`], or by the
+/// outermost [`DeferWakes`] alive on this thread. Moves it into this thread's list, whose
+/// storage stays: once it grew to the most wakers kept at one time, keeping allocates nothing.
+fn keep(waker: std::task::Waker) {
+    DEFERRED.with(|d| d.borrow_mut().push(waker));
+    PENDING.with(|p| p.set(true));
+}
+
+/// Wakes the kept wakers now, unless a [`DeferWakes`] is alive on this thread (its drop will).
+fn wake_kept() {
+    if DEFERRING.with(std::cell::Cell::get) == 0 && PENDING.with(std::cell::Cell::get) {
+        wake_deferred();
     }
 }
 
-/// Wakes `woken` now, or when the [`DeferWakes`] alive on this thread is dropped.
-fn wake(woken: Vec<std::task::Waker>) {
-    if DEFERRING.with(std::cell::Cell::get) > 0 {
-        DEFERRED.with(|d| d.borrow_mut().extend(woken));
-        PENDING.with(|p| p.set(true));
-    } else {
-        for w in woken {
-            w.wake();
-        }
+/// Wakes the kept wakers, one at a time, with no borrow of the list held while a waker runs:
+/// a task that a waker runs inline may keep and wake wakers of its own (they join the list,
+/// and whichever loop finds them wakes them). If a waker panics, the ones still in the list
+/// stay there, `PENDING`, and the thread's next wake wakes them.
+#[cold]
+#[inline(never)]
+fn wake_deferred() {
+    while let Some(w) = DEFERRED.with(|d| d.borrow_mut().pop()) {
+        w.wake();
     }
+    PENDING.with(|p| p.set(false));
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1041,23 +1045,23 @@ impl TrackedQueue {
     /// Wakes (and forgets) the wakers of every request that is no longer outstanding. At most
     /// one waker per outstanding request is registered, so this is bounded by the depth.
     fn wake_completed(&self) {
-        let woken: Vec<std::task::Waker> = {
+        {
             let mut wakers = lock(&self.wakers);
             let book = self.wq.lock();
-            let mut woken = Vec::new();
-            wakers.retain(|(seq, w)| {
-                let pending = book.is_pending(*seq);
-                if !pending {
-                    woken.push(w.clone());
+            // Moved out, not cloned; the list keeps its storage (no allocation per wake).
+            let mut i = 0;
+            while i < wakers.len() {
+                if book.is_pending(wakers[i].0) {
+                    i += 1;
+                } else {
+                    keep(wakers.swap_remove(i).1);
                 }
-                pending
-            });
+            }
             self.waker_count.store(wakers.len(), Ordering::Release);
-            woken
-        };
+        }
         // Woken outside the locks, the CQ's routing lock included (`DeferWakes`): a waker may
         // run code of its executor, which may poll.
-        wake(woken);
+        wake_kept();
     }
 
     /// A future waits for request `seq`: `waker` is woken once a poll records its completion
@@ -1082,13 +1086,15 @@ impl TrackedQueue {
         if self.waker_count.load(Ordering::Acquire) == 0 {
             return;
         }
-        let woken = {
+        {
             let mut wakers = lock(&self.wakers);
             self.waker_count.store(0, Ordering::Release);
-            std::mem::take(&mut *wakers)
-        };
+            for (_, w) in wakers.drain(..) {
+                keep(w);
+            }
+        }
         // Woken outside the locks, as in `wake_completed`.
-        wake(woken.into_iter().map(|(_, w)| w).collect());
+        wake_kept();
     }
 
     /// The future of request `seq` is gone or done: forgets its waker.
@@ -1530,6 +1536,39 @@ mod tests {
         assert_eq!(woken(&wb), 1, "none alive: at once");
         drop(DeferWakes::new());
         assert_eq!((woken(&wa), woken(&wb)), (1, 1), "each once");
+    }
+
+    /// A waker that panics (here: at its wake) unwinds out of the wake; the wakers not woken
+    /// yet stay kept on the thread, and its next wake wakes them, each once.
+    #[cfg(not(loom))]
+    #[test]
+    fn wakers_left_by_a_panicking_waker_are_woken_by_the_threads_next_wake() {
+        use std::sync::Arc;
+        struct PanicWake;
+        impl std::task::Wake for PanicWake {
+            fn wake(self: Arc<Self>) {
+                panic!("a hostile waker");
+            }
+        }
+        let woken = |w: &Arc<CountWake>| w.0.load(std::sync::atomic::Ordering::SeqCst);
+        let new = || Arc::new(CountWake(std::sync::atomic::AtomicUsize::new(0)));
+        let q = TrackedQueue::new(8, Some(1));
+        let a = q.lock().push(false);
+        let b = q.lock().push(false);
+        let c = q.lock().push(true);
+        let d = q.lock().push(true);
+        let (wa, wc_, wd) = (new(), new(), new());
+        q.register_waker(a, &std::task::Waker::from(Arc::clone(&wa)));
+        q.register_waker(b, &std::task::Waker::from(Arc::new(PanicWake)));
+        q.register_waker(c, &std::task::Waker::from(Arc::clone(&wc_)));
+        q.register_waker(d, &std::task::Waker::from(Arc::clone(&wd)));
+        // c's completion completes a and b too: three wakers kept, one of them panics.
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| q.complete(c, wc(1))));
+        assert!(unwound.is_err(), "the waker's panic reaches the caller");
+        assert!(woken(&wa) <= 1 && woken(&wc_) <= 1);
+        q.complete(d, wc(1));
+        assert_eq!((woken(&wa), woken(&wc_), woken(&wd)), (1, 1, 1), "woken by the next wake, each once");
+        assert!(!PENDING.with(std::cell::Cell::get), "nothing left kept");
     }
 
     /// Futures forgotten after they registered (nothing forgets their wakers): the registry
