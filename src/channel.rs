@@ -81,7 +81,7 @@ struct DriverTask {
     #[cfg(feature = "tokio")]
     runtime: tokio::runtime::Id,
     /// Its waker: woken when an event was read by another waiter ([`CompChannel::wait`]) or
-    /// when the last future is gone (the task then ends).
+    /// when the channel is dropped (the task then ends).
     waker: Option<std::task::Waker>,
 }
 
@@ -130,6 +130,12 @@ unsafe impl Sync for ChannelShared {}
 
 impl Drop for ChannelShared {
     fn drop(&mut self) {
+        // The driver tasks end when polled again (they hold the channel weakly): woken now, so
+        // that they close their duplicates of the descriptor.
+        let drivers = lock(&self.driver).task_wakers(true);
+        for w in drivers {
+            w.wake();
+        }
         // SAFETY: the channel is live and every CQ attached to it holds an `Arc` to this value,
         // so none is left (no EBUSY). Every event read from it was acknowledged inside `wait`.
         // A failure cannot be acted on in drop; it is ignored.
@@ -394,27 +400,28 @@ impl ChannelShared {
         }
     }
 
-    /// A future starts waiting on one of this channel's CQs.
+    /// A future starts waiting on one of this channel's CQs. The first after an idle period
+    /// wakes the driver tasks, which then wait for the descriptor again.
     pub(crate) fn add_waiter(&self) {
-        lock(&self.driver).waiters += 1;
+        let mut d = lock(&self.driver);
+        d.waiters += 1;
+        if d.waiters == 1 {
+            // Under the lock, by reference: no allocation, and a driver task's waker is its
+            // tokio task's, which schedules the task and never runs it here.
+            for t in &d.tasks {
+                if let Some(w) = &t.waker {
+                    w.wake_by_ref();
+                }
+            }
+        }
     }
 
-    /// A future stopped waiting on one of this channel's CQs; the last one wakes the driver
-    /// tasks, which then end.
+    /// A future stopped waiting on one of this channel's CQs. The driver tasks stay, idle (they
+    /// read no event): the next future that waits wakes them, and needs no new task nor a new
+    /// registration with the reactor.
     pub(crate) fn remove_waiter(&self) {
-        let drivers = {
-            let mut d = lock(&self.driver);
-            d.waiters = d.waiters.saturating_sub(1);
-            if d.waiters == 0 {
-                d.task_wakers(true)
-            } else {
-                Vec::new()
-            }
-        };
-        // Woken outside the lock.
-        for w in drivers {
-            w.wake();
-        }
+        let mut d = lock(&self.driver);
+        d.waiters = d.waiters.saturating_sub(1);
     }
 }
 
@@ -456,10 +463,10 @@ impl CompChannel {
                 }
             }
         }
-        let ready = std::mem::take(&mut lock(&self.inner.driver).ready);
+        let mut ready = std::mem::take(&mut lock(&self.inner.driver).ready);
         let mut left = Vec::new();
         let mut failed = None;
-        for w in ready {
+        for w in ready.drain(..) {
             let Some(cq) = w.upgrade() else { continue };
             if failed.is_some() {
                 left.push(w);
@@ -479,8 +486,13 @@ impl CompChannel {
             }
         }
         out.more = !drained || !left.is_empty();
-        if !left.is_empty() {
+        {
             let mut d = lock(&self.inner.driver);
+            // The list's storage back, unless CQs were queued meanwhile: no allocation per
+            // dispatch.
+            if d.ready.is_empty() {
+                std::mem::swap(&mut d.ready, &mut ready);
+            }
             for w in left {
                 if !d.ready.iter().any(|r| r.ptr_eq(&w)) {
                     d.ready.push(w);
@@ -537,10 +549,11 @@ impl ChannelShared {
     }
 
     /// Makes sure a task of the current tokio runtime serves this channel's futures (one per
-    /// channel and runtime while futures wait; it ends when the last one is gone or its runtime
-    /// shuts down). A task of another runtime is not enough: that runtime may not run (a
-    /// current-thread runtime outside `block_on`, a blocked or leaked one). Outside a tokio
-    /// runtime, nothing: the program calls [`CompChannel::dispatch`].
+    /// channel and runtime, started by the first future that has to wait there; it ends when
+    /// the channel is dropped or the runtime shuts down, and idles in between). A task of
+    /// another runtime is not enough: that runtime may not run (a current-thread runtime
+    /// outside `block_on`, a blocked or leaked one). Outside a tokio runtime, nothing: the
+    /// program calls [`CompChannel::dispatch`].
     ///
     /// # Errors
     /// As [`CompChannel::wait_async`] when the descriptor cannot be registered.
@@ -586,9 +599,10 @@ impl Drop for DriverGuard {
 
 /// One poll of a channel's driver task: while futures wait, waits for the descriptor to be
 /// readable and dispatches. A dispatch that left work yields (the task wakes itself) instead
-/// of looping: the work per wakeup is one `dispatch`. Ends when no future waits, when the
-/// channel is gone, or when the reactor or a dispatch fails (the futures' own polls then
-/// report the failure of their CQ).
+/// of looping: the work per wakeup is one `dispatch`. With no future waiting it idles, reading
+/// nothing, until a future waits again (`ChannelShared::add_waiter` wakes it). Ends when the
+/// channel is gone (its drop wakes the task), or when the reactor or a dispatch fails (the
+/// futures' own polls then report the failure of their CQ).
 #[cfg(feature = "tokio")]
 fn drive(
     guard: &DriverGuard,
@@ -602,18 +616,18 @@ fn drive(
         let Some(inner) = guard.ch.upgrade() else { return Poll::Ready(()) };
         {
             let mut d = lock(&inner.driver);
-            if d.waiters == 0 && d.ready.is_empty() {
-                // Under the lock a new future's `ensure_driver` takes: it sees no driver of its
-                // runtime, and starts one.
-                d.ended(guard.gen);
-                return Poll::Ready(());
-            }
             let Some(me) = d.tasks.iter_mut().find(|t| t.gen == guard.gen) else {
                 return Poll::Ready(());
             };
             match &mut me.waker {
                 Some(w) => w.clone_from(cx.waker()),
                 None => me.waker = Some(cx.waker().clone()),
+            }
+            if d.waiters == 0 && d.ready.is_empty() {
+                // Idle: it reads no event (the program's own `wait` may be reading this
+                // channel). The next future that waits wakes it (`add_waiter`, under this lock
+                // after the waker above was stored), and so does the channel's drop.
+                return Poll::Pending;
             }
         }
         let mut ready = match afd.poll_read_ready(cx) {

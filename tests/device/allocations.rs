@@ -1,5 +1,6 @@
 //! No heap allocation per request on the data paths: scope tokens, owned tokens, send lanes,
-//! receive lanes, post lists, scope receives and shared-receive-queue receives. The test
+//! receive lanes, post lists, scope receives, shared-receive-queue receives and awaited owned
+//! requests that have to wait. The test
 //! binary's global allocator counts, per thread, every allocation; each test warms its path up
 //! (the books' storage grows to its working size once), then counts the allocations of many
 //! more requests on the same thread and asserts there were none.
@@ -228,4 +229,52 @@ fn scope_receives_and_srq_receives_allocate_nothing_per_request() {
     round(WARM_UP);
     let (counted, ()) = allocations_in(|| round(COUNTED));
     assert_eq!(counted, 0, "allocations in {COUNTED} shared receive queue receives");
+}
+
+/// Awaited owned requests (`token.await` in a current-thread tokio runtime, the CQs on a
+/// completion channel) that have to wait: each round awaits a receive before its message is
+/// sent (`join!` polls it first, so it registers its waker and arms the CQ), then the SEND.
+/// The test runs on a thread of its own, bounded: a hang fails it.
+#[test]
+fn awaited_owned_requests_that_wait_allocate_nothing_per_request() {
+    use std::future::Future;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let r = crate::async_owned::async_rig();
+        let mut recv_buf = Some(crate::async_owned::chunks(&r.pd, 1, 64).remove(0));
+        let mut send_buf = Some(crate::async_owned::message(&r.pd, &[7u8; 64]));
+        let (mut waited, mut rounds) = (0usize, 0usize);
+        let mut round = |n: usize| {
+            rt.block_on(async {
+                for _ in 0..n {
+                    let rt = r.pair.b.post_recv_owned(wr::Recv::new(recv_buf.take().expect("back"))).unwrap();
+                    let mut recv = std::future::IntoFuture::into_future(rt);
+                    // The receive's first poll, before the SEND exists: it has to wait.
+                    let first = std::future::poll_fn(|cx| {
+                        std::task::Poll::Ready(std::pin::Pin::new(&mut recv).poll(cx).is_pending())
+                    })
+                    .await;
+                    waited += usize::from(first);
+                    let st = r.pair.a.post_send_owned(wr::Send::new(send_buf.take().expect("back"))).unwrap();
+                    let (sent, received) = tokio::join!(st, recv);
+                    let (c, chunk) = sent.map_err(|e| e.error).unwrap();
+                    assert_eq!(c.status(), WcStatus::Success);
+                    send_buf = Some(chunk);
+                    let (c, chunk) = received.map_err(|e| e.error).unwrap();
+                    assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 64));
+                    assert_eq!(chunk.as_slice(), &[7u8; 64][..]);
+                    recv_buf = Some(chunk);
+                    rounds += 1;
+                }
+            })
+        };
+        round(WARM_UP);
+        let (counted, ()) = allocations_in(|| round(COUNTED));
+        let _ = tx.send((counted, waited, rounds));
+    });
+    let (counted, waited, rounds) = rx.recv_timeout(WAIT * 4).expect("the awaited rounds finish");
+    assert_eq!(rounds, WARM_UP + COUNTED);
+    assert_eq!(waited, rounds, "every receive had to wait at its first poll");
+    assert_eq!(counted, 0, "allocations in {COUNTED} awaited receives and sends");
 }

@@ -518,3 +518,67 @@ fn the_async_echo_example_verifies_every_reply() {
     let out = server.expect_success(Duration::from_secs(30));
     assert!(out.contains("async_echo: server: 4 connections, 512 messages echoed"), "{out}");
 }
+
+/// The channel's driver task: started by the first future that has to wait on a runtime, kept
+/// while no future waits (the next waiting future starts no other task and registers nothing
+/// again with the reactor), and ended once the channel is dropped, the runtime still running.
+#[test]
+fn the_driver_task_stays_while_idle_and_ends_with_its_channel() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let r = async_rig();
+    assert_eq!(rt.metrics().num_alive_tasks(), 0);
+    for round in 0..3u8 {
+        rt.block_on(async {
+            let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+            let mut fut = t.into_future();
+            let waited = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut fut).poll(cx).is_pending())).await;
+            assert!(waited, "round {round}: nothing was sent yet");
+            send_sync(&r.pd, &r.pair.a, &[round; 8]);
+            let (c, buf) = timeout(WAIT, fut).await.expect("bounded").map_err(|e| e.error).unwrap();
+            assert!(c.is_success(), "round {round}: {c:?}");
+            assert_eq!(&buf.as_slice()[..8], &[round; 8]);
+            // Idle now: the runtime runs its tasks for a while.
+            sleep(Duration::from_millis(20)).await;
+        });
+        assert_eq!(rt.metrics().num_alive_tasks(), 1, "round {round}: one driver task, kept while idle");
+    }
+    drop(r);
+    rt.block_on(async {
+        let start = Instant::now();
+        while rt.metrics().num_alive_tasks() > 0 {
+            assert!(start.elapsed() < WAIT, "the driver task outlived its channel");
+            sleep(Duration::from_millis(1)).await;
+        }
+    });
+}
+
+/// After futures awaited on a channel, its driver task idles and reads no event: the
+/// program's own `wait_async` on the same channel, on the same runtime, gets the event of a
+/// CQ it armed itself.
+#[test]
+fn an_idle_driver_task_leaves_the_channels_events_to_the_programs_own_wait() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let r = async_rig();
+    rt.block_on(async {
+        // A future waits (the driver task starts), resolves; the driver idles.
+        let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+        let waiting = tokio::spawn(t.into_future());
+        sleep(Duration::from_millis(20)).await;
+        send_sync(&r.pd, &r.pair.a, b"to the future");
+        let (c, _) = timeout(WAIT, waiting).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        assert_eq!(rt.metrics().num_alive_tasks(), 1, "the driver task idles");
+        for round in 0..3u8 {
+            // The program's own event loop on the same channel: arm, receive, wait for the event.
+            let scratch = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+            r.cq_b.req_notify(false).unwrap();
+            send_sync(&r.pd, &r.pair.a, &[round; 4]);
+            let ev =
+                timeout(WAIT, r.ch.wait_async()).await.expect("the event was not taken by the idle driver").unwrap();
+            assert!(ev.cq().same_as(&r.cq_b), "round {round}: the event names the receive CQ");
+            let (c, buf) = scratch.wait(WAIT).map_err(|e| e.error).unwrap();
+            assert!(c.is_success(), "round {round}: {c:?}");
+            assert_eq!(&buf.as_slice()[..4], &[round; 4]);
+        }
+    });
+}
