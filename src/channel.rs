@@ -379,8 +379,12 @@ impl ChannelShared {
     /// is used up. If futures wait on it, it is served by the next `dispatch`; an event read by
     /// another waiter ([`CompChannel::wait`]) wakes the driver task for that.
     fn event_for(&self, cq: &Arc<CqShared>, from_dispatch: bool) {
-        cq.armed.store(false, std::sync::atomic::Ordering::Release);
-        if cq.waiters.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        // SeqCst, as the future's side (`wait_on`'s count, `serve`'s swap): a store then a load
+        // of another variable on each side, so that either this load sees the new waiter or
+        // that swap sees `armed` cleared and arms again (else the event is dropped here and
+        // the CQ stays unarmed). Found by reading; no test produces the interleaving.
+        cq.armed.store(false, std::sync::atomic::Ordering::SeqCst);
+        if cq.waiters.load(std::sync::atomic::Ordering::SeqCst) == 0 {
             return;
         }
         let drivers = {
@@ -441,9 +445,11 @@ impl CompChannel {
     /// readability again (with an edge-triggered reactor, only after `more == false`: the
     /// descriptor was drained). With the `tokio` feature, a future that has to wait starts a
     /// task on the current tokio runtime that does exactly this, so tokio programs need
-    /// nothing. The futures' wakers are called inside this call, under the routing lock of the
-    /// CQ being polled: they must schedule their tasks, not poll them inline (see
-    /// [`owned`](crate::owned#awaiting-a-token)).
+    /// nothing. The futures' wakers are called inside this call, after the routing lock of the
+    /// CQ being polled is released: a waker may schedule its task or poll it inline (see
+    /// [`owned`](crate::owned#awaiting-a-token)). While futures wait, this reads every event of
+    /// the channel, and an event for a CQ no future waits on is acknowledged and dropped: a
+    /// program's own [`CompChannel::wait`] should use another channel.
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_get_cq_event` (reading the channel), `ibv_poll_cq` or

@@ -440,10 +440,11 @@ impl CqShared {
             let got = self.poll_and_route()?;
             n += got;
             if got < POLL_BATCH {
-                if self.waiters.load(Ordering::Acquire) == 0 {
+                if self.waiters.load(Ordering::SeqCst) == 0 {
                     return Ok((n, false));
                 }
-                if !self.armed.swap(true, Ordering::AcqRel) {
+                // SeqCst: see `ChannelShared::event_for`.
+                if !self.armed.swap(true, Ordering::SeqCst) {
                     if let Err(e) = self.arm() {
                         self.armed.store(false, Ordering::Release);
                         return Err(e);

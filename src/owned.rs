@@ -501,7 +501,8 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
 /// Counts a future a waiter of `cqs` (and of their channels), adding them to its `waiting`.
 fn wait_on(waiting: &mut WaitingOn, mut cqs: WaitingOn) {
     cqs.drain(|cq| {
-        cq.waiters.fetch_add(1, Ordering::AcqRel);
+        // SeqCst: see `ChannelShared::event_for`.
+        cq.waiters.fetch_add(1, Ordering::SeqCst);
         if let Some(ch) = &cq.channel {
             ch.add_waiter();
         }
@@ -559,10 +560,15 @@ impl<B: Send + 'static> OwnedCompletion<B> {
     #[cold]
     #[inline(never)]
     fn stop_waiting(&mut self) {
-        if let Some(token) = &*self.token {
+        Self::stop_waiting_for(self.token.as_ref(), &mut self.waiting);
+    }
+
+    /// Forgets `token`'s waker and the counts of `waiting` (left empty).
+    fn stop_waiting_for(token: Option<&OwnedToken<B>>, waiting: &mut WaitingOn) {
+        if let Some(token) = token {
             token.q.as_ref().tracked().forget_waker(token.seq);
         }
-        self.waiting.drain(|cq| {
+        waiting.drain(|cq| {
             cq.waiters.fetch_sub(1, Ordering::AcqRel);
             if let Some(ch) = &cq.channel {
                 ch.remove_waiter();
@@ -587,9 +593,14 @@ impl<B: Send + 'static> OwnedCompletion<B> {
     #[cold]
     #[inline(never)]
     fn drop_slow(&mut self) {
-        // Leaves `waiting` empty and `token` `None`: nothing that needs a drop.
-        self.unregister();
-        drop(self.token.take());
+        // Leaves `waiting` empty and `token` `None`: nothing that needs a drop. The token is
+        // moved out first, so that it is dropped (its buffers parked) even if forgetting the
+        // waker unwinds (a waker whose drop panics).
+        let token = self.token.take();
+        if !self.waiting.is_empty() {
+            Self::stop_waiting_for(token.as_ref(), &mut self.waiting);
+        }
+        drop(token);
     }
 }
 

@@ -912,8 +912,14 @@ std::thread_local! {
     static DEFERRING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     /// Whether `DEFERRED` holds wakers.
     static PENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// The wakers of completions recorded on this thread while a [`DeferWakes`] is alive on it.
-    static DEFERRED: std::cell::RefCell<Vec<std::task::Waker>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Whether [`wake_deferred`] is running on this thread (a task it runs inline may drop a
+    /// `DeferWakes` of its own: that one leaves the waking to the running loop).
+    static WAKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The wakers kept on this thread ([`keep`]): of completions recorded here, woken once
+    /// the locks are released (by the outermost [`DeferWakes`] if one is alive), and those a
+    /// panicking waker left.
+    static DEFERRED: std::cell::RefCell<std::collections::VecDeque<std::task::Waker>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
 }
 
 /// While alive, the futures woken by completions recorded on this thread are woken only when it
@@ -948,9 +954,14 @@ impl Drop for DeferWakes {
 /// Keeps `waker`, to be woken once the caller released its locks: by [`wake_kept`], or by the
 /// outermost [`DeferWakes`] alive on this thread. Moves it into this thread's list, whose
 /// storage stays: once it grew to the most wakers kept at one time, keeping allocates nothing.
+/// While the thread's locals are being destroyed (the list is gone) it is woken at once.
 fn keep(waker: std::task::Waker) {
-    DEFERRED.with(|d| d.borrow_mut().push(waker));
-    PENDING.with(|p| p.set(true));
+    let mut waker = Some(waker);
+    let _ = DEFERRED.try_with(|d| d.borrow_mut().extend(waker.take()));
+    match waker {
+        None => PENDING.with(|p| p.set(true)),
+        Some(w) => w.wake(),
+    }
 }
 
 /// Wakes the kept wakers now, unless a [`DeferWakes`] is alive on this thread (its drop will).
@@ -960,14 +971,26 @@ fn wake_kept() {
     }
 }
 
-/// Wakes the kept wakers, one at a time, with no borrow of the list held while a waker runs:
-/// a task that a waker runs inline may keep and wake wakers of its own (they join the list,
-/// and whichever loop finds them wakes them). If a waker panics, the ones still in the list
-/// stay there, `PENDING`, and the thread's next wake wakes them.
+/// Wakes the kept wakers in the order they were kept, one at a time, with no borrow of the
+/// list held while a waker runs. A task that a waker runs inline may keep wakers of its own:
+/// they join the list and this loop wakes them; the wake its own `DeferWakes` starts returns
+/// at once (`WAKING`), so inline tasks never nest more than one deep. If a waker panics, the
+/// ones still in the list stay there, `PENDING`, and the thread's next wake wakes them.
 #[cold]
 #[inline(never)]
 fn wake_deferred() {
-    while let Some(w) = DEFERRED.with(|d| d.borrow_mut().pop()) {
+    /// Clears `WAKING` when the loop ends, by a panicking waker too.
+    struct Waking;
+    impl Drop for Waking {
+        fn drop(&mut self) {
+            WAKING.with(|w| w.set(false));
+        }
+    }
+    if WAKING.with(|w| w.replace(true)) {
+        return;
+    }
+    let _waking = Waking;
+    while let Some(w) = DEFERRED.try_with(|d| d.borrow_mut().pop_front()).ok().flatten() {
         w.wake();
     }
     PENDING.with(|p| p.set(false));
@@ -1048,13 +1071,14 @@ impl TrackedQueue {
         {
             let mut wakers = lock(&self.wakers);
             let book = self.wq.lock();
-            // Moved out, not cloned; the list keeps its storage (no allocation per wake).
+            // Moved out in order, not cloned; the list keeps its storage (no allocation per
+            // wake). At most one waker per outstanding request: bounded by the depth.
             let mut i = 0;
             while i < wakers.len() {
                 if book.is_pending(wakers[i].0) {
                     i += 1;
                 } else {
-                    keep(wakers.swap_remove(i).1);
+                    keep(wakers.remove(i).1);
                 }
             }
             self.waker_count.store(wakers.len(), Ordering::Release);
@@ -1536,6 +1560,44 @@ mod tests {
         assert_eq!(woken(&wb), 1, "none alive: at once");
         drop(DeferWakes::new());
         assert_eq!((woken(&wa), woken(&wb)), (1, 1), "each once");
+    }
+
+    /// Wakers that run their task inline, each task dropping a `DeferWakes` of its own (as a
+    /// poll does): every one is woken once, in the order kept, and no task runs inside another
+    /// (a nested wake would pop the next waker and go one level deeper per waker).
+    #[cfg(not(loom))]
+    #[test]
+    fn inline_tasks_woken_from_one_list_never_nest() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use std::sync::{Arc, Mutex};
+        struct Inline {
+            id: usize,
+            depth: Arc<AtomicUsize>,
+            deepest: Arc<AtomicUsize>,
+            order: Arc<Mutex<Vec<usize>>>,
+        }
+        impl std::task::Wake for Inline {
+            fn wake(self: Arc<Self>) {
+                let d = self.depth.fetch_add(1, SeqCst) + 1;
+                self.deepest.fetch_max(d, SeqCst);
+                self.order.lock().unwrap().push(self.id);
+                // The task's poll: a guard of its own, dropped with nothing routed.
+                drop(DeferWakes::new());
+                self.depth.fetch_sub(1, SeqCst);
+            }
+        }
+        let (depth, deepest) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let q = TrackedQueue::new(16, Some(1));
+        let seqs: Vec<u64> = (0..8).map(|_| q.lock().push(false)).collect();
+        let last = q.lock().push(true);
+        for (id, &seq) in seqs.iter().enumerate() {
+            let w = Inline { id, depth: depth.clone(), deepest: deepest.clone(), order: order.clone() };
+            q.register_waker(seq, &std::task::Waker::from(Arc::new(w)));
+        }
+        q.complete(last, wc(1));
+        assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>(), "each once, in the order kept");
+        assert_eq!(deepest.load(SeqCst), 1, "no task ran inside another");
     }
 
     /// A waker that panics (here: at its wake) unwinds out of the wake; the wakers not woken
