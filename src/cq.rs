@@ -487,17 +487,20 @@ impl CqShared {
     pub(crate) fn poll_for_send(&self, qp: &QpShared, seq: u64, mine: &mut Option<Completion>) -> Result<usize> {
         self.poll_with(POLL_BATCH, |_, wc, routes| {
             // A tracked send request's `wr_id` is its number (lanes' and receives' carry a bit).
-            if wc.wr_id == seq && wc.qp_num == qp.qp_num() && mine.is_none() {
-                let c = self.decode(wc);
-                if qp.sq.complete_taken(seq) {
-                    *mine = Some(c);
-                } else {
-                    self.route(routes, wc, Some(qp), || c);
-                }
+            // The awaited completion inline; everything else out of line (`route_known`).
+            if wc.wr_id == seq && wc.qp_num == qp.qp_num() && mine.is_none() && qp.sq.complete_taken(seq) {
+                *mine = Some(self.decode(wc));
             } else {
-                self.route(routes, wc, Some(qp), || self.decode(wc));
+                self.route_known(routes, wc, qp);
             }
         })
+    }
+
+    /// [`CqShared::route`] of a completion polled by a waiter for a request of `qp`, out of
+    /// line: the waits' polls inline only the completion they wait for.
+    #[inline(never)]
+    fn route_known(&self, routes: &[(u32, Weak<QpShared>)], wc: &sys::ibv_wc, qp: &QpShared) {
+        self.route(routes, wc, Some(qp), || self.decode(wc));
     }
 
     /// As [`CqShared::poll_and_route`], for the send lane of `qp` (one of this CQ's QPs): its
