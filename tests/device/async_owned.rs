@@ -3,8 +3,9 @@
 //! way of abandoning a future (a `select!` timeout, runtime shutdown, a drop before the first
 //! poll, a panicking task, an aborted task) leaves the buffers with the library until the device
 //! is done with them, shown by sentinel bytes read back over RDMA from the region they belong
-//! to. A thousand futures over eight QP pairs sharing one CQ each resolve exactly once, and an
-//! idle future is not polled in a loop. Each test runs on a current-thread and on a
+//! to. A thousand futures over eight QP pairs sharing one CQ each resolve exactly once, an
+//! idle future is not polled in a loop, and a ping-pong of lone awaits on two threads wakes the
+//! channel's idle driver task every time. Each test runs on a current-thread and on a
 //! multi-threaded runtime.
 
 use std::collections::BTreeSet;
@@ -581,4 +582,59 @@ fn an_idle_driver_task_leaves_the_channels_events_to_the_programs_own_wait() {
             assert_eq!(&buf.as_slice()[..4], &[round; 4]);
         }
     });
+}
+
+/// Two threads ping-pong over one channel, each driving its side with `block_on` on the same
+/// runtime, one request at a time: nearly every await waits alone, so the channel's driver task
+/// goes idle between them (no future waiting) and the next waiting future, on either thread,
+/// must wake it (`add_waiter`) while it may be storing its waker on a worker thread. A lost
+/// wake-up leaves an await unserved, and its bound fails the test; every payload is checked.
+#[test]
+fn a_ping_pong_of_lone_awaits_on_two_threads_wakes_the_idle_driver_every_time() {
+    const ROUNDS: u32 = 300;
+    for (name, rt) in runtimes() {
+        let r = async_rig();
+        let awaited = |what: &str, i: u32| format!("{name}: round {i}: {what}");
+        // One receive posted ahead on each side before either starts.
+        let first_a = r.pair.a.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 8).remove(0))).unwrap();
+        let first_b = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 8).remove(0))).unwrap();
+        let (rt, r) = (&rt, &r);
+        std::thread::scope(|s| {
+            let pinger = s.spawn(move || {
+                rt.block_on(async {
+                    let mut recv = first_a;
+                    for i in 0..ROUNDS {
+                        let sent = r.pair.a.post_send_owned(wr::Send::new(message(&r.pd, &i.to_le_bytes()))).unwrap();
+                        let (c, _) = timeout(WAIT, sent).await.expect(&awaited("ping's send", i)).unwrap();
+                        assert!(c.is_success(), "{}: {c:?}", awaited("ping's send", i));
+                        let (c, buf) = timeout(WAIT, recv).await.expect(&awaited("pong", i)).unwrap();
+                        assert!(c.is_success(), "{}: {c:?}", awaited("pong", i));
+                        assert_eq!(&buf.as_slice()[..4], &(!i).to_le_bytes(), "{}", awaited("pong", i));
+                        recv = r.pair.a.post_recv_owned(wr::Recv::new(buf)).unwrap();
+                    }
+                    recv
+                })
+            });
+            let ponger = s.spawn(move || {
+                rt.block_on(async {
+                    let mut recv = first_b;
+                    for i in 0..ROUNDS {
+                        let (c, buf) = timeout(WAIT, recv).await.expect(&awaited("ping", i)).unwrap();
+                        assert!(c.is_success(), "{}: {c:?}", awaited("ping", i));
+                        assert_eq!(&buf.as_slice()[..4], &i.to_le_bytes(), "{}", awaited("ping", i));
+                        recv = r.pair.b.post_recv_owned(wr::Recv::new(buf)).unwrap();
+                        let sent =
+                            r.pair.b.post_send_owned(wr::Send::new(message(&r.pd, &(!i).to_le_bytes()))).unwrap();
+                        let (c, _) = timeout(WAIT, sent).await.expect(&awaited("pong's send", i)).unwrap();
+                        assert!(c.is_success(), "{}: {c:?}", awaited("pong's send", i));
+                    }
+                    recv
+                })
+            });
+            // The receives left posted after the last round: nothing was sent to them.
+            let (left_a, left_b) = (pinger.join().unwrap(), ponger.join().unwrap());
+            assert!(!left_a.is_complete() && !left_b.is_complete(), "{name}: a message too many arrived");
+        });
+        assert_eq!(r.cq_a.progress().unwrap() + r.cq_b.progress().unwrap(), 0, "{name}: a completion was left");
+    }
 }
