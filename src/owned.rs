@@ -563,17 +563,18 @@ impl<B: Send + 'static> OwnedCompletion<B> {
         Self::stop_waiting_for(self.token.as_ref(), &mut self.waiting);
     }
 
-    /// Forgets `token`'s waker and the counts of `waiting` (left empty).
+    /// Forgets the counts of `waiting` (left empty), then `token`'s waker: the waker's drop
+    /// comes last, so that a waker whose drop panics leaves no count and no CQ behind.
     fn stop_waiting_for(token: Option<&OwnedToken<B>>, waiting: &mut WaitingOn) {
-        if let Some(token) = token {
-            token.q.as_ref().tracked().forget_waker(token.seq);
-        }
         waiting.drain(|cq| {
             cq.waiters.fetch_sub(1, Ordering::AcqRel);
             if let Some(ch) = &cq.channel {
                 ch.remove_waiter();
             }
         });
+        if let Some(token) = token {
+            token.q.as_ref().tracked().forget_waker(token.seq);
+        }
     }
 }
 

@@ -1095,12 +1095,21 @@ impl TrackedQueue {
     /// book's lock is taken, and a completion is recorded under that lock before the count is
     /// read, so one of the two sees the other).
     pub(crate) fn register_waker(&self, seq: u64, waker: &std::task::Waker) {
-        let mut wakers = lock(&self.wakers);
-        match wakers.iter_mut().find(|(s, _)| *s == seq) {
-            Some((_, w)) => w.clone_from(waker),
-            None => wakers.push((seq, waker.clone())),
-        }
-        self.waker_count.store(wakers.len(), Ordering::SeqCst);
+        let replaced = {
+            let mut wakers = lock(&self.wakers);
+            let replaced = match wakers.iter_mut().find(|(s, _)| *s == seq) {
+                Some((_, w)) if w.will_wake(waker) => None,
+                Some((_, w)) => Some(std::mem::replace(w, waker.clone())),
+                None => {
+                    wakers.push((seq, waker.clone()));
+                    None
+                }
+            };
+            self.waker_count.store(wakers.len(), Ordering::SeqCst);
+            replaced
+        };
+        // Dropped outside the lock, as in `forget_waker`.
+        drop(replaced);
     }
 
     /// Wakes (and forgets) every registered waker: the set of CQs the queue's requests
@@ -1126,9 +1135,16 @@ impl TrackedQueue {
         if self.waker_count.load(Ordering::Acquire) == 0 {
             return;
         }
-        let mut wakers = lock(&self.wakers);
-        wakers.retain(|(s, _)| *s != seq);
-        self.waker_count.store(wakers.len(), Ordering::Release);
+        let forgotten = {
+            let mut wakers = lock(&self.wakers);
+            let at = wakers.iter().position(|(s, _)| *s == seq);
+            let forgotten = at.map(|i| wakers.remove(i));
+            self.waker_count.store(wakers.len(), Ordering::Release);
+            forgotten
+        };
+        // Dropped once the lock is released and the count is right: a waker's drop is the
+        // program's code, which may take other locks, or panic.
+        drop(forgotten);
     }
 
     /// A send queue's request `seq` completed, polled by the wait of its own token, which takes

@@ -4,8 +4,8 @@
 //! resolved, left waiting across a QP reset or a move to ERR, waiting on one runtime while the
 //! channel's driver task belongs to another runtime that is not running, an SRQ receive whose
 //! completion lands on a CQ attached after the future started waiting, a runtime without I/O
-//! (tokio panics; the unwinding parks the buffer),
-//! and a hand-written executor whose waker polls the future inline. Every buffer that comes
+//! (tokio panics; the unwinding parks the buffer), a waker whose drop panics, and a
+//! hand-written executor whose waker polls the future inline. Every buffer that comes
 //! back holds its message (it came back after its completion); every buffer that did not is
 //! read back over RDMA from its region, and holds the late message (the device wrote memory
 //! the library still kept). Every wait is bounded: a hang fails the test.
@@ -589,4 +589,58 @@ fn readable(ch: &CompChannel, ms: i32) -> bool {
     let n = unsafe { libc::poll(&mut pfd, 1, ms) };
     assert!(n >= 0, "poll(2) on the channel fd: {}", std::io::Error::last_os_error());
     n > 0 && pfd.revents & libc::POLLIN != 0
+}
+
+/// A waker whose drop panics.
+struct PanicOnDrop;
+
+impl Wake for PanicOnDrop {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        panic!("a hostile waker's drop");
+    }
+}
+
+/// A waiting future whose registered waker is the last reference to a waker that panics when
+/// dropped: dropping the future unwinds from the waker's drop, and still parks the receive's
+/// buffer (released once the late message landed in it) and stops waiting: the channel's idle
+/// driver task leaves the channel's events to the program's own wait, and ends once the
+/// channel and its CQs are dropped (nothing of theirs is kept by the dropped future).
+#[test]
+fn a_waiting_future_whose_wakers_drop_panics_still_parks_its_buffer_and_stops_waiting() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let r = async_rig();
+    rt.block_on(async {
+        let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+        let mut fut = t.into_future();
+        let waker = Waker::from(Arc::new(PanicOnDrop));
+        assert!(poll_with(&mut fut, &waker).is_pending(), "nothing was sent");
+        assert_eq!(rt.metrics().num_alive_tasks(), 1, "the future started the channel's driver task");
+        // The future's registration now holds the last reference.
+        drop(waker);
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(fut)));
+        assert!(dropped.is_err(), "the waker's drop panics through the future's drop");
+        assert_eq!(r.pair.b.parked_buffers(), 1, "the receive's buffer is parked, not leaked");
+        // Let the driver task run: with no future waiting it idles.
+        sleep(Duration::from_millis(20)).await;
+        r.cq_b.req_notify(false).unwrap();
+        send_sync(&r.pd, &r.pair.a, b"late");
+        let ev = timeout(WAIT, r.ch.wait_async())
+            .await
+            .expect("the driver task took the event: the dropped future still counts as waiting")
+            .unwrap();
+        assert!(ev.cq().same_as(&r.cq_b), "the event names the receive CQ");
+    });
+    until_unparked(&r.pair.b, &r.cq_b);
+    drop(r);
+    rt.block_on(async {
+        let start = Instant::now();
+        while rt.metrics().num_alive_tasks() > 0 {
+            assert!(start.elapsed() < WAIT, "the driver task outlived its channel: the dropped future kept its CQ");
+            sleep(Duration::from_millis(1)).await;
+        }
+    });
 }
