@@ -239,6 +239,17 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     #[inline(always)]
     fn token<B: Completes>(&'scope self, posted: Posted<'scope>, keep: Option<Ah>, buffers: B) -> Token<'scope, B> {
         self.touch(posted.q);
+        self.token_touched(posted, keep, buffers)
+    }
+
+    /// [`Scope::token`] for a queue already touched.
+    #[inline(always)]
+    fn token_touched<B: Completes>(
+        &'scope self,
+        posted: Posted<'scope>,
+        keep: Option<Ah>,
+        buffers: B,
+    ) -> Token<'scope, B> {
         if let Some(ah) = keep {
             self.keep_ah(ah);
         }
@@ -307,12 +318,14 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // its QP was reset (`drain`). The views move into the token, so the program cannot
         // touch the memory through them meanwhile; shared views (`LocalBuf`) keep the region
         // immutably borrowed, exclusive ones (`LocalBufMut`) exclusively.
+        // Touched first: nothing is kept across the provider's call for it.
+        self.touch(QueueRef::Send(&qp.shared));
         let seq = match unsafe { post_raw(qp, &wr, self.id) } {
             Ok(seq) => seq,
             Err(refused) => return Err(self.refused_send(&qp.shared, refused, wr)),
         };
         let keep = wr.address_handle().cloned();
-        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers()))
+        Ok(self.token_touched(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers()))
     }
 
     /// `ibv_post_send` of an inline request (`IBV_SEND_INLINE`: Send and RDMA Write only,
@@ -526,10 +539,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let p = token.guard.posted;
         let q = p.q.tracked();
         if let Some(c) = q.implied(p.seq) {
-            return Ok(token.finish(*c));
+            return Ok(token.finish(c));
         }
         if let Take::Done(c) = q.try_take_locked(p.seq) {
-            return Ok(token.finish(c));
+            return Ok(token.finish(&c));
         }
         self.poll_until_done(token, timeout, how)
     }
@@ -547,7 +560,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         loop {
             let polled = p.q.poll_for(p.seq, &mut mine);
             if let Some(c) = mine {
-                return Ok(token.finish(c));
+                return Ok(token.finish(&c));
             }
             match polled {
                 Ok(0) if idle.expired() => {
@@ -558,7 +571,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 Err(error) => return Err(WaitError { error, token }),
             }
             if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
-                return Ok(token.finish(c));
+                return Ok(token.finish(&c));
             }
         }
     }
@@ -977,13 +990,13 @@ impl<B: Completes> Token<'_, B> {
     /// The request completed with `c`: the buffers come back, and the token is gone without
     /// its drop (nothing is left to give up).
     #[inline(always)]
-    fn finish(self, c: Completion) -> (Completion, B::Output) {
+    fn finish(self, c: &Completion) -> (Completion, B::Output) {
         let mut token = ManuallyDrop::new(self);
         // SAFETY: the buffers are taken once: the token is consumed here and never dropped
         // (`ManuallyDrop`), so `Token::drop`, the only other place that takes them, never
         // runs for it. The guard holds nothing to release (a completed request's number).
         let buffers = unsafe { ManuallyDrop::take(&mut token.buffers) };
-        (c, buffers.complete(&c))
+        (*c, buffers.complete(c))
     }
 }
 
