@@ -127,12 +127,9 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
     /// [`OwnedWaitError`] with [`Error::Timeout`] (or a poll failure) and the token.
     #[inline(always)]
     pub fn wait(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
-        // What is already complete comes back at once; the polling loop is out of line.
-        let q = self.q.as_ref().tracked();
-        if let Some(&c) = q.implied(self.seq) {
-            return Ok(self.finish(c));
-        }
-        if let Take::Done(c) = q.try_take_locked(self.seq) {
+        // A request a later completion covered comes back inline; a completion polled
+        // meanwhile and the polling loop are out of line.
+        if let Some(&c) = self.q.as_ref().tracked().implied(self.seq) {
             return Ok(self.finish(c));
         }
         self.poll_until_done(timeout)
@@ -140,6 +137,9 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
 
     #[inline(never)]
     fn poll_until_done(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
+        if let Take::Done(c) = self.q.as_ref().tracked().try_take_locked(self.seq) {
+            return Ok(self.finish(c));
+        }
         // The clock is read only once a poll came back empty (`Idle`).
         let mut idle = Idle::new(Waiting::Yield, timeout);
         let mut mine = None;

@@ -526,9 +526,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.wait_with(token, timeout, Waiting::Spin)
     }
 
-    /// The wait: what is already complete is handed over at once (an unsignaled request whose
-    /// later signaled one was collected, or a completion polled meanwhile); the polling loop
-    /// is out of line.
+    /// The wait: an unsignaled request whose later signaled one was collected is handed over
+    /// inline; everything else (a completion polled meanwhile, the polling loop) is out of
+    /// line, so that the inline part writes its result on one path.
     #[inline(always)]
     fn wait_with<B: Completes>(
         &'scope self,
@@ -537,12 +537,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         how: Waiting,
     ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
         let p = token.guard.posted;
-        let q = p.q.tracked();
-        if let Some(c) = q.implied(p.seq) {
+        if let Some(c) = p.q.tracked().implied(p.seq) {
             return Ok(token.finish(c));
-        }
-        if let Take::Done(c) = q.try_take_locked(p.seq) {
-            return Ok(token.finish(&c));
         }
         self.poll_until_done(token, timeout, how)
     }
@@ -555,6 +551,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         how: Waiting,
     ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
         let p = token.guard.posted;
+        if let Take::Done(c) = p.q.tracked().try_take_locked(p.seq) {
+            return Ok(token.finish(&c));
+        }
         let mut idle = Idle::new(how, timeout);
         let mut mine = None;
         loop {
