@@ -313,13 +313,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         S: CanPostSend,
         W: SendWr<T> + AddressedFor<T> + 'scope,
     {
+        // The scope's drain covers the queue (touched before the post: nothing is kept across
+        // the provider's call for it).
+        self.touch(QueueRef::Send(&qp.shared));
         // SAFETY: the memory `wr` names is borrowed for at least 'scope (`W: 'scope`), i.e.
         // until `scope` returns, and `scope` does not return before this request completed or
-        // its QP was reset (`drain`). The views move into the token, so the program cannot
-        // touch the memory through them meanwhile; shared views (`LocalBuf`) keep the region
-        // immutably borrowed, exclusive ones (`LocalBufMut`) exclusively.
-        // Touched first: nothing is kept across the provider's call for it.
-        self.touch(QueueRef::Send(&qp.shared));
+        // its QP was reset (`drain`, which covers the queue touched above). The views move into
+        // the token, so the program cannot touch the memory through them meanwhile; shared
+        // views (`LocalBuf`) keep the region immutably borrowed, exclusive ones (`LocalBufMut`)
+        // exclusively.
         let seq = match unsafe { post_raw(qp, &wr, self.id) } {
             Ok(seq) => seq,
             Err(refused) => return Err(self.refused_send(&qp.shared, refused, wr)),
