@@ -496,6 +496,24 @@ impl CqShared {
         })
     }
 
+    /// [`CqShared::poll_and_route_for`] by the wait of receive request `seq` of `qp` (which
+    /// has a receive queue of its own): as [`CqShared::poll_for_send`], its completion, if
+    /// polled now, is recorded and handed to the wait (`mine`) rather than stored for it.
+    pub(crate) fn poll_for_recv(&self, qp: &QpShared, seq: u64, mine: &mut Option<Completion>) -> Result<usize> {
+        self.poll_with(POLL_BATCH, |_, wc, routes| {
+            // A tracked receive's `wr_id` is its number with `RECV_BIT` (a lane's has its own bit).
+            if wc.wr_id == seq | RECV_BIT
+                && wc.qp_num == qp.qp_num()
+                && mine.is_none()
+                && qp.rq.complete_taken_recv(seq)
+            {
+                *mine = Some(self.decode(wc));
+            } else {
+                self.route_known(routes, wc, qp);
+            }
+        })
+    }
+
     /// [`CqShared::route`] of a completion polled by a waiter for a request of `qp`, out of
     /// line: the waits' polls inline only the completion they wait for.
     #[inline(never)]

@@ -257,6 +257,7 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     ///
     /// See ibv_post_recv(3).
     #[doc(alias = "ibv_post_recv")]
+    #[inline(always)]
     pub fn post_recv_owned<L>(&self, wr: Recv<L>) -> std::result::Result<OwnedToken<L>, PostError<Recv<L>>>
     where
         S: CanPostRecv,

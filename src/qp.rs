@@ -1130,6 +1130,7 @@ impl QpShared {
     /// The entries of a receive into `buf`, with the checks that need no device: every entry's
     /// region in the QP's PD, ODP support of receives on transport `T` (for ODP regions) and
     /// the entries' placement on the device's ODP write path, at most `max_recv_sge` entries.
+    #[inline(always)]
     pub(crate) fn recv_sges<T: Transport, L: crate::sgl::Scatter>(
         &self,
         buf: &L,
@@ -1420,25 +1421,17 @@ impl QpShared {
     /// # Safety
     /// As for [`QpShared::post_send`]: the memory of every scatter/gather entry must stay valid
     /// and untouched by the program until the request completes or the QP is reset.
+    #[inline(always)]
     pub(crate) unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr, owner: u64) -> std::result::Result<u64, Refused> {
         if self.srq.is_some() {
-            return Err(Error::invalid(
-                "ibv_post_recv",
-                format!("QP {:#x} takes its receives from a shared receive queue; post to the SRQ", self.qp_num),
-            )
-            .into());
+            return Err(self.recv_unusable());
         }
         let mut rq = self.rq.lock();
-        self.check_usable()?;
-        if self.rq.lane.is_open() {
-            return Err(Error::invalid(
-                "ibv_post_recv",
-                format!("a receive lane is open on QP {:#x}: post its receives through the lane", self.qp_num),
-            )
-            .into());
+        if self.broken.load(Ordering::Acquire) || self.rq.lane.is_open() {
+            return Err(self.recv_unusable());
         }
         let Some(seq) = rq.next_seq_beside(1, self.rq.lane.outstanding()) else {
-            return Err(Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth: rq.depth() }.into());
+            return Err(self.recv_unusable_with(rq.depth()));
         };
         wr.wr_id = seq | RECV_BIT;
         wr.next = std::ptr::null_mut();
@@ -1446,11 +1439,50 @@ impl QpShared {
         // SAFETY: as in `post_send` (`post_recv_fn` is the provider's `ibv_post_recv`).
         let ret = unsafe { (self.post_recv_fn)(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
-            let error = Error::from_ret(Verb::PostRecv, format!("QP {:#x}", self.qp_num), ret);
-            let kept = bad.is_null().then(|| rq.push_owned(false, owner));
-            return Err(Refused { error, kept });
+            return Err(self.recv_refused(&mut rq, ret, bad.is_null(), owner));
         }
         Ok(rq.push_owned(true, owner))
+    }
+
+    /// Why the receive queue takes no request now: the QP's receives come from a shared
+    /// receive queue, the QP is broken, a receive lane is open, or the queue is full.
+    #[cold]
+    #[inline(never)]
+    fn recv_unusable(&self) -> Refused {
+        self.recv_unusable_with(self.rq.depth())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recv_unusable_with(&self, depth: u32) -> Refused {
+        if self.srq.is_some() {
+            return Error::invalid(
+                "ibv_post_recv",
+                format!("QP {:#x} takes its receives from a shared receive queue; post to the SRQ", self.qp_num),
+            )
+            .into();
+        }
+        if let Err(e) = self.check_usable() {
+            return e.into();
+        }
+        if self.rq.lane.is_open() {
+            return Error::invalid(
+                "ibv_post_recv",
+                format!("a receive lane is open on QP {:#x}: post its receives through the lane", self.qp_num),
+            )
+            .into();
+        }
+        Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth }.into()
+    }
+
+    /// The provider refused a receive (`ret`); `bad_null`: it left `bad_wr` NULL, so the
+    /// request is recorded as posted and uncovered under `owner` (as for a send).
+    #[cold]
+    #[inline(never)]
+    fn recv_refused(&self, rq: &mut crate::queue::Book, ret: i32, bad_null: bool, owner: u64) -> Refused {
+        let error = Error::from_ret(Verb::PostRecv, format!("QP {:#x}", self.qp_num), ret);
+        let kept = bad_null.then(|| rq.push_owned(false, owner));
+        Refused { error, kept }
     }
 
     pub(crate) fn outstanding(&self) -> (u32, u32) {
@@ -1508,13 +1540,14 @@ impl<'a> QueueRef<'a> {
         }
     }
 
-    /// [`QueueRef::poll`] by the wait of request `seq`: on a send queue its completion, if
-    /// polled now, comes back in `mine` ([`CqShared::poll_for_send`]); otherwise the wait takes
-    /// it from the book.
+    /// [`QueueRef::poll`] by the wait of request `seq`: on a QP's own send or receive queue its
+    /// completion, if polled now, comes back in `mine` ([`CqShared::poll_for_send`],
+    /// [`CqShared::poll_for_recv`]); otherwise the wait takes it from the book.
     pub(crate) fn poll_for(self, seq: u64, mine: &mut Option<Completion>) -> Result<usize> {
         match self {
             QueueRef::Send(q) => q.send_cq.poll_for_send(q, seq, mine),
-            _ => self.poll(),
+            QueueRef::Recv(q) => q.recv_cq.poll_for_recv(q, seq, mine),
+            QueueRef::Srq(_) => self.poll(),
         }
     }
 

@@ -67,11 +67,13 @@ impl WorkQueue {
     }
 
     /// The next request's number.
+    #[inline]
     fn next(&self) -> u64 {
         self.base + self.slots.len() as u64
     }
 
     /// Whether `n` more requests fit.
+    #[inline]
     fn room_for(&self, n: usize) -> bool {
         (self.outstanding as usize).saturating_add(n) <= self.depth as usize
     }
@@ -79,6 +81,7 @@ impl WorkQueue {
     /// Records that the request with sequence `next_seq()` was posted by the scope `owner` (0:
     /// an owned token); `covered`: a completion of its own will come (false for a request the
     /// provider refused after it may have queued it).
+    #[inline]
     pub(crate) fn push_owned(&mut self, covered: bool, owner: u64) -> u64 {
         let seq = self.next();
         self.slots.push_back((Slot::Pending { covered, abandoned: false }, owner));
@@ -102,6 +105,23 @@ impl WorkQueue {
         };
         self.outstanding -= 1;
         self.slots[idx].0 = if abandoned { Slot::Gone } else { Slot::Done(c) };
+        self.compact();
+        true
+    }
+
+    /// Records the completion of `seq` for the wait of `seq`'s own token, which takes it at
+    /// once: [`WorkQueue::complete`] then [`WorkQueue::try_take`], with nothing stored between.
+    /// False (nothing changed) if `seq` is not outstanding, or its token was given up.
+    #[inline]
+    fn complete_taken(&mut self, seq: u64) -> bool {
+        let Some(idx) = self.index(seq) else {
+            return false;
+        };
+        if !matches!(self.slots[idx].0, Slot::Pending { abandoned: false, .. }) {
+            return false;
+        }
+        self.outstanding -= 1;
+        self.slots[idx].0 = Slot::Gone;
         self.compact();
         true
     }
@@ -859,6 +879,7 @@ impl LaneBook {
     }
 
     /// Whether a receive lane is open on the queue ([`LaneBook::set_open`]).
+    #[inline]
     pub(crate) fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)
     }
@@ -1160,6 +1181,21 @@ impl TrackedQueue {
                 return false;
             }
             b.publish(&self.settled);
+        }
+        self.recorded();
+        true
+    }
+
+    /// [`TrackedQueue::complete_taken`] for a QP's own receive queue: false (nothing changed)
+    /// for a send queue too.
+    #[inline]
+    pub(crate) fn complete_taken_recv(&self, seq: u64) -> bool {
+        {
+            let mut book = self.wq.lock();
+            let Book::Recv(q) = &mut *book else { return false };
+            if !q.complete_taken(seq) {
+                return false;
+            }
         }
         self.recorded();
         true
