@@ -1431,6 +1431,27 @@ mod tests {
         assert!(q.is_pending(a));
     }
 
+    /// A receive taken by the wait that polled it: nothing is stored, the request is no longer
+    /// outstanding, and a second take, a late duplicate or a given-up request changes nothing.
+    #[test]
+    fn receives_taken_by_their_poll_store_nothing_and_are_taken_once() {
+        let mut q = WorkQueue::new(4);
+        let (a, b, c) = (q.push_owned(true, 0), q.push_owned(true, 0), q.push_owned(true, 0));
+        // Out of order, as a shared receive queue's may complete.
+        assert!(q.complete_taken(b));
+        assert_eq!(q.outstanding(), 2);
+        assert_eq!(q.try_take(b), Take::Unknown, "taken once, stored nowhere");
+        assert!(!q.complete_taken(b), "a duplicate changes nothing");
+        assert!(!q.complete(b, wc(1)), "nor does a late completion of it");
+        assert!(q.is_pending(a) && q.is_pending(c));
+        q.abandon(c);
+        assert!(!q.complete_taken(c), "a given-up request is recorded as usual, not taken");
+        assert!(q.complete(c, wc(1)));
+        assert!(q.complete_taken(a));
+        assert_eq!((q.outstanding(), q.slots.len()), (0, 0), "every slot compacted away");
+        assert!(!q.complete_taken(q.next()), "a number never posted");
+    }
+
     #[test]
     fn abandoned_results_are_dropped() {
         for mut q in [send(8), Book::Recv(WorkQueue::new(8))] {
