@@ -605,9 +605,13 @@ fn a_ping_pong_of_lone_awaits_on_two_threads_wakes_the_idle_driver_every_time() 
                     let mut recv = first_a;
                     for i in 0..ROUNDS {
                         let sent = r.pair.a.post_send_owned(wr::Send::new(message(&r.pd, &i.to_le_bytes()))).unwrap();
-                        let (c, _) = timeout(WAIT, sent).await.expect(&awaited("ping's send", i)).unwrap();
+                        let (c, _) = timeout(WAIT, sent)
+                            .await
+                            .unwrap_or_else(|_| panic!("{}", awaited("ping's send", i)))
+                            .unwrap();
                         assert!(c.is_success(), "{}: {c:?}", awaited("ping's send", i));
-                        let (c, buf) = timeout(WAIT, recv).await.expect(&awaited("pong", i)).unwrap();
+                        let (c, buf) =
+                            timeout(WAIT, recv).await.unwrap_or_else(|_| panic!("{}", awaited("pong", i))).unwrap();
                         assert!(c.is_success(), "{}: {c:?}", awaited("pong", i));
                         assert_eq!(&buf.as_slice()[..4], &(!i).to_le_bytes(), "{}", awaited("pong", i));
                         recv = r.pair.a.post_recv_owned(wr::Recv::new(buf)).unwrap();
@@ -619,13 +623,17 @@ fn a_ping_pong_of_lone_awaits_on_two_threads_wakes_the_idle_driver_every_time() 
                 rt.block_on(async {
                     let mut recv = first_b;
                     for i in 0..ROUNDS {
-                        let (c, buf) = timeout(WAIT, recv).await.expect(&awaited("ping", i)).unwrap();
+                        let (c, buf) =
+                            timeout(WAIT, recv).await.unwrap_or_else(|_| panic!("{}", awaited("ping", i))).unwrap();
                         assert!(c.is_success(), "{}: {c:?}", awaited("ping", i));
                         assert_eq!(&buf.as_slice()[..4], &i.to_le_bytes(), "{}", awaited("ping", i));
                         recv = r.pair.b.post_recv_owned(wr::Recv::new(buf)).unwrap();
                         let sent =
                             r.pair.b.post_send_owned(wr::Send::new(message(&r.pd, &(!i).to_le_bytes()))).unwrap();
-                        let (c, _) = timeout(WAIT, sent).await.expect(&awaited("pong's send", i)).unwrap();
+                        let (c, _) = timeout(WAIT, sent)
+                            .await
+                            .unwrap_or_else(|_| panic!("{}", awaited("pong's send", i)))
+                            .unwrap();
                         assert!(c.is_success(), "{}: {c:?}", awaited("pong's send", i));
                     }
                     recv
