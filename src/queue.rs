@@ -1280,6 +1280,15 @@ impl TrackedQueue {
         if self.is_pending(seq) {
             graves.push((seq, held));
             self.grave_count.store(graves.len(), Ordering::Release);
+            // A poll that completed `seq` after the look above may have read the count before
+            // the store, and released nothing (`recorded`): look again. Each look takes the
+            // book's lock, so a completion recorded after this one finds the count stored.
+            if !self.is_pending(seq) {
+                let done = graves.iter().position(|(s, _)| *s == seq).map(|i| graves.remove(i));
+                self.grave_count.store(graves.len(), Ordering::Release);
+                drop(graves);
+                drop(done);
+            }
             return;
         }
         drop(graves);

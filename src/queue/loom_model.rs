@@ -1,7 +1,9 @@
 //! Loom model of the lanes' book-keeping ([`LaneBook`]): every interleaving (up to loom's
 //! preemption bound) of the lane thread (`posting`, `covered`), a poller that holds the CQ's
 //! routing lock (`complete`, `complete_kept`, `complete_taken`), a waiter (`is_done`,
-//! `succeeded`, `result`, `take_kept`) and a reset (`force_flush`).
+//! `succeeded`, `result`, `take_kept`) and a reset (`force_flush`); also the send queue's
+//! lock-free take (`Settled`) and the release of a dropped token's buffers racing its
+//! completion.
 //!
 //! Built only as a unit test with `--cfg loom` (the atomics and locks of `src/queue.rs` are then
 //! loom's, `src/sync.rs`). Run it, from the repository root, with
@@ -573,4 +575,24 @@ fn loom_settled_send_book_with_the_first_stored_completion_abandoned() {
 #[test]
 fn loom_settled_send_book_with_a_middle_stored_completion_abandoned() {
     settled_abandon_scenario(2);
+}
+
+/// A token dropped (its buffers released to the queue, then its completion abandoned) while a
+/// poller records its request's completion: in every order, nothing stays parked once both are
+/// done. (A poll that read the graves' count before the release stored it released nothing; the
+/// release looks at the request again after storing the count.)
+#[test]
+fn loom_a_token_dropped_while_its_request_completes_leaves_nothing_parked() {
+    loom::model(|| {
+        let q = Arc::new(super::TrackedQueue::new(8, Some(QP)));
+        q.lock().push_owned(true, 0);
+        let poller = {
+            let q = q.clone();
+            thread::spawn(move || q.complete(0, device_completion(0)))
+        };
+        q.release(0, Box::new([0u8; 8]));
+        q.abandon(0);
+        poller.join().unwrap();
+        assert_eq!(q.parked(), 0, "the buffers of a dropped token stayed parked after its completion");
+    });
 }
