@@ -485,33 +485,49 @@ impl CqShared {
     /// stored for it ([`TrackedQueue::complete_taken`](crate::queue::TrackedQueue::complete_taken));
     /// everything else is routed as usual.
     pub(crate) fn poll_for_send(&self, qp: &QpShared, seq: u64, mine: &mut Option<Completion>) -> Result<usize> {
-        self.poll_with(POLL_BATCH, |_, wc, routes| {
-            // A tracked send request's `wr_id` is its number (lanes' and receives' carry a bit).
-            // The awaited completion inline; everything else out of line (`route_known`).
-            if wc.wr_id == seq && wc.qp_num == qp.qp_num() && mine.is_none() && qp.sq.complete_taken(seq) {
-                *mine = Some(self.decode(wc));
-            } else {
-                self.route_known(routes, wc, qp);
-            }
-        })
+        // A tracked send request's `wr_id` is its number (lanes' and receives' carry a bit).
+        self.poll_one_for(qp, mine, |wc| wc.wr_id == seq && wc.qp_num == qp.qp_num() && qp.sq.complete_taken(seq))
     }
 
     /// [`CqShared::poll_and_route_for`] by the wait of receive request `seq` of `qp` (which
     /// has a receive queue of its own): as [`CqShared::poll_for_send`], its completion, if
     /// polled now, is recorded and handed to the wait (`mine`) rather than stored for it.
     pub(crate) fn poll_for_recv(&self, qp: &QpShared, seq: u64, mine: &mut Option<Completion>) -> Result<usize> {
-        self.poll_with(POLL_BATCH, |_, wc, routes| {
-            // A tracked receive's `wr_id` is its number with `RECV_BIT` (a lane's has its own bit).
-            if wc.wr_id == seq | RECV_BIT
-                && wc.qp_num == qp.qp_num()
-                && mine.is_none()
-                && qp.rq.complete_taken_recv(seq)
-            {
-                *mine = Some(self.decode(wc));
-            } else {
-                self.route_known(routes, wc, qp);
-            }
+        // A tracked receive's `wr_id` is its number with `RECV_BIT` (a lane's has its own bit).
+        self.poll_one_for(qp, mine, |wc| {
+            wc.wr_id == seq | RECV_BIT && wc.qp_num == qp.qp_num() && qp.rq.complete_taken_recv(seq)
         })
+    }
+
+    /// One `ibv_poll_cq` of one completion by a waiter for a request of `qp`: `take` records
+    /// the awaited completion and says whether it was (then it is decoded into `mine`);
+    /// anything else is routed as usual, out of line. A wait polls again until its completion
+    /// came, so one entry per poll is enough, and it needs neither the batch nor its zeroing.
+    /// Returns how many completions were polled (0 or 1).
+    #[inline(always)]
+    fn poll_one_for(
+        &self,
+        qp: &QpShared,
+        mine: &mut Option<Completion>,
+        take: impl FnOnce(&sys::ibv_wc) -> bool,
+    ) -> Result<usize> {
+        // Declared first, dropped last: the futures of the requests this poll completes are
+        // woken once the routing lock is released.
+        let _wakes = DeferWakes::new();
+        let routing = self.routes.lock();
+        let mut slot = sys::ibv_wc::default();
+        let wc = match self.poll_one(&mut slot) {
+            Ok(wc) => wc,
+            Err(0) => return Ok(0),
+            Err(n) => return Err(self.poll_failed(n)),
+        };
+        // The awaited completion inline; everything else out of line (`route_known`).
+        if mine.is_none() && take(wc) {
+            *mine = Some(self.decode(wc));
+        } else {
+            self.route_known(&routing.routes, wc, qp);
+        }
+        Ok(1)
     }
 
     /// [`CqShared::route`] of a completion polled by a waiter for a request of `qp`, out of
