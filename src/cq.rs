@@ -500,41 +500,58 @@ impl CqShared {
     }
 
     /// One `ibv_poll_cq` of one completion by a waiter for a request of `qp`: `take` records
-    /// the awaited completion and says whether it was (then it is decoded into `mine`);
-    /// anything else is routed as usual, out of line. A wait polls again until its completion
-    /// came, so one entry per poll is enough, and it needs neither the batch nor its zeroing.
-    /// Returns how many completions were polled (0 or 1).
+    /// the awaited completion and says whether it was (then it is decoded into `mine`). When
+    /// the first entry is the awaited one (the common case) this is all, inline: no batch and no
+    /// zeroing of its entries. Otherwise that entry is routed and the rest of a batch is polled
+    /// under the same lock, out of line (`route_and_poll_rest`), as a batch poll would: a wait
+    /// or `try_complete` behind other completions takes its own among the next ones.
+    /// Returns how many completions were polled.
     #[inline(always)]
     fn poll_one_for(
         &self,
         qp: &QpShared,
         mine: &mut Option<Completion>,
-        take: impl FnOnce(&sys::ibv_wc) -> bool,
+        mut take: impl FnMut(&sys::ibv_wc) -> bool,
     ) -> Result<usize> {
         // Declared first, dropped last: the futures of the requests this poll completes are
         // woken once the routing lock is released.
         let _wakes = DeferWakes::new();
-        let routing = self.routes.lock();
+        let mut routing = self.routes.lock();
         let mut slot = sys::ibv_wc::default();
         let wc = match self.poll_one(&mut slot) {
             Ok(wc) => wc,
             Err(0) => return Ok(0),
             Err(n) => return Err(self.poll_failed(n)),
         };
-        // The awaited completion inline; everything else out of line (`route_known`).
         if mine.is_none() && take(wc) {
             *mine = Some(self.decode(wc));
-        } else {
-            self.route_known(&routing.routes, wc, qp);
+            return Ok(1);
         }
-        Ok(1)
+        self.route_and_poll_rest(&mut routing, wc, qp, mine, &mut take)
     }
 
-    /// [`CqShared::route`] of a completion polled by a waiter for a request of `qp`, out of
-    /// line: the waits' polls inline only the completion they wait for.
+    /// The rest of [`CqShared::poll_one_for`] when its first entry, `first`, was not the
+    /// awaited completion: `first` is routed, then up to `POLL_BATCH - 1` more are polled and
+    /// handled the same way, under the routing lock the caller holds.
     #[inline(never)]
-    fn route_known(&self, routes: &[(u32, Weak<QpShared>)], wc: &sys::ibv_wc, qp: &QpShared) {
-        self.route(routes, wc, Some(qp), || self.decode(wc));
+    fn route_and_poll_rest(
+        &self,
+        routing: &mut Routing,
+        first: &sys::ibv_wc,
+        qp: &QpShared,
+        mine: &mut Option<Completion>,
+        take: &mut impl FnMut(&sys::ibv_wc) -> bool,
+    ) -> Result<usize> {
+        let Routing { routes, wcs } = routing;
+        self.route(routes, first, Some(qp), || self.decode(first));
+        let n = self.poll_locked(wcs, POLL_BATCH - 1, |_, wc| {
+            if mine.is_none() && take(wc) {
+                *mine = Some(self.decode(wc));
+            } else {
+                self.route(routes, wc, Some(qp), || self.decode(wc));
+            }
+        })?;
+        Ok(1 + n)
     }
 
     /// As [`CqShared::poll_and_route`], for the send lane of `qp` (one of this CQ's QPs): its

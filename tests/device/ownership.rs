@@ -313,3 +313,37 @@ fn poll_into_reports_a_batch_and_the_tokens_still_hand_over_once() {
     })
     .unwrap();
 }
+
+/// `try_complete` polls the CQ once: a request whose completion waits in the CQ behind others'
+/// completes with that one poll (which routes the others to their tokens), whatever its place
+/// among the entries of one batch.
+#[test]
+fn try_complete_takes_a_completion_queued_behind_others_in_one_call() {
+    const N: usize = 4;
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq_a, cq_b) = (ctx.create_cq(256).unwrap(), ctx.create_cq(256).unwrap());
+    let p = rc_pair(&pd, &cq_a, &cq_b, Access::NONE, QpCaps::default());
+    let chunks = pd.alloc_mr(N * 64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap();
+    let mut receives: Vec<_> = chunks.into_iter().map(|c| p.b.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
+    for i in 0..N {
+        let mut m = pd.alloc_mr(8, access::LOCAL_RW).unwrap().into_chunks(8).unwrap().remove(0);
+        m.as_mut_slice().fill(i as u8 + 1);
+        // Waited on the send CQ: the receive completions stay in the receive CQ, unpolled.
+        let (c, _) = p.a.post_send_owned(wr::Send::new(m)).unwrap().wait(WAIT).unwrap();
+        assert!(c.is_success(), "send {i}: {c:?}");
+    }
+    // Every receive completed on the device (the sends completed); let rxe write the last entry.
+    std::thread::sleep(Duration::from_millis(50));
+    let last = receives.pop().unwrap();
+    let (c, buf) = last.try_complete().expect("the last receive's completion, behind three, in one call");
+    assert!(c.is_success(), "{c:?}");
+    assert_eq!(&buf.as_slice()[..8], &[N as u8; 8]);
+    // The poll routed the others to their tokens: each comes back without polling again.
+    for (i, t) in receives.into_iter().enumerate() {
+        assert!(t.is_complete(), "receive {i} was routed by that poll");
+        let (c, buf) = t.try_complete().unwrap();
+        assert!(c.is_success(), "receive {i}: {c:?}");
+        assert_eq!(&buf.as_slice()[..8], &[i as u8 + 1; 8]);
+    }
+}
