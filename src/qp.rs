@@ -1431,7 +1431,7 @@ impl QpShared {
             return Err(self.recv_unusable());
         }
         let Some(seq) = rq.next_seq_beside(1, self.rq.lane.outstanding()) else {
-            return Err(self.recv_unusable_with(rq.depth()));
+            return Err(self.recv_unusable());
         };
         wr.wr_id = seq | RECV_BIT;
         wr.next = std::ptr::null_mut();
@@ -1449,12 +1449,6 @@ impl QpShared {
     #[cold]
     #[inline(never)]
     fn recv_unusable(&self) -> Refused {
-        self.recv_unusable_with(self.rq.depth())
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn recv_unusable_with(&self, depth: u32) -> Refused {
         if self.srq.is_some() {
             return Error::invalid(
                 "ibv_post_recv",
@@ -1472,7 +1466,7 @@ impl QpShared {
             )
             .into();
         }
-        Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth }.into()
+        Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth: self.rq.depth() }.into()
     }
 
     /// The provider refused a receive (`ret`); `bad_null`: it left `bad_wr` NULL, so the
