@@ -382,7 +382,7 @@ impl ChannelShared {
         // SeqCst, as the future's side (`wait_on`'s count, `serve`'s swap): a store then a load
         // of another variable on each side, so that either this load sees the new waiter or
         // that swap sees `armed` cleared and arms again (else the event is dropped here and
-        // the CQ stays unarmed). Found by reading; no test produces the interleaving.
+        // the CQ stays unarmed). No test produces the interleaving.
         cq.armed.store(false, std::sync::atomic::Ordering::SeqCst);
         if cq.waiters.load(std::sync::atomic::Ordering::SeqCst) == 0 {
             return;
