@@ -241,6 +241,12 @@ impl Context {
         let mut cqs = lock(&channel.inner.cqs);
         cqs.retain(|(_, w)| w.strong_count() > 0);
         cqs.push((cq.as_ptr() as usize, Arc::downgrade(&cq.inner)));
+        // Room for each CQ in the list of CQs to serve (at most once each), reserved now: a
+        // dispatch that finds more CQs ready at once than ever before allocates nothing.
+        let mut d = lock(&channel.inner.driver);
+        let want = cqs.len().saturating_sub(d.ready.len());
+        d.ready.reserve(want);
+        drop(d);
         Ok(cq)
     }
 }

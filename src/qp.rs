@@ -321,6 +321,14 @@ impl Pd {
             None => register(0)?,
         }
         shared.reserved[1].store(recv_need, Ordering::Relaxed);
+        // A queue whose CQ reports to a completion channel can be awaited: its room for wakers
+        // and stored completions is reserved now, so that its futures allocate nothing later.
+        if shared.send_cq.channel.is_some() {
+            shared.sq.reserve_for_futures();
+        }
+        if shared.recv_cq.channel.is_some() && !has_srq {
+            shared.rq.reserve_for_futures();
+        }
         Ok(Qp { shared, _type: PhantomData })
     }
 }

@@ -291,6 +291,13 @@ impl SendBook {
         Completion::implied(self.qp_num, u32::MAX)
     }
 
+    /// Room for a stored completion per request the ring can hold (at most one per
+    /// outstanding request is stored), at once: storing then never allocates again.
+    #[cold]
+    fn reserve_results(&mut self) {
+        self.results.reserve_exact(self.owners.len());
+    }
+
     #[inline(always)]
     pub(crate) fn push_owned(&mut self, signaled: bool, owner: u64) -> u64 {
         let seq = self.next;
@@ -323,6 +330,9 @@ impl SendBook {
         }
         let owner = self.owner(seq);
         if owner & ABANDONED == 0 {
+            if self.results.capacity() == 0 {
+                self.reserve_results();
+            }
             self.results.push_back((seq, owner, c));
         }
         self.done = seq + 1;
@@ -1122,6 +1132,11 @@ impl TrackedQueue {
                 Some((_, w)) if w.will_wake(waker) => None,
                 Some((_, w)) => Some(std::mem::replace(w, waker.clone())),
                 None => {
+                    if wakers.capacity() == 0 {
+                        // At most one waker per outstanding request: room for the depth at
+                        // once, so that registering never allocates again.
+                        wakers.reserve_exact(self.depth as usize);
+                    }
                     wakers.push((seq, waker.clone()));
                     None
                 }
@@ -1149,6 +1164,16 @@ impl TrackedQueue {
         }
         // Woken outside the locks, as in `wake_completed`.
         wake_kept();
+    }
+
+    /// Reserves room for a waker per outstanding request and, on a send queue, for a stored
+    /// completion per outstanding request (both bounded by the depth): for a queue that
+    /// futures may wait on, whose waits then allocate nothing.
+    pub(crate) fn reserve_for_futures(&self) {
+        lock(&self.wakers).reserve_exact(self.depth as usize);
+        if let Some(b) = self.wq.lock().as_send() {
+            b.reserve_results();
+        }
     }
 
     /// The future of request `seq` is gone or done: forgets its waker.
