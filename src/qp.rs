@@ -1330,6 +1330,10 @@ impl QpShared {
     /// # Safety
     /// As for [`QpShared::post_send`], for every request of the list.
     pub(crate) unsafe fn post_send_list(&self, wrs: &mut [sys::ibv_send_wr], owner: u64) -> (Vec<u64>, Option<Error>) {
+        // The provider walks the list from its head: an empty list has no head to give it.
+        if wrs.is_empty() {
+            return (Vec::new(), Some(Error::invalid("ibv_post_send", "an empty post list")));
+        }
         let mut sq = self.sq.lock();
         if let Err(e) = self.check_usable() {
             return (Vec::new(), Some(e));

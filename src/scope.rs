@@ -364,9 +364,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// [`PostListError`] with the tokens of the requests that were posted (a prefix of the
-    /// list) and the requests that were not, with their buffers: on a request's own check
-    /// failing (nothing is posted then), [`Error::QueueFull`] when the whole list does not fit
-    /// (nothing is posted), or the provider refusing a request (the ones before it are posted).
+    /// list) and the requests that were not, with their buffers: [`Error::InvalidArgument`]
+    /// for an empty list or a request's own check failing (nothing is posted then),
+    /// [`Error::QueueFull`] when the whole list does not fit (nothing is posted), or the
+    /// provider refusing a request (the ones before it are posted).
     ///
     /// See ibv_post_send(3).
     #[doc(alias = "ibv_post_send")]

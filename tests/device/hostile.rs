@@ -16,6 +16,7 @@
 //! - A type 2 bind whose token is dropped: the window is parked until the bind completed, then
 //!   deallocated (the region deregisters, the advertised rkey is dead).
 //! - A prepared receive posted twice: not handed out before its second post completed.
+//! - An empty post list: refused before the provider, which walks a list from its head, sees it.
 
 use std::sync::Barrier;
 use std::time::Duration;
@@ -343,4 +344,31 @@ fn a_prepared_receive_posted_twice_is_not_handed_out_before_its_second_post_comp
         assert_eq!(got, [2; 16]);
     })
     .unwrap();
+}
+
+#[test]
+fn an_empty_post_list_is_refused_and_the_queue_goes_on() {
+    let r = rig();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
+    let mut msg = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    fill(&mut msg, 7);
+    let mut into = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let Err(err) = s.post_send_list(&p.a, std::iter::empty::<wr::Send<LocalBuf<'_>>>()) else {
+            panic!("an empty post list must be refused");
+        };
+        assert!(matches!(err.error, Error::InvalidArgument { .. }), "{}", err.error);
+        assert!(err.posted.is_empty() && err.rejected.is_empty());
+        assert_eq!(p.a.outstanding(), (0, 0), "nothing was posted");
+        // The queue still takes requests: a SEND and its receive complete.
+        let rt = s.post_recv(&p.b, wr::Recv::new(into.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&p.a, wr::Send::new(msg.slice(..).unwrap())).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        let (c, _) = s.wait(rt, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        assert_eq!(c.byte_len(), 64);
+    })
+    .unwrap();
+    assert_eq!(into.as_slice(), msg.as_slice());
 }
