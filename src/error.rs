@@ -252,6 +252,20 @@ pub enum Error {
     },
 }
 
+/// Stops the process: the device may still reach memory that is about to be released, and no
+/// continuation is sound. Prints `message()` to stderr first, if it can: nothing here unwinds
+/// (a failed write, to a closed or full stderr, and a panic while formatting are ignored), so
+/// the abort always follows.
+#[cold]
+#[inline(never)]
+pub(crate) fn abort_process(message: impl FnOnce() -> String) -> ! {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        use std::io::Write;
+        let _ = writeln!(io::stderr().lock(), "typed-verbs: {}", message());
+    }));
+    std::process::abort()
+}
+
 impl Error {
     pub(crate) fn verb(verb: Verb, context: impl Into<String>, source: io::Error) -> Self {
         Error::Verb { verb, context: context.into(), source }

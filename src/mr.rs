@@ -765,13 +765,15 @@ impl<A: AccessSet, K: MrKind> Drop for Mr<A, K> {
 /// A region over memory it does not own (borrowed, or raw under the caller's contract) could not
 /// be deregistered: the memory's owner is about to release it while the device may still reach
 /// it (e.g. through a memory window leaked with `mem::forget`), so the process cannot go on.
-/// Prints the error to stderr and aborts.
+/// Prints the error to stderr and aborts ([`abort_process`](crate::error::abort_process): even
+/// when stderr cannot be written, nothing unwinds out of here).
 fn abort_on_failed_deregistration(err: &Error) -> ! {
-    eprintln!(
-        "typed-verbs: {err}: the region is over memory the library does not own (a borrowed slice or raw memory), \
-         which its owner may release now while the device can still reach it; aborting"
-    );
-    std::process::abort()
+    crate::error::abort_process(|| {
+        format!(
+            "{err}: the region is over memory the library does not own (a borrowed slice or raw memory), \
+             which its owner may release now while the device can still reach it; aborting"
+        )
+    })
 }
 
 /// Memory of a registered region that the local device may read: a send or RDMA WRITE source.

@@ -970,8 +970,9 @@ fn force_quiesce(qp: &QpShared) -> Error {
     if let Err(e) = qp.force_state(sys::IBV_QPS_RESET) {
         // The device may still be using memory that is about to be released to the program:
         // the only sound continuation is to stop the process.
-        eprintln!("typed-verbs: cannot reset QP {:#x} to reclaim in-flight buffers ({e}); aborting", qp.qp_num());
-        std::process::abort();
+        crate::error::abort_process(|| {
+            format!("cannot reset QP {:#x} to reclaim in-flight buffers ({e}); aborting", qp.qp_num())
+        });
     }
     Error::QpBroken { qp_num: qp.qp_num() }
 }

@@ -5,6 +5,7 @@
 //! followed by traffic checked with sentinels; a panic in the closure deregisters; a
 //! deregistration the closure form cannot make aborts the process.
 
+use std::os::unix::process::ExitStatusExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
@@ -474,29 +475,61 @@ const ABORT_CHILD_VAR: &str = "TYPED_VERBS_CALLER_ABORT_CHILD";
 /// message, and not before the closure returned.
 #[test]
 fn a_leaked_bound_window_makes_the_closure_exit_abort() {
-    if std::env::var_os(ABORT_CHILD_VAR).is_some() {
+    if let Some(mode) = std::env::var_os(ABORT_CHILD_VAR) {
+        // "full": stderr cannot be written (the parent points it at /dev/full), so the child
+        // prints nothing itself, and catches an unwind out of the closure's exit: the abort
+        // must come all the same.
+        let quiet = mode == "full";
         let (r, p) = pair();
         let mut storage = vec![0u8; 4096];
         let mw = r.pd.alloc_mw::<Type1>().unwrap();
-        let returned = r.pd.with_registered(&mut storage, access::WINDOW_BINDABLE, |mr| {
-            let bound = scope(|s| {
-                let t = s.bind_mw(&p.b, mw, mr, 0, 4096, window::WRITE).unwrap();
-                s.wait(t, WAIT).unwrap().1.expect("bind")
+        let exit = catch_unwind(AssertUnwindSafe(|| {
+            r.pd.with_registered(&mut storage, access::WINDOW_BINDABLE, |mr| {
+                let bound = scope(|s| {
+                    let t = s.bind_mw(&p.b, mw, mr, 0, 4096, window::WRITE).unwrap();
+                    s.wait(t, WAIT).unwrap().1.expect("bind")
+                })
+                .unwrap();
+                std::mem::forget(bound);
+                if !quiet {
+                    eprintln!("child: the closure returns with a bound window leaked");
+                }
             })
-            .unwrap();
-            std::mem::forget(bound);
-            eprintln!("child: the closure returns with a bound window leaked");
-        });
-        panic!("the closure's exit returned ({returned:?}) with a window still bound to borrowed memory");
+        }));
+        if quiet {
+            // Exit codes tell the parent what happened instead of an abort.
+            std::process::exit(if exit.is_err() { 3 } else { 4 });
+        }
+        panic!("the closure's exit returned ({exit:?}) with a window still bound to borrowed memory");
     }
-    use std::os::unix::process::ExitStatusExt;
+    let (status, stderr) = run_abort_child("1", std::process::Stdio::piped());
+    assert_eq!(status.signal(), Some(6), "SIGABRT: {status:?}\n{stderr}");
+    let returned_at = stderr.find("child: the closure returns").unwrap_or_else(|| panic!("{stderr}"));
+    let abort_at = stderr.find("typed-verbs: ibv_dereg_mr").unwrap_or_else(|| panic!("the error first: {stderr}"));
+    assert!(returned_at < abort_at, "{stderr}");
+    assert!(stderr.contains("aborting"), "{stderr}");
+}
+
+/// The same child with its stderr on `/dev/full`: the error message cannot be written, and the
+/// process must still abort (a message printed with `eprintln!` would panic there and unwind
+/// out of the closure's exit, with the window still bound to memory its owner then frees).
+#[test]
+fn the_abort_comes_even_when_stderr_cannot_be_written() {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("open /dev/full");
+    let (status, _) = run_abort_child("full", std::process::Stdio::from(full));
+    assert_eq!(status.signal(), Some(6), "SIGABRT (exit code 3: the closure's exit unwound): {status:?}");
+}
+
+/// Runs [`ABORT_CHILD`] in a child process with `ABORT_CHILD_VAR=mode`; its exit status and
+/// what it wrote to stderr (if `stderr` is piped).
+fn run_abort_child(mode: &str, stderr: std::process::Stdio) -> (std::process::ExitStatus, String) {
     let exe = std::env::current_exe().expect("the path of this test binary");
     let mut child = std::process::Command::new(exe)
         .args([ABORT_CHILD, "--exact", "--nocapture", "--test-threads=1"])
-        .env(ABORT_CHILD_VAR, "1")
+        .env(ABORT_CHILD_VAR, mode)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .expect("start the child");
     let deadline = Instant::now() + WAIT;
@@ -512,12 +545,7 @@ fn a_leaked_bound_window_makes_the_closure_exit_abort() {
         std::thread::sleep(Duration::from_millis(20));
     };
     let out = child.wait_with_output().expect("the child's output");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(status.signal(), Some(6), "SIGABRT: {status:?}\n{stderr}");
-    let returned_at = stderr.find("child: the closure returns").unwrap_or_else(|| panic!("{stderr}"));
-    let abort_at = stderr.find("typed-verbs: ibv_dereg_mr").unwrap_or_else(|| panic!("the error first: {stderr}"));
-    assert!(returned_at < abort_at, "{stderr}");
-    assert!(stderr.contains("aborting"), "{stderr}");
+    (status, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// Raw memory (`register_raw`): the caller's contract kept (the memory is touched only through
