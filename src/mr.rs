@@ -991,13 +991,15 @@ impl<A> RemoteSlice<A> {
     /// The sub-range `offset..offset + len`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if it does not lie inside this region.
+    /// [`Error::InvalidArgument`] if it does not lie inside this region, or if its address does
+    /// not fit in 64 bits (a region [`from_wire`](RemoteSlice::from_wire) that ends past
+    /// `u64::MAX`).
     pub fn slice(&self, offset: u64, len: u64) -> Result<Self> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(RemoteSlice { addr: self.addr + offset, len, ..*self }),
+        match (offset.checked_add(len), self.addr.checked_add(offset)) {
+            (Some(end), Some(addr)) if end <= self.len => Ok(RemoteSlice { addr, len, ..*self }),
             _ => Err(Error::invalid(
                 "RemoteSlice::slice",
-                format!("{offset}+{len} is outside the remote region of {} bytes", self.len),
+                format!("{offset}+{len} is outside the remote region of {} bytes at {:#x}", self.len, self.addr),
             )),
         }
     }
@@ -1182,6 +1184,16 @@ impl<A: HasLocalWrite, K: MrKind> LocalSink for Chunk<A, K> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_remote_slice_whose_address_would_wrap_is_refused() {
+        let r = RemoteSlice::<crate::access::RemoteRw>::from_wire(u64::MAX - 3, 16, 7);
+        let e = r.slice(8, 8).expect_err("the address u64::MAX - 3 + 8 does not fit in 64 bits");
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        let s = r.slice(2, 14).expect("u64::MAX - 1 fits");
+        assert_eq!((s.addr(), s.len(), s.rkey()), (u64::MAX - 1, 14, 7));
+        assert!(r.slice(0, 17).is_err(), "past the region's length");
+    }
 
     /// The packed ODP tag gives back what it was made of, for every transport number (an
     /// `IBV_QPT_*`, below 256, and up to the 31 bits the tag keeps) and operation set, and
