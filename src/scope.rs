@@ -179,6 +179,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// timeout](DEFAULT_DRAIN_TIMEOUT).
 ///
 /// Returns what `f` returned. If `f` panics, the scope drains first and then resumes the panic.
+/// A panic out of the drain's polls (a future's waker, or the `Drop` of a parked buffer, run
+/// by the completions they route) does not cut the drain short: it is resumed once the drain
+/// is done.
 ///
 /// # Errors
 /// [`Error::QpBroken`] if a QP had to be forced to RESET to reclaim the buffers (its
@@ -209,10 +212,16 @@ where
         _env: PhantomData,
     };
     let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
-    let drained = scope.drain();
-    match result {
-        Err(panic) => resume_unwind(panic),
-        Ok(r) => drained.map(|()| r),
+    let (drained, drain_panic) = scope.drain();
+    match (result, drain_panic) {
+        // The closure's panic first (the drain's payload leaked: its drop could panic); one out
+        // of the drain's polls after it.
+        (Err(panic), other) => {
+            std::mem::forget(other);
+            resume_unwind(panic)
+        }
+        (Ok(_), Some(panic)) => resume_unwind(panic),
+        (Ok(r), None) => drained.map(|()| r),
     }
 }
 
@@ -741,40 +750,87 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, None, ()))
     }
 
-    fn drain(&self) -> Result<()> {
-        let touched = std::mem::take(&mut *lock(&self.touched));
-        let deadline = deadline_after(Instant::now(), self.drain_timeout);
-        let mut broken = None;
-        let mut forced: Vec<*const QpShared> = Vec::new();
-        for &q in &touched {
-            // Only QP queues are posted in a scope (shared receive queues take owned buffers).
-            let Some(qp) = q.qp() else { continue };
-            let mine = q.tracked().owned_by(self.id);
-            for &seq in &mine {
-                if forced.contains(&(qp as *const QpShared)) {
-                    break;
-                }
-                if !wait_until_done(&Posted { q, seq }, deadline) {
-                    // Nothing will complete it in time: flush, and if even that fails, reset.
-                    forced.push(qp);
-                    let e = force_quiesce(qp);
-                    broken.get_or_insert(e);
-                }
-            }
-            for seq in mine {
-                q.tracked().abandon(seq);
-            }
-            if !forced.contains(&(qp as *const QpShared)) && !wait_lane_drained(q, deadline) {
-                forced.push(qp);
-                let e = force_quiesce(qp);
-                broken.get_or_insert(e);
+    /// Waits for every request the scope posted (or resets their QPs), then lets go of what it
+    /// kept. Nothing it polls can cut it short: a panic out of a poll (a future's waker, or a
+    /// parked buffer's `Drop`, run by the routing) is caught, the drain goes on where it was,
+    /// and the first such panic comes back with the result, to be resumed once the drain is
+    /// done.
+    fn drain(&self) -> (Result<()>, Option<Box<dyn std::any::Any + Send>>) {
+        let mut state = DrainState {
+            deadline: deadline_after(Instant::now(), self.drain_timeout),
+            broken: None,
+            forced: Vec::new(),
+        };
+        let mut panic = None;
+        // Each retry goes on with the queues not finished yet; each panic used up what raised
+        // it (a waker is woken once, a parked buffer dropped once). A later panic's payload is
+        // leaked, not dropped: its `Drop` could panic again, outside any `catch_unwind`.
+        while let Err(p) = catch_unwind(AssertUnwindSafe(|| self.drain_touched(&mut state))) {
+            match panic {
+                None => panic = Some(p),
+                Some(_) => std::mem::forget(p),
             }
         }
         lock(&self.keep).clear();
-        match broken {
+        let result = match state.broken {
             Some(e) => Err(e),
             None => Ok(()),
+        };
+        (result, panic)
+    }
+
+    /// Drains the touched queues one by one, each taken off the list only once it is done.
+    fn drain_touched(&self, state: &mut DrainState) {
+        loop {
+            let Some(&q) = lock(&self.touched).last() else { return };
+            // Only QP queues are posted in a scope (shared receive queues take owned buffers).
+            if let Some(qp) = q.qp() {
+                self.drain_queue(q, qp, state);
+            }
+            lock(&self.touched).pop();
         }
+    }
+
+    fn drain_queue(&self, q: QueueRef<'scope>, qp: &QpShared, state: &mut DrainState) {
+        let mine = q.tracked().owned_by(self.id);
+        for &seq in &mine {
+            if state.is_forced(qp) {
+                break;
+            }
+            if !wait_until_done(&Posted { q, seq }, state.deadline) {
+                // Nothing will complete it in time: flush, and if even that fails, reset.
+                state.force(qp);
+            }
+        }
+        for seq in mine {
+            q.tracked().abandon(seq);
+        }
+        if !state.is_forced(qp) && !wait_lane_drained(q, state.deadline) {
+            state.force(qp);
+        }
+    }
+}
+
+/// Where a scope's drain stands: kept across a panic out of one of its polls.
+struct DrainState {
+    deadline: Instant,
+    /// The error of the first QP that had to be forced.
+    broken: Option<Error>,
+    /// The QPs forced to ERR and RESET (`force_quiesce`) to the end.
+    forced: Vec<*const QpShared>,
+}
+
+impl DrainState {
+    fn is_forced(&self, qp: &QpShared) -> bool {
+        self.forced.contains(&(qp as *const QpShared))
+    }
+
+    /// Forces `qp` to ERR and RESET; it counts as forced only once that returned (a panic
+    /// out of its flush wait forces it again on the retry).
+    fn force(&mut self, qp: &QpShared) {
+        let e = force_quiesce(qp);
+        self.forced.push(qp);
+        self.broken.get_or_insert(e);
     }
 }
 

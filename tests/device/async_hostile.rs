@@ -5,7 +5,8 @@
 //! channel's driver task belongs to another runtime that is not running, an SRQ receive whose
 //! completion lands on a CQ attached after the future started waiting, a runtime without I/O
 //! (tokio panics; the unwinding parks the buffer), a waker whose drop panics, and a
-//! hand-written executor whose waker polls the future inline. Every buffer that comes
+//! hand-written executor whose waker polls the future inline, and a waker that panics when a
+//! scope's drain routes its future's completion. Every buffer that comes
 //! back holds its message (it came back after its completion); every buffer that did not is
 //! read back over RDMA from its region, and holds the late message (the device wrote memory
 //! the library still kept). Every wait is bounded: a hang fails the test.
@@ -643,4 +644,56 @@ fn a_waiting_future_whose_wakers_drop_panics_still_parks_its_buffer_and_stops_wa
             sleep(Duration::from_millis(1)).await;
         }
     });
+}
+
+/// A waker that panics when woken (as a hand-written executor's waker that unwraps a send to
+/// a queue whose receiver is gone).
+struct PanicOnWake;
+
+impl Wake for PanicOnWake {
+    fn wake(self: Arc<Self>) {
+        panic!("a hostile waker woken");
+    }
+}
+
+/// A scope's drain polls the CQs of its queues and so routes other requests' completions,
+/// waking their futures: a waker that panics there must not cut the drain short. The scope
+/// here posts a receive into borrowed memory and forgets its token; the drain first routes a
+/// waiting future's completion (its waker panics), then must still wait for the receive or
+/// reset its QP before the panic comes out of `scope`. Otherwise the program would hold the
+/// region's bytes as `&mut [u8]` again while the receive is still posted.
+#[test]
+fn a_waker_that_panics_in_a_scopes_drain_does_not_cut_it_short() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let r = async_rig();
+    let mut local = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    local.as_mut_slice().fill(0x11);
+    // An owned receive, awaited once with the hostile waker: pending, nothing was sent. The
+    // runtime does not run again (its driver task never polls the CQ).
+    let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+    let mut fut = t.into_future();
+    let waker = Waker::from(Arc::new(PanicOnWake));
+    assert!(rt.block_on(async { poll_with(&mut fut, &waker) }).is_pending(), "nothing was sent");
+    // Its completion waits in b's CQ: nobody polls it before the scope's drain.
+    send_sync(&r.pd, &r.pair.a, b"first");
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        scope_with_timeout(Duration::from_millis(500), |s| {
+            let t = s.post_recv(&r.pair.b, wr::Recv::new(local.slice_mut(..).unwrap())).unwrap();
+            std::mem::forget(t);
+        })
+    }));
+    let panic = unwound.expect_err("the waker's panic comes out of the scope");
+    assert_eq!(panic.downcast_ref::<&str>(), Some(&"a hostile waker woken"));
+    assert_eq!(r.pair.b.outstanding(), (0, 0), "the drain went on: the scope's receive was flushed");
+    let state = r.pair.b.query_state().unwrap();
+    assert!(
+        matches!(state, typed_verbs::qp::ObservedState::Err | typed_verbs::qp::ObservedState::Reset),
+        "the receive never completed: the drain forced its QP out of RTS ({state:?})"
+    );
+    // The future's completion was routed before the panic: it resolves with its message.
+    let (c, chunk) = rt.block_on(async { timeout(WAIT, fut).await }).expect("the future resolves").unwrap();
+    assert!(c.is_success(), "{c:?}");
+    assert_eq!(&chunk.as_slice()[..5], b"first");
+    // The region is the program's again, untouched.
+    assert!(local.as_mut_slice().iter().all(|&b| b == 0x11));
 }
