@@ -174,7 +174,7 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
         // SAFETY: `q` is read once and `this` is never dropped, so the queue's `Arc` is
         // released exactly once (by `_q`).
         let _q = unsafe { std::ptr::read(&this.q) };
-        (c, buffers.complete(&c))
+        (c, buffers.complete(&c, crate::scope::INTERNAL))
     }
 }
 

@@ -295,7 +295,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     fn refused_send<W: SendRequest>(&'scope self, qp: &'scope QpShared, refused: Refused, wr: W) -> PostError<W> {
         let Some(seq) = refused.kept else { return PostError { error: refused.error, wr: Some(wr) } };
         let ah = wr.address_handle().cloned();
-        self.keep_refused(QueueRef::Send(qp), seq, wr.into_buffers().into_parked(), ah);
+        self.keep_refused(QueueRef::Send(qp), seq, wr.into_buffers().into_parked(INTERNAL), ah);
         PostError { error: refused.error, wr: None }
     }
 
@@ -501,7 +501,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Ok(seq) => seq,
             Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(wr) }),
             Err(Refused { error, kept: Some(seq) }) => {
-                self.keep_refused(QueueRef::Recv(qp), seq, wr.buf.into_parked(), None);
+                self.keep_refused(QueueRef::Recv(qp), seq, wr.buf.into_parked(INTERNAL), None);
                 return Err(PostError { error, wr: None });
             }
         };
@@ -1055,7 +1055,7 @@ impl<B: Completes> Token<'_, B> {
         // (`ManuallyDrop`), so `Token::drop`, the only other place that takes them, never
         // runs for it. The guard holds nothing to release (a completed request's number).
         let buffers = unsafe { ManuallyDrop::take(&mut token.buffers) };
-        (*c, buffers.complete(c))
+        (*c, buffers.complete(c, INTERNAL))
     }
 }
 
@@ -1067,7 +1067,7 @@ impl<B: Completes> Drop for Token<'_, B> {
         // Borrowed views stay borrowed until the scope ends (the scope drains first); what the
         // token owns goes back only through the queue's one release rule. The guard's drop
         // (after this) abandons the completion.
-        if let Some(parked) = buffers.into_parked() {
+        if let Some(parked) = buffers.into_parked(INTERNAL) {
             let p = self.guard.posted;
             p.q.tracked().release(p.seq, parked);
         }
@@ -1095,30 +1095,38 @@ impl<T: Transport, S: QpState> Qp<T, S> {
 pub trait Completes: sealed::Sealed {
     /// What [`Scope::wait`] hands back with the completion.
     type Output;
-    /// Turns the held value into the output, given the completion.
+    /// Turns the held value into the output, given the completion. Only the library calls
+    /// it, with the request's real completion (`Internal` cannot be made outside it): a
+    /// program that could call it would forge a window's bind or unbind.
     #[doc(hidden)]
-    fn complete(self, c: &Completion) -> Self::Output;
+    fn complete(self, c: &Completion, _: sealed::Internal) -> Self::Output;
     /// What must outlive the request when its token is dropped before the completion: owned
     /// memory (a [`Chunk`]) and windows, whose drop would deregister or deallocate them under
     /// the device. `None` for borrowed views and nothing, which free nothing (their borrow
     /// lasts to the scope's end).
     #[doc(hidden)]
-    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>>;
+    fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>>;
 }
 
 mod sealed {
     pub trait Sealed {}
+    /// The proof that a caller of [`Completes`](super::Completes)' methods is the library:
+    /// public in a private module, with a private field, so no program can name or make it.
+    pub struct Internal(pub(super) ());
 }
+
+/// The library's [`sealed::Internal`], for the calls of [`Completes`]' methods.
+pub(crate) const INTERNAL: sealed::Internal = sealed::Internal(());
 
 macro_rules! completes_as_itself {
     ($($t:ty),*) => {$(
         impl sealed::Sealed for $t {}
         impl Completes for $t {
             type Output = Self;
-            fn complete(self, _: &Completion) -> Self {
+            fn complete(self, _: &Completion, _: sealed::Internal) -> Self {
                 self
             }
-            fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+            fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
                 None
             }
         }
@@ -1129,10 +1137,10 @@ completes_as_itself!((), LocalBuf<'_>, LocalBufMut<'_>, crate::dmabuf::DeviceBuf
 impl<A: AccessSet, K: crate::mr::MrKind> sealed::Sealed for Chunk<A, K> {}
 impl<A: AccessSet, K: crate::mr::MrKind> Completes for Chunk<A, K> {
     type Output = Self;
-    fn complete(self, _: &Completion) -> Self {
+    fn complete(self, _: &Completion, _: sealed::Internal) -> Self {
         self
     }
-    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+    fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
         Some(Box::new(self))
     }
 }
@@ -1150,11 +1158,11 @@ impl<L: LocalSource, const N: usize> sealed::Sealed for [L; N] {}
 /// A scatter/gather list hands back its entries, each as itself.
 impl<L: LocalSource, const N: usize> Completes for [L; N] {
     type Output = [L::Output; N];
-    fn complete(self, c: &Completion) -> Self::Output {
-        self.map(|l| l.complete(c))
+    fn complete(self, c: &Completion, _: sealed::Internal) -> Self::Output {
+        self.map(|l| l.complete(c, INTERNAL))
     }
-    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
-        park_all(self.map(Completes::into_parked))
+    fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
+        park_all(self.map(|l| l.into_parked(INTERNAL)))
     }
 }
 
@@ -1164,11 +1172,11 @@ macro_rules! completes_tuple {
         /// A scatter/gather list hands back its entries, each as itself.
         impl<$($t: LocalSource),*> Completes for ($($t,)*) {
             type Output = ($($t::Output,)*);
-            fn complete(self, c: &Completion) -> Self::Output {
-                ($(self.$i.complete(c),)*)
+            fn complete(self, c: &Completion, _: sealed::Internal) -> Self::Output {
+                ($(self.$i.complete(c, INTERNAL),)*)
             }
-            fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
-                park_all([$(self.$i.into_parked()),*])
+            fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
+                park_all([$(self.$i.into_parked(INTERNAL)),*])
             }
         }
     };
@@ -1180,10 +1188,10 @@ completes_tuple!(A.0, B.1, C.2, D.3);
 impl<K: MwType, R> sealed::Sealed for PendingBind<'_, K, R> {}
 impl<'m, K: MwType, R: WindowRights> Completes for PendingBind<'m, K, R> {
     type Output = std::result::Result<BoundMw<'m, K, R>, Mw<K>>;
-    fn complete(self, c: &Completion) -> Self::Output {
+    fn complete(self, c: &Completion, _: sealed::Internal) -> Self::Output {
         self.finish(c)
     }
-    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+    fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
         // The region stays borrowed to the scope's end; the window must not be deallocated
         // while its bind may be in flight.
         Some(Box::new(self.mw))
@@ -1193,10 +1201,10 @@ impl<'m, K: MwType, R: WindowRights> Completes for PendingBind<'m, K, R> {
 impl<K: MwType, R> sealed::Sealed for PendingUnbind<'_, K, R> {}
 impl<'m, K: MwType, R: WindowRights> Completes for PendingUnbind<'m, K, R> {
     type Output = std::result::Result<Mw<K>, BoundMw<'m, K, R>>;
-    fn complete(self, c: &Completion) -> Self::Output {
+    fn complete(self, c: &Completion, _: sealed::Internal) -> Self::Output {
         self.finish(c)
     }
-    fn into_parked(self) -> Option<Box<dyn std::any::Any + Send>> {
+    fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
         Some(Box::new(self.bound.into_mw()))
     }
 }
