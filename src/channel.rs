@@ -393,21 +393,34 @@ impl ChannelShared {
         if cq.waiters.load(std::sync::atomic::Ordering::SeqCst) == 0 {
             return;
         }
+        self.serve_next(cq, !from_dispatch);
+    }
+
+    /// Queues `cq` to be served by the next [`CompChannel::dispatch`], and with `wake_drivers`
+    /// wakes the driver tasks for it (outside the lock).
+    fn serve_next(&self, cq: &Arc<CqShared>, wake_drivers: bool) {
         let drivers = {
             let mut d = lock(&self.driver);
             if !d.ready.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq))) {
                 d.ready.push(Arc::downgrade(cq));
             }
-            if from_dispatch {
-                Vec::new()
-            } else {
+            if wake_drivers {
                 d.task_wakers(false)
+            } else {
+                Vec::new()
             }
         };
-        // Woken outside the lock.
         for w in drivers {
             w.wake();
         }
+    }
+
+    /// A future's poll served `cq`, left completions in it (its bounded batches) and then
+    /// resolved, so it will not poll again for them: they may be other futures' and no event
+    /// may come for them (they can have landed before the CQ's arming took effect), so the
+    /// next dispatch serves the CQ, as for an event read elsewhere.
+    pub(crate) fn left_in(&self, cq: &Arc<CqShared>) {
+        self.serve_next(cq, true);
     }
 
     /// A future starts waiting on one of this channel's CQs. The first after an idle period

@@ -489,6 +489,15 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             Err(error) => return Poll::Ready(Err(this.fail(error))),
         };
         if let Take::Done(c) = q.tracked().try_take(seq) {
+            if more {
+                // Bounded work per poll, and this future polls no more: the rest of the CQ
+                // goes to the channel's next dispatch.
+                for cq in this.waiting.as_slice() {
+                    if let Some(ch) = &cq.channel {
+                        ch.left_in(cq);
+                    }
+                }
+            }
             return Poll::Ready(Ok(this.finish(c)));
         }
         if more {
