@@ -465,9 +465,14 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
                 Ok(cqs) => wait_on(&mut this.waiting, cqs),
                 Err(error) => return Poll::Ready(Err(this.fail(error))),
             }
-        } else if let QueueRef::Srq(s) = q {
+        }
+        q.tracked().register_waker(seq, cx.waker());
+        if let QueueRef::Srq(s) = q {
             // A QP attached to the SRQ after this future started waiting completes receives on
-            // its own CQ: waited on too (the attach woke this future).
+            // its own CQ: waited on too. Read after the registration: an attach that added its
+            // CQ before this read is seen here, and one after it wakes the waker registered
+            // above (`wake_all` reads the count the registration stored before this read
+            // locked the SRQ's list of CQs, which the attach locks too).
             let new: Vec<_> =
                 s.cqs().into_iter().filter(|cq| !this.waiting.as_slice().iter().any(|w| Arc::ptr_eq(w, cq))).collect();
             if new.iter().any(|cq| cq.channel.is_none()) {
@@ -476,7 +481,6 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             }
             wait_on(&mut this.waiting, WaitingOn::Several(new));
         }
-        q.tracked().register_waker(seq, cx.waker());
         let served = this.waiting.as_slice().iter().try_fold(false, |more, cq| {
             #[cfg(feature = "tokio")]
             if let Some(ch) = &cq.channel {
