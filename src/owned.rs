@@ -304,6 +304,10 @@ pub struct OwnedCompletion<B: Send + 'static> {
     token: ManuallyDrop<Option<OwnedToken<B>>>,
     /// The CQs this future counts itself a waiter of. Dropped by `Drop::drop`, as `token`.
     waiting: ManuallyDrop<WaitingOn>,
+    /// The request's completion, taken by this future's own poll of the CQ: kept here, not on
+    /// the stack, so that a panic out of that poll (another future's waker, run when it ends)
+    /// does not lose it (the book counts it taken); the next poll hands it over.
+    taken: Option<Completion>,
 }
 
 /// The CQs a future counts itself a waiter of: none until it first has to wait; one for a
@@ -369,7 +373,11 @@ impl<B: Completes + Send + 'static> IntoFuture for OwnedToken<B> {
 
     /// The token as a future (see [`OwnedCompletion`]).
     fn into_future(self) -> OwnedCompletion<B> {
-        OwnedCompletion { token: ManuallyDrop::new(Some(self)), waiting: ManuallyDrop::new(WaitingOn::Nothing) }
+        OwnedCompletion {
+            token: ManuallyDrop::new(Some(self)),
+            waiting: ManuallyDrop::new(WaitingOn::Nothing),
+            taken: None,
+        }
     }
 }
 
@@ -425,8 +433,10 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
     #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        // The common case, inline: an unsignaled request a later completion covered.
-        if let Some(token) = this.token.as_ref() {
+        // The common case, inline: an unsignaled request a later completion covered. Not when
+        // this future's own poll took the completion and then unwound: the book counts it
+        // taken, so the request looks covered, and only `taken` holds its real status.
+        if let (Some(token), None) = (this.token.as_ref(), &this.taken) {
             if let Some(&c) = token.q.as_ref().tracked().implied(token.seq) {
                 return Poll::Ready(Ok(this.finish(c)));
             }
@@ -444,15 +454,17 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             panic!("OwnedCompletion polled after it resolved");
         };
         let (q, seq) = (token.q.as_ref(), token.seq);
+        if let Some(c) = this.taken.take() {
+            return Poll::Ready(Ok(this.finish(c)));
+        }
         if let Take::Done(c) = q.tracked().try_take_locked(seq) {
             return Poll::Ready(Ok(this.finish(c)));
         }
         if this.waiting.is_empty() {
             // Before it first waits: a completion already in the CQ is taken with one poll, as
             // `try_complete` takes it, with no waker, arming or event.
-            let mut mine = None;
-            let polled = q.poll_for(seq, &mut mine);
-            if let Some(c) = mine {
+            let polled = q.poll_for(seq, &mut this.taken);
+            if let Some(c) = this.taken.take() {
                 return Poll::Ready(Ok(this.finish(c)));
             }
             if let Err(error) = polled {
