@@ -464,8 +464,8 @@ impl CompChannel {
     /// readability again (with an edge-triggered reactor, only after `more == false`: the
     /// descriptor was drained). With the `tokio` feature, a future that has to wait starts a
     /// task on the current tokio runtime that does exactly this, so tokio programs need
-    /// nothing. The futures' wakers are called inside this call, after the routing lock of the
-    /// CQ being polled is released: a waker may schedule its task or poll it inline (see
+    /// nothing. The futures' wakers are called inside this call, at its end, after every lock
+    /// of the library is released: a waker may schedule its task or poll it inline (see
     /// [`owned`](crate::owned#awaiting-a-token)). While futures wait, this reads every event of
     /// the channel, and an event for a CQ no future waits on is acknowledged and dropped: a
     /// program's own [`CompChannel::wait`] should use another channel.
@@ -477,6 +477,10 @@ impl CompChannel {
     /// See ibv_get_cq_event(3), ibv_req_notify_cq(3).
     #[doc(alias = "ibv_get_cq_event")]
     pub fn dispatch(&self) -> Result<Dispatch> {
+        // The futures it completes are woken when it returns: after every CQ it served was
+        // re-armed and the list of CQs still to serve restored, so that a waker that panics
+        // leaves nothing unarmed or forgotten.
+        let _wakes = crate::queue::DeferWakes::new();
         let mut out = Dispatch::default();
         let mut drained = false;
         for _ in 0..DISPATCH_EVENTS {

@@ -435,6 +435,10 @@ impl CqShared {
     /// completions were polled, and whether the budget ran out before the CQ was found empty
     /// after the arming (then the caller must come back without waiting for an event).
     pub(crate) fn serve(&self, budget: usize) -> Result<(usize, bool)> {
+        // The futures its polls complete are woken once it returns (or by the caller's own
+        // `DeferWakes`): after the arming, so that a waker that panics cannot leave the CQ
+        // unarmed with futures waiting on it.
+        let _wakes = DeferWakes::new();
         let mut n = 0;
         for _ in 0..budget.max(1) {
             let got = self.poll_and_route()?;
