@@ -461,6 +461,23 @@ impl CqShared {
         Ok((n, true))
     }
 
+    /// After one of its QPs was reset: takes what the CQ holds off it, routing every
+    /// completion as a poll does, at most as many as the CQ holds. The reset QP's are stale by
+    /// then (its books were flushed: they ignore them), but a provider that does not clean
+    /// the CQ on a reset (rxe) leaves them in it, where they would take the room the QP's next
+    /// requests were counted on (an overrun loses completions: a lost error would make a
+    /// failed unsignaled request read as done once a later one completes).
+    pub(crate) fn drain_after_reset(&self) {
+        let mut left = self.cqe as usize;
+        while left > 0 {
+            match self.poll_and_route() {
+                // Empty, or a failed poll (nothing more can be taken off).
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    }
+
     /// `ibv_req_notify_cq` for any completion.
     fn arm(&self) -> Result<()> {
         // SAFETY: the CQ is alive (`&self`).

@@ -1224,6 +1224,12 @@ impl QpShared {
         self.recv_cq.with_routing_lock(|| self.rq.lane_flushed());
         self.sq.release_graves();
         self.rq.release_graves();
+        // The completions the device produced before the reset, now stale, off the CQs: the
+        // queues take their whole depth again, and the CQs were sized for that.
+        self.send_cq.drain_after_reset();
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.drain_after_reset();
+        }
     }
 
     /// The QP refuses posts until the program resets it (its CQ reported an error).

@@ -3,7 +3,8 @@
 //! a receive buffer too small, atomics without the rights, a path MTU above the port's, and
 //! registrations and queues of impossible sizes. Each asserts the exact completion status or
 //! typed error, every wait is bounded, and where a QP breaks, the test recovers it (reset,
-//! reconnect with fresh PSNs) and moves data again.
+//! reconnect with fresh PSNs) and moves data again. A reset leaves no stale completion in a
+//! CQ to take the room of the requests after it.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -541,4 +542,112 @@ fn impossible_sizes_are_typed_errors() {
     // Everything still works afterwards.
     pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
     pd.create_srq(16).unwrap();
+}
+
+/// A QP whose send queue is as deep as its CQ, and RC WRITEs (owned) to a peer on another CQ.
+struct FullCq {
+    ctx: Context,
+    pd: Pd,
+    small: Cq,
+    other: Cq,
+    room: u32,
+}
+
+fn full_cq() -> FullCq {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let small = ctx.create_cq(4).unwrap();
+    let other = ctx.create_cq(256).unwrap();
+    let room = small.capacity();
+    FullCq { ctx, pd, small, other, room }
+}
+
+impl FullCq {
+    /// `a` (its sends on the small CQ, exactly as deep as it) connected to `b`, which takes
+    /// RDMA WRITEs only with `b_access`.
+    fn pair(&self, b_access: impl AccessSet, psn: u32) -> (Qp<RC, RTS>, Qp<RC, RTS>) {
+        let caps = QpCaps { max_send_wr: self.room, ..QpCaps::default() };
+        let cfg = QpConfig { send_cq: &self.small, recv_cq: &self.other, caps, srq: None };
+        let a = self.pd.create_qp::<RC>(&cfg).unwrap();
+        let b = self.pd.create_qp::<RC>(&QpConfig::new(&self.other).caps(caps)).unwrap();
+        self.connect(a, b, b_access, psn)
+    }
+
+    fn connect(
+        &self,
+        a: Qp<RC, RESET>,
+        b: Qp<RC, RESET>,
+        b_access: impl AccessSet,
+        psn: u32,
+    ) -> (Qp<RC, RTS>, Qp<RC, RTS>) {
+        let ea = a.endpoint(PORT, gid_index(), psn).unwrap();
+        let eb = b.endpoint(PORT, gid_index(), psn + 2).unwrap();
+        (connect_rc(a, Access::NONE.remote_write(), &ea, &eb), connect_rc(b, b_access, &eb, &ea))
+    }
+}
+
+/// The device completes a full CQ's worth of signaled WRITEs nobody polls, then the program
+/// resets and reconnects the pair: the tokens come back flushed by the reset, and the queue
+/// takes its whole depth again. Those requests must all complete, with nothing lost and no CQ
+/// error: the reset took the stale completions off the CQ (rxe leaves them there), which was
+/// sized for one queue's depth.
+#[test]
+fn a_reset_takes_the_stale_completions_off_the_cq_so_the_next_requests_fit() {
+    let f = full_cq();
+    let (a, b) = f.pair(Access::NONE.remote_write(), 21);
+    let dst = f.pd.alloc_mr(64, access::REMOTE_RW).unwrap();
+    let mut chunks = f.pd.alloc_mr(8 * f.room as usize, access::LOCAL_RW).unwrap().into_chunks(8).unwrap();
+    let first: Vec<_> =
+        chunks.drain(..).map(|c| a.post_send_owned(wr::Write::new(c, dst.remote(..8).unwrap())).unwrap()).collect();
+    // Completed by the device (a WRITE on rxe takes well under this), polled by nobody.
+    std::thread::sleep(Duration::from_millis(500));
+    let (a, b) = (a.reset().map_err(|e| e.error).unwrap(), b.reset().map_err(|e| e.error).unwrap());
+    assert_eq!(a.outstanding(), (0, 0));
+    let (a, _b) = f.connect(a, b, Access::NONE.remote_write(), 31);
+    for t in first {
+        let (c, chunk) = t.wait(WAIT).unwrap();
+        assert_eq!(c.source(), CompletionSource::ForcedReset, "{c:?}");
+        chunks.push(chunk);
+    }
+    let second: Vec<_> = chunks
+        .drain(..)
+        .map(|c| a.post_send_owned(wr::Write::new(c, dst.remote(..8).unwrap())).expect("the queue has its depth"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    for t in second {
+        let (c, _) = t.wait(WAIT).map_err(|e| e.error).expect("every completion of the second round arrives");
+        assert!(c.is_success(), "{c:?}");
+        assert_eq!(c.source(), CompletionSource::Own, "{c:?}");
+    }
+    while let Ok(ev) = f.ctx.next_async_event(Duration::from_millis(300)) {
+        assert!(!matches!(ev, AsyncEvent::CqError { .. }), "the CQ overran: {ev:?}");
+    }
+    assert_eq!(f.small.progress().unwrap(), 0, "nothing left in the CQ");
+}
+
+/// The same reset, then an unsignaled WRITE the peer refuses (its QP no longer allows remote
+/// writes) and a signaled one after it: the refused WRITE's error completion must find room
+/// in the CQ and come back as an error, never as a success implied by the later request.
+#[test]
+fn after_a_reset_a_refused_unsignaled_write_is_reported_as_refused() {
+    let f = full_cq();
+    let (a, b) = f.pair(Access::NONE.remote_write(), 41);
+    let dst = f.pd.alloc_mr(64, access::REMOTE_RW).unwrap();
+    let mut chunks = f.pd.alloc_mr(8 * (f.room as usize + 2), access::LOCAL_RW).unwrap().into_chunks(8).unwrap();
+    let first: Vec<_> =
+        chunks.drain(2..).map(|c| a.post_send_owned(wr::Write::new(c, dst.remote(..8).unwrap())).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let (a, b) = (a.reset().map_err(|e| e.error).unwrap(), b.reset().map_err(|e| e.error).unwrap());
+    // The peer now refuses RDMA WRITEs.
+    let (a, _b) = f.connect(a, b, Access::NONE, 51);
+    drop(first);
+    let refused = a.post_send_owned(wr::Write::new(chunks.remove(0), dst.remote(..8).unwrap()).unsignaled()).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let next = a.post_send_owned(wr::Write::new(chunks.remove(0), dst.remote(..8).unwrap())).unwrap();
+    let (c_next, _) = next.wait(WAIT).map_err(|e| e.error).unwrap();
+    assert!(!c_next.is_success(), "the QP is in ERR after the refusal: {c_next:?}");
+    let (c, _) = refused.wait(WAIT).map_err(|e| e.error).unwrap();
+    // rxe answers a WRITE to a QP without REMOTE_WRITE with an invalid-request NAK.
+    assert_eq!(c.status(), WcStatus::RemInvReqErr, "{c:?} ({:?})", c.source());
+    assert_eq!(c.source(), CompletionSource::Own, "{c:?}");
 }
