@@ -419,9 +419,12 @@ impl CqShared {
     #[cold]
     #[inline(never)]
     fn route_orphan(&self, wc: &sys::ibv_wc, decode: impl FnOnce() -> Completion) {
-        let retired = self.retired();
-        if let Some(r) = retired.iter().find(|r| r.qp_num == wc.qp_num) {
-            Self::route_retired(r, wc, decode);
+        // Routed after the list's lock is released: the routing may drop the last `Arc` of the
+        // shared receive queue (its handle dropped meanwhile on another thread), whose drop
+        // locks this list to retire itself.
+        let found = self.retired().iter().find(|r| r.qp_num == wc.qp_num).map(|r| Retired { srq: r.srq.clone(), ..*r });
+        if let Some(r) = found {
+            Self::route_retired(&r, wc, decode);
         }
     }
 

@@ -17,6 +17,8 @@
 //!   deallocated (the region deregisters, the advertised rkey is dead).
 //! - A prepared receive posted twice: not handed out before its second post completed.
 //! - An empty post list: refused before the provider, which walks a list from its head, sees it.
+//! - A shared receive queue dropped on one thread while another thread's poll routes the
+//!   receive a destroyed QP consumed from it: neither deadlocks.
 
 use std::sync::Barrier;
 use std::time::Duration;
@@ -371,4 +373,58 @@ fn an_empty_post_list_is_refused_and_the_queue_goes_on() {
     })
     .unwrap();
     assert_eq!(into.as_slice(), msg.as_slice());
+}
+
+/// A QP attached to a shared receive queue consumes a receive (its token dropped: the 64 MiB
+/// chunk is parked with the SRQ) and is destroyed before anything polls its CQ. One thread
+/// then polls the CQ, which routes that completion to the SRQ through the destroyed QP's
+/// record (releasing the chunk: a deregistration that keeps the thread there a while); the
+/// other drops the last handle of the SRQ the moment its receive is no longer outstanding, so
+/// that the routing's reference may be the SRQ's last, and its drop runs inside the routing.
+/// The poll must return (it deadlocked when the routing held the CQ's list of destroyed QPs,
+/// which the SRQ's drop locks to retire itself).
+#[test]
+fn an_srq_dropped_while_a_poll_routes_a_destroyed_qps_receive_does_not_deadlock() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let cq_s = ctx.create_cq(64).unwrap();
+    let srq = pd.create_srq(4).unwrap();
+    let caps = QpCaps { max_send_wr: 4, max_recv_wr: 0, max_recv_sge: 0, ..QpCaps::default() };
+    let r = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps).srq(&srq)).unwrap();
+    let s_caps = QpCaps { max_send_wr: 4, max_recv_wr: 4, max_recv_sge: 1, ..caps };
+    let s = pd.create_qp::<RC>(&QpConfig::new(&cq_s).caps(s_caps)).unwrap();
+    let (es, er) = (s.endpoint(PORT, gid_index(), 11).unwrap(), r.endpoint(PORT, gid_index(), 13).unwrap());
+    let (s, r) = (connect_rc(s, Access::NONE, &es, &er), connect_rc(r, Access::NONE, &er, &es));
+    let chunk = pd.alloc_mr(64 << 20, access::LOCAL_RW).unwrap().into_chunks(64 << 20).unwrap().remove(0);
+    drop(srq.post_recv_owned(wr::Recv::new(chunk)).unwrap());
+    let mut src = pd.alloc_mr(8, access::LOCAL_READ).unwrap();
+    fill(&mut src, 3);
+    scope(|sc| {
+        let t = sc.post_send(&s, wr::Send::new(src.slice(..).unwrap())).unwrap();
+        assert!(sc.wait(t, WAIT).unwrap().0.is_success());
+    })
+    .unwrap();
+    // r consumed the receive; its completion stays in `cq` (rxe) after r is destroyed.
+    drop(r);
+    assert_eq!(srq.outstanding(), 1);
+    let dropper = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while srq.outstanding() != 0 && start.elapsed() < WAIT {
+            std::hint::spin_loop();
+        }
+        drop(srq);
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let poller = cq.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(poller.progress().map_err(|e| e.to_string()));
+    });
+    let polled = rx.recv_timeout(Duration::from_secs(20));
+    dropper.join().unwrap();
+    assert_eq!(
+        polled,
+        Ok(Ok(1)),
+        "the poll did not return: the SRQ's drop waited on the CQ's list of destroyed QPs, which the routing held"
+    );
 }
