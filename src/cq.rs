@@ -741,7 +741,7 @@ impl CqShared {
     /// Decodes one polled completion.
     #[inline(always)]
     fn decode(&self, wc: &sys::ibv_wc) -> Completion {
-        Completion::from_raw(wc, self.quirk)
+        Completion::from_raw(wc, self.quirk, self.ctx.tag)
     }
 
     /// Routes one polled completion to its work queue; `known` is a QP the caller holds;

@@ -106,6 +106,10 @@ pub struct Context {
 pub(crate) struct ContextInner {
     pub(crate) ctx: NonNull<sys::ibv_context>,
     pub(crate) name: String,
+    /// A number no other open context has: the completions of this context's CQs that
+    /// invalidated an rkey carry it, so that only this context's windows take them
+    /// ([`BoundMw::invalidated_by`](crate::mw::BoundMw::invalidated_by)).
+    pub(crate) tag: u16,
     /// The context's CQs, to find the one an `IBV_EVENT_CQ_ERR` names
     /// ([`crate::cq::CqShared::failed`]).
     pub(crate) cqs: std::sync::Mutex<Vec<std::sync::Weak<crate::cq::CqShared>>>,
@@ -123,6 +127,33 @@ impl Drop for ContextInner {
         // none is left when it is dropped. A failure cannot be acted on; it is ignored rather
         // than panicking in drop.
         let _ = unsafe { sys::ibv_close_device(self.ctx.as_ptr()) };
+        ContextTags::give_back(self.tag);
+    }
+}
+
+/// The tags of the open contexts ([`ContextInner::tag`]): unique among them, reused once a
+/// context is closed. (A completion of a closed context that kept its tag cannot unbind a
+/// window of a later context with the same tag: it was decoded before that window's bind.)
+struct ContextTags {
+    next: u32,
+    free: Vec<u16>,
+}
+
+static CONTEXT_TAGS: std::sync::Mutex<ContextTags> = std::sync::Mutex::new(ContextTags { next: 0, free: Vec::new() });
+
+impl ContextTags {
+    fn take() -> Option<u16> {
+        let mut t = CONTEXT_TAGS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tag) = t.free.pop() {
+            return Some(tag);
+        }
+        let tag = u16::try_from(t.next).ok()?;
+        t.next += 1;
+        Some(tag)
+    }
+
+    fn give_back(tag: u16) {
+        CONTEXT_TAGS.lock().unwrap_or_else(|e| e.into_inner()).free.push(tag);
     }
 }
 
@@ -151,11 +182,18 @@ impl Context {
                 available: list.iter().map(|d| d.name()).collect(),
             });
         };
+        let Some(tag) = ContextTags::take() else {
+            return Err(Error::invalid("ibv_open_device", "65,536 device contexts are open in this process"));
+        };
         // SAFETY: `dev` is a device of the live list `list`.
         let ctx = unsafe { sys::ibv_open_device(dev.dev) };
-        let ctx = NonNull::new(ctx).ok_or_else(|| Error::last_os(Verb::OpenDevice, format!("device {name}")))?;
+        let Some(ctx) = NonNull::new(ctx) else {
+            let e = Error::last_os(Verb::OpenDevice, format!("device {name}"));
+            ContextTags::give_back(tag);
+            return Err(e);
+        };
         let cqs = std::sync::Mutex::new(Vec::new());
-        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned(), cqs }) })
+        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned(), tag, cqs }) })
     }
 
     /// The device name this context was opened on.
@@ -732,5 +770,21 @@ impl Context {
         let t = attr.tso_caps;
         let supported = t.max_tso > 0 && t.supported_qpts & (1u32 << T::QP_TYPE) != 0;
         Ok(supported.then_some(TsoCap { max_tso: t.max_tso, _t: PhantomData }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_tags_are_unique_among_the_open_contexts_and_reused_once_closed() {
+        let (a, b) = (ContextTags::take().unwrap(), ContextTags::take().unwrap());
+        assert_ne!(a, b);
+        ContextTags::give_back(a);
+        let c = ContextTags::take().unwrap();
+        assert_ne!(c, b, "b is still open");
+        ContextTags::give_back(b);
+        ContextTags::give_back(c);
     }
 }

@@ -311,9 +311,12 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
         // The rkey alone could be a stale completion's: the same window's rkey repeats every
         // 256 bindings, and a `Completion` can be kept and shown again. Only an invalidation
         // decoded after this binding existed can be this binding's.
+        // And only one polled from a CQ of the window's own device context: the rkeys of two
+        // contexts (two devices) are numbered independently, and can be equal.
         if completion.is_success()
             && completion.invalidated_rkey() == Some(self.rkey)
             && completion.invalidation_serial() > self.bound_after
+            && completion.invalidation_context() == self.mw.inner.pd.ctx.tag
         {
             Ok(self.mw)
         } else {

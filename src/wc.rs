@@ -207,17 +207,25 @@ pub struct Completion {
 /// [`Completion::invalidation_serial`].
 static INVALIDATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// The serial of an invalidating completion being decoded now.
+/// The serials an invalidating completion keeps: 48 bits (beside the 16 of its context's
+/// tag). From there on, every later invalidation has that serial: no window bound after it is
+/// unbound by an invalidation any more (its `invalidated_by` refuses; the window stays typed
+/// bound, which is safe), at about a million invalidations a second after nine years.
+const INV_SERIAL_MAX: u64 = (1 << 48) - 1;
+
+/// `inv_serial` of an invalidating completion being decoded now by a CQ of the context tagged
+/// `ctx_tag`: its serial above the tag.
 #[cold]
 #[inline(never)]
-fn next_invalidation() -> u64 {
-    INVALIDATIONS.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1
+fn next_invalidation(ctx_tag: u16) -> u64 {
+    let serial = (INVALIDATIONS.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1).min(INV_SERIAL_MAX);
+    (serial << 16) | u64::from(ctx_tag)
 }
 
 /// The serial of the last invalidating completion decoded so far: every completion decoded
 /// later has a greater one ([`Completion::invalidation_serial`]).
 pub(crate) fn invalidations_so_far() -> u64 {
-    INVALIDATIONS.load(std::sync::atomic::Ordering::Acquire)
+    INVALIDATIONS.load(std::sync::atomic::Ordering::Acquire).min(INV_SERIAL_MAX)
 }
 
 // A copy of the `ibv_wc` fields it keeps, moved by value through the waits: keep it small.
@@ -225,7 +233,7 @@ static_assertions::const_assert!(std::mem::size_of::<Completion>() <= 48);
 
 impl Default for Completion {
     fn default() -> Self {
-        Completion::from_raw(&sys::ibv_wc::default(), WcFlagsQuirk::None)
+        Completion::from_raw(&sys::ibv_wc::default(), WcFlagsQuirk::None, 0)
     }
 }
 
@@ -276,7 +284,7 @@ impl std::fmt::Debug for Completion {
 impl Completion {
     /// Takes `wc`, whose flags are numbered as `quirk` says.
     #[inline(always)]
-    pub(crate) fn from_raw(wc: &sys::ibv_wc, quirk: WcFlagsQuirk) -> Self {
+    pub(crate) fn from_raw(wc: &sys::ibv_wc, quirk: WcFlagsQuirk, ctx_tag: u16) -> Self {
         Completion {
             status: wc.status,
             opcode: wc.opcode,
@@ -292,7 +300,7 @@ impl Completion {
             dlid_path_bits: wc.dlid_path_bits,
             source: CompletionSource::Own,
             flags_quirk: quirk,
-            inv_serial: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 { next_invalidation() } else { 0 },
+            inv_serial: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 { next_invalidation(ctx_tag) } else { 0 },
         }
     }
 
@@ -381,7 +389,13 @@ impl Completion {
     /// reuses the rkey ([`BoundMw::invalidated_by`](crate::mw::BoundMw::invalidated_by)).
     #[inline]
     pub(crate) fn invalidation_serial(&self) -> u64 {
-        self.inv_serial
+        self.inv_serial >> 16
+    }
+    /// For a receive that invalidated an rkey, the tag of the context whose CQ it was polled
+    /// from ([`ContextInner::tag`](crate::device::ContextInner)).
+    #[inline]
+    pub(crate) fn invalidation_context(&self) -> u16 {
+        (self.inv_serial & 0xffff) as u16
     }
     /// The local QP number.
     #[inline]
@@ -501,7 +515,7 @@ mod tests {
                 dlid_path_bits: (x >> 28) as u8,
                 ..Default::default()
             };
-            let c = Completion::from_raw(&wc, WcFlagsQuirk::None);
+            let c = Completion::from_raw(&wc, WcFlagsQuirk::None, 0);
             assert_eq!(c.status().to_raw(), wc.status);
             assert_eq!(c.opcode().to_raw(), wc.opcode);
             assert_eq!(c.imm().is_some(), wc.wc_flags & sys::IBV_WC_WITH_IMM != 0);
@@ -526,15 +540,17 @@ mod tests {
         // The union of imm_data and invalidated_rkey means nothing without a flag.
         a.__bindgen_anon_1.imm_data = 1;
         b.__bindgen_anon_1.imm_data = 2;
-        let (ca, cb) = (Completion::from_raw(&a, WcFlagsQuirk::None), Completion::from_raw(&b, WcFlagsQuirk::None));
+        let (ca, cb) =
+            (Completion::from_raw(&a, WcFlagsQuirk::None, 0), Completion::from_raw(&b, WcFlagsQuirk::None, 0));
         assert_eq!(ca, cb);
         (a.wc_flags, b.wc_flags) = (sys::IBV_WC_WITH_INV, sys::IBV_WC_WITH_INV);
-        let (ia, ib) = (Completion::from_raw(&a, WcFlagsQuirk::None), Completion::from_raw(&b, WcFlagsQuirk::None));
+        let (ia, ib) =
+            (Completion::from_raw(&a, WcFlagsQuirk::None, 0), Completion::from_raw(&b, WcFlagsQuirk::None, 0));
         assert_ne!(ia, ib);
         assert_eq!((ia.invalidated_rkey(), ib.invalidated_rkey()), (Some(1), Some(2)));
         // rxe numbers the flags as the kernel does: its bit 2 is IBV_WC_WITH_INV (bit 3).
         a.wc_flags = 1 << 2;
-        let k = Completion::from_raw(&a, WcFlagsQuirk::KernelNumbering);
+        let k = Completion::from_raw(&a, WcFlagsQuirk::KernelNumbering, 0);
         assert_eq!((k.wc_flags(), k.invalidated_rkey()), (sys::IBV_WC_WITH_INV, Some(1)));
         assert_eq!(k, ia);
         let shown = format!("{ca:?}");
@@ -544,9 +560,25 @@ mod tests {
     }
 
     #[test]
+    fn an_invalidating_completion_names_the_context_that_decoded_it_and_comes_after_the_last() {
+        let mut wc = sys::ibv_wc { wc_flags: sys::IBV_WC_WITH_INV, ..Default::default() };
+        wc.__bindgen_anon_1.invalidated_rkey = 0x1234;
+        let before = invalidations_so_far();
+        let a = Completion::from_raw(&wc, WcFlagsQuirk::None, 7);
+        let b = Completion::from_raw(&wc, WcFlagsQuirk::None, u16::MAX);
+        assert_eq!((a.invalidation_context(), b.invalidation_context()), (7, u16::MAX));
+        assert!(a.invalidation_serial() > before && b.invalidation_serial() > a.invalidation_serial());
+        assert!(invalidations_so_far() >= b.invalidation_serial());
+        assert_eq!(a.invalidated_rkey(), Some(0x1234));
+        // Any other completion has neither.
+        let plain = Completion::from_raw(&sys::ibv_wc::default(), WcFlagsQuirk::None, 7);
+        assert_eq!((plain.invalidation_serial(), plain.invalidation_context()), (0, 0));
+    }
+
+    #[test]
     fn immediate_data_is_converted_from_network_order() {
         let mut wc = sys::ibv_wc { wc_flags: sys::IBV_WC_WITH_IMM, ..Default::default() };
         wc.__bindgen_anon_1.imm_data = 0x0102_0304u32.to_be();
-        assert_eq!(Completion::from_raw(&wc, WcFlagsQuirk::None).imm(), Some(0x0102_0304));
+        assert_eq!(Completion::from_raw(&wc, WcFlagsQuirk::None, 0).imm(), Some(0x0102_0304));
     }
 }
