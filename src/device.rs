@@ -110,6 +110,9 @@ pub(crate) struct ContextInner {
     /// invalidated an rkey carry it, so that only this context's windows take them
     /// ([`BoundMw::invalidated_by`](crate::mw::BoundMw::invalidated_by)).
     pub(crate) tag: u16,
+    /// A number no other context of the process ever has, for values that outlive the
+    /// context without holding it (capabilities: [`OdpCap`](crate::odp::OdpCap)).
+    pub(crate) id: u64,
     /// The context's CQs, to find the one an `IBV_EVENT_CQ_ERR` names
     /// ([`crate::cq::CqShared::failed`]).
     pub(crate) cqs: std::sync::Mutex<Vec<std::sync::Weak<crate::cq::CqShared>>>,
@@ -193,7 +196,9 @@ impl Context {
             return Err(e);
         };
         let cqs = std::sync::Mutex::new(Vec::new());
-        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned(), tag, cqs }) })
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned(), tag, id, cqs }) })
     }
 
     /// The device name this context was opened on.

@@ -68,6 +68,8 @@ pub struct OdpCaps {
     /// The device's ODP data path is known to ignore in-page offsets (see
     /// [`OdpCaps::writes_land_at_page_starts`]).
     page_starts: bool,
+    /// The context queried ([`ContextInner::id`](crate::device::ContextInner)).
+    ctx: u64,
 }
 
 /// The first Linux release whose rxe ODP path is known to place every packet at its page's
@@ -114,6 +116,7 @@ impl OdpTransport for XRC_SEND {
 pub struct OdpCap<T> {
     ops: OdpOps,
     page_starts: bool,
+    ctx: u64,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -122,6 +125,7 @@ pub struct OdpCap<T> {
 pub struct ImplicitOdpCap<T> {
     ops: OdpOps,
     page_starts: bool,
+    ctx: u64,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -170,6 +174,7 @@ impl Context {
             self.query_device()?.is_soft_roce() && kernel_release().is_none_or(|k| k >= RXE_ODP_PAGE_START_FROM);
         Ok(OdpCaps {
             page_starts,
+            ctx: self.inner.id,
             general: c.general_caps,
             rc: c.per_transport_caps.rc_odp_caps,
             uc: c.per_transport_caps.uc_odp_caps,
@@ -223,7 +228,7 @@ impl OdpCaps {
                 source: None,
             });
         }
-        Ok(OdpCap { ops, page_starts: self.page_starts, _t: PhantomData })
+        Ok(OdpCap { ops, page_starts: self.page_starts, ctx: self.ctx, _t: PhantomData })
     }
 
     /// A capability for the implicit ODP region used on `T` queue pairs with `ops`.
@@ -239,7 +244,7 @@ impl OdpCaps {
                 source: None,
             });
         }
-        Ok(ImplicitOdpCap { ops: cap.ops, page_starts: cap.page_starts, _t: PhantomData })
+        Ok(ImplicitOdpCap { ops: cap.ops, page_starts: cap.page_starts, ctx: cap.ctx, _t: PhantomData })
     }
 }
 
@@ -254,6 +259,19 @@ impl LocalOnly for Access {}
 impl LocalOnly for Access<LocalWrite> {}
 
 impl Pd {
+    /// A capability is the device's word for its own regions only: one queried on another
+    /// context (another device) may promise operations this one lacks, or miss that this
+    /// one's ODP writes land at page starts, which the placement checks rely on.
+    fn check_cap_context(&self, cap_ctx: u64) -> Result<()> {
+        if cap_ctx != self.inner.ctx.id {
+            return Err(Error::invalid(
+                "ibv_reg_mr",
+                format!("the ODP capability was queried on another device context than {}'s", self.inner.ctx.name),
+            ));
+        }
+        Ok(())
+    }
+
     /// `ibv_reg_mr` with `IBV_ACCESS_ON_DEMAND`: an explicit ODP region of `len` new bytes, for
     /// the transport and operations `cap` verified.
     ///
@@ -263,7 +281,8 @@ impl Pd {
     /// it (`MADV_DONTFORK`).
     ///
     /// # Errors
-    /// As [`Pd::alloc_mr`]; [`Error::Verb`] with `ibv_reg_mr` if the device refuses anyway.
+    /// As [`Pd::alloc_mr`]; [`Error::InvalidArgument`] if `cap` was queried on another device
+    /// context than the PD's; [`Error::Verb`] with `ibv_reg_mr` if the device refuses anyway.
     ///
     /// See ibv_reg_mr(3) (`IBV_ACCESS_ON_DEMAND`).
     #[doc(alias = "ibv_reg_mr")]
@@ -274,6 +293,7 @@ impl Pd {
         cap: &OdpCap<T>,
     ) -> Result<Mr<A, Odp>> {
         let _ = access;
+        self.check_cap_context(cap.ctx)?;
         self.alloc_mr_kind::<A, Odp>(
             len,
             OdpTag::verified(T::QP_TYPE, cap.ops.bits(), cap.page_starts),
@@ -285,7 +305,8 @@ impl Pd {
     /// for local operations on `T` queue pairs as `cap` verified.
     ///
     /// # Errors
-    /// [`Error::Verb`] with `ibv_reg_mr` and its errno.
+    /// [`Error::InvalidArgument`] if `cap` was queried on another device context than the
+    /// PD's; [`Error::Verb`] with `ibv_reg_mr` and its errno.
     ///
     /// See ibv_reg_mr(3).
     #[doc(alias = "ibv_reg_mr")]
@@ -295,6 +316,7 @@ impl Pd {
         cap: &ImplicitOdpCap<T>,
     ) -> Result<ImplicitMr<A>> {
         let _ = access;
+        self.check_cap_context(cap.ctx)?;
         let bits = A::BITS | sys::IBV_ACCESS_ON_DEMAND;
         // SAFETY: the PD is alive; a NULL address with SIZE_MAX length and ON_DEMAND is the
         // documented implicit-ODP registration; no memory is named.

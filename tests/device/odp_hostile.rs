@@ -17,6 +17,9 @@
 //! then a RECV writes it) and C (a peer's RDMA READ of an untouched page of a REMOTE_RW
 //! region, then its RDMA WRITE, with no action of the region's owner at all) both wrote the
 //! kernel's zero page. With the memfd, all three leave fresh memory zero.
+//!
+//! - A capability queried on another device context: refused by the region's registration
+//!   (it may promise what this device lacks, or miss that its ODP writes land at page starts).
 
 use typed_verbs::odp::{OdpCap, OdpOps};
 use typed_verbs::prelude::*;
@@ -130,4 +133,23 @@ fn device_writes_into_read_only_odp_pages_never_reach_the_zero_page() {
         "device writes reached the kernel's shared zero page: freshly zeroed memory reads nonzero \
          (trigger, (where, offset, byte)): {leaks:?}"
     );
+}
+
+/// An ODP capability is its context's word: a PD of another context (here a second context of
+/// the same device, which numbers its objects alike) refuses it before registering anything,
+/// and takes the one its own context reports.
+#[test]
+fn an_odp_capability_of_another_context_is_refused() {
+    let (a, b) = (open(), open());
+    let Some(cap_a) = odp_cap::<RC>(&a, OdpOps::RECV) else { return };
+    let pd_b = b.alloc_pd().unwrap();
+    match pd_b.alloc_mr_odp(PAGE, access::LOCAL_RW, &cap_a) {
+        Err(Error::InvalidArgument { verb, reason }) => {
+            assert_eq!(verb, "ibv_reg_mr");
+            assert!(reason.contains("another device context"), "{reason}");
+        }
+        other => panic!("a capability of another context must be refused: {:?}", other.map(|_| ())),
+    }
+    let cap_b = odp_cap::<RC>(&b, OdpOps::RECV).expect("the same device reports the same");
+    assert_eq!(pd_b.alloc_mr_odp(PAGE, access::LOCAL_RW, &cap_b).unwrap().len(), PAGE);
 }
