@@ -51,11 +51,15 @@ pub(crate) struct WorkQueue {
     slots: VecDeque<(Slot, u64)>,
     /// Requests posted and not yet completed (they occupy the hardware queue).
     outstanding: u32,
+    /// Completions (with their sequence numbers and owners) that stayed uncollected at the
+    /// front of `slots` while it grew past twice the depth: set aside (`compact`), so that one
+    /// whose token was leaked does not keep every later slot in the book.
+    aside: Vec<(u64, Completion, u64)>,
 }
 
 impl WorkQueue {
     pub(crate) fn new(depth: u32) -> Self {
-        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0 }
+        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0, aside: Vec::new() }
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -129,7 +133,7 @@ impl WorkQueue {
     /// Hands over the result of `seq` if it completed.
     pub(crate) fn try_take(&mut self, seq: u64) -> Take {
         let Some(idx) = self.index(seq) else {
-            return Take::Unknown;
+            return self.take_aside(seq);
         };
         match self.slots[idx].0 {
             Slot::Done(c) => {
@@ -142,9 +146,21 @@ impl WorkQueue {
         }
     }
 
+    /// A completion set aside (`compact`), taken.
+    #[cold]
+    fn take_aside(&mut self, seq: u64) -> Take {
+        match self.aside.iter().position(|a| a.0 == seq) {
+            Some(i) => Take::Done(self.aside.swap_remove(i).1),
+            None => Take::Unknown,
+        }
+    }
+
     /// Nobody will consume the result of `seq`: drop it now or on completion.
     pub(crate) fn abandon(&mut self, seq: u64) {
-        let Some(idx) = self.index(seq) else { return };
+        let Some(idx) = self.index(seq) else {
+            let _ = self.take_aside(seq);
+            return;
+        };
         match &mut self.slots[idx].0 {
             Slot::Done(_) => self.slots[idx].0 = Slot::Gone,
             Slot::Pending { abandoned, .. } => *abandoned = true,
@@ -156,12 +172,17 @@ impl WorkQueue {
     /// The requests of scope `owner` whose results nobody has taken yet (outstanding, or
     /// complete and uncollected).
     pub(crate) fn owned_by(&self, owner: u64) -> Vec<u64> {
-        self.slots
+        let aside = self.aside.iter().filter(|a| a.2 == owner).map(|a| a.0);
+        let slots = self
+            .slots
             .iter()
             .enumerate()
             .filter(|(_, (slot, o))| *o == owner && *slot != Slot::Gone)
-            .map(|(i, _)| self.base + i as u64)
-            .collect()
+            .map(|(i, _)| self.base + i as u64);
+        let mut owned: Vec<u64> = aside.chain(slots).collect();
+        // In posting order (the set-aside ones are not kept in order).
+        owned.sort_unstable();
+        owned
     }
 
     /// True if `seq` is still outstanding on the device.
@@ -188,7 +209,17 @@ impl WorkQueue {
     }
 
     fn compact(&mut self) {
-        while matches!(self.slots.front(), Some((Slot::Gone, _))) {
+        loop {
+            match self.slots.front() {
+                Some((Slot::Gone, _)) => {}
+                // Uncollected while the book grew past twice the depth (its token leaked, or
+                // kept uncollected for long): set aside, or the book would keep every slot
+                // behind it, one more per receive, for as long as it stays.
+                Some(&(Slot::Done(c), owner)) if self.slots.len() > 2 * self.depth as usize => {
+                    self.aside.push((self.base, c, owner));
+                }
+                _ => return,
+            }
             self.slots.pop_front();
             self.base += 1;
         }
@@ -291,8 +322,9 @@ impl SendBook {
         Completion::implied(self.qp_num, u32::MAX)
     }
 
-    /// Room for a stored completion per request the ring can hold (at most one per
-    /// outstanding request is stored), at once: storing then never allocates again.
+    /// Room for a stored completion per request the ring can hold, at once: storing then
+    /// allocates nothing more while the program collects its completions (more are stored
+    /// only for complete requests whose tokens are kept uncollected, or leaked).
     #[cold]
     fn reserve_results(&mut self) {
         self.results.reserve_exact(self.owners.len());
@@ -1484,6 +1516,38 @@ mod tests {
         assert!(q.complete_taken(a));
         assert_eq!((q.outstanding(), q.slots.len()), (0, 0), "every slot compacted away");
         assert!(!q.complete_taken(q.next()), "a number never posted");
+    }
+
+    /// A receive completion whose token was leaked stays uncollected at the front of the book:
+    /// every later receive must still leave the book, which stays within twice the depth, and
+    /// the leaked one is still found by its number (a scope's drain, a late take).
+    #[test]
+    fn an_uncollected_receive_completion_does_not_keep_the_receives_after_it() {
+        let depth = 4;
+        let mut q = WorkQueue::new(depth);
+        let leaked = q.push_owned(true, 7);
+        assert!(q.complete(leaked, wc(1)));
+        for _ in 0..10_000 {
+            let r = q.push_owned(true, 0);
+            assert!(q.complete(r, wc(2)));
+            assert!(matches!(q.try_take(r), Take::Done(_)));
+            assert!(q.slots.len() <= 2 * depth as usize + 1, "the book grew to {}", q.slots.len());
+        }
+        assert_eq!((q.outstanding(), q.aside.len()), (0, 1));
+        assert_eq!(q.owned_by(7), vec![leaked], "the scope that posted it still finds it");
+        assert!(!q.is_pending(leaked) && !q.complete(leaked, wc(3)), "complete, once");
+        assert_eq!(q.try_take(leaked), Take::Done(wc(1)));
+        assert_eq!(q.try_take(leaked), Take::Unknown, "taken once");
+        // Given up instead of taken, it goes too.
+        let other = q.push_owned(true, 0);
+        assert!(q.complete(other, wc(4)));
+        for _ in 0..3 * depth {
+            let r = q.push_owned(true, 0);
+            assert!(q.complete_taken(r));
+        }
+        assert_eq!(q.aside.len(), 1);
+        q.abandon(other);
+        assert!(q.aside.is_empty() && q.slots.is_empty());
     }
 
     #[test]
