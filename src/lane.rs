@@ -541,10 +541,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                 }
             }
         }
-        for j in 1..items.len() {
-            let next: *mut sys::ibv_send_wr = &mut items[j].raw.wr;
-            items[j - 1].raw.wr.next = next;
-        }
+        // The chain (`next`) is built by each post, after its last write to the requests.
         Ok(PreparedList { items, signal_every })
     }
 
@@ -581,10 +578,18 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         }
         // Recorded before the post, as for one request.
         self.qp.sq.lane.posting(seq + n - 1);
-        let head: *mut sys::ibv_send_wr = &mut list.items[0].raw.wr;
+        // The chain, built last and from the end: each request's pointer is taken after the
+        // last write to it through its box and the box is not written again before the call
+        // (a write through the box would invalidate a pointer taken from it before, under
+        // Rust's aliasing rules; `scope::post_send_list` offsets one base pointer instead).
+        let mut head: *mut sys::ibv_send_wr = std::ptr::null_mut();
+        for item in list.items.iter_mut().rev() {
+            item.raw.wr.next = head;
+            head = &mut item.raw.wr;
+        }
         let mut bad = std::ptr::null_mut::<sys::ibv_send_wr>();
         // SAFETY: `raw_qp` is the live QP (borrowed for 'scope) and `post_fn` its provider's
-        // ibv_post_send. `head` starts the chain `prepare_list` built: each request was built
+        // ibv_post_send. `head` starts the chain built just above: each request was built
         // by `prepare` for this QP, its `sg_list` points into its own box and its `next` at
         // the next box's request (null for the last), and the memory they name is borrowed
         // for at least 'scope (never owned: `Reusable`); the scope does not return before
