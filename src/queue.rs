@@ -1134,15 +1134,19 @@ impl TrackedQueue {
         {
             let mut wakers = lock(&self.wakers);
             let book = self.wq.lock();
-            // Moved out in order, not cloned; the list keeps its storage (no allocation per
-            // wake). At most one waker per outstanding request: bounded by the depth.
-            let mut i = 0;
-            while i < wakers.len() {
+            // Moved out, not cloned, in one pass over the list (linear in the wakers: the
+            // ones still waiting are swapped to the front, in their order); the list keeps its
+            // storage (no allocation per wake). At most one waker per outstanding request:
+            // bounded by the depth.
+            let mut waiting = 0;
+            for i in 0..wakers.len() {
                 if book.is_pending(wakers[i].0) {
-                    i += 1;
-                } else {
-                    keep(wakers.remove(i).1);
+                    wakers.swap(waiting, i);
+                    waiting += 1;
                 }
+            }
+            for (_, w) in wakers.drain(waiting..) {
+                keep(w);
             }
             self.waker_count.store(wakers.len(), Ordering::Release);
         }
