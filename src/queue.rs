@@ -1017,13 +1017,48 @@ impl Drop for DeferWakes {
 /// Keeps `waker`, to be woken once the caller released its locks: by [`wake_kept`], or by the
 /// outermost [`DeferWakes`] alive on this thread. Moves it into this thread's list, whose
 /// storage stays: once it grew to the most wakers kept at one time, keeping allocates nothing.
-/// While the thread's locals are being destroyed (the list is gone) it is woken at once.
+/// While the thread's locals are being destroyed (the list is gone) it goes to the process's
+/// list of [`ORPHANED`] wakers instead, which the same wake empties: never woken under the
+/// caller's locks, where a waker that runs its task inline would spin on them.
 fn keep(waker: std::task::Waker) {
     let mut waker = Some(waker);
     let _ = DEFERRED.try_with(|d| d.borrow_mut().extend(waker.take()));
-    match waker {
-        None => PENDING.with(|p| p.set(true)),
-        Some(w) => w.wake(),
+    if let Some(w) = waker {
+        keep_orphaned(w);
+    }
+    PENDING.with(|p| p.set(true));
+}
+
+/// Wakers kept by a thread whose locals were being destroyed (its own list gone), woken by
+/// [`wake_deferred`] of that thread (or of any thread that wakes first: a waker may be woken
+/// from any thread). Only ever used on that path.
+static ORPHANED: std::sync::Mutex<Vec<std::task::Waker>> = std::sync::Mutex::new(Vec::new());
+/// Whether [`ORPHANED`] may hold wakers: one load per wake otherwise.
+static ANY_ORPHANED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[cold]
+fn keep_orphaned(w: std::task::Waker) {
+    ORPHANED.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+    ANY_ORPHANED.store(true, std::sync::atomic::Ordering::Release);
+}
+
+/// Wakes the [`ORPHANED`] wakers, one at a time, with the list's lock released while a waker
+/// runs.
+#[cold]
+fn wake_orphaned() {
+    loop {
+        let next = {
+            let mut list = ORPHANED.lock().unwrap_or_else(|e| e.into_inner());
+            let next = list.pop();
+            if list.is_empty() {
+                ANY_ORPHANED.store(false, std::sync::atomic::Ordering::Release);
+            }
+            next
+        };
+        match next {
+            Some(w) => w.wake(),
+            None => return,
+        }
     }
 }
 
@@ -1055,6 +1090,9 @@ fn wake_deferred() {
     let _waking = Waking;
     while let Some(w) = DEFERRED.try_with(|d| d.borrow_mut().pop_front()).ok().flatten() {
         w.wake();
+    }
+    if ANY_ORPHANED.load(std::sync::atomic::Ordering::Acquire) {
+        wake_orphaned();
     }
     PENDING.with(|p| p.set(false));
 }
@@ -1647,6 +1685,83 @@ mod tests {
         fn wake(self: std::sync::Arc<Self>) {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
+    }
+
+    /// A waker that runs its task inline: the task looks at its request (the book's lock),
+    /// then reports.
+    #[cfg(not(loom))]
+    struct InlineTask {
+        q: std::sync::Arc<TrackedQueue>,
+        seq: u64,
+        tx: std::sync::mpsc::Sender<&'static str>,
+    }
+    #[cfg(not(loom))]
+    impl std::task::Wake for InlineTask {
+        fn wake(self: std::sync::Arc<Self>) {
+            let _ = self.q.is_pending(self.seq);
+            let _ = self.tx.send("the inline task ran");
+        }
+    }
+
+    /// Completes request 1 of `q` when its thread's locals are destroyed (a per-thread
+    /// connection whose drop waits for its last requests).
+    #[cfg(not(loom))]
+    struct OnThreadExit {
+        q: std::sync::Arc<TrackedQueue>,
+        tx: std::sync::mpsc::Sender<&'static str>,
+    }
+    #[cfg(not(loom))]
+    impl Drop for OnThreadExit {
+        fn drop(&mut self) {
+            let gone = DEFERRED.try_with(|_| ()).is_err();
+            let _ = self.tx.send(if gone { "the thread's list of wakers is gone" } else { "the list is still there" });
+            self.q.complete(1, wc(1));
+            let _ = self.tx.send("complete returned");
+        }
+    }
+
+    #[cfg(not(loom))]
+    std::thread_local! {
+        static ON_EXIT: std::cell::RefCell<Option<OnThreadExit>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// A completion recorded while its thread's locals are destroyed (its list of kept wakers
+    /// already gone) wakes a waker that runs its task inline after the book's and the wakers'
+    /// locks are released: woken under them, the task spun forever on the book's lock.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_completion_recorded_while_thread_locals_are_destroyed_wakes_outside_the_locks() {
+        use std::sync::Arc;
+        let q = Arc::new(TrackedQueue::new(8, Some(1)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (q2, tx2) = (Arc::clone(&q), tx.clone());
+        std::thread::spawn(move || {
+            // Registered first: destroyed after DEFERRED (thread-local destructors run last
+            // registered first).
+            ON_EXIT.with(|e| *e.borrow_mut() = Some(OnThreadExit { q: Arc::clone(&q2), tx: tx2.clone() }));
+            let a = q2.lock().push(true);
+            let b = q2.lock().push(true);
+            assert_eq!((a, b), (0, 1));
+            // A first wake on this thread sets up its DEFERRED (destructor registered now).
+            let w = Arc::new(CountWake(std::sync::atomic::AtomicUsize::new(0)));
+            q2.register_waker(a, &std::task::Waker::from(Arc::clone(&w)));
+            q2.complete(a, wc(1));
+            assert_eq!(w.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+            let inline = Arc::new(InlineTask { q: Arc::clone(&q2), seq: b, tx: tx2.clone() });
+            q2.register_waker(b, &std::task::Waker::from(inline));
+        });
+        let mut seen = Vec::new();
+        while let Ok(m) = rx.recv_timeout(std::time::Duration::from_secs(10)) {
+            seen.push(m);
+            if m == "complete returned" {
+                break;
+            }
+        }
+        assert!(seen.contains(&"the thread's list of wakers is gone"), "{seen:?}");
+        assert!(
+            seen.contains(&"complete returned") && seen.contains(&"the inline task ran"),
+            "the exiting thread never returned from TrackedQueue::complete: {seen:?}"
+        );
     }
 
     /// The wakers of awaited requests: woken once when their request completes (on a send
