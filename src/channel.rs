@@ -464,8 +464,10 @@ impl CompChannel {
     /// readability again (with an edge-triggered reactor, only after `more == false`: the
     /// descriptor was drained). With the `tokio` feature, a future that has to wait starts a
     /// task on the current tokio runtime that does exactly this, so tokio programs need
-    /// nothing. The futures' wakers are called inside this call, at its end, after every lock
-    /// of the library is released: a waker may schedule its task or poll it inline (see
+    /// nothing (a waker that panics comes out of `dispatch` after its work is done; the tokio
+    /// task goes on serving the channel). The futures' wakers are called inside this call, at
+    /// its end, after every lock of the library is released: a waker may schedule its task or
+    /// poll it inline (see
     /// [`owned`](crate::owned#awaiting-a-token)). While futures wait, this reads every event of
     /// the channel, and an event for a CQ no future waits on is acknowledged and dropped: a
     /// program's own [`CompChannel::wait`] should use another channel.
@@ -665,7 +667,19 @@ fn drive(
             Poll::Ready(Err(_)) => return Poll::Ready(()),
         };
         let channel = CompChannel { inner };
-        let Ok(done) = channel.dispatch() else { return Poll::Ready(()) };
+        // A waker that panics (another executor's) panics out of `dispatch` once its work is
+        // done (it wakes at its end): the panic hook has reported it, and the task goes on,
+        // since the other futures of the channel depend on it. The payload is leaked (its drop
+        // could panic again).
+        let done = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| channel.dispatch())) {
+            Ok(Ok(done)) => done,
+            Ok(Err(_)) => return Poll::Ready(()),
+            Err(panic) => {
+                std::mem::forget(panic);
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        };
         if done.more {
             cx.waker().wake_by_ref();
             return Poll::Pending;

@@ -5,8 +5,9 @@
 //! channel's driver task belongs to another runtime that is not running, an SRQ receive whose
 //! completion lands on a CQ attached after the future started waiting, a runtime without I/O
 //! (tokio panics; the unwinding parks the buffer), a waker whose drop panics, and a
-//! hand-written executor whose waker polls the future inline, and a waker that panics when a
-//! scope's drain routes its future's completion. Every buffer that comes
+//! hand-written executor whose waker polls the future inline, a waker that panics when a
+//! scope's drain routes its future's completion, and one that panics in the channel's driver
+//! task. Every buffer that comes
 //! back holds its message (it came back after its completion); every buffer that did not is
 //! read back over RDMA from its region, and holds the late message (the device wrote memory
 //! the library still kept). Every wait is bounded: a hang fails the test.
@@ -696,4 +697,41 @@ fn a_waker_that_panics_in_a_scopes_drain_does_not_cut_it_short() {
     assert_eq!(&chunk.as_slice()[..5], b"first");
     // The region is the program's again, untouched.
     assert!(local.as_mut_slice().iter().all(|&b| b == 0x11));
+}
+
+/// Two futures on one CQ: H, polled once by hand with a waker that panics, and G, awaited by a
+/// task. H's completion is routed by the channel's driver task, whose dispatch then wakes H's
+/// waker: its panic must neither leave the CQ unarmed nor end the driver task, or G, whose
+/// completion comes later, would wait for an event nobody reads.
+#[test]
+fn a_waker_that_panics_in_the_driver_task_leaves_the_other_futures_served() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let r = async_rig();
+    let mut rx = chunks(&r.pd, 2, 64);
+    let th = r.pair.b.post_recv_owned(wr::Recv::new(rx.remove(0))).unwrap();
+    let tg = r.pair.b.post_recv_owned(wr::Recv::new(rx.remove(0))).unwrap();
+    rt.block_on(async {
+        let mut h = th.into_future();
+        assert!(poll_with(&mut h, &Waker::from(Arc::new(PanicOnWake))).is_pending(), "nothing was sent");
+        let g = tokio::spawn(async move { timeout(WAIT, tg).await });
+        sleep(Duration::from_millis(20)).await;
+        // H's receive (posted first) completes; the driver routes it and wakes H's waker.
+        send_sync(&r.pd, &r.pair.a, b"first");
+        sleep(Duration::from_millis(100)).await;
+        send_sync(&r.pd, &r.pair.a, b"second");
+        // Served at once, not by some later event (a stranded G resolved about 25 s late).
+        let served = timeout(Duration::from_secs(5), g).await.expect("G is served after H's waker panicked");
+        let (c, chunk) = served.unwrap().expect("G's own bound").map_err(|e| e.error).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        assert_eq!(&chunk.as_slice()[..6], b"second");
+        // H's completion was recorded before its waker ran: polled again, it resolves.
+        match poll_with(&mut h, &count_waker().1) {
+            Poll::Ready(Ok((c, chunk))) => {
+                assert!(c.is_success(), "{c:?}");
+                assert_eq!(&chunk.as_slice()[..5], b"first");
+            }
+            Poll::Ready(Err(e)) => panic!("H: {}", e.error),
+            Poll::Pending => panic!("H's completion was routed: it resolves once polled again"),
+        }
+    });
 }
