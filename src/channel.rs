@@ -796,3 +796,30 @@ pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
         return Err(io::Error::other(format!("poll(2) reported revents {revents:#x} on fd {fd}")));
     }
 }
+
+/// Constructors of the fake device of `async_races` (test only).
+#[cfg(all(test, not(loom)))]
+impl CompChannel {
+    /// A channel over a fake `ibv_comp_channel` whose `fd` the test writes events into.
+    pub(crate) fn fake(ch: NonNull<sys::ibv_comp_channel>, fd: RawFd, ctx: Arc<ContextInner>) -> CompChannel {
+        CompChannel {
+            inner: Arc::new(ChannelShared {
+                ch,
+                fd,
+                ctx,
+                cqs: Mutex::new(Vec::new()),
+                driver: Mutex::new(Driver::default()),
+            }),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<ChannelShared> {
+        &self.inner
+    }
+
+    /// As `create_cq_with_channel` records a CQ.
+    pub(crate) fn attach_fake(&self, cq: &Arc<CqShared>) {
+        let p = Cq { inner: Arc::clone(cq) }.as_ptr() as usize;
+        lock(&self.inner.cqs).push((p, Arc::downgrade(cq)));
+    }
+}

@@ -833,6 +833,34 @@ pub(crate) fn wc_imm_bits(wc: &sys::ibv_wc) -> u32 {
     unsafe { wc.__bindgen_anon_1.invalidated_rkey }
 }
 
+/// A `CqShared` over a fake `ibv_cq` whose context's ops are a test's own functions
+/// (`async_races`). Never dropped by the caller (its drop would call `ibv_destroy_cq`).
+#[cfg(all(test, not(loom)))]
+impl CqShared {
+    pub(crate) fn fake(
+        cq: NonNull<sys::ibv_cq>,
+        ctx: Arc<ContextInner>,
+        channel: Option<Arc<crate::channel::ChannelShared>>,
+        cqe: u32,
+    ) -> Arc<CqShared> {
+        // SAFETY: `cq` and its context are the fake's, alive (leaked) for the whole test.
+        let poll_fn = unsafe { (*(*cq.as_ptr()).context).ops.poll_cq }.expect("fake poll_cq");
+        Arc::new(CqShared {
+            cq,
+            poll_fn,
+            cqe,
+            quirk: WcFlagsQuirk::None,
+            ctx,
+            channel,
+            armed: AtomicBool::new(false),
+            waiters: std::sync::atomic::AtomicUsize::new(0),
+            routes: PollLock::new(Routing { routes: Vec::new(), wcs: [sys::ibv_wc::default(); POLL_BATCH] }),
+            retired: std::sync::Mutex::new(Vec::new()),
+            reserved: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{PollLock, WcFlagsQuirk};

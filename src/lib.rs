@@ -68,6 +68,9 @@ pub mod wr;
 #[cfg(test)]
 mod test_util;
 
+#[cfg(all(test, not(loom)))]
+mod async_races;
+
 pub use error::{Error, Result, Verb};
 /// The raw bindings ([`raw`] handles name their types).
 pub use typed_verbs_sys as sys;

@@ -1599,3 +1599,58 @@ impl QueueArc {
         }
     }
 }
+
+/// A `QpShared` over a fake `ibv_qp`, registered on its CQ (`async_races`, test only). Never
+/// dropped by the caller (its drop would call `ibv_destroy_qp`).
+#[cfg(all(test, not(loom)))]
+impl QpShared {
+    pub(crate) fn fake(
+        qp: NonNull<sys::ibv_qp>,
+        qp_num: u32,
+        depth: u32,
+        cq: &Arc<CqShared>,
+        pd: Arc<PdInner>,
+        srq: Option<Arc<SrqShared>>,
+    ) -> Arc<QpShared> {
+        /// The fake QP's posts: the tests book their requests without posting.
+        unsafe extern "C" fn no_send(
+            _: *mut sys::ibv_qp,
+            _: *mut sys::ibv_send_wr,
+            _: *mut *mut sys::ibv_send_wr,
+        ) -> i32 {
+            -1
+        }
+        /// As `no_send`.
+        unsafe extern "C" fn no_recv(
+            _: *mut sys::ibv_qp,
+            _: *mut sys::ibv_recv_wr,
+            _: *mut *mut sys::ibv_recv_wr,
+        ) -> i32 {
+            -1
+        }
+        let caps = QpCaps { max_send_wr: depth, max_recv_wr: depth, ..QpCaps::default() };
+        let shared = Arc::new(QpShared {
+            qp,
+            post_send_fn: no_send,
+            post_recv_fn: no_recv,
+            qp_num,
+            caps,
+            send_cq: Arc::clone(cq),
+            recv_cq: Arc::clone(cq),
+            pd,
+            sq: TrackedQueue::new(depth, Some(qp_num)),
+            rq: TrackedQueue::new(depth, None),
+            srq,
+            broken: AtomicBool::new(false),
+            reserved: [AtomicU64::new(0), AtomicU64::new(0)],
+            mcast: std::sync::Mutex::new(Vec::new()),
+        });
+        let register =
+            |srq_need: u64| shared.recv_cq.register(qp_num, Arc::downgrade(&shared), 2 * u64::from(depth) + srq_need);
+        match &shared.srq {
+            Some(srq) => srq.attach_cq(&shared.recv_cq, register).expect("fake attach"),
+            None => register(0).expect("fake register"),
+        }
+        shared
+    }
+}

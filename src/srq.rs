@@ -332,3 +332,19 @@ impl SrqShared {
         Ok(n)
     }
 }
+
+/// An `SrqShared` over a fake `ibv_srq` (`async_races`, test only). Never dropped.
+#[cfg(all(test, not(loom)))]
+impl SrqShared {
+    pub(crate) fn fake(srq: NonNull<sys::ibv_srq>, max_wr: u32, pd: Arc<PdInner>) -> Arc<SrqShared> {
+        Arc::new(SrqShared {
+            srq,
+            max_wr,
+            max_sge: 1,
+            rq: TrackedQueue::new(max_wr, None),
+            cqs: Mutex::new(Vec::new()),
+            transports: Mutex::new(SrqTransports::default()),
+            pd,
+        })
+    }
+}

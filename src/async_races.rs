@@ -1,0 +1,514 @@
+//! Races of the awaited completions that a real device cannot be made to produce on demand,
+//! run deterministically over a fake device (test only) under the real `CqShared`,
+//! `ChannelShared`, `QpShared`, `SrqShared` and `OwnedCompletion` code: a completion that
+//! lands between a future's poll and its arming, a QP attached to a shared receive queue at
+//! the instant a future registers its waker, and wakers that panic inside a dispatch or a
+//! future's own poll.
+//!
+//! The fake: an `ibv_context` whose `ops.poll_cq` / `ops.req_notify_cq` are this module's
+//! functions (what `CqShared` calls, as it calls a provider's), a completion channel whose
+//! descriptor is a pipe the fake writes `ib_uverbs_comp_event_desc`s into (what the real
+//! `ibv_get_cq_event` reads), and an arming that, as the verbs say, makes only the next
+//! completion added after it produce one event. Nothing here is ever dropped that would call
+//! a destroy verb on a fake object (leaked on purpose).
+#![allow(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as Cx, Poll, RawWaker, RawWakerVTable, Wake, Waker};
+
+use typed_verbs_sys as sys;
+
+use crate::channel::CompChannel;
+use crate::cq::CqShared;
+use crate::device::ContextInner;
+use crate::owned::{OwnedCompletion, OwnedToken};
+use crate::pd::PdInner;
+use crate::qp::{QpShared, QueueArc};
+use crate::queue::RECV_BIT;
+use crate::srq::SrqShared;
+
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// The device's side of one CQ.
+pub(crate) struct FakeCq {
+    entries: Mutex<VecDeque<sys::ibv_wc>>,
+    /// Armed at the device: the next completion added produces one event.
+    armed: AtomicBool,
+    arms: AtomicUsize,
+    event_fd: i32,
+    raw: *mut sys::ibv_cq,
+    /// Runs inside the next `ibv_req_notify_cq`, before the arming takes effect: what happens
+    /// meanwhile on other threads / on the wire.
+    on_arm: Mutex<Option<Hook>>,
+}
+
+// SAFETY: `raw` is the address of a leaked `ibv_cq`, only written into the event descriptor;
+// every other field is `Send + Sync`.
+unsafe impl Send for FakeCq {}
+// SAFETY: as above.
+unsafe impl Sync for FakeCq {}
+
+impl FakeCq {
+    /// The device adds a completion.
+    pub(crate) fn complete(&self, wc: sys::ibv_wc) {
+        self.entries.lock().unwrap().push_back(wc);
+        if self.armed.swap(false, SeqCst) {
+            let desc: u64 = self.raw as u64;
+            // SAFETY: writes the 8 bytes of `desc` (an `ib_uverbs_comp_event_desc`'s
+            // `cq_handle`, the handle the real `ibv_get_cq_event` reads back as the CQ) into the
+            // pipe's write end, open for the whole test (leaked).
+            let n = unsafe { libc::write(self.event_fd, (&desc as *const u64).cast(), 8) };
+            assert_eq!(n, 8);
+        }
+    }
+    pub(crate) fn left(&self) -> usize {
+        self.entries.lock().unwrap().len()
+    }
+}
+
+/// The fake provider's `poll_cq`.
+///
+/// # Safety
+/// `cq` is one of [`World::cq`]'s (its `cq_context` a leaked `FakeCq`), `wc` has room for `n`
+/// entries: as `ibv_poll_cq` is called.
+unsafe extern "C" fn fake_poll(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_wc) -> i32 {
+    // SAFETY: per this function's contract.
+    let f = unsafe { &*((*cq).cq_context as *const FakeCq) };
+    let mut e = f.entries.lock().unwrap();
+    let mut i = 0;
+    while i < n && !e.is_empty() {
+        // SAFETY: `i < n`, within the caller's array.
+        unsafe { *wc.add(i as usize) = e.pop_front().unwrap() };
+        i += 1;
+    }
+    i
+}
+
+/// The fake provider's `req_notify_cq`.
+///
+/// # Safety
+/// `cq` is one of [`World::cq`]'s.
+unsafe extern "C" fn fake_arm(cq: *mut sys::ibv_cq, _solicited: i32) -> i32 {
+    // SAFETY: per this function's contract.
+    let f = unsafe { &*((*cq).cq_context as *const FakeCq) };
+    let hook = f.on_arm.lock().unwrap().take();
+    if let Some(h) = hook {
+        h();
+    }
+    f.arms.fetch_add(1, SeqCst);
+    f.armed.store(true, SeqCst);
+    0
+}
+
+/// Every private operation of the fake context (`ibv_get_cq_event` calls `cq_event`).
+extern "C" fn noop() {}
+
+pub(crate) struct World {
+    ctxp: *mut sys::ibv_context,
+    chp: *mut sys::ibv_comp_channel,
+    write_fd: i32,
+    pub(crate) ctx: Arc<ContextInner>,
+    pub(crate) pd: Arc<PdInner>,
+    pub(crate) ch: CompChannel,
+}
+
+// SAFETY: the raw pointers name leaked fake objects, only read; the rest is `Send + Sync`.
+unsafe impl Send for World {}
+// SAFETY: as above.
+unsafe impl Sync for World {}
+
+impl World {
+    pub(crate) fn new() -> &'static World {
+        // SAFETY: zeroed C structs (all-zero is a valid value of each: pointers null, a zeroed
+        // pthread mutex and condition are their static initialisers), leaked for the test;
+        // `pipe2` with a valid out-array.
+        unsafe {
+            let vctx: &'static mut sys::verbs_context = Box::leak(Box::new(std::mem::zeroed()));
+            // `get_ops(ctx)` (what the real `ibv_get_cq_event` calls `cq_event` through) is the
+            // private ops behind `priv`: every word a no-op function, wherever `cq_event` is.
+            let ops: &'static mut [usize; 8192] = Box::leak(Box::new([noop as extern "C" fn() as usize; 8192]));
+            vctx.priv_ = (ops as *mut [usize; 8192]).cast();
+            vctx.context.ops.poll_cq = Some(fake_poll);
+            vctx.context.ops.req_notify_cq = Some(fake_arm);
+            let ctxp: *mut sys::ibv_context = &mut vctx.context;
+            let mut fds = [0i32; 2];
+            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
+            let chp: *mut sys::ibv_comp_channel =
+                Box::leak(Box::new(sys::ibv_comp_channel { context: ctxp, fd: fds[0], refcnt: 0 }));
+            let ctx = Arc::new(ContextInner {
+                ctx: NonNull::new(ctxp).unwrap(),
+                name: "fake0".into(),
+                tag: u16::MAX,
+                id: 0,
+                cqs: Mutex::new(Vec::new()),
+            });
+            std::mem::forget(Arc::clone(&ctx));
+            let pd = Arc::new(PdInner { pd: NonNull::dangling(), ctx: Arc::clone(&ctx) });
+            std::mem::forget(Arc::clone(&pd));
+            let ch = CompChannel::fake(NonNull::new(chp).unwrap(), fds[0], Arc::clone(&ctx));
+            std::mem::forget(ch.clone());
+            Box::leak(Box::new(World { ctxp, chp, write_fd: fds[1], ctx, pd, ch }))
+        }
+    }
+
+    /// A CQ reporting to the channel.
+    pub(crate) fn cq(&'static self) -> (Arc<CqShared>, &'static FakeCq) {
+        // SAFETY: a zeroed `ibv_cq` (a valid value), leaked, pointing at the fake context and
+        // channel and at its `FakeCq`, also leaked: `CqShared` calls the fake provider with it.
+        unsafe {
+            let raw: &'static mut sys::ibv_cq = Box::leak(Box::new(std::mem::zeroed()));
+            raw.context = self.ctxp;
+            raw.channel = self.chp;
+            let fake: &'static FakeCq = Box::leak(Box::new(FakeCq {
+                entries: Mutex::new(VecDeque::new()),
+                armed: AtomicBool::new(false),
+                arms: AtomicUsize::new(0),
+                event_fd: self.write_fd,
+                raw,
+                on_arm: Mutex::new(None),
+            }));
+            raw.cq_context = (fake as *const FakeCq).cast_mut().cast();
+            let cq = CqShared::fake(
+                NonNull::from(&mut *raw),
+                Arc::clone(&self.ctx),
+                Some(Arc::clone(self.ch.shared())),
+                1 << 20,
+            );
+            std::mem::forget(Arc::clone(&cq));
+            self.ch.attach_fake(&cq);
+            (cq, fake)
+        }
+    }
+
+    pub(crate) fn qp(
+        &'static self,
+        qp_num: u32,
+        depth: u32,
+        cq: &Arc<CqShared>,
+        srq: Option<Arc<SrqShared>>,
+    ) -> Arc<QpShared> {
+        // SAFETY: all-zero is a valid `ibv_qp` (pointers null); leaked, never destroyed.
+        let raw: &'static mut sys::ibv_qp = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
+        raw.qp_num = qp_num;
+        let qp = QpShared::fake(NonNull::from(raw), qp_num, depth, cq, Arc::clone(&self.pd), srq);
+        std::mem::forget(Arc::clone(&qp));
+        qp
+    }
+
+    pub(crate) fn srq(&'static self, max_wr: u32) -> Arc<SrqShared> {
+        // SAFETY: all-zero is a valid `ibv_srq`; leaked, never destroyed.
+        let raw: &'static mut sys::ibv_srq = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
+        let s = SrqShared::fake(NonNull::from(raw), max_wr, Arc::clone(&self.pd));
+        std::mem::forget(Arc::clone(&s));
+        s
+    }
+}
+
+pub(crate) fn send_wc(qp_num: u32, seq: u64, status: u32) -> sys::ibv_wc {
+    sys::ibv_wc { wr_id: seq, status, opcode: sys::IBV_WC_SEND, qp_num, ..Default::default() }
+}
+
+pub(crate) fn recv_wc(qp_num: u32, seq: u64, status: u32) -> sys::ibv_wc {
+    sys::ibv_wc { wr_id: seq | RECV_BIT, status, opcode: sys::IBV_WC_RECV, qp_num, byte_len: 8, ..Default::default() }
+}
+
+/// A send request posted (in the book only; the fake device is told separately).
+pub(crate) fn post_send(qp: &Arc<QpShared>, signaled: bool) -> OwnedToken<()> {
+    let seq = qp.sq.lock().push(signaled);
+    OwnedToken::new(QueueArc::Send(Arc::clone(qp)), seq, (), None)
+}
+
+pub(crate) fn post_recv(qp: &Arc<QpShared>) -> OwnedToken<()> {
+    let seq = qp.rq.lock().push(true);
+    OwnedToken::new(QueueArc::Recv(Arc::clone(qp)), seq, (), None)
+}
+
+pub(crate) fn post_srq_recv(srq: &Arc<SrqShared>) -> (u64, OwnedToken<()>) {
+    let seq = srq.rq.lock().push(true);
+    (seq, OwnedToken::new(QueueArc::Srq(Arc::clone(srq)), seq, (), None))
+}
+
+#[derive(Default)]
+pub(crate) struct Count(AtomicUsize);
+impl Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+impl Count {
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(SeqCst)
+    }
+}
+
+/// A waker whose wake panics (e.g. an executor's `tx.send(task).expect(..)` after the
+/// executor is gone).
+pub(crate) struct PanicWake;
+impl Wake for PanicWake {
+    fn wake(self: Arc<Self>) {
+        panic!("hostile waker: the executor is gone");
+    }
+}
+
+type Out = <OwnedCompletion<()> as Future>::Output;
+
+pub(crate) fn poll(f: &mut OwnedCompletion<()>, w: &Waker) -> Poll<Out> {
+    Pin::new(f).poll(&mut Cx::from_waker(w))
+}
+
+/// A waker that runs `hook` the first time it is cloned (the clone `register_waker` keeps),
+/// then counts wakes: used to place another thread's action at that instant.
+struct Hooked {
+    count: AtomicUsize,
+    hook: Mutex<Option<Hook>>,
+}
+static HOOKED: RawWakerVTable = RawWakerVTable::new(h_clone, h_wake, h_wake_by_ref, h_drop);
+// The vtable's functions: `p` is always an `Arc<Hooked>` turned into a raw pointer by
+// `hooked` or `h_clone`, owning one count (the waker's).
+unsafe fn h_clone(p: *const ()) -> RawWaker {
+    // SAFETY: see above; the count is given back with `forget` below.
+    let a = unsafe { Arc::from_raw(p.cast::<Hooked>()) };
+    let hook = a.hook.lock().unwrap().take();
+    if let Some(h) = hook {
+        h();
+    }
+    let b = Arc::clone(&a);
+    std::mem::forget(a);
+    RawWaker::new(Arc::into_raw(b).cast(), &HOOKED)
+}
+unsafe fn h_wake(p: *const ()) {
+    // SAFETY: see above; `wake` consumes the waker's count.
+    let a = unsafe { Arc::from_raw(p.cast::<Hooked>()) };
+    a.count.fetch_add(1, SeqCst);
+}
+unsafe fn h_wake_by_ref(p: *const ()) {
+    // SAFETY: see above; borrowed while the waker lives.
+    unsafe { (*p.cast::<Hooked>()).count.fetch_add(1, SeqCst) };
+}
+unsafe fn h_drop(p: *const ()) {
+    // SAFETY: see above; the waker's count is released.
+    drop(unsafe { Arc::from_raw(p.cast::<Hooked>()) });
+}
+fn hooked(hook: Hook) -> (Waker, Arc<Hooked>) {
+    let a = Arc::new(Hooked { count: AtomicUsize::new(0), hook: Mutex::new(Some(hook)) });
+    // SAFETY: the vtable's functions keep the contract of `RawWaker` for an `Arc<Hooked>`
+    // (clone adds a count, wake and drop release one).
+    let w = unsafe { Waker::from_raw(RawWaker::new(Arc::into_raw(Arc::clone(&a)).cast(), &HOOKED)) };
+    (w, a)
+}
+
+fn quiet<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+}
+
+/// The harness itself: a future waits, its completion arrives, the event is dispatched, the
+/// future is woken and resolves with the device's completion.
+#[test]
+fn a_waiting_future_is_woken_by_dispatch() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x11, 64, &cq, None);
+    let mut f = post_send(&qp, true).into_future();
+    let wake = Arc::new(Count::default());
+    let waker = Waker::from(Arc::clone(&wake));
+    assert!(poll(&mut f, &waker).is_pending());
+    assert_eq!(fake.arms.load(SeqCst), 1, "armed once");
+    fake.complete(send_wc(0x11, 0, sys::IBV_WC_SUCCESS));
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!((d.events, d.completions), (1, 1));
+    assert_eq!(wake.get(), 1);
+    match poll(&mut f, &waker) {
+        Poll::Ready(Ok((c, ()))) => assert!(c.is_success()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A waker that panics inside `CompChannel::dispatch` (future H's) comes out of it only once
+/// its work is done: the CQ is re-armed, so another future G on it, whose completion arrives
+/// afterwards, is woken by the next dispatch. (Before, the panic left the CQ unarmed and out
+/// of the channel's list: G was never woken.)
+#[test]
+fn a_waker_that_panics_in_dispatch_leaves_the_cq_armed_for_the_other_futures() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x12, 64, &cq, None);
+    let mut h = post_send(&qp, true).into_future();
+    let mut g = post_send(&qp, true).into_future();
+    let hw = Waker::from(Arc::new(PanicWake));
+    let gw_count = Arc::new(Count::default());
+    let gw = Waker::from(Arc::clone(&gw_count));
+    assert!(poll(&mut h, &hw).is_pending());
+    assert!(poll(&mut g, &gw).is_pending());
+    fake.complete(send_wc(0x12, 0, sys::IBV_WC_SUCCESS));
+    assert!(quiet(|| w.ch.dispatch()).is_err(), "H's waker panicked out of dispatch");
+    assert!(fake.armed.load(SeqCst) && cq.armed.load(SeqCst), "re-armed before the wakers ran");
+    fake.complete(send_wc(0x12, 1, sys::IBV_WC_SUCCESS));
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!((d.events, d.completions, d.more), (1, 1, false));
+    assert_eq!(gw_count.get(), 1, "G woken by the next dispatch");
+    assert!(matches!(poll(&mut g, &gw), Poll::Ready(Ok(_))));
+    drop(h);
+}
+
+/// A future F whose own completion is taken in a poll that leaves completions in the CQ (its
+/// post-arm poll came back full: 20 completions landed between its poll and its arming, so
+/// they fire no event) resolves, and hands the CQ to the channel's next dispatch: G, waiting
+/// on the same CQ (it saw F's arming and did not arm), is woken by it. (Before, G waited until
+/// an unrelated completion fired the arming.)
+#[test]
+fn a_future_resolving_with_completions_left_hands_the_cq_to_the_next_dispatch() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x13, 64, &cq, None);
+    let mut tokens: Vec<_> = (0..20).map(|_| post_send(&qp, true)).collect();
+    let g_token = tokens.pop().unwrap(); // request 19
+    let mut f = tokens.remove(0).into_future(); // request 0
+    let g = Arc::new(Mutex::new(Some(g_token.into_future())));
+    let g_wakes = Arc::new(Count::default());
+    // While F arms the CQ (after its `armed` swap, before the arming takes effect): on another
+    // thread G starts waiting (it sees `armed` set, so it does not arm), and 20 completions
+    // arrive (before the arming: no event).
+    {
+        let g = Arc::clone(&g);
+        let g_wakes = Arc::clone(&g_wakes);
+        *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
+            std::thread::spawn(move || {
+                let waker = Waker::from(g_wakes);
+                let mut guard = g.lock().unwrap();
+                assert!(poll(guard.as_mut().unwrap(), &waker).is_pending(), "G waits");
+            })
+            .join()
+            .unwrap();
+            for seq in 0..20 {
+                fake.complete(send_wc(0x13, seq, sys::IBV_WC_SUCCESS));
+            }
+        }));
+    }
+    let fw = Waker::from(Arc::new(Count::default()));
+    match poll(&mut f, &fw) {
+        Poll::Ready(Ok((c, ()))) => assert!(c.is_success()),
+        other => panic!("F resolves: {other:?}"),
+    }
+    assert_eq!(fake.left(), 4, "requests 16..=19 are still in the CQ");
+    assert_eq!(fake.arms.load(SeqCst), 1, "armed once, by F: G saw `armed` set and did not arm");
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!((d.events, d.completions, d.more), (0, 4, false), "the next dispatch serves the CQ");
+    assert_eq!(g_wakes.get(), 1, "G is woken");
+    let waker = Waker::from(Arc::new(Count::default()));
+    assert!(matches!(poll(g.lock().unwrap().as_mut().unwrap(), &waker), Poll::Ready(Ok(_))));
+    drop(tokens);
+}
+
+/// A future waiting on a shared receive queue reads the SRQ's CQs again after it registered
+/// its waker: a QP attached on another thread at the instant of the registration (which woke
+/// nobody: no waker was registered yet) is seen, its CQ armed, and a receive completing there
+/// wakes the future. (Before, the future waited on the old CQs only.)
+#[test]
+fn an_srq_attach_racing_a_futures_registration_is_waited_on() {
+    let w = World::new();
+    let (cq1, _fake1) = w.cq();
+    let (cq2, fake2) = w.cq();
+    let srq = w.srq(64);
+    let _qp1 = w.qp(0x21, 64, &cq1, Some(Arc::clone(&srq)));
+    let (seq, token) = post_srq_recv(&srq);
+    let mut f = token.into_future();
+    // The instant `register_waker` keeps the waker (its clone): another thread creates a QP on
+    // cq2 that takes receives from the SRQ.
+    let (waker, state) = {
+        let srq = Arc::clone(&srq);
+        let cq2 = Arc::clone(&cq2);
+        hooked(Box::new(move || {
+            std::thread::spawn(move || {
+                let _qp2 = w.qp(0x22, 64, &cq2, Some(srq));
+            })
+            .join()
+            .unwrap();
+        }))
+    };
+    assert!(poll(&mut f, &waker).is_pending());
+    assert_eq!(srq.cqs().len(), 2, "the SRQ completes on cq1 and cq2 now");
+    assert_eq!(fake2.arms.load(SeqCst), 1, "the future armed cq2 too");
+    // A message arrives on QP 0x22 and consumes the SRQ receive: its completion is on cq2.
+    fake2.complete(recv_wc(0x22, seq, sys::IBV_WC_SUCCESS));
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!((d.events, d.completions), (1, 1));
+    assert_eq!(state.count.load(SeqCst), 1, "the future is woken");
+    assert!(matches!(poll(&mut f, &waker), Poll::Ready(Ok(_))));
+}
+
+/// The same future, the attach before its first wait: it waits on both CQs from the start.
+#[test]
+fn an_srq_attach_before_the_wait_is_served() {
+    let w = World::new();
+    let (cq1, _fake1) = w.cq();
+    let (cq2, fake2) = w.cq();
+    let srq = w.srq(64);
+    let _qp1 = w.qp(0x31, 64, &cq1, Some(Arc::clone(&srq)));
+    let (seq, token) = post_srq_recv(&srq);
+    let mut f = token.into_future();
+    let count = Arc::new(Count::default());
+    let waker = Waker::from(Arc::clone(&count));
+    assert!(poll(&mut f, &waker).is_pending());
+    let _qp2 = w.qp(0x32, 64, &cq2, Some(Arc::clone(&srq)));
+    assert_eq!(count.get(), 1, "woken by the attach");
+    assert!(poll(&mut f, &waker).is_pending());
+    fake2.complete(recv_wc(0x32, seq, sys::IBV_WC_SUCCESS));
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!(d.events, 1);
+    assert_eq!(count.get(), 2);
+    assert!(matches!(poll(&mut f, &waker), Poll::Ready(Ok(_))));
+}
+
+/// F's poll takes F's own completion (an error) and wakes H, whose waker panics out of F's
+/// poll. F keeps what it took: polled again, it resolves with the device's status. (Before,
+/// the completion was lost with the unwinding stack, and the request, counted complete, read
+/// as a success implied by a later one.)
+#[test]
+fn a_send_completion_taken_in_a_poll_that_unwinds_keeps_its_status() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x41, 64, &cq, None);
+    let mut h = post_send(&qp, false).into_future(); // unsignaled, request 0
+    let mut f = post_send(&qp, true).into_future(); // signaled, request 1
+    let hw = Waker::from(Arc::new(PanicWake));
+    assert!(poll(&mut h, &hw).is_pending(), "H waits");
+    // F's request fails on the device (its completion covers H's, before it).
+    fake.complete(send_wc(0x41, 1, sys::IBV_WC_REM_ACCESS_ERR));
+    let fw = Waker::from(Arc::new(Count::default()));
+    assert!(quiet(|| poll(&mut f, &fw)).is_err(), "H's waker panicked out of F's poll");
+    match poll(&mut f, &fw) {
+        Poll::Ready(Ok((c, ()))) => {
+            assert_eq!(c.status(), crate::wc::WcStatus::RemAccessErr, "{c:?}");
+            assert_eq!(c.source(), crate::wc::CompletionSource::Own);
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(h);
+}
+
+/// The same on a receive queue, where the request would never have resolved.
+#[test]
+fn a_receive_completion_taken_in_a_poll_that_unwinds_is_delivered() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x42, 64, &cq, None);
+    let mut h = post_recv(&qp).into_future(); // request 0
+    let mut f = post_recv(&qp).into_future(); // request 1
+    let hw = Waker::from(Arc::new(PanicWake));
+    assert!(poll(&mut h, &hw).is_pending(), "H waits");
+    fake.complete(recv_wc(0x42, 0, sys::IBV_WC_SUCCESS)); // H's, routed by F's poll
+    fake.complete(recv_wc(0x42, 1, sys::IBV_WC_SUCCESS)); // F's, taken by F's poll
+    let fw = Waker::from(Arc::new(Count::default()));
+    assert!(quiet(|| poll(&mut f, &fw)).is_err(), "H's waker panicked out of F's poll");
+    match poll(&mut f, &fw) {
+        Poll::Ready(Ok((c, ()))) => assert!(c.is_success() && c.byte_len() == 8, "{c:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fake.left(), 0);
+    drop(h);
+}
