@@ -209,17 +209,32 @@ impl WorkQueue {
     }
 
     fn compact(&mut self) {
-        loop {
+        while matches!(self.slots.front(), Some((Slot::Gone, _))) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        if self.slots.len() > 2 * self.depth as usize {
+            self.set_aside();
+        }
+    }
+
+    /// The book grew past twice the depth behind a completion nobody collects (its token
+    /// leaked, or kept uncollected for long): the uncollected ones at its front are set aside,
+    /// or the book would keep every slot behind them, one more per receive, for as long as
+    /// they stay.
+    #[cold]
+    #[inline(never)]
+    fn set_aside(&mut self) {
+        while self.slots.len() > 2 * self.depth as usize {
             match self.slots.front() {
+                Some(&(Slot::Done(c), owner)) => self.aside.push((self.base, c, owner)),
                 Some((Slot::Gone, _)) => {}
-                // Uncollected while the book grew past twice the depth (its token leaked, or
-                // kept uncollected for long): set aside, or the book would keep every slot
-                // behind it, one more per receive, for as long as it stays.
-                Some(&(Slot::Done(c), owner)) if self.slots.len() > 2 * self.depth as usize => {
-                    self.aside.push((self.base, c, owner));
-                }
                 _ => return,
             }
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        while matches!(self.slots.front(), Some((Slot::Gone, _))) {
             self.slots.pop_front();
             self.base += 1;
         }
