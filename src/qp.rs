@@ -303,7 +303,11 @@ impl Pd {
         });
         // Room on the CQs for every completion the queues can have outstanding (their depths,
         // as the library counts them), or a typed error: a CQ cannot overrun (DESIGN.md §6).
-        // On an error, dropping `shared` destroys the QP and frees what was reserved.
+        // On an error, dropping `shared` destroys the QP and frees what was reserved. The
+        // futures a registration wakes (its drain of destroyed QPs' completions, an SRQ's
+        // attach) are woken once this returns, after every reservation is recorded here: a
+        // waker that panics cannot leave one unrecorded (never freed).
+        let _wakes = crate::queue::DeferWakes::new();
         let sq_need = u64::from(c.max_send_wr);
         let rq_need = if has_srq { 0 } else { u64::from(c.max_recv_wr) };
         let two = !Arc::ptr_eq(&shared.send_cq, &shared.recv_cq);
