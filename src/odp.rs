@@ -57,7 +57,8 @@ bitflags! {
 }
 
 /// What a device supports for On-Demand Paging (`struct ibv_odp_caps` of
-/// `ibv_query_device_ex`).
+/// `ibv_query_device_ex`), as reported to one device context: the capabilities it checks are
+/// that context's only (two contexts' values compare unequal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OdpCaps {
     general: u64,
