@@ -512,3 +512,44 @@ fn a_receive_completion_taken_in_a_poll_that_unwinds_is_delivered() {
     assert_eq!(fake.left(), 0);
     drop(h);
 }
+
+/// As `a_future_resolving_with_completions_left_hands_the_cq_to_the_next_dispatch`, but F's
+/// own completion is not among those its poll took: F wakes itself and is dropped before it
+/// polls again (a `select!` or a timeout). The rest of the CQ, G's completion among it, still
+/// goes to the next dispatch. (Before, it waited for an unrelated completion.)
+#[test]
+fn a_future_dropped_with_completions_left_does_not_strand_them() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x14, 64, &cq, None);
+    let mut tokens: Vec<_> = (0..20).map(|_| post_send(&qp, true)).collect();
+    let mut f = tokens.pop().unwrap().into_future(); // request 19
+    let g = Arc::new(Mutex::new(Some(tokens.pop().unwrap().into_future()))); // request 18
+    let g_wakes = Arc::new(Count::default());
+    {
+        let g = Arc::clone(&g);
+        let g_wakes = Arc::clone(&g_wakes);
+        *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
+            std::thread::spawn(move || {
+                let waker = Waker::from(g_wakes);
+                assert!(poll(g.lock().unwrap().as_mut().unwrap(), &waker).is_pending(), "G waits");
+            })
+            .join()
+            .unwrap();
+            for seq in 0..20 {
+                fake.complete(send_wc(0x14, seq, sys::IBV_WC_SUCCESS));
+            }
+        }));
+    }
+    let f_wakes = Arc::new(Count::default());
+    assert!(poll(&mut f, &Waker::from(Arc::clone(&f_wakes))).is_pending(), "F's is among the 4 left");
+    assert_eq!(f_wakes.get(), 1, "F woke itself to poll the rest");
+    assert_eq!(fake.left(), 4);
+    drop(f);
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!((d.events, d.completions, d.more), (0, 4, false), "the next dispatch serves the CQ");
+    assert_eq!(g_wakes.get(), 1, "G is woken");
+    let waker = Waker::from(Arc::new(Count::default()));
+    assert!(matches!(poll(g.lock().unwrap().as_mut().unwrap(), &waker), Poll::Ready(Ok(_))));
+    drop(tokens);
+}

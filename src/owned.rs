@@ -504,20 +504,22 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             Ok(more) => more,
             Err(error) => return Poll::Ready(Err(this.fail(error))),
         };
-        if let Take::Done(c) = q.tracked().try_take(seq) {
-            if more {
-                // Bounded work per poll, and this future polls no more: the rest of the CQ
-                // goes to the channel's next dispatch.
-                for cq in this.waiting.as_slice() {
-                    if let Some(ch) = &cq.channel {
-                        ch.left_in(cq);
-                    }
+        if more {
+            // Bounded work per poll: the rest of the CQ goes to the channel's next dispatch.
+            // This future may not poll again (it resolves now, or is dropped before its next
+            // poll), and the rest, landed before the arming took effect, fires no event: it may
+            // be another future's, which saw the CQ armed and waits for one.
+            for cq in this.waiting.as_slice() {
+                if let Some(ch) = &cq.channel {
+                    ch.left_in(cq);
                 }
             }
+        }
+        if let Take::Done(c) = q.tracked().try_take(seq) {
             return Poll::Ready(Ok(this.finish(c)));
         }
         if more {
-            // Bounded work per poll: the rest of the CQ in a later poll.
+            // And this future's own completion may be in it: polled again at once.
             cx.waker().wake_by_ref();
         }
         Poll::Pending
@@ -557,7 +559,14 @@ fn wait_cqs(q: QueueRef<'_>, seq: u64) -> Result<WaitingOn, Error> {
 impl<B: Completes + Send + 'static> OwnedCompletion<B> {
     #[inline(always)]
     fn finish(&mut self, c: Completion) -> (Completion, B::Output) {
-        self.unregister();
+        if !self.waiting.is_empty() {
+            // The registered waker is dropped there (program code): the completion waits in
+            // `taken` meanwhile, so that a panic of that drop does not lose it (the book counts
+            // it taken; polled again, the future hands it over).
+            self.taken = Some(c);
+            self.stop_waiting();
+            self.taken = None;
+        }
         match self.token.take() {
             Some(token) => token.finish(c),
             None => unreachable!("finish is called with the token present"),
