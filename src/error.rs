@@ -254,15 +254,18 @@ pub enum Error {
 
 /// Stops the process: the device may still reach memory that is about to be released, and no
 /// continuation is sound. Prints `message()` to stderr first, if it can: nothing here unwinds
-/// (a failed write, to a closed or full stderr, and a panic while formatting are ignored), so
-/// the abort always follows.
+/// (a failed write, to a closed or full stderr, and a panic while formatting are ignored, its
+/// payload leaked), so the abort follows the write (a write that blocks, to a full pipe nobody
+/// reads, blocks the thread: it frees nothing either).
 #[cold]
 #[inline(never)]
 pub(crate) fn abort_process(message: impl FnOnce() -> String) -> ! {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let printed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         use std::io::Write;
         let _ = writeln!(io::stderr().lock(), "typed-verbs: {}", message());
     }));
+    // A payload whose drop panicked would unwind from here.
+    std::mem::forget(printed);
     std::process::abort()
 }
 

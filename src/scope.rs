@@ -181,7 +181,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Returns what `f` returned. If `f` panics, the scope drains first and then resumes the panic.
 /// A panic out of the drain's polls (a future's waker, or the `Drop` of a parked buffer, run
 /// by the completions they route) does not cut the drain short: it is resumed once the drain
-/// is done.
+/// is done (if `f` panicked too, `f`'s panic is resumed).
 ///
 /// # Errors
 /// [`Error::QpBroken`] if a QP had to be forced to RESET to reclaim the buffers (its
