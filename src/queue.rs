@@ -1088,7 +1088,8 @@ fn wake_kept() {
 /// list held while a waker runs. A task that a waker runs inline may keep wakers of its own:
 /// they join the list and this loop wakes them; the wake its own `DeferWakes` starts returns
 /// at once (`WAKING`), so inline tasks never nest more than one deep. If a waker panics, the
-/// others are woken all the same, and the first panic comes out at the end.
+/// others are woken all the same, and the first panic comes out at the end (unless the thread
+/// is already unwinding).
 #[cold]
 #[inline(never)]
 fn wake_deferred() {
@@ -1116,7 +1117,13 @@ fn wake_deferred() {
     }
     PENDING.with(|p| p.set(false));
     if let Some(p) = panic {
-        std::panic::resume_unwind(p);
+        // Not while the thread is already unwinding (a `DeferWakes` dropped by a panic): a
+        // second panic would abort the process. The waker's panic is leaked then.
+        if std::thread::panicking() {
+            std::mem::forget(p);
+        } else {
+            std::panic::resume_unwind(p);
+        }
     }
 }
 
@@ -1955,6 +1962,33 @@ mod tests {
         assert!(!PENDING.with(std::cell::Cell::get), "nothing left kept");
         q.complete(d, wc(1));
         assert_eq!((woken(&wa), woken(&wc_), woken(&wd)), (1, 1, 1), "each once");
+    }
+
+    /// Wakers kept while the thread unwinds (a `DeferWakes` dropped by a panic): one that
+    /// panics too is leaked, not resumed (a panic while unwinding aborts the process), and the
+    /// others are woken.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_waker_that_panics_while_the_thread_unwinds_does_not_abort() {
+        use std::sync::Arc;
+        struct PanicWake;
+        impl std::task::Wake for PanicWake {
+            fn wake(self: Arc<Self>) {
+                panic!("a hostile waker");
+            }
+        }
+        let other = Arc::new(CountWake(std::sync::atomic::AtomicUsize::new(0)));
+        let o = Arc::clone(&other);
+        let unwound = std::panic::catch_unwind(move || {
+            let _wakes = DeferWakes::new();
+            keep(std::task::Waker::from(Arc::new(PanicWake)));
+            keep(std::task::Waker::from(o));
+            panic!("the poll's own panic");
+        });
+        let payload = unwound.expect_err("the poll's panic comes out");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"the poll's own panic"));
+        assert_eq!(other.0.load(std::sync::atomic::Ordering::SeqCst), 1, "the other waker was woken");
+        assert!(!PENDING.with(std::cell::Cell::get));
     }
 
     /// Futures forgotten after they registered (nothing forgets their wakers): the registry
