@@ -274,6 +274,46 @@ impl<T> PollLock<T> {
     }
 }
 
+/// The CQ an `IBV_EVENT_CQ_ERR` names and the QPs completing on it, found while the event is
+/// unacknowledged; held, so that none is destroyed before they are broken.
+///
+/// The device reported `IBV_EVENT_CQ_ERR` for the CQ of `ctx` whose handle is `cq`: its
+/// completions may have been lost (an overrun drops them, and a failed request would then
+/// read as done), so every QP completing on it refuses further posts ([`Error::QpBroken`])
+/// until the program resets it; what is outstanding is reclaimed by the scope's drain
+/// (timeout, flush, reset) or a reset. The library's reservations make an overrun
+/// unreachable ([`CqShared::register`]); this is the answer should a device report one
+/// anyway.
+pub(crate) struct FailedCq {
+    _cqs: Vec<Arc<CqShared>>,
+    qps: Vec<Arc<QpShared>>,
+}
+
+impl FailedCq {
+    pub(crate) fn find(ctx: &ContextInner, cq: crate::event::HandleId) -> FailedCq {
+        let cqs: Vec<_> = ctx
+            .cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| crate::event::HandleId::of(c.cq.as_ptr()) == cq)
+            .collect();
+        let qps = cqs
+            .iter()
+            .flat_map(|c| c.routes.lock().routes.iter().filter_map(|(_, w)| w.upgrade()).collect::<Vec<_>>())
+            .collect();
+        FailedCq { _cqs: cqs, qps }
+    }
+
+    /// Every QP found refuses posts until the program resets it.
+    pub(crate) fn break_qps(self) {
+        for qp in &self.qps {
+            qp.mark_broken();
+        }
+    }
+}
+
 /// Access to a [`PollLock`]'s value; releases the lock when dropped.
 pub(crate) struct PollGuard<'a, T> {
     lock: &'a PollLock<T>,
@@ -349,23 +389,6 @@ impl CqShared {
         routing.routes.retain(|(_, w)| w.strong_count() > 0);
         routing.routes.push((qp_num, qp));
         Ok(())
-    }
-
-    /// The device reported `IBV_EVENT_CQ_ERR` for the CQ of `ctx` whose handle is `cq`: its
-    /// completions may have been lost (an overrun drops them, and a failed request would then
-    /// read as done), so every QP completing on it refuses further posts ([`Error::QpBroken`])
-    /// until the program resets it; what is outstanding is reclaimed by the scope's drain
-    /// (timeout, flush, reset) or a reset. The library's reservations make an overrun
-    /// unreachable ([`CqShared::register`]); this is the answer should a device report one
-    /// anyway.
-    pub(crate) fn failed(ctx: &ContextInner, cq: crate::event::HandleId) {
-        let cqs: Vec<_> = ctx.cqs.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade).collect();
-        for shared in cqs.iter().filter(|c| crate::event::HandleId::of(c.cq.as_ptr()) == cq) {
-            let qps: Vec<_> = shared.routes.lock().routes.iter().filter_map(|(_, w)| w.upgrade()).collect();
-            for qp in qps {
-                qp.mark_broken();
-            }
-        }
     }
 
     /// Runs `f` under the routing lock, serialised with every poll's routing (a reset's flush

@@ -114,7 +114,7 @@ pub(crate) struct ContextInner {
     /// context without holding it (capabilities: [`OdpCap`](crate::odp::OdpCap)).
     pub(crate) id: u64,
     /// The context's CQs, to find the one an `IBV_EVENT_CQ_ERR` names
-    /// ([`crate::cq::CqShared::failed`]).
+    /// ([`crate::cq::FailedCq`]).
     pub(crate) cqs: std::sync::Mutex<Vec<std::sync::Weak<crate::cq::CqShared>>>,
 }
 

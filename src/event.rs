@@ -329,10 +329,18 @@ fn try_get(ctx: &Context) -> Result<Option<AsyncEvent>> {
     }
     // SAFETY: the event was just read and is not acknowledged yet.
     let ev = unsafe { AsyncEvent::from_raw(&raw) };
+    // The CQ an error names is found before the acknowledgement: until then `ibv_destroy_cq`
+    // waits, so its address names it and not a CQ created since at the same address. What is
+    // found is held (not dropped) until after it: a last reference dropped here would destroy
+    // the CQ on this thread, waiting for this very event.
+    let failed = match ev {
+        AsyncEvent::CqError { cq } => Some(crate::cq::FailedCq::find(&ctx.inner, cq)),
+        _ => None,
+    };
     // SAFETY: `raw` is an event returned by `ibv_get_async_event`, acknowledged once.
     unsafe { sys::ibv_ack_async_event(&mut raw) };
-    if let AsyncEvent::CqError { cq } = ev {
-        crate::cq::CqShared::failed(&ctx.inner, cq);
+    if let Some(failed) = failed {
+        failed.break_qps();
     }
     Ok(Some(ev))
 }
