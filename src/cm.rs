@@ -347,18 +347,36 @@ impl RawId {
         }
     }
 
-    /// An async step's check, before its librdmacm call: a tokio runtime to wait in. Without
-    /// one the step fails before it asks anything of the CM (an accept would otherwise be
-    /// sent, and the peer connected, before the wait fails).
+    /// An async step's check, before its librdmacm call: a tokio runtime to wait in, with
+    /// I/O (its reactor, for the channel's descriptor). Without them the step fails before it
+    /// asks anything of the CM (an accept would otherwise be sent, and the peer connected,
+    /// before the wait fails). Tokio offers no question for the I/O driver: registering a
+    /// descriptor with a runtime built without it panics, so a duplicate of the channel's is
+    /// registered here (and dropped), and that panic becomes the error.
     #[cfg(feature = "tokio")]
-    fn runtime_check(what: impl FnOnce() -> String) -> Result<()> {
-        match tokio::runtime::Handle::try_current() {
-            Ok(_) => Ok(()),
-            Err(e) => Err(Error::verb(
+    fn runtime_check(&self, what: impl FnOnce() -> String) -> Result<()> {
+        use std::os::fd::BorrowedFd;
+        if let Err(e) = tokio::runtime::Handle::try_current() {
+            return Err(Error::verb(
                 Verb::GetCmEvent,
                 format!("{}: an async wait outside a tokio runtime", what()),
                 std::io::Error::other(e),
-            )),
+            ));
+        }
+        // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
+        match std::panic::catch_unwind(|| crate::channel::register_readable(fd)) {
+            Ok(Ok(_registered)) => Ok(()),
+            Ok(Err((doing, e))) => Err(Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e)),
+            Err(panic) => {
+                // Its drop could panic again.
+                std::mem::forget(panic);
+                Err(Error::verb(
+                    Verb::GetCmEvent,
+                    format!("{}: an async wait in a tokio runtime without I/O (built without `enable_io`)", what()),
+                    std::io::Error::other("the runtime has no I/O driver"),
+                ))
+            }
         }
     }
 
@@ -370,7 +388,7 @@ impl RawId {
         use std::os::fd::BorrowedFd;
 
         let err = |doing: &str, e: std::io::Error| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e);
-        Self::runtime_check(&what)?;
+        self.runtime_check(&what)?;
         // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
         let afd = crate::channel::register_readable(fd).map_err(|(doing, e)| err(doing, e))?;
@@ -720,7 +738,7 @@ impl<T: CmTransport> CmId<Idle, T> {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<CmId<AddrResolved, T>> {
-        RawId::runtime_check(|| format!("{}: the AddrResolved event", Verb::ResolveAddr))?;
+        self.raw.runtime_check(|| format!("{}: the AddrResolved event", Verb::ResolveAddr))?;
         self.start_resolve_addr(src, dst, timeout)?;
         self.raw.expect_async(Verb::ResolveAddr, CmEvent::AddrResolved).await?;
         Ok(CmId { raw: self.raw, _state: PhantomData })
@@ -768,7 +786,7 @@ impl<T: CmTransport> CmId<AddrResolved, T> {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_resolve_route")]
     pub async fn resolve_route_async(self, timeout: Duration) -> Result<CmId<RouteResolved, T>> {
-        RawId::runtime_check(|| format!("{}: the RouteResolved event", Verb::ResolveRoute))?;
+        self.raw.runtime_check(|| format!("{}: the RouteResolved event", Verb::ResolveRoute))?;
         self.start_resolve_route(timeout)?;
         self.raw.expect_async(Verb::ResolveRoute, CmEvent::RouteResolved).await?;
         Ok(CmId { raw: self.raw, _state: PhantomData })
@@ -929,7 +947,7 @@ impl CmId<AddrResolved, UD> {
     #[doc(alias = "rdma_join_multicast")]
     #[doc(alias = "ibv_attach_mcast")]
     pub async fn join_multicast_async<'q>(self, group: IpAddr, qp: &'q Qp<UD, RTS>, pd: &Pd) -> Result<McGroup<'q>> {
-        RawId::runtime_check(|| format!("{}: joining {group}", Verb::JoinMulticast))?;
+        self.raw.runtime_check(|| format!("{}: joining {group}", Verb::JoinMulticast))?;
         let membership = self.start_join(group, qp, pd)?;
         let e = membership.raw.expect_async(Verb::JoinMulticast, CmEvent::MulticastJoin).await?;
         finish_join(membership, e, qp, pd)
@@ -1093,7 +1111,7 @@ impl CmId<RouteResolved, UD> {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_connect")]
     pub async fn resolve_peer_async(self, pd: &Pd, private_data: &[u8]) -> Result<UdPeer> {
-        RawId::runtime_check(|| format!("{}: the Established event", Verb::Connect))?;
+        self.raw.runtime_check(|| format!("{}: the Established event", Verb::Connect))?;
         self.start_resolve_peer(pd, private_data)?;
         peer(pd, self.raw.expect_async(Verb::Connect, CmEvent::Established).await?)
     }
@@ -1238,7 +1256,7 @@ impl Connecting {
         // (device `cm_hostile::async_waits::connect_and_accept_futures_dropped_before_their_first_poll_hand_the_receives_back_flushed`).
         let Connecting { raw: id, qp: held } = self;
         async move {
-            or_flush!(RawId::runtime_check(|| format!("{}: the ConnectResponse event", Verb::Connect)), held.take());
+            or_flush!(id.runtime_check(|| format!("{}: the ConnectResponse event", Verb::Connect)), held.take());
             or_flush!(Self::start(&id, held.qp(), param), held.take());
             let reply = id.expect_async(Verb::Connect, CmEvent::ConnectResponse).await;
             let qp = held.take();
@@ -1611,7 +1629,7 @@ impl Accepting {
         // Still in its guard when the future exists, as in `Connecting::connect_async`.
         let Accepting { raw, qp: held, param, private_data } = self;
         async move {
-            or_flush!(RawId::runtime_check(|| format!("{}: the Established event", Verb::Accept)), held.take());
+            or_flush!(raw.runtime_check(|| format!("{}: the Established event", Verb::Accept)), held.take());
             let (id, qp, private_data) = Self::start(Accepting { raw, qp: held, param, private_data })?;
             let held = FlushOnDrop(Some(qp));
             let established = id.expect_async(Verb::Accept, CmEvent::Established).await;

@@ -619,6 +619,36 @@ mod async_waits {
         }
     }
 
+    /// The same accept polled inside a tokio runtime built without I/O (whose reactor cannot
+    /// take the channel's descriptor; registering one panics in tokio): the step fails typed,
+    /// still before `rdma_accept`, and the peer is refused.
+    #[test]
+    fn an_accept_polled_in_a_runtime_without_io_fails_before_it_answers_the_peer() {
+        let (listener, addr) = listen();
+        let c = client(addr, b"hello");
+        let req = listener.next_request(WAIT).expect("the request");
+        let side = Side::on(&req.device_name().unwrap());
+        let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).unwrap();
+        let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let polled = {
+            let _in_rt = rt.enter();
+            poll_once(accepting.accept_async())
+        };
+        match polled {
+            Poll::Ready(Err(Error::Verb { verb: Verb::GetCmEvent, context, .. })) => {
+                assert!(context.contains("without I/O"), "{context}")
+            }
+            other => panic!("accept_async in a runtime without I/O: {:?}", other.map(|r| r.map(|_| ()))),
+        }
+        let (wc, _) = recv.wait(WAIT).map_err(|e| e.error).expect("the receive comes back");
+        assert_eq!(wc.status(), WcStatus::WrFlushErr, "{wc:?}");
+        match c.join().unwrap() {
+            Err(Error::Rejected { .. }) => {}
+            other => panic!("the peer of a failed accept: {:?}", other.map(|_| ())),
+        }
+    }
+
     #[test]
     fn two_tasks_waiting_on_one_listener_each_get_one_request() {
         let (listener, addr) = listen();
