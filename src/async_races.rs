@@ -553,3 +553,29 @@ fn a_future_dropped_with_completions_left_does_not_strand_them() {
     assert!(matches!(poll(g.lock().unwrap().as_mut().unwrap(), &waker), Poll::Ready(Ok(_))));
     drop(tokens);
 }
+
+/// A request carrying a device capability (`IpCsum`) is built only for a QP of the context that
+/// reported it: one of another context is refused before the provider sees it, as the other
+/// objects that meet (here the fake device's QP, whose context id is 0).
+#[test]
+fn a_capability_of_another_context_is_refused_when_the_request_is_built() {
+    use crate::device::IpCsum;
+    use crate::transport::RAW_PACKET;
+    use crate::wr::SendRequest;
+    let w = World::new();
+    let (cq, _fake) = w.cq();
+    let qp = w.qp(0x51, 8, &cq, None);
+    let empty: &[u8] = &[];
+    let mine = crate::wr::InlineSend::new(empty).ip_csum(IpCsum::<RAW_PACKET>::of_context(0));
+    assert!(crate::scope::build_checked::<RAW_PACKET, _>(&qp, &mine).is_ok());
+    let other = crate::wr::InlineSend::new(empty).ip_csum(IpCsum::<RAW_PACKET>::of_context(7));
+    match crate::scope::build_checked::<RAW_PACKET, _>(&qp, &other) {
+        Err(crate::Error::InvalidArgument { verb: "ibv_post_send", reason }) => {
+            assert!(reason.contains("another device context"), "{reason}")
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    // Under another flag wrapper too.
+    let wrapped = crate::wr::InlineSend::new(empty).ip_csum(IpCsum::<RAW_PACKET>::of_context(7)).solicited();
+    assert!(crate::scope::build_checked::<RAW_PACKET, _>(&qp, &wrapped).is_err());
+}

@@ -224,7 +224,7 @@ impl Context {
         if ret != 0 {
             return Err(Error::from_ret(Verb::QueryDevice, format!("device {}", self.inner.name), ret));
         }
-        Ok(DeviceAttr { raw: attr })
+        Ok(DeviceAttr { raw: attr, ctx: self.inner.id })
     }
 
     /// `ibv_query_port`: the attributes of port `port` (ports are numbered from 1).
@@ -442,6 +442,8 @@ impl fmt::Display for Gid {
 #[derive(Clone)]
 pub struct DeviceAttr {
     raw: sys::ibv_device_attr,
+    /// The context queried ([`ContextInner::id`]): the capabilities it hands out are its own.
+    ctx: u64,
 }
 
 impl fmt::Debug for DeviceAttr {
@@ -535,7 +537,7 @@ impl DeviceAttr {
     /// `IBV_SEND_IP_CSUM` can only be requested with this value
     /// ([`SendRequest::ip_csum`](crate::wr::SendRequest::ip_csum)).
     pub fn ip_csum<T: ChecksumOffload>(&self) -> Option<IpCsum<T>> {
-        (self.raw.device_cap_flags & T::CAP_FLAG != 0).then_some(IpCsum(PhantomData))
+        (self.raw.device_cap_flags & T::CAP_FLAG != 0).then_some(IpCsum { ctx: self.ctx, _t: PhantomData })
     }
 
     /// The atomic operation support level (`IBV_ATOMIC_NONE`, `_HCA` or `_GLOB`).
@@ -706,7 +708,19 @@ impl ChecksumOffload for RAW_PACKET {
 
 /// Proof, obtained from [`DeviceAttr::ip_csum`], that the device offloads IP checksums on `T`
 /// queue pairs. Cannot be built otherwise.
-pub struct IpCsum<T>(PhantomData<fn() -> T>);
+pub struct IpCsum<T> {
+    /// The context that reported it ([`ContextInner::id`]).
+    pub(crate) ctx: u64,
+    _t: PhantomData<fn() -> T>,
+}
+
+#[cfg(test)]
+impl<T> IpCsum<T> {
+    /// The capability as the context `ctx` would report it (unit tests).
+    pub(crate) fn of_context(ctx: u64) -> Self {
+        IpCsum { ctx, _t: PhantomData }
+    }
+}
 
 impl<T> Clone for IpCsum<T> {
     fn clone(&self) -> Self {
@@ -724,6 +738,8 @@ impl<T: Transport> fmt::Debug for IpCsum<T> {
 /// queue pairs, with its largest TSO payload. Cannot be built otherwise.
 pub struct TsoCap<T> {
     max_tso: u32,
+    /// The context that reported it ([`ContextInner::id`]).
+    pub(crate) ctx: u64,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -774,7 +790,7 @@ impl Context {
         }
         let t = attr.tso_caps;
         let supported = t.max_tso > 0 && t.supported_qpts & (1u32 << T::QP_TYPE) != 0;
-        Ok(supported.then_some(TsoCap { max_tso: t.max_tso, _t: PhantomData }))
+        Ok(supported.then_some(TsoCap { max_tso: t.max_tso, ctx: self.inner.id, _t: PhantomData }))
     }
 }
 

@@ -1156,6 +1156,12 @@ impl QpShared {
         Ok(c)
     }
 
+    /// The id of the device context the QP belongs to ([`ContextInner::id`](crate::device::ContextInner)).
+    #[inline(always)]
+    pub(crate) fn context_id(&self) -> u64 {
+        self.pd.ctx.id
+    }
+
     /// Refuses an object of another protection domain (and so of another device context)
     /// before the provider sees it: the kernel resolves keys and handles in the QP's own
     /// context, where the foreign object's number may name something else (DESIGN.md §5).

@@ -938,8 +938,25 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
     if let Some(ah) = wr.address_handle() {
         qp.check_pd("ibv_post_send", "the address handle", ah.pd_id())?;
     }
+    // Nothing to compare, and no instruction, for a request that carries no capability.
+    if !wr.capabilities_of(qp.context_id()) {
+        return Err(foreign_capability(qp));
+    }
     raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
     Ok(())
+}
+
+/// A request's `IpCsum` or `TsoCap` was reported by another device context than `qp`'s.
+#[cold]
+#[inline(never)]
+fn foreign_capability(qp: &QpShared) -> Error {
+    Error::invalid(
+        "ibv_post_send",
+        format!(
+            "the request's capability (IpCsum or TsoCap) was reported by another device context than QP {:#x}'s",
+            qp.qp_num()
+        ),
+    )
 }
 
 /// Polls until `p` completed or `deadline`; true if it completed.

@@ -121,6 +121,14 @@ pub trait SendRequest: sealed::Sealed + Sized {
     fn address_handle(&self) -> Option<&Ah> {
         None
     }
+    /// Whether every device capability the request carries ([`IpCsum`](crate::device::IpCsum),
+    /// [`TsoCap`](crate::device::TsoCap)) was reported by the context `ctx`
+    /// ([`ContextInner::id`](crate::device::ContextInner)): a capability is that device's word.
+    #[doc(hidden)]
+    fn capabilities_of(&self, ctx: u64) -> bool {
+        let _ = ctx;
+        true
+    }
 
     /// Clears `IBV_SEND_SIGNALED`: no completion of its own; the request is known complete
     /// when a later signaled request of the same send queue completes.
@@ -867,6 +875,9 @@ impl<L: Gather, T: TsoTransport> SendRequest for Tso<'_, L, T> {
     fn into_buffers(self) -> L {
         self.payload
     }
+    fn capabilities_of(&self, ctx: u64) -> bool {
+        self.cap.ctx == ctx
+    }
 }
 // The capability is for one transport: the request is valid on that one only.
 impl<L: Gather, T: TsoTransport> SendWr<T> for Tso<'_, L, T> {}
@@ -915,11 +926,16 @@ macro_rules! wrapper {
             fn address_handle(&self) -> Option<&Ah> {
                 wrapper!(@ah $ty, self, $inner)
             }
+            fn capabilities_of(&self, ctx: u64) -> bool {
+                wrapper!(@cap $ty, self, $inner, ctx)
+            }
         }
         impl<$($lt,)? W: InlineWr $(, $t: $tb)?> InlineWr for $ty<$($lt,)? W $(, $t)?> {}
     };
     (@ah To, $self:ident, $inner:tt) => { Some($self.ah) };
     (@ah $other:ident, $self:ident, $inner:tt) => { $self.$inner.address_handle() };
+    (@cap Checksummed, $self:ident, $inner:tt, $ctx:ident) => { $self.1.ctx == $ctx && $self.$inner.capabilities_of($ctx) };
+    (@cap $other:ident, $self:ident, $inner:tt, $ctx:ident) => { $self.$inner.capabilities_of($ctx) };
 }
 
 wrapper!(
