@@ -355,6 +355,40 @@ fn a_waker_that_panics_in_dispatch_leaves_the_cq_armed_for_the_other_futures() {
     drop(h);
 }
 
+/// Makes the next arming of `fake`'s CQ, while it is under way (after the library's `armed`
+/// swap, before it takes effect): a future G on another thread starts waiting (it sees `armed`
+/// set, so it does not arm), then requests 0..20 of QP `qp_num` complete (before the arming
+/// took effect: no event).
+fn g_waits_then_20_land_while_armed(
+    fake: &'static FakeCq,
+    g: &Arc<Mutex<Option<OwnedCompletion<()>>>>,
+    g_wakes: &Arc<Count>,
+    qp_num: u32,
+) {
+    let (g, g_wakes) = (Arc::clone(g), Arc::clone(g_wakes));
+    *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
+        std::thread::spawn(move || {
+            let waker = Waker::from(g_wakes);
+            assert!(poll(g.lock().unwrap().as_mut().unwrap(), &waker).is_pending(), "G waits");
+        })
+        .join()
+        .unwrap();
+        for seq in 0..20 {
+            fake.complete(send_wc(qp_num, seq, sys::IBV_WC_SUCCESS));
+        }
+    }));
+}
+
+/// The channel's next dispatch serves the 4 completions left in the CQ (no event: they fire
+/// none), and so wakes G, which then resolves.
+fn the_next_dispatch_serves_the_4_left_and_g(w: &World, g: &Mutex<Option<OwnedCompletion<()>>>, g_wakes: &Count) {
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!((d.events, d.completions, d.more), (0, 4, false), "the next dispatch serves the CQ");
+    assert_eq!(g_wakes.get(), 1, "G is woken");
+    let waker = Waker::from(Arc::new(Count::default()));
+    assert!(matches!(poll(g.lock().unwrap().as_mut().unwrap(), &waker), Poll::Ready(Ok(_))));
+}
+
 /// A future F whose own completion is taken in a poll that leaves completions in the CQ (its
 /// post-arm poll came back full: 20 completions landed between its poll and its arming, so
 /// they fire no event) resolves, and hands the CQ to the channel's next dispatch: G, waiting
@@ -370,25 +404,7 @@ fn a_future_resolving_with_completions_left_hands_the_cq_to_the_next_dispatch() 
     let mut f = tokens.remove(0).into_future(); // request 0
     let g = Arc::new(Mutex::new(Some(g_token.into_future())));
     let g_wakes = Arc::new(Count::default());
-    // While F arms the CQ (after its `armed` swap, before the arming takes effect): on another
-    // thread G starts waiting (it sees `armed` set, so it does not arm), and 20 completions
-    // arrive (before the arming: no event).
-    {
-        let g = Arc::clone(&g);
-        let g_wakes = Arc::clone(&g_wakes);
-        *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
-            std::thread::spawn(move || {
-                let waker = Waker::from(g_wakes);
-                let mut guard = g.lock().unwrap();
-                assert!(poll(guard.as_mut().unwrap(), &waker).is_pending(), "G waits");
-            })
-            .join()
-            .unwrap();
-            for seq in 0..20 {
-                fake.complete(send_wc(0x13, seq, sys::IBV_WC_SUCCESS));
-            }
-        }));
-    }
+    g_waits_then_20_land_while_armed(fake, &g, &g_wakes, 0x13);
     let fw = Waker::from(Arc::new(Count::default()));
     match poll(&mut f, &fw) {
         Poll::Ready(Ok((c, ()))) => assert!(c.is_success()),
@@ -396,11 +412,7 @@ fn a_future_resolving_with_completions_left_hands_the_cq_to_the_next_dispatch() 
     }
     assert_eq!(fake.left(), 4, "requests 16..=19 are still in the CQ");
     assert_eq!(fake.arms.load(SeqCst), 1, "armed once, by F: G saw `armed` set and did not arm");
-    let d = w.ch.dispatch().unwrap();
-    assert_eq!((d.events, d.completions, d.more), (0, 4, false), "the next dispatch serves the CQ");
-    assert_eq!(g_wakes.get(), 1, "G is woken");
-    let waker = Waker::from(Arc::new(Count::default()));
-    assert!(matches!(poll(g.lock().unwrap().as_mut().unwrap(), &waker), Poll::Ready(Ok(_))));
+    the_next_dispatch_serves_the_4_left_and_g(w, &g, &g_wakes);
     drop(tokens);
 }
 
@@ -526,31 +538,13 @@ fn a_future_dropped_with_completions_left_does_not_strand_them() {
     let mut f = tokens.pop().unwrap().into_future(); // request 19
     let g = Arc::new(Mutex::new(Some(tokens.pop().unwrap().into_future()))); // request 18
     let g_wakes = Arc::new(Count::default());
-    {
-        let g = Arc::clone(&g);
-        let g_wakes = Arc::clone(&g_wakes);
-        *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
-            std::thread::spawn(move || {
-                let waker = Waker::from(g_wakes);
-                assert!(poll(g.lock().unwrap().as_mut().unwrap(), &waker).is_pending(), "G waits");
-            })
-            .join()
-            .unwrap();
-            for seq in 0..20 {
-                fake.complete(send_wc(0x14, seq, sys::IBV_WC_SUCCESS));
-            }
-        }));
-    }
+    g_waits_then_20_land_while_armed(fake, &g, &g_wakes, 0x14);
     let f_wakes = Arc::new(Count::default());
     assert!(poll(&mut f, &Waker::from(Arc::clone(&f_wakes))).is_pending(), "F's is among the 4 left");
     assert_eq!(f_wakes.get(), 1, "F woke itself to poll the rest");
     assert_eq!(fake.left(), 4);
     drop(f);
-    let d = w.ch.dispatch().unwrap();
-    assert_eq!((d.events, d.completions, d.more), (0, 4, false), "the next dispatch serves the CQ");
-    assert_eq!(g_wakes.get(), 1, "G is woken");
-    let waker = Waker::from(Arc::new(Count::default()));
-    assert!(matches!(poll(g.lock().unwrap().as_mut().unwrap(), &waker), Poll::Ready(Ok(_))));
+    the_next_dispatch_serves_the_4_left_and_g(w, &g, &g_wakes);
     drop(tokens);
 }
 

@@ -595,58 +595,49 @@ mod async_waits {
         assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
     }
 
-    #[test]
-    fn an_accept_polled_outside_a_runtime_fails_before_it_answers_the_peer() {
+    /// An accept polled once by `poll` must fail typed (its context naming `why`) before
+    /// `rdma_accept`: the receive posted on its QP comes back flushed, and the peer, never told
+    /// it is accepted, has its request go unanswered (rejected) and gets no connection.
+    fn an_accept_that_cannot_wait_fails_before_it_answers_the_peer(
+        why: &str,
+        poll: impl FnOnce(
+            std::pin::Pin<Box<dyn std::future::Future<Output = Result<Connection>>>>,
+        ) -> Poll<Result<Connection>>,
+    ) {
         let (listener, addr) = listen();
         let c = client(addr, b"hello");
         let req = listener.next_request(WAIT).expect("the request");
         let side = Side::on(&req.device_name().unwrap());
         let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).unwrap();
         let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
-        match poll_once(accepting.accept_async()) {
+        match poll(Box::pin(accepting.accept_async())) {
             Poll::Ready(Err(Error::Verb { verb: Verb::GetCmEvent, context, .. })) => {
-                assert!(context.contains("outside a tokio runtime"), "{context}")
+                assert!(context.contains(why), "{context}")
             }
-            other => panic!("accept_async outside a runtime: {:?}", other.map(|r| r.map(|_| ()))),
+            other => panic!("accept_async ({why}): {:?}", other.map(|r| r.map(|_| ()))),
         }
         let (wc, _) = recv.wait(WAIT).map_err(|e| e.error).expect("the receive comes back");
         assert_eq!(wc.status(), WcStatus::WrFlushErr, "{wc:?}");
-        // The step failed before rdma_accept: the peer was never told it is accepted, its
-        // request went unanswered (rejected), it got no connection.
         match c.join().unwrap() {
             Err(Error::Rejected { .. }) => {}
             other => panic!("the peer of a failed accept: {:?}", other.map(|_| ())),
         }
     }
 
+    #[test]
+    fn an_accept_polled_outside_a_runtime_fails_before_it_answers_the_peer() {
+        an_accept_that_cannot_wait_fails_before_it_answers_the_peer("outside a tokio runtime", poll_once);
+    }
+
     /// The same accept polled inside a tokio runtime built without I/O (whose reactor cannot
-    /// take the channel's descriptor; registering one panics in tokio): the step fails typed,
-    /// still before `rdma_accept`, and the peer is refused.
+    /// take the channel's descriptor; registering one panics in tokio).
     #[test]
     fn an_accept_polled_in_a_runtime_without_io_fails_before_it_answers_the_peer() {
-        let (listener, addr) = listen();
-        let c = client(addr, b"hello");
-        let req = listener.next_request(WAIT).expect("the request");
-        let side = Side::on(&req.device_name().unwrap());
-        let accepting = req.prepare(side.qp(), Access::NONE, ConnParam::default()).unwrap();
-        let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        let polled = {
+        an_accept_that_cannot_wait_fails_before_it_answers_the_peer("without I/O", |f| {
             let _in_rt = rt.enter();
-            poll_once(accepting.accept_async())
-        };
-        match polled {
-            Poll::Ready(Err(Error::Verb { verb: Verb::GetCmEvent, context, .. })) => {
-                assert!(context.contains("without I/O"), "{context}")
-            }
-            other => panic!("accept_async in a runtime without I/O: {:?}", other.map(|r| r.map(|_| ()))),
-        }
-        let (wc, _) = recv.wait(WAIT).map_err(|e| e.error).expect("the receive comes back");
-        assert_eq!(wc.status(), WcStatus::WrFlushErr, "{wc:?}");
-        match c.join().unwrap() {
-            Err(Error::Rejected { .. }) => {}
-            other => panic!("the peer of a failed accept: {:?}", other.map(|_| ())),
-        }
+            poll_once(f)
+        });
     }
 
     #[test]
