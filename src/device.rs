@@ -736,6 +736,11 @@ impl<T: Transport> fmt::Debug for IpCsum<T> {
 
 /// Proof, from [`Context::tso`], that the device supports TCP segmentation offload on `T`
 /// queue pairs, with its largest TSO payload. Cannot be built otherwise.
+///
+/// The library creates QPs with `ibv_create_qp`, which sets no `max_tso_header`: a provider
+/// that bounds a TSO request's header by it (mlx5: 0 unless set at creation) refuses every
+/// TSO post ([`Error::Verb`] with `ibv_post_send` and its errno). TSO is untested here (rxe
+/// has none).
 pub struct TsoCap<T> {
     max_tso: u32,
     /// The context that reported it ([`ContextInner::id`]).

@@ -831,7 +831,8 @@ impl<K: MwType, R: WindowRights, T: SupportsLocalInv> SendWr<T> for LocalInv<'_,
 
 /// `IBV_WR_TSO`: TCP segmentation offload of `payload` behind `header`, cut into `mss`-byte
 /// segments by the device. UD and RAW_PACKET only, and only with the [`TsoCap`] the device
-/// query gives where it supports TSO.
+/// query gives where it supports TSO (see there for providers that also need a
+/// `max_tso_header` at QP creation, which the library does not set).
 #[derive(Debug)]
 pub struct Tso<'h, L, T: Transport> {
     payload: L,
