@@ -209,12 +209,18 @@ impl WorkQueue {
     }
 
     fn compact(&mut self) {
+        self.pop_gone();
+        if self.slots.len() > 2 * self.depth as usize {
+            self.set_aside();
+        }
+    }
+
+    /// Drops the consumed slots at the front.
+    #[inline(always)]
+    fn pop_gone(&mut self) {
         while matches!(self.slots.front(), Some((Slot::Gone, _))) {
             self.slots.pop_front();
             self.base += 1;
-        }
-        if self.slots.len() > 2 * self.depth as usize {
-            self.set_aside();
         }
     }
 
@@ -234,10 +240,7 @@ impl WorkQueue {
             self.slots.pop_front();
             self.base += 1;
         }
-        while matches!(self.slots.front(), Some((Slot::Gone, _))) {
-            self.slots.pop_front();
-            self.base += 1;
-        }
+        self.pop_gone();
     }
 }
 
@@ -1127,13 +1130,20 @@ fn wake_deferred() {
     }
 }
 
-/// Wakes `w`; a panic of its wake is kept in `panic` (the first) or leaked.
+/// Wakes `w`; a panic of its wake is kept in `panic` ([`keep_first_panic`]).
 fn wake_catching(w: std::task::Waker, panic: &mut Option<Box<dyn std::any::Any + Send>>) {
     if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake())) {
-        match panic {
-            None => *panic = Some(p),
-            Some(_) => std::mem::forget(p),
-        }
+        keep_first_panic(panic, p);
+    }
+}
+
+/// Of the panics caught while work goes on (to be resumed once it is done), keeps the first in
+/// `first`; a later one's payload is leaked, not dropped: its `Drop` could panic again,
+/// outside any `catch_unwind`.
+pub(crate) fn keep_first_panic(first: &mut Option<Box<dyn std::any::Any + Send>>, p: Box<dyn std::any::Any + Send>) {
+    match first {
+        None => *first = Some(p),
+        Some(_) => std::mem::forget(p),
     }
 }
 

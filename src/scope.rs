@@ -763,13 +763,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         };
         let mut panic = None;
         // Each retry goes on with the queues not finished yet; each panic used up what raised
-        // it (a waker is woken once, a parked buffer dropped once). A later panic's payload is
-        // leaked, not dropped: its `Drop` could panic again, outside any `catch_unwind`.
+        // it (a waker is woken once, a parked buffer dropped once).
         while let Err(p) = catch_unwind(AssertUnwindSafe(|| self.drain_touched(&mut state))) {
-            match panic {
-                None => panic = Some(p),
-                Some(_) => std::mem::forget(p),
-            }
+            crate::queue::keep_first_panic(&mut panic, p);
         }
         lock(&self.keep).clear();
         let result = match state.broken {
