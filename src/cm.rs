@@ -185,6 +185,14 @@ macro_rules! or_flush {
 }
 
 /// `-1` with errno (librdmacm's convention) as an [`Error::Verb`].
+/// A READ/atomic depth the CM chose (`cm`: the peer's offer, from `rdma_init_qp_attr`), at most
+/// the device's limit `max` (`max_qp_rd_atom` or `max_qp_init_rd_atom`): what a QP takes when
+/// its side asks for the CM's value (255), as librdmacm's `rdma_accept` computes it. A larger
+/// value is refused by `ibv_modify_qp` (EINVAL).
+fn cm_depth(cm: u8, max: u32) -> u8 {
+    cm.min(u8::try_from(max).unwrap_or(u8::MAX))
+}
+
 fn check(ret: i32, verb: Verb, context: impl FnOnce() -> String) -> Result<()> {
     if ret != 0 {
         return Err(Error::last_os(verb, context()));
@@ -435,14 +443,19 @@ impl RawId {
 
     /// Moves `qp` RESET → INIT → RTR with the CM's attributes, granting `access`.
     fn qp_to_rtr(&self, qp: Qp<RC, RESET>, access: u32, param: &ConnParam) -> Result<Qp<RC, RTR>> {
+        let max = if param.responder_resources == u8::MAX { Some(qp.query_device()?.max_qp_rd_atom()) } else { None };
         let qp = self.qp_to_init(qp, access)?;
         let mut rtr = self.qp_attr(sys::IBV_QPS_RTR)?;
         // Before `rdma_accept` the kernel's value is the request's initiator depth; the accept
         // tells the peer it may have `responder_resources` outstanding (the peer's QP takes
         // that from the REP), so the QP must take exactly that many, as librdmacm's own
-        // `rdma_accept` sets it (`RDMA_MAX_RESP_RES`, 255: the kernel's value).
-        if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 && param.responder_resources != u8::MAX {
-            rtr.attr.max_dest_rd_atomic = param.responder_resources;
+        // `rdma_accept` sets it. `RDMA_MAX_RESP_RES` (255) asks for the kernel's value, at
+        // most what the device takes (librdmacm caps it so, and tells the peer the same).
+        if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
+            rtr.attr.max_dest_rd_atomic = match max {
+                Some(max) => cm_depth(rtr.attr.max_dest_rd_atomic, max),
+                None => param.responder_resources,
+            };
         }
         Ok(qp.cm_modify(&rtr)?)
     }
@@ -458,8 +471,14 @@ impl RawId {
     /// On failure the QP is [flushed](flushed) (receives may be posted on it).
     fn qp_to_rts(&self, qp: Qp<RC, RTR>, initiator_depth: u8) -> Result<Qp<RC, RTS>> {
         let mut rts = or_flush!(self.qp_attr(sys::IBV_QPS_RTS), qp);
-        if rts.mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 && initiator_depth != u8::MAX {
-            rts.attr.max_rd_atomic = rts.attr.max_rd_atomic.min(initiator_depth);
+        if rts.mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 {
+            rts.attr.max_rd_atomic = if initiator_depth == u8::MAX {
+                // The CM's value, at most what the device issues (as librdmacm caps it).
+                let max = or_flush!(qp.query_device(), qp).max_qp_init_rd_atom();
+                cm_depth(rts.attr.max_rd_atomic, max)
+            } else {
+                rts.attr.max_rd_atomic.min(initiator_depth)
+            };
         }
         qp.cm_modify(&rts).map_err(|e| flushed(e.qp, e.error))
     }
@@ -613,9 +632,13 @@ pub struct ConnParam {
     /// Private data for the peer: at most 56 bytes with a connect, 196 with an accept, 148 with
     /// a reject (the IB CM's limits, which the RoCE CM shares).
     pub private_data: Vec<u8>,
-    /// RDMA READ and atomic requests this side accepts from the peer at once.
+    /// RDMA READ and atomic requests this side accepts from the peer at once. 255
+    /// (`RDMA_MAX_RESP_RES`) takes the CM's value, capped at the device's `max_qp_rd_atom`: on
+    /// the passive side what the request's initiator depth asks.
     pub responder_resources: u8,
-    /// RDMA READ and atomic requests this side issues at once.
+    /// RDMA READ and atomic requests this side issues at once. 255 (`RDMA_MAX_INIT_DEPTH`)
+    /// takes the CM's value (the peer's responder resources), capped at the device's
+    /// `max_qp_init_rd_atom`.
     pub initiator_depth: u8,
     /// Retries of a request the peer does not acknowledge (0..=7; active side).
     pub retry_count: u8,
@@ -1750,5 +1773,21 @@ impl Connection {
         let qp = qp.to_error()?;
         drop(raw);
         disconnected.map(|()| qp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cm_depth;
+
+    /// The CM's value (the peer's offer) is taken up to the device's limit, and a limit that
+    /// does not fit a `u8` caps nothing.
+    #[test]
+    fn the_cms_depth_is_capped_at_the_devices_limit() {
+        assert_eq!(cm_depth(255, 128), 128);
+        assert_eq!(cm_depth(16, 128), 16);
+        assert_eq!(cm_depth(128, 128), 128);
+        assert_eq!(cm_depth(200, 1000), 200);
+        assert_eq!(cm_depth(3, 0), 0);
     }
 }

@@ -124,6 +124,19 @@ unsafe impl Send for ContextInner {}
 // SAFETY: as above; shared references only lead to thread-safe verbs.
 unsafe impl Sync for ContextInner {}
 
+impl ContextInner {
+    /// `ibv_query_device` ([`Context::query_device`]), for the objects that hold the context.
+    pub(crate) fn query_device(&self) -> Result<DeviceAttr> {
+        let mut attr = sys::ibv_device_attr::default();
+        // SAFETY: the context is open; `attr` is a valid out-pointer of the right type.
+        let ret = unsafe { sys::ibv_query_device(self.ctx.as_ptr(), &mut attr) };
+        if ret != 0 {
+            return Err(Error::from_ret(Verb::QueryDevice, format!("device {}", self.name), ret));
+        }
+        Ok(DeviceAttr { raw: attr, ctx: self.id })
+    }
+}
+
 impl Drop for ContextInner {
     fn drop(&mut self) {
         // SAFETY: the context is open and every child object holds an `Arc` to this inner, so
@@ -218,13 +231,7 @@ impl Context {
     /// See ibv_query_device(3).
     #[doc(alias = "ibv_query_device")]
     pub fn query_device(&self) -> Result<DeviceAttr> {
-        let mut attr = sys::ibv_device_attr::default();
-        // SAFETY: the context is open; `attr` is a valid out-pointer of the right type.
-        let ret = unsafe { sys::ibv_query_device(self.as_ptr(), &mut attr) };
-        if ret != 0 {
-            return Err(Error::from_ret(Verb::QueryDevice, format!("device {}", self.inner.name), ret));
-        }
-        Ok(DeviceAttr { raw: attr, ctx: self.inner.id })
+        self.inner.query_device()
     }
 
     /// `ibv_query_port`: the attributes of port `port` (ports are numbered from 1).

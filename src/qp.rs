@@ -863,6 +863,11 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     pub(crate) fn device_name(&self) -> &str {
         &self.shared.pd.ctx.name
     }
+
+    /// The attributes of the device the QP was created on (`ibv_query_device`).
+    pub(crate) fn query_device(&self) -> Result<crate::device::DeviceAttr> {
+        self.shared.pd.ctx.query_device()
+    }
 }
 
 /// Where a connected QP talks from: its port and the GID index of its address (the source GID

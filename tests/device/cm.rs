@@ -465,10 +465,14 @@ fn connect_with_depths(active: ConnParam, passive: ConnParam) -> ((u8, u8), (u8,
 /// depths on the two sides (the passive one accepting fewer, then the active one), the
 /// passive QP was moved to RTS before `rdma_accept` with the kernel's value, which is the
 /// REQ's responder resources (the peer's offer), not the accept's initiator depth: it could
-/// issue 4 READs at a peer QP that takes 1.
+/// issue 4 READs at a peer QP that takes 1. Both sides asking for the CM's value (255) get the
+/// peer's offer, at most the device's limits (librdmacm's `rdma_accept` and `rdma_connect` cap
+/// there; a QP asked for more is refused by `ibv_modify_qp`).
 #[test]
 fn depths_never_exceed_the_peers_responder_resources() {
-    for (a, p) in [(4u8, 1u8), (1, 4)] {
+    let dev = open().query_device().expect("ibv_query_device");
+    let (max_dest, max_rd) = (dev.max_qp_rd_atom(), dev.max_qp_init_rd_atom());
+    for (a, p) in [(4u8, 1u8), (1, 4), (u8::MAX, u8::MAX)] {
         let active = ConnParam { responder_resources: a, initiator_depth: a, ..ConnParam::default() };
         let passive = ConnParam { responder_resources: p, initiator_depth: p, ..ConnParam::default() };
         let ((a_rd, a_dest), (p_rd, p_dest)) = connect_with_depths(active, passive);
@@ -480,6 +484,17 @@ fn depths_never_exceed_the_peers_responder_resources() {
         assert!(a_rd <= p_dest, "the active QP may issue more READs than the passive one takes: {what}");
         assert!(a_rd <= a && p_rd <= p, "a QP issues more READs than its initiator depth: {what}");
         assert!(a_dest <= a && p_dest <= p, "a QP takes more READs than its responder resources: {what}");
+        let limits = format!("{what}; the device's max_qp_init_rd_atom {max_rd}, max_qp_rd_atom {max_dest}");
+        assert!(
+            u32::from(a_rd.max(p_rd)) <= max_rd && u32::from(a_dest.max(p_dest)) <= max_dest,
+            "a QP exceeds the device's limits: {limits}"
+        );
+        if a == u8::MAX {
+            // The CM's value on both sides: each QP takes what the device and its peer allow.
+            let both = max_rd.min(max_dest);
+            assert!(both > 0, "{limits}");
+            assert_eq!((u32::from(a_rd), u32::from(p_rd)), (both, both), "{limits}");
+        }
     }
 }
 
