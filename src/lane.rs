@@ -385,7 +385,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let (next, raw_qp) = self.open_book(shared, QueueRef::Send(shared), "send lane")?;
         // The depth the library counts (the CQ's room is reserved for it).
         let depth = u64::from(shared.sq.depth().max(1));
-        let max_run = (depth / 2).max(1);
+        // A run of unsignaled requests and the signaled one after it fit in the queue: none
+        // on a queue one request deep, where every request is signaled.
+        let max_run = depth / 2;
         let post_fn = shared.post_send_fn;
         Ok(SendLane {
             qp: shared,
@@ -521,8 +523,11 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             Some("an empty post list".to_string())
         } else if len > depth {
             Some(format!("a post list of {len} requests on a send queue of {depth}"))
-        } else if signal_every == 0 || signal_every as u64 > max_run {
-            Some(format!("signal_every {signal_every}: it must be 1 to {max_run} (half the send queue's depth)"))
+        } else if signal_every == 0 || signal_every as u64 > max_run.max(1) {
+            Some(format!(
+                "signal_every {signal_every}: it must be 1 to {} (half the send queue's depth)",
+                max_run.max(1)
+            ))
         } else {
             None
         };

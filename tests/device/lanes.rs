@@ -730,9 +730,23 @@ fn a_full_send_queue_is_queue_full_until_tokens_are_collected() {
 
 #[test]
 fn forced_signals_keep_an_all_unsignaled_lane_from_deadlocking() {
+    forced_signals_keep_a_lane_live(shallow());
+}
+
+/// On a send queue one request deep, no lane request may go unsignaled: one would fill the
+/// queue with a request that nothing completes, and every later post was `QueueFull` (the
+/// lane allowed a run of one unsignaled request at every depth).
+#[test]
+fn a_lane_on_a_one_deep_send_queue_signals_every_request() {
+    forced_signals_keep_a_lane_live(QpCaps { max_send_wr: 1, ..QpCaps::default() });
+}
+
+/// Only unsignaled posts on a lane of a queue of depth `caps.max_send_wr`: they go on, the
+/// queue full now and then, until a forced signal's completion makes room.
+fn forced_signals_keep_a_lane_live(caps: QpCaps) {
     let r = rig();
-    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), shallow());
-    let depth = shallow().max_send_wr as usize; // the lane keeps the depth asked for
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write(), caps);
+    let depth = caps.max_send_wr as usize; // the lane keeps the depth asked for
     let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     fill_slices(&mut src, 64);
     let target = r.pd.alloc_mr(64, access::REMOTE_RW).unwrap();
@@ -756,8 +770,14 @@ fn forced_signals_keep_an_all_unsignaled_lane_from_deadlocking() {
                 Err(e) => panic!("post {posted}: {e}"),
             }
         }
-        // End with a signaled request, so the scope has nothing uncovered to drain.
-        let t = lane.post(&mut wr).unwrap();
+        // End with a signaled request, so the scope has nothing uncovered to drain (on a
+        // queue one deep, once the last forced signal's completion made room).
+        let t = loop {
+            match lane.post(&mut wr) {
+                Err(Error::QueueFull { .. }) if Instant::now() < deadline => r.cq.progress().map(drop).unwrap(),
+                t => break t.unwrap(),
+            }
+        };
         assert!(lane.wait(t, WAIT).unwrap().is_success());
         assert_eq!(lane.outstanding(), 0);
         fulls
