@@ -623,7 +623,7 @@ struct WriteOps<'scope, 'env, 'a> {
     s: &'scope Scope<'scope, 'env>,
     qps: &'scope [Qp<RC, RTS>],
     src: Vec<LocalBuf<'a>>,
-    dst: Vec<RemoteSlice<access::RemoteRw>>,
+    dst: Vec<RemoteSlice<access::LocalRemoteWrite>>,
 }
 
 impl<'scope, 'a: 'scope> BwOps<'scope> for WriteOps<'scope, '_, 'a> {
@@ -663,7 +663,7 @@ struct ReadOps<'scope, 'env, 'a> {
     qps: &'scope [Qp<RC, RTS>],
     /// Free destination buffers per QP (TX_DEPTH each: one per outstanding READ).
     free: Vec<Vec<LocalBufMut<'a>>>,
-    remote: Vec<RemoteSlice<access::RemoteRw>>,
+    remote: Vec<RemoteSlice<access::RemoteReadOnly>>,
 }
 
 impl<'scope, 'a: 'scope> BwOps<'scope> for ReadOps<'scope, '_, 'a> {
@@ -1160,7 +1160,8 @@ fn bw_with<M: Memory>(
         Test::WriteBw => {
             let mut src = mem.alloc(pd, size * nq, access::LOCAL_READ)?;
             src.as_mut_slice().fill(0x5a);
-            let dst = mem.alloc(pd, size * nq, access::REMOTE_RW)?;
+            // Written by the peer only: its ODP capability verifies WRITE.
+            let dst = mem.alloc(pd, size * nq, access::LOCAL_REMOTE_WRITE)?;
             let srcs = (0..nq).map(|q| src.slice(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
             let dsts = (0..nq).map(|q| dst.remote(q * size..(q + 1) * size)).collect::<Result<Vec<_>>>()?;
             let out = scope_with_timeout(p.timeout, |s| {
@@ -1178,7 +1179,8 @@ fn bw_with<M: Memory>(
             Ok(out.run)
         }
         Test::ReadBw => {
-            let mut remote = mem.alloc(pd, size * nq, access::REMOTE_RW)?;
+            // Read by the peer only: its ODP capability verifies READ.
+            let mut remote = mem.alloc(pd, size * nq, access::REMOTE_READ_ONLY)?;
             remote.write_volatile_from(0, &vec![0x5a; size * nq])?;
             let mut local = mem.alloc(pd, size * nq * p.tx_depth, access::LOCAL_RW)?;
             let all = split(local.slice_mut(..)?, nq, size * p.tx_depth)?;

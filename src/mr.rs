@@ -156,6 +156,25 @@ impl OdpTag {
         OdpTag::of(Some((qp_type, ops | if page_starts { Self::PAGE_STARTS } else { 0 })))
     }
 
+    /// Set in the operations of a view through the implicit ODP lkey, whose operations take
+    /// at most [`IMPLICIT_MAX_OP`](crate::odp::IMPLICIT_MAX_OP) bytes in all; no
+    /// `IBV_ODP_SUPPORT_*` bit uses it.
+    const IMPLICIT: u32 = 1 << 30;
+
+    /// This tag, for a view through the implicit ODP lkey.
+    pub(crate) fn implicit(self) -> Self {
+        match self.get() {
+            Some((t, ops)) => OdpTag::of(Some((t, ops | Self::IMPLICIT))),
+            None => self,
+        }
+    }
+
+    /// Whether the view is through the implicit ODP lkey.
+    #[inline(always)]
+    pub(crate) fn is_implicit(self) -> bool {
+        self.0 & Self::SOME != 0 && (self.0 as u32) & Self::IMPLICIT != 0
+    }
+
     /// Checks a buffer at `addr` that the device will write (a receive, an RDMA READ
     /// destination, an atomic result): on a device whose ODP writes land at page starts, it
     /// must start on a page boundary, so that the misplaced bytes stay inside it.
@@ -208,6 +227,7 @@ impl OdpTag {
     #[cold]
     #[inline(never)]
     fn unverified(t: u32, ops: u32, transport: &str, op: u32) -> Error {
+        let ops = ops & !(Self::PAGE_STARTS | Self::IMPLICIT);
         Error::invalid(
             "ibv_post_send",
             format!(

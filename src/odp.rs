@@ -273,6 +273,33 @@ impl Pd {
         Ok(())
     }
 
+    /// The operations a peer may run on an explicit ODP region granted `bits`
+    /// (`IBV_ACCESS_*`) must be among those `ops` verified for its transport: a peer's WRITE,
+    /// READ or atomic on ODP memory needs the device's ODP support for it, which the ODP
+    /// manual has the program check per transport.
+    fn check_remote_ops(bits: u32, ops: OdpOps, transport: &str) -> Result<()> {
+        let mut needed = OdpOps::empty();
+        for (access, op) in [
+            (sys::IBV_ACCESS_REMOTE_WRITE, OdpOps::WRITE),
+            (sys::IBV_ACCESS_REMOTE_READ, OdpOps::READ),
+            (sys::IBV_ACCESS_REMOTE_ATOMIC, OdpOps::ATOMIC),
+        ] {
+            if bits & access != 0 {
+                needed |= op;
+            }
+        }
+        if !ops.contains(needed) {
+            return Err(Error::invalid(
+                "ibv_reg_mr",
+                format!(
+                    "an ODP region open to a peer's {needed:?} needs a capability that verified them on {transport} \
+                     (OdpCaps::check); this one verified {ops:?}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// `ibv_reg_mr` with `IBV_ACCESS_ON_DEMAND`: an explicit ODP region of `len` new bytes, for
     /// the transport and operations `cap` verified.
     ///
@@ -283,7 +310,9 @@ impl Pd {
     ///
     /// # Errors
     /// As [`Pd::alloc_mr`]; [`Error::InvalidArgument`] if `cap` was queried on another device
-    /// context than the PD's; [`Error::Verb`] with `ibv_reg_mr` if the device refuses anyway.
+    /// context than the PD's, or if `access` lets a peer WRITE, READ or run atomics on the
+    /// region and `cap` did not verify that operation (`OdpOps::WRITE`, `READ`, `ATOMIC`);
+    /// [`Error::Verb`] with `ibv_reg_mr` if the device refuses anyway.
     ///
     /// See ibv_reg_mr(3) (`IBV_ACCESS_ON_DEMAND`).
     #[doc(alias = "ibv_reg_mr")]
@@ -295,6 +324,7 @@ impl Pd {
     ) -> Result<Mr<A, Odp>> {
         let _ = access;
         self.check_cap_context(cap.ctx)?;
+        Self::check_remote_ops(A::BITS, cap.ops, T::NAME)?;
         self.alloc_mr_kind::<A, Odp>(
             len,
             OdpTag::verified(T::QP_TYPE, cap.ops.bits(), cap.page_starts),
@@ -328,7 +358,7 @@ impl Pd {
         Ok(ImplicitMr {
             mr,
             lkey,
-            odp: OdpTag::verified(T::QP_TYPE, cap.ops.bits(), cap.page_starts),
+            odp: OdpTag::verified(T::QP_TYPE, cap.ops.bits(), cap.page_starts).implicit(),
             pd: Arc::clone(&self.inner),
             _access: PhantomData,
         })
@@ -601,5 +631,34 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
             return Err(Error::last_os(Verb::Madvise, format!("MADV_REMOVE over {len} bytes at offset {off}")));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer's WRITE, READ or atomic on an explicit ODP region needs its operation verified;
+    /// local access needs nothing here (its posts are checked against the region's tag).
+    #[test]
+    fn remote_access_to_an_odp_region_needs_its_operations_verified() {
+        let (w, r, a) = (sys::IBV_ACCESS_REMOTE_WRITE, sys::IBV_ACCESS_REMOTE_READ, sys::IBV_ACCESS_REMOTE_ATOMIC);
+        let lw = sys::IBV_ACCESS_LOCAL_WRITE;
+        assert!(Pd::check_remote_ops(lw, OdpOps::SEND, "RC").is_ok());
+        assert!(Pd::check_remote_ops(0, OdpOps::empty(), "UD").is_ok());
+        assert!(Pd::check_remote_ops(lw | w, OdpOps::SEND | OdpOps::WRITE, "RC").is_ok());
+        assert!(Pd::check_remote_ops(lw | w | r | a, OdpOps::WRITE | OdpOps::READ | OdpOps::ATOMIC, "RC").is_ok());
+        for (bits, ops) in [
+            (lw | w, OdpOps::SEND),
+            (r, OdpOps::SEND | OdpOps::WRITE),
+            (lw | w | r | a, OdpOps::WRITE | OdpOps::READ),
+            (lw | w | r, OdpOps::all() - OdpOps::READ),
+        ] {
+            let e = Pd::check_remote_ops(bits, ops, "RC");
+            assert!(
+                matches!(e, Err(Error::InvalidArgument { verb: "ibv_reg_mr", .. })),
+                "{bits:#x} with {ops:?}: {e:?}"
+            );
+        }
     }
 }

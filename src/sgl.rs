@@ -201,7 +201,7 @@ impl<S: SgeStore> Collected<S> {
         let mut out = Self::none();
         let mut result = Ok(());
         let mut n = 0usize;
-        let mut total = 0u64;
+        let (mut total, mut implicit) = (0u64, 0u64);
         list.each(&mut |sge, odp, pd| {
             if result.is_err() {
                 return;
@@ -228,9 +228,23 @@ impl<S: SgeStore> Collected<S> {
                 out.sges.entries_mut()[n] = sge;
                 n += 1;
                 total += u64::from(sge.length);
+                if odp.is_implicit() {
+                    implicit += u64::from(sge.length);
+                }
             }
         });
         result?;
+        // The implicit ODP lkey serves operations of at most IMPLICIT_MAX_OP bytes (the ODP
+        // manual), however many entries use it; each view is within it on its own.
+        if implicit > crate::odp::IMPLICIT_MAX_OP as u64 {
+            return Err(Error::invalid(
+                verb,
+                format!(
+                    "the entries through the implicit ODP lkey total {implicit} bytes; an operation through it takes at most {}",
+                    crate::odp::IMPLICIT_MAX_OP
+                ),
+            ));
+        }
         // One message's byte count is a u32 everywhere below (the provider's sum of the
         // entries, `ibv_wc.byte_len`, the port's `max_msg_sz`): a longer list would reach the
         // device as the sum modulo 2^32.
@@ -356,6 +370,31 @@ mod tests {
         // The same list read by the device (a SEND source) may start anywhere.
         assert!(Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, send), odp(2 * page + 8, 8, rc, send)), "t", false)
             .is_ok());
+    }
+
+    /// The entries through the implicit ODP lkey take at most `IMPLICIT_MAX_OP` bytes in all
+    /// (each view is within it on its own: two of them were not); entries of explicit ODP or
+    /// pinned memory beside them do not count.
+    #[test]
+    fn entries_through_the_implicit_lkey_total_at_most_its_operation_limit() {
+        use crate::odp::IMPLICIT_MAX_OP;
+        let pd = PdId::dummy();
+        let (rc, send) = (sys::IBV_QPT_RC, sys::IBV_ODP_SUPPORT_SEND);
+        let max = IMPLICIT_MAX_OP as u32;
+        let implicit = |addr, len| LocalBuf::from_parts(addr, len, 7, OdpTag::verified(rc, send, false).implicit(), pd);
+        let explicit = |addr, len| LocalBuf::from_parts(addr, len, 8, OdpTag::verified(rc, send, false), pd);
+        let pinned = |addr, len| LocalBuf::from_parts(addr, len, 9, OdpTag::default(), pd);
+        let r = Collected::of(&[implicit(0x1000, max), implicit(0x1000, max)], "ibv_post_send", false);
+        assert!(matches!(r, Err(Error::InvalidArgument { verb: "ibv_post_send", .. })), "{:?}", r.map(|c| c.num_sge));
+        let r = Collected::of(&(implicit(0x1000, max / 2), implicit(0x1000, max / 2), implicit(0x1000, 1)), "t", false);
+        assert!(r.is_err(), "one byte over, in three entries");
+        let c = Collected::of(&(implicit(0x1000, max / 2), implicit(0x1000, max / 2)), "t", false)
+            .expect("exactly the limit");
+        assert_eq!(c.num_sge, 2);
+        let c = Collected::of(&(implicit(0x1000, max), explicit(0x1000, max), pinned(0x1000, max)), "t", false)
+            .expect("only the implicit entry counts");
+        assert_eq!(c.num_sge, 3);
+        assert!(c.odp.check(rc, "RC", send).is_ok(), "the implicit mark is no operation");
     }
 
     /// Entries of two protection domains are refused; so is a count above the queue's maximum.

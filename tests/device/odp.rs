@@ -413,7 +413,7 @@ fn an_odp_region_pins_no_memory() {
     const GIB: usize = 1 << 30;
     const SLACK: usize = 64 * MIB;
     let before = status_bytes("VmPin:");
-    let odp = pd.alloc_mr_odp(GIB, access::REMOTE_RW, &cap).unwrap();
+    let odp = pd.alloc_mr_odp(GIB, access::LOCAL_REMOTE_WRITE, &cap).unwrap();
     let with_odp = status_bytes("VmPin:");
     assert!(with_odp < before + SLACK, "VmPin {before} -> {with_odp} bytes for a 1 GiB ODP registration");
     drop(odp);
@@ -611,4 +611,15 @@ fn implicit_odp_region_lends_plain_memory_where_reported() {
     assert_eq!(dst, src);
     let big = vec![0u8; IMPLICIT_MAX_OP + 1];
     assert!(matches!(implicit.buf(&big), Err(Error::InvalidArgument { .. })), "above the 128 MiB limit");
+    // Two views within the limit each, in one request: the operation is above it.
+    let v = implicit.buf(&big[..IMPLICIT_MAX_OP]).unwrap();
+    scope(|s| {
+        let r = s.post_send(&p.a, wr::Send::new([v, v]));
+        assert!(
+            matches!(r, Err(typed_verbs::scope::PostError { error: Error::InvalidArgument { .. }, .. })),
+            "{:?}",
+            r.map(|_| ())
+        );
+    })
+    .unwrap();
 }

@@ -20,6 +20,10 @@
 //!
 //! - A capability queried on another device context: refused by the region's registration
 //!   (it may promise what this device lacks, or miss that its ODP writes land at page starts).
+//!
+//! - Remote rights a capability did not verify: a region open to a peer's WRITE, READ or
+//!   atomic on ODP memory needs that operation verified for its transport (the ODP manual's
+//!   per-transport capability bits); otherwise the registration refuses it.
 
 use typed_verbs::odp::{OdpCap, OdpOps};
 use typed_verbs::prelude::*;
@@ -152,4 +156,28 @@ fn an_odp_capability_of_another_context_is_refused() {
     }
     let cap_b = odp_cap::<RC>(&b, OdpOps::RECV).expect("the same device reports the same");
     assert_eq!(pd_b.alloc_mr_odp(PAGE, access::LOCAL_RW, &cap_b).unwrap().len(), PAGE);
+}
+
+/// A capability that verified SEND alone does not open an ODP region to a peer's WRITE or
+/// READ (nor one of UD, a transport without RDMA); one that verified WRITE and READ does.
+#[test]
+fn remote_rights_an_odp_capability_did_not_verify_are_refused() {
+    let ctx = open();
+    let Some(send_only) = odp_cap::<RC>(&ctx, OdpOps::SEND) else { return };
+    let pd = ctx.alloc_pd().unwrap();
+    let refused = |r: Result<Mr<access::RemoteRw, typed_verbs::mr::Odp>>, what: &str| match r {
+        Err(Error::InvalidArgument { verb, reason }) => {
+            assert_eq!(verb, "ibv_reg_mr", "{what}");
+            assert!(reason.contains("verified"), "{what}: {reason}");
+        }
+        other => panic!("{what}: must be refused, got {:?}", other.map(|m| m.len())),
+    };
+    refused(pd.alloc_mr_odp(PAGE, access::REMOTE_RW, &send_only), "REMOTE_RW with RC SEND verified");
+    // The local side of the same capability still registers.
+    assert_eq!(pd.alloc_mr_odp(PAGE, access::LOCAL_RW, &send_only).unwrap().len(), PAGE);
+    if let Some(ud) = odp_cap::<UD>(&ctx, OdpOps::SEND) {
+        refused(pd.alloc_mr_odp(PAGE, access::REMOTE_RW, &ud), "REMOTE_RW with UD SEND verified");
+    }
+    let rw = odp_cap::<RC>(&ctx, OdpOps::WRITE | OdpOps::READ).expect("rxe's RC ODP has WRITE and READ with SEND");
+    assert_eq!(pd.alloc_mr_odp(PAGE, access::REMOTE_RW, &rw).unwrap().len(), PAGE);
 }
