@@ -2,6 +2,7 @@
 // completion hands back is the library's alone, with the request's real completion. A program
 // that could call it with a made-up successful completion would get the window back as an
 // unbound `Mw`, ending the region's borrow while the window is still bound on the device.
+// The proof argument `sealed::Internal` lives in a private module: a program cannot name it.
 use typed_verbs::access::window::ReadWrite;
 use typed_verbs::mw::{BoundMw, Mw, Type2};
 use typed_verbs::scope::Completes;
@@ -10,7 +11,7 @@ use typed_verbs::wr::{LocalInv, SendRequest};
 
 fn forge(bound: BoundMw<'_, Type2, ReadWrite>) -> Mw<Type2> {
     let made_up = Completion::default();
-    LocalInv::new(bound).into_buffers().complete(&made_up).unwrap_or_else(|_| panic!())
+    LocalInv::new(bound).into_buffers().complete(&made_up, typed_verbs::scope::sealed::Internal(())).unwrap_or_else(|_| panic!())
 }
 
 fn main() {}

@@ -1,0 +1,15 @@
+// ibv_post_send(3) opcode table: IBV_WR_SEND_WITH_INV is not valid on UD (only UC, RC, XRC_SEND); posted on UD through Scope::post_send, the opcode is refused, no destination is asked for.
+use typed_verbs::access;
+use typed_verbs::mr::Mr;
+use typed_verbs::qp::Qp;
+use typed_verbs::scope::scope;
+use typed_verbs::transport::{RTS, UD};
+use typed_verbs::wr;
+
+fn f(qp: &Qp<UD, RTS>, local: &Mr<access::LocalRead>) {
+    let _ = scope(|s| {
+        let _ = s.post_send(qp, wr::SendInv::new(local.slice(..).unwrap(), 7));
+    });
+}
+
+fn main() {}
