@@ -472,7 +472,15 @@ fn a_scope_ending_with_an_unsignaled_token_request_breaks_the_qp_within_the_tail
         drop(s.post_send(&p.a, wr).unwrap());
     });
     assert_the_tail_broke_the_qp("a scope with an unsignaled token tail", res, started.elapsed(), &p, &target);
-    src.as_mut_slice().fill(0x5a); // the device no longer uses it
+    assert_the_tail_no_longer_reads(&mut src, &target);
+}
+
+/// The scope returned: the device no longer reads `src`, the unsignaled tail's source. A new
+/// pattern written into it never reaches the tail's target (`target[64..128]`).
+fn assert_the_tail_no_longer_reads(src: &mut Mr<access::LocalRead>, target: &Mr<access::RemoteRw>) {
+    src.as_mut_slice().fill(0x5a);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_ne!(bytes(target, 64, 64), vec![0x5a; 64], "the device read the tail's source after the scope");
 }
 
 /// After a scope on `p.a` that ended with an unsignaled tail behind one signaled 64-byte write
@@ -521,7 +529,7 @@ fn an_unsignaled_tail_breaks_the_qp_until_it_is_reset() {
         "the closure's result is lost"
     });
     assert_the_tail_broke_the_qp("a lane with an unsignaled tail", res, started.elapsed(), &p, &target);
-    src.as_mut_slice().fill(0x5a); // the device no longer uses it
+    assert_the_tail_no_longer_reads(&mut src, &target);
 
     // Broken until reset: no lane opens.
     scope(|s| match s.send_lane(&mut p.a) {

@@ -198,9 +198,22 @@ fn outstanding_lane_receives_make_the_scope_flush_and_report_the_qp_broken() {
         other => panic!("expected QpBroken, got {other:?}"),
     }
     assert!(took < Duration::from_secs(10), "the drain timeout, then at most the 5 s flush wait: {took:?}");
-    dst.as_mut_slice().fill(0x5a); // the device no longer uses it
     assert_eq!(p.b.outstanding(), (0, 0));
-    assert!(matches!(p.b.query_state().unwrap(), ObservedState::Err | ObservedState::Reset));
+    // rxe flushes the receives once the QP is in ERR; the drain then resets it.
+    assert_eq!(p.b.query_state().unwrap(), ObservedState::Reset);
+    // The device no longer writes the receives' memory: a message sent to the QP now does not
+    // land in it. (Its peer in RESET drops it; the sender retries until its scope, given
+    // 0.3 s, breaks it.)
+    dst.as_mut_slice().fill(0x5a);
+    let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(0xc3);
+    let sent = scope_with_timeout(Duration::from_millis(300), |s| {
+        let t = s.post_send(&p.a, wr::Send::new(src.slice(..).unwrap())).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        drop(t);
+    });
+    assert!(matches!(sent, Err(Error::QpBroken { qp_num }) if qp_num == p.a.qp_num()), "{sent:?}");
+    assert!(dst.as_slice().iter().all(|&b| b == 0x5a), "a message landed in a receive buffer after the scope");
 }
 
 #[test]

@@ -313,6 +313,8 @@ fn host_b_link_down_and_up_reports_port_events_there_and_the_qp_rides_through() 
     }
     let mut src = side.pd.alloc_mr(CHUNK, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0xa5);
+    // Posted while B's link is down: the flap (3 s down) has not ended.
+    assert_eq!(flap.poll(), None, "the link flap ended before the WRITE was posted:\n{}", flap.output());
     let posted = Instant::now();
     let (status, took) = scope(|s| {
         let t =
@@ -324,6 +326,8 @@ fn host_b_link_down_and_up_reports_port_events_there_and_the_qp_rides_through() 
     assert_eq!(flap.wait_exit(WAIT), Some(0), "{}", flap.output());
     eprintln!("host B's link down: WRITE completed {status:?} after {took:?}");
     assert_eq!(status, WcStatus::Success);
+    // It completed once the link was back, not before: most of the 3 s it was down.
+    assert!(took >= Duration::from_secs(1), "the WRITE completed {took:?} after its post, while B's link was down");
     if let Err(e) = owner.wait_for_line("async event: IBV_EVENT_PORT_ACTIVE", WAIT) {
         panic!("{e}");
     }
