@@ -124,6 +124,11 @@ unsafe impl Sync for World {}
 
 impl World {
     pub(crate) fn new() -> &'static World {
+        World::with_atomics(true)
+    }
+
+    /// A fake device that reports atomic operations (`atomic_cap`) or not.
+    pub(crate) fn with_atomics(atomics: bool) -> &'static World {
         // SAFETY: zeroed C structs (all-zero is a valid value of each: pointers null, a zeroed
         // pthread mutex and condition are their static initialisers), leaked for the test;
         // `pipe2` with a valid out-array.
@@ -146,6 +151,7 @@ impl World {
                 tag: u16::MAX,
                 id: 0,
                 cqs: Mutex::new(Vec::new()),
+                atomics,
             });
             std::mem::forget(Arc::clone(&ctx));
             let pd = Arc::new(PdInner { pd: NonNull::dangling(), ctx: Arc::clone(&ctx) });
@@ -572,4 +578,38 @@ fn a_capability_of_another_context_is_refused_when_the_request_is_built() {
     // Under another flag wrapper too.
     let wrapped = crate::wr::InlineSend::new(empty).ip_csum(IpCsum::<RAW_PACKET>::of_context(7)).solicited();
     assert!(crate::scope::build_checked::<RAW_PACKET, _>(&qp, &wrapped).is_err());
+}
+
+/// On a device without atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`, the fake device's
+/// setting), atomic requests are refused when they are built, before the provider sees them;
+/// the same requests build on a device with them, and other requests build on both.
+#[test]
+fn atomics_are_refused_on_a_device_without_them() {
+    use crate::access::RemoteAll;
+    use crate::mr::{LocalBuf, LocalBufMut, OdpTag, RemoteSlice};
+    use crate::transport::RC;
+    use crate::wr::{CompareSwap, FetchAdd, Write};
+    for atomics in [true, false] {
+        let w = World::with_atomics(atomics);
+        let (cq, _fake) = w.cq();
+        let qp = w.qp(0x52, 8, &cq, None);
+        let pd = w.pd.id();
+        let result = || LocalBufMut::from_parts(0x1000, 8, 1, OdpTag::default(), pd);
+        let remote = RemoteSlice::<RemoteAll>::from_wire(0x2000, 8, 2);
+        let refused = |r: crate::Result<()>, what: &str| match (atomics, r) {
+            (true, Ok(())) => {}
+            (false, Err(crate::Error::Unsupported { verb, what: why, .. })) => {
+                assert_eq!(verb.name(), "ibv_post_send", "{what}");
+                assert!(why.contains("atomic_cap"), "{what}: {why}");
+            }
+            (_, r) => panic!("{what} with atomics {atomics}: {r:?}"),
+        };
+        refused(crate::scope::build_checked::<RC, _>(&qp, &FetchAdd::new(result(), remote, 1)).map(drop), "FetchAdd");
+        refused(
+            crate::scope::build_checked::<RC, _>(&qp, &CompareSwap::new(result(), remote, 1, 2)).map(drop),
+            "CompareSwap",
+        );
+        let src = LocalBuf::from_parts(0x3000, 8, 3, OdpTag::default(), pd);
+        assert!(crate::scope::build_checked::<RC, _>(&qp, &Write::new(src, remote)).is_ok(), "a WRITE builds");
+    }
 }

@@ -116,6 +116,9 @@ pub(crate) struct ContextInner {
     /// The context's CQs, to find the one an `IBV_EVENT_CQ_ERR` names
     /// ([`crate::cq::FailedCq`]).
     pub(crate) cqs: std::sync::Mutex<Vec<std::sync::Weak<crate::cq::CqShared>>>,
+    /// The device supports atomic operations (`atomic_cap` is not `IBV_ATOMIC_NONE`): remote
+    /// atomic access and atomic requests are refused otherwise ("if supported", ibv_reg_mr(3)).
+    pub(crate) atomics: bool,
 }
 
 // SAFETY: libibverbs contexts are thread-safe: every verb may be called on a context from any
@@ -134,6 +137,18 @@ impl ContextInner {
             return Err(Error::from_ret(Verb::QueryDevice, format!("device {}", self.name), ret));
         }
         Ok(DeviceAttr { raw: attr, ctx: self.id })
+    }
+}
+
+/// The device `name` has no atomic operations: what needs them is refused
+/// ("IBV_ACCESS_REMOTE_ATOMIC ... (if supported)", ibv_reg_mr(3)).
+#[cold]
+#[inline(never)]
+pub(crate) fn no_atomics(verb: Verb, name: &str) -> Error {
+    Error::Unsupported {
+        verb,
+        what: format!("atomic operations: device {name} reports atomic_cap IBV_ATOMIC_NONE"),
+        source: None,
     }
 }
 
@@ -211,7 +226,10 @@ impl Context {
         let cqs = std::sync::Mutex::new(Vec::new());
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Context { inner: Arc::new(ContextInner { ctx, name: name.to_owned(), tag, id, cqs }) })
+        let mut inner = ContextInner { ctx, name: name.to_owned(), tag, id, cqs, atomics: false };
+        // (On failure `inner`'s drop closes the device and gives its tag back.)
+        inner.atomics = inner.query_device()?.atomic_cap() != sys::IBV_ATOMIC_NONE;
+        Ok(Context { inner: Arc::new(inner) })
     }
 
     /// The device name this context was opened on.

@@ -78,7 +78,8 @@ impl Pd {
     /// # Errors
     /// - [`Error::InvalidArgument`] for `len == 0` or an `iova` range that overflows;
     /// - [`Error::Unsupported`] when the device cannot register dma-bufs (`EOPNOTSUPP` or
-    ///   `EPROTONOSUPPORT`, e.g. Soft-RoCE), with the errno;
+    ///   `EPROTONOSUPPORT`, e.g. Soft-RoCE), with the errno, or for REMOTE_ATOMIC on a device
+    ///   without atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`);
     /// - [`Error::Verb`] with `ibv_reg_dmabuf_mr` and its errno otherwise (e.g. `EINVAL` for a
     ///   range outside the dma-buf, `EBADF`).
     ///
@@ -98,6 +99,9 @@ impl Pd {
         }
         if iova.checked_add(len as u64).is_none() || offset.checked_add(len as u64).is_none() {
             return Err(Error::invalid("ibv_reg_dmabuf_mr", format!("{len} bytes from iova {iova:#x} overflow")));
+        }
+        if A::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0 && !self.inner.ctx.atomics {
+            return Err(crate::device::no_atomics(Verb::RegDmabufMr, &self.inner.ctx.name));
         }
         // SAFETY: the PD is alive; `fd` is an open descriptor for the call (borrowed); the
         // device is told to reach the dma-buf's memory, which the kernel keeps alive for the

@@ -265,6 +265,8 @@ impl Pd {
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for `len == 0` or a length the allocator cannot lay out;
+    /// - [`Error::Unsupported`] for REMOTE_ATOMIC on a device without atomic operations
+    ///   (`atomic_cap` `IBV_ATOMIC_NONE`; every registration refuses it);
     /// - [`Error::Verb`] with `ibv_reg_mr` and its errno (e.g. `ENOMEM` above the locked-memory
     ///   limit, `EINVAL`).
     ///
@@ -343,6 +345,9 @@ impl Pd {
         buffer: Option<Box<CallerBuffer>>,
     ) -> Result<Mr<A, K>> {
         let bits = A::BITS | K::EXTRA_ACCESS;
+        if bits & sys::IBV_ACCESS_REMOTE_ATOMIC != 0 && !self.inner.ctx.atomics {
+            return Err(crate::device::no_atomics(Verb::RegMr, &self.inner.ctx.name));
+        }
         // SAFETY: the PD is alive; `mem..mem+len` is valid memory kept at its address until after
         // deregistration (this function's contract); the access bits obey ibv_reg_mr(3)
         // (`A: LegalAccess`). `ibv_reg_mr` is a macro over this inline helper.

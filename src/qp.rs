@@ -1167,6 +1167,16 @@ impl QpShared {
         self.pd.ctx.id
     }
 
+    /// Refuses an atomic request, or a window bind granting remote atomics, on a device without
+    /// atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`).
+    #[inline(always)]
+    pub(crate) fn check_atomics(&self, verb: crate::Verb, wants: bool) -> Result<()> {
+        if wants && !self.pd.ctx.atomics {
+            return Err(crate::device::no_atomics(verb, &self.pd.ctx.name));
+        }
+        Ok(())
+    }
+
     /// Refuses an object of another protection domain (and so of another device context)
     /// before the provider sees it: the kernel resolves keys and handles in the QP's own
     /// context, where the foreign object's number may name something else (DESIGN.md §5).

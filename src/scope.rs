@@ -309,6 +309,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// Returns the request with a [`PostError`]:
     /// - [`Error::InvalidArgument`] for what the request's own checks reject (atomic alignment,
     ///   sizes);
+    /// - [`Error::Unsupported`] for an atomic request, or a bind granting remote atomics, on a
+    ///   device without atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`);
     /// - [`Error::InlineTooLarge`] for an inline payload above the QP's `max_inline_data`;
     /// - [`Error::QueueFull`] when the send queue is full of outstanding requests;
     /// - [`Error::QpBroken`] after a forced reset;
@@ -598,7 +600,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Returns the window with a [`PostError`]: [`Error::InvalidArgument`] for an empty range,
-    /// a range outside the region or a window of another PD; [`Error::QueueFull`];
+    /// a range outside the region or a window of another PD; [`Error::Unsupported`] for
+    /// remote atomic rights on a device without atomic operations; [`Error::QueueFull`];
     /// [`Error::Verb`] with `ibv_bind_mw` and its errno.
     ///
     /// See ibv_bind_mw(3).
@@ -632,6 +635,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             return Err(PostError { error, wr: Some(mw) });
         }
         if let Err(error) = qp.shared.check_pd("ibv_bind_mw", "the window", mw.pd_id()) {
+            return Err(PostError { error, wr: Some(mw) });
+        }
+        if let Err(error) = qp.shared.check_atomics(crate::Verb::BindMw, R::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0) {
             return Err(PostError { error, wr: Some(mw) });
         }
         let addr = mr.addr() + offset;
@@ -927,6 +933,8 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
         }
     }
     wr.build(raw)?;
+    // A constant of the request's type (set by its build): no instruction for the others.
+    qp.check_atomics(crate::Verb::PostSend, raw.atomics)?;
     crate::sgl::check_count("send", qp.qp_num(), raw.num_sge, qp.caps().max_send_sge)?;
     if let Some(pd) = raw.pd {
         qp.check_pd("ibv_post_send", "the request's memory (or window)", pd)?;

@@ -53,6 +53,9 @@ pub struct RawSendWr<S = [sys::ibv_sge; 1]> {
     /// The PD of the local memory or window the request names: checked against the QP's
     /// before posting.
     pub(crate) pd: Option<crate::pd::PdId>,
+    /// The request needs the device's atomic operations: an atomic, or a bind granting remote
+    /// atomics (checked against the QP's device before posting).
+    pub(crate) atomics: bool,
 }
 
 impl<S: SgeStore> RawSendWr<S> {
@@ -64,6 +67,7 @@ impl<S: SgeStore> RawSendWr<S> {
             odp: OdpTag::default(),
             odp_op: 0,
             pd: None,
+            atomics: false,
         }
     }
 
@@ -605,6 +609,7 @@ request!(
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_ATOMIC_CMP_AND_SWP;
+        raw.atomics = true;
         raw.wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
             remote_addr: s.remote.addr,
             compare_add: s.compare,
@@ -624,6 +629,7 @@ request!(
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_ATOMIC_FETCH_AND_ADD;
+        raw.atomics = true;
         raw.wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
             remote_addr: s.remote.addr,
             compare_add: s.add,
@@ -759,6 +765,7 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
         raw.pd = Some(self.mr.pd().id());
         raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
         raw.wr.opcode = sys::IBV_WR_BIND_MW;
+        raw.atomics = R::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0;
         raw.wr.__bindgen_anon_2.bind_mw = sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
             mw: self.mw.as_ptr(),
             rkey: inc_rkey(self.mw.raw_rkey()),
