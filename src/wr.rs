@@ -711,6 +711,8 @@ request!(
     |s| s.local
 );
 valid_on!(SupportsSendInv: [L: Gather] SendInv<L>);
+// A Send operation: ibv_post_send(3)'s "Send" for IBV_SEND_SOLICITED (the IBTA lets every Send,
+// with invalidate included, carry the solicited event bit).
 impl<L: Gather> AllowsSolicited for SendInv<L> {}
 
 /// `IBV_WR_BIND_MW`: binds a type 2 window to `len` bytes of `mr` at `offset`, granting `R`.
