@@ -184,7 +184,7 @@ fn bind_type1<'m>(
         );
         // Now, and only now, the rkey may leave: `bound` exists after a successful completion.
         let remote = bound.remote(..)?;
-        let advert = WindowAdvert { addr: remote.addr(), len: remote.len(), rkey: remote.rkey(), zero_based: false };
+        let advert = WindowAdvert::of(&remote);
         let bytes = advert.encode();
         let r = s.post_recv(&peers.client, wr::Recv::new(inbox.slice_mut(..)?))?;
         let t = s.post_inline(&peers.server, wr::InlineSend::new(&bytes))?;

@@ -195,11 +195,11 @@ fn serve(o: &Opts, window: bool) -> Result<(), Error> {
                 let bound = bound.map_err(|_| format!("the window's bind failed: {:?}", c.status()))?;
                 let r = bound.remote(..)?;
                 println!("bound a type 1 window over the region, rkey {:#x}", r.rkey());
-                (WindowAdvert { addr: r.addr(), len: r.len(), rkey: r.rkey(), zero_based: false }, Some(bound))
+                (WindowAdvert::of(&r), Some(bound))
             }
             None => {
                 let r = region.remote(..)?;
-                (WindowAdvert { addr: r.addr(), len: r.len(), rkey: r.rkey(), zero_based: false }, None)
+                (WindowAdvert::of(&r), None)
             }
         };
         println!("advertised addr {:#x} len {} rkey {:#x}", advert.addr, advert.len, advert.rkey);

@@ -198,7 +198,7 @@ impl<RW, RR, RA, ZB> fmt::Debug for WindowAccess<RW, RR, RA, ZB> {
 /// `qp_access_flags` for a QP granted `A` (the [queue-pair rule](self#queue-pairs)): the remote
 /// bits of the set.
 pub(crate) fn qp_access_flags<A: AccessSet>(_: A) -> u32 {
-    A::BITS & (sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ | sys::IBV_ACCESS_REMOTE_ATOMIC)
+    A::BITS & REMOTE_BITS
 }
 
 /// An access set that ibv_reg_mr(3) accepts.
@@ -304,12 +304,21 @@ pub struct ZeroBased;
 pub trait RemoteRights: sealed::Sealed + Copy + Send + Sync + fmt::Debug + 'static {
     /// True when remote addresses are offsets from the start of a zero-based window.
     const ZERO_BASED: bool;
+    /// The rights a peer holding the rkey has: the `IBV_ACCESS_REMOTE_WRITE`, `_READ` and
+    /// `_ATOMIC` bits of the set.
+    const REMOTE: u32;
 }
+
+/// The remote-access bits of `IBV_ACCESS_*` flags.
+pub(crate) const REMOTE_BITS: u32 =
+    sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ | sys::IBV_ACCESS_REMOTE_ATOMIC;
+
 impl<LW, RW, RR, RA, MB> RemoteRights for Access<LW, RW, RR, RA, MB>
 where
     Self: LegalAccess,
 {
     const ZERO_BASED: bool = false;
+    const REMOTE: u32 = <Self as AccessSet>::BITS & REMOTE_BITS;
 }
 
 /// The access a memory window grants (`mw_access_flags` of ibv_bind_mw(3)): each position is
@@ -410,6 +419,9 @@ where
     ZB: window_sealed::Flag<{ sys::IBV_ACCESS_ZERO_BASED }> + 'static,
 {
     const ZERO_BASED: bool = ZB::SET;
+    const REMOTE: u32 = bit(RW::SET, sys::IBV_ACCESS_REMOTE_WRITE)
+        | bit(RR::SET, sys::IBV_ACCESS_REMOTE_READ)
+        | bit(RA::SET, sys::IBV_ACCESS_REMOTE_ATOMIC);
 }
 
 impl<RW, RR, RA, ZB> WindowRights for WindowAccess<RW, RR, RA, ZB>

@@ -371,7 +371,7 @@ impl<K: MwType, R: WindowRights> PendingBind<'_, K, R> {
     /// What the scope's `advertise_window` sends: address, length and the new rkey.
     pub(crate) fn advert(&self) -> WindowAdvert {
         let base = if R::ZERO_BASED { 0 } else { self.addr };
-        WindowAdvert { addr: base, len: self.len, rkey: self.new_rkey, zero_based: R::ZERO_BASED }
+        WindowAdvert { addr: base, len: self.len, rkey: self.new_rkey, zero_based: R::ZERO_BASED, rights: R::REMOTE }
     }
 }
 
@@ -417,8 +417,9 @@ impl<'m, K: MwType, R: WindowRights> PendingUnbind<'m, K, R> {
 }
 
 /// The wire form of a window advertisement sent by
-/// [`Scope::advertise_window`](crate::scope::Scope::advertise_window): 21 bytes, little
-/// endian: `addr: u64, len: u64, rkey: u32, flags: u8` (bit 0: zero-based).
+/// [`Scope::advertise_window`](crate::scope::Scope::advertise_window) (or of any remote memory,
+/// [`WindowAdvert::of`]): 21 bytes, little endian: `addr: u64, len: u64, rkey: u32, flags: u8`
+/// (bit 0: zero-based; bits 1, 2, 3: the peer may WRITE, READ, run atomics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowAdvert {
     /// Remote address (an offset for zero-based windows).
@@ -429,11 +430,33 @@ pub struct WindowAdvert {
     pub rkey: u32,
     /// Whether the window is zero-based.
     pub zero_based: bool,
+    /// The rights granted: `IBV_ACCESS_REMOTE_WRITE`, `_READ`, `_ATOMIC` bits (others are
+    /// not encoded).
+    pub rights: u32,
 }
 
 impl WindowAdvert {
     /// Encoded size in bytes.
     pub const LEN: usize = 21;
+
+    /// The flag bits of the rights, after the zero-based bit.
+    const RIGHTS: [(u32, u8); 3] = [
+        (sys::IBV_ACCESS_REMOTE_WRITE, 1 << 1),
+        (sys::IBV_ACCESS_REMOTE_READ, 1 << 2),
+        (sys::IBV_ACCESS_REMOTE_ATOMIC, 1 << 3),
+    ];
+
+    /// The advertisement of `remote`: its address, length, rkey and rights (`R`), so that the
+    /// peer types it with those rights at most ([`WindowAdvert::remote`]).
+    pub fn of<R: RemoteRights>(remote: &RemoteSlice<R>) -> Self {
+        WindowAdvert {
+            addr: remote.addr(),
+            len: remote.len(),
+            rkey: remote.rkey(),
+            zero_based: R::ZERO_BASED,
+            rights: R::REMOTE,
+        }
+    }
 
     /// Encodes the advertisement.
     pub fn encode(&self) -> [u8; Self::LEN] {
@@ -442,6 +465,11 @@ impl WindowAdvert {
         b[8..16].copy_from_slice(&self.len.to_le_bytes());
         b[16..20].copy_from_slice(&self.rkey.to_le_bytes());
         b[20] = u8::from(self.zero_based);
+        for (right, flag) in Self::RIGHTS {
+            if self.rights & right != 0 {
+                b[20] |= flag;
+            }
+        }
         b
     }
 
@@ -454,7 +482,7 @@ impl WindowAdvert {
         let b: &[u8; Self::LEN] = bytes.try_into().map_err(|_| {
             Error::invalid("WindowAdvert::decode", format!("{} bytes, expected {}", bytes.len(), Self::LEN))
         })?;
-        if b[20] & !1 != 0 {
+        if b[20] & !0xf != 0 {
             return Err(Error::invalid("WindowAdvert::decode", format!("unknown flags {:#x}", b[20])));
         }
         let u64_at =
@@ -464,19 +492,31 @@ impl WindowAdvert {
             len: u64_at(8),
             rkey: u32::from_le_bytes([b[16], b[17], b[18], b[19]]),
             zero_based: b[20] & 1 != 0,
+            rights: Self::RIGHTS.iter().filter(|(_, flag)| b[20] & flag != 0).fold(0, |r, (right, _)| r | right),
         })
     }
 
-    /// The remote window as a [`RemoteSlice`], with the rights `R` the peer granted.
+    /// The remote window as a [`RemoteSlice`], with rights `R`, at most those the peer
+    /// granted.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if the advertisement's addressing mode (zero-based or not)
-    /// differs from `R`'s.
+    /// differs from `R`'s, or `R` has a right the advertisement does not grant.
     pub fn remote<R: RemoteRights>(&self) -> Result<RemoteSlice<R>> {
         if self.zero_based != R::ZERO_BASED {
             return Err(Error::invalid(
                 "WindowAdvert::remote",
                 "the advertised window's addressing mode (zero-based or virtual) differs from the rights type",
+            ));
+        }
+        if R::REMOTE & !self.rights != 0 {
+            return Err(Error::invalid(
+                "WindowAdvert::remote",
+                format!(
+                    "the rights type asks for access {:#x}; the advertisement grants {:#x} (IBV_ACCESS_REMOTE_*)",
+                    R::REMOTE,
+                    self.rights & crate::access::REMOTE_BITS
+                ),
             ));
         }
         Ok(RemoteSlice::new(self.addr, self.len, self.rkey))
@@ -486,14 +526,37 @@ impl WindowAdvert {
 #[cfg(test)]
 mod tests {
     use super::WindowAdvert;
+    use typed_verbs_sys as sys;
 
     #[test]
     fn advert_round_trips_and_rejects_garbage() {
-        let a = WindowAdvert { addr: 0x1122_3344_5566_7788, len: 4096, rkey: 0xabcd_ef01, zero_based: true };
+        let rights = sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_ATOMIC;
+        let a = WindowAdvert { addr: 0x1122_3344_5566_7788, len: 4096, rkey: 0xabcd_ef01, zero_based: true, rights };
         assert_eq!(WindowAdvert::decode(&a.encode()).unwrap(), a);
+        assert_eq!(a.encode()[20], 1 | 2 | 8);
         assert!(WindowAdvert::decode(&a.encode()[..20]).is_err());
         let mut bad = a.encode();
-        bad[20] = 2;
+        bad[20] = 0x10;
         assert!(WindowAdvert::decode(&bad).is_err());
+    }
+
+    /// The rights an advertisement grants bound the rights type the peer may give it; the
+    /// addressing mode must match.
+    #[test]
+    fn an_advert_is_typed_with_at_most_the_rights_it_grants() {
+        use crate::access::{self, window};
+        let read_only =
+            WindowAdvert { addr: 0x1000, len: 64, rkey: 7, zero_based: false, rights: sys::IBV_ACCESS_REMOTE_READ };
+        assert!(read_only.remote::<window::Read>().is_ok());
+        assert!(read_only.remote::<access::RemoteReadOnly>().is_ok());
+        assert!(read_only.remote::<window::Write>().is_err());
+        assert!(read_only.remote::<window::All>().is_err());
+        assert!(read_only.remote::<access::RemoteRw>().is_err());
+        let remote = read_only.remote::<window::Read>().unwrap();
+        assert_eq!(WindowAdvert::of(&remote), read_only);
+        let all = WindowAdvert { rights: access::REMOTE_BITS, ..read_only };
+        assert!(all.remote::<window::All>().is_ok() && all.remote::<window::Write>().is_ok());
+        let zero_based = WindowAdvert { zero_based: true, ..all };
+        assert!(zero_based.remote::<window::All>().is_err(), "a zero-based window typed as virtually addressed");
     }
 }

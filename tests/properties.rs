@@ -24,6 +24,10 @@ fn window_adverts_round_trip_and_garbage_never_panics() {
             len: rng.next(),
             rkey: rng.next() as u32,
             zero_based: rng.next() & 1 == 1,
+            rights: rng.next() as u32
+                & (typed_verbs::sys::IBV_ACCESS_REMOTE_WRITE
+                    | typed_verbs::sys::IBV_ACCESS_REMOTE_READ
+                    | typed_verbs::sys::IBV_ACCESS_REMOTE_ATOMIC),
         };
         assert_eq!(WindowAdvert::decode(&a.encode()).unwrap(), a);
         // Arbitrary bytes of arbitrary length: an error or a value, never a panic.
@@ -36,8 +40,9 @@ fn window_adverts_round_trip_and_garbage_never_panics() {
             }
             Err(e) => assert!(matches!(e, typed_verbs::Error::InvalidArgument { .. })),
         }
-        // The addressing mode must match the rights type.
-        assert_eq!(a.remote::<window::Write>().is_ok(), !a.zero_based);
+        // The addressing mode must match the rights type, which asks no right not granted.
+        let write = typed_verbs::sys::IBV_ACCESS_REMOTE_WRITE;
+        assert_eq!(a.remote::<window::Write>().is_ok(), !a.zero_based && a.rights & write != 0);
     }
 }
 
