@@ -580,15 +580,17 @@ fn a_capability_of_another_context_is_refused_when_the_request_is_built() {
     assert!(crate::scope::build_checked::<RAW_PACKET, _>(&qp, &wrapped).is_err());
 }
 
-/// On a device without atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`, the fake device's
-/// setting), atomic requests are refused when they are built, before the provider sees them;
-/// the same requests build on a device with them, and other requests build on both.
+/// On a device without atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`; the fake device
+/// made with `World::with_atomics(false)`), atomic requests are refused when they are built,
+/// before the provider sees them, as are a QP granted remote atomics and a region registered
+/// with REMOTE_ATOMIC; the same requests build on a device with them, and other requests
+/// build on both.
 #[test]
 fn atomics_are_refused_on_a_device_without_them() {
     use crate::access::RemoteAll;
     use crate::mr::{LocalBuf, LocalBufMut, OdpTag, RemoteSlice};
     use crate::transport::RC;
-    use crate::wr::{CompareSwap, FetchAdd, Write};
+    use crate::wr::{CompareSwap, FetchAdd, SendRequest, Write};
     for atomics in [true, false] {
         let w = World::with_atomics(atomics);
         let (cq, _fake) = w.cq();
@@ -611,5 +613,26 @@ fn atomics_are_refused_on_a_device_without_them() {
         );
         let src = LocalBuf::from_parts(0x3000, 8, 3, OdpTag::default(), pd);
         assert!(crate::scope::build_checked::<RC, _>(&qp, &Write::new(src, remote)).is_ok(), "a WRITE builds");
+        // Under flag wrappers too.
+        let wrapped = FetchAdd::new(result(), remote, 1).unsignaled().fence();
+        refused(crate::scope::build_checked::<RC, _>(&qp, &wrapped).map(drop), "a wrapped FetchAdd");
+        if atomics {
+            continue;
+        }
+        // Refused before any call into the (fake) provider: a QP granted remote atomics, and a
+        // region registered with REMOTE_ATOMIC.
+        let mut init = sys::ibv_qp_attr { qp_access_flags: sys::IBV_ACCESS_REMOTE_ATOMIC, ..Default::default() };
+        init.port_num = 1;
+        let attr = crate::qp::CmAttr { attr: init, mask: sys::IBV_QP_ACCESS_FLAGS | sys::IBV_QP_PORT };
+        match qp.modify(sys::IBV_QPS_INIT, &attr, "RESET", "INIT") {
+            Err(crate::Error::Unsupported { verb, .. }) => assert_eq!(verb.name(), "ibv_modify_qp"),
+            other => panic!("a QP granted remote atomics: {other:?}"),
+        }
+        let pd = crate::pd::Pd { inner: Arc::clone(&w.pd) };
+        match pd.alloc_mr(64, crate::access::REMOTE_ALL) {
+            Err(crate::Error::Unsupported { verb, .. }) => assert_eq!(verb.name(), "ibv_reg_mr"),
+            other => panic!("a region with REMOTE_ATOMIC: {:?}", other.map(|m| m.len())),
+        }
+        std::mem::forget(pd);
     }
 }

@@ -304,6 +304,7 @@ impl Pd {
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for an empty buffer;
+    /// - [`Error::Unsupported`] for REMOTE_ATOMIC on a device without atomic operations;
     /// - [`Error::Verb`] with `ibv_reg_mr` and its errno (e.g. `ENOMEM` above the locked-memory
     ///   limit, `EFAULT` for memory the kernel cannot pin for writing, such as some file
     ///   mappings).
@@ -314,6 +315,7 @@ impl Pd {
     #[doc(alias = "ibv_reg_mr")]
     pub fn register<A: LegalAccess, B: StableBuffer>(&self, buf: B, access: A) -> Result<Registered<A, B>> {
         let _ = access;
+        self.check_atomic_access(A::BITS)?;
         // Boxed first: the value sits at its final place before its address is taken, and the
         // box is never moved out of or reborrowed until the region is deregistered.
         let mut boxed = Box::new(buf);
@@ -377,6 +379,7 @@ impl Pd {
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for an empty slice;
+    /// - [`Error::Unsupported`] for REMOTE_ATOMIC on a device without atomic operations;
     /// - [`Error::Verb`] with `ibv_reg_mr` and its errno. `f` is not called then.
     ///
     /// See ibv_reg_mr(3).
@@ -427,6 +430,7 @@ impl Pd {
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for a null `ptr`, `len == 0`, or `len` above `isize::MAX`;
+    /// - [`Error::Unsupported`] for REMOTE_ATOMIC on a device without atomic operations;
     /// - [`Error::Verb`] with `ibv_reg_mr` and its errno (e.g. `EFAULT` for memory the kernel
     ///   cannot pin).
     ///

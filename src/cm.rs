@@ -184,15 +184,30 @@ macro_rules! or_flush {
     };
 }
 
-/// `-1` with errno (librdmacm's convention) as an [`Error::Verb`].
-/// A READ/atomic depth the CM chose (`cm`: the peer's offer, from `rdma_init_qp_attr`), at most
-/// the device's limit `max` (`max_qp_rd_atom` or `max_qp_init_rd_atom`): what a QP takes when
-/// its side asks for the CM's value (255), as librdmacm's `rdma_accept` computes it. A larger
-/// value is refused by `ibv_modify_qp` (EINVAL).
-fn cm_depth(cm: u8, max: u32) -> u8 {
-    cm.min(u8::try_from(max).unwrap_or(u8::MAX))
+/// The RTR QP's `max_dest_rd_atomic` on the passive side: what the accept tells the peer,
+/// `asked` (the program's `responder_resources`), or for the CM's value (255) the request's
+/// initiator depth `cm` capped at the device's `max_qp_rd_atom` `max`, as librdmacm's
+/// `rdma_accept` computes it (a larger value is refused by `ibv_modify_qp`, EINVAL).
+fn passive_dest_rd_atomic(asked: u8, cm: u8, max: u32) -> u8 {
+    if asked == u8::MAX {
+        cm.min(u8::try_from(max).unwrap_or(u8::MAX))
+    } else {
+        asked
+    }
 }
 
+/// The RTS QP's `max_rd_atomic`: the CM's value `cm` (the peer's responder resources), at most
+/// `asked` (the program's `initiator_depth`), or for the CM's value (255) at most the
+/// device's `max_qp_init_rd_atom` `max`.
+fn rts_rd_atomic(asked: u8, cm: u8, max: u32) -> u8 {
+    if asked == u8::MAX {
+        cm.min(u8::try_from(max).unwrap_or(u8::MAX))
+    } else {
+        cm.min(asked)
+    }
+}
+
+/// `-1` with errno (librdmacm's convention) as an [`Error::Verb`].
 fn check(ret: i32, verb: Verb, context: impl FnOnce() -> String) -> Result<()> {
     if ret != 0 {
         return Err(Error::last_os(verb, context()));
@@ -443,7 +458,8 @@ impl RawId {
 
     /// Moves `qp` RESET → INIT → RTR with the CM's attributes, granting `access`.
     fn qp_to_rtr(&self, qp: Qp<RC, RESET>, access: u32, param: &ConnParam) -> Result<Qp<RC, RTR>> {
-        let max = if param.responder_resources == u8::MAX { Some(qp.query_device()?.max_qp_rd_atom()) } else { None };
+        // The device's limit is needed (and queried) only for the CM's value.
+        let max = if param.responder_resources == u8::MAX { qp.query_device()?.max_qp_rd_atom() } else { 0 };
         let qp = self.qp_to_init(qp, access)?;
         let mut rtr = self.qp_attr(sys::IBV_QPS_RTR)?;
         // Before `rdma_accept` the kernel's value is the request's initiator depth; the accept
@@ -452,10 +468,8 @@ impl RawId {
         // `rdma_accept` sets it. `RDMA_MAX_RESP_RES` (255) asks for the kernel's value, at
         // most what the device takes (librdmacm caps it so, and tells the peer the same).
         if rtr.mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
-            rtr.attr.max_dest_rd_atomic = match max {
-                Some(max) => cm_depth(rtr.attr.max_dest_rd_atomic, max),
-                None => param.responder_resources,
-            };
+            let asked = param.responder_resources;
+            rtr.attr.max_dest_rd_atomic = passive_dest_rd_atomic(asked, rtr.attr.max_dest_rd_atomic, max);
         }
         Ok(qp.cm_modify(&rtr)?)
     }
@@ -472,13 +486,10 @@ impl RawId {
     fn qp_to_rts(&self, qp: Qp<RC, RTR>, initiator_depth: u8) -> Result<Qp<RC, RTS>> {
         let mut rts = or_flush!(self.qp_attr(sys::IBV_QPS_RTS), qp);
         if rts.mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 {
-            rts.attr.max_rd_atomic = if initiator_depth == u8::MAX {
-                // The CM's value, at most what the device issues (as librdmacm caps it).
-                let max = or_flush!(qp.query_device(), qp).max_qp_init_rd_atom();
-                cm_depth(rts.attr.max_rd_atomic, max)
-            } else {
-                rts.attr.max_rd_atomic.min(initiator_depth)
-            };
+            // The device's limit is needed (and queried) only for the CM's value.
+            let max =
+                if initiator_depth == u8::MAX { or_flush!(qp.query_device(), qp).max_qp_init_rd_atom() } else { 0 };
+            rts.attr.max_rd_atomic = rts_rd_atomic(initiator_depth, rts.attr.max_rd_atomic, max);
         }
         qp.cm_modify(&rts).map_err(|e| flushed(e.qp, e.error))
     }
@@ -1245,8 +1256,9 @@ impl Connecting {
     /// - [`Error::Cm`] with `UNREACHABLE`, `CONNECT_ERROR` or another event, and its status;
     /// - [`Error::Timeout`];
     /// - [`Error::InvalidArgument`] for private data above 56 bytes or retry counts above 7;
-    /// - [`Error::Verb`] with `rdma_connect`, `rdma_init_qp_attr`, `ibv_modify_qp` or
-    ///   `rdma_establish` and its errno.
+    /// - [`Error::Verb`] with `rdma_connect`, `rdma_init_qp_attr`, `ibv_modify_qp`,
+    ///   `rdma_establish` or (for an `initiator_depth` of 255) `ibv_query_device` and its
+    ///   errno.
     ///
     /// With an error the QP is moved to ERR (receives posted on it complete flushed, their
     /// tokens hand the buffers back) and dropped.
@@ -1546,8 +1558,9 @@ impl ConnRequest<RC> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a QP of another device; [`Error::Verb`] with
-    /// `rdma_init_qp_attr` or `ibv_modify_qp`. The QP is dropped with an error, and the
-    /// request unanswered (the peer's connect fails).
+    /// `rdma_init_qp_attr`, `ibv_modify_qp` or (for depths of 255: the CM's value, capped at the
+    /// device's limits) `ibv_query_device`. The QP is dropped with an error, and the request
+    /// unanswered (the peer's connect fails).
     ///
     /// See rdma_init_qp_attr(3).
     #[doc(alias = "rdma_init_qp_attr")]
@@ -1778,16 +1791,21 @@ impl Connection {
 
 #[cfg(test)]
 mod tests {
-    use super::cm_depth;
+    use super::{passive_dest_rd_atomic, rts_rd_atomic};
 
-    /// The CM's value (the peer's offer) is taken up to the device's limit, and a limit that
-    /// does not fit a `u8` caps nothing.
+    /// The CM's value (255 asked) is the peer's offer up to the device's limit; an explicit
+    /// value is taken as asked (RTR, passive: what the accept tells the peer) or caps the
+    /// CM's (RTS). Before, 255 took the peer's offer uncapped: 200 on a device that takes 128,
+    /// which `ibv_modify_qp` refuses.
     #[test]
-    fn the_cms_depth_is_capped_at_the_devices_limit() {
-        assert_eq!(cm_depth(255, 128), 128);
-        assert_eq!(cm_depth(16, 128), 16);
-        assert_eq!(cm_depth(128, 128), 128);
-        assert_eq!(cm_depth(200, 1000), 200);
-        assert_eq!(cm_depth(3, 0), 0);
+    fn the_cms_depths_are_capped_at_the_devices_limits() {
+        assert_eq!(passive_dest_rd_atomic(255, 200, 128), 128);
+        assert_eq!(passive_dest_rd_atomic(255, 16, 128), 16);
+        assert_eq!(passive_dest_rd_atomic(255, 200, 1000), 200, "a limit beyond a u8 caps nothing");
+        assert_eq!(passive_dest_rd_atomic(4, 200, 0), 4, "an explicit value is what the accept tells the peer");
+        assert_eq!(rts_rd_atomic(255, 200, 128), 128);
+        assert_eq!(rts_rd_atomic(255, 3, 128), 3);
+        assert_eq!(rts_rd_atomic(4, 200, 0), 4);
+        assert_eq!(rts_rd_atomic(4, 1, 0), 1, "never above the peer's responder resources");
     }
 }

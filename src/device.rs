@@ -200,7 +200,9 @@ impl Context {
     /// # Errors
     /// - [`Error::DeviceNotFound`] naming the device (and listing those present) if no device
     ///   has that name;
-    /// - [`Error::Verb`] with `ibv_open_device` if opening fails.
+    /// - [`Error::Verb`] with `ibv_open_device` if opening fails, or with `ibv_query_device`
+    ///   if the device's attributes cannot be read (the context records whether the device
+    ///   has atomic operations).
     ///
     /// See ibv_open_device(3).
     #[doc(alias = "ibv_open_device")]

@@ -507,7 +507,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     /// # Errors
     /// Returns the requests with a [`PostError`]: [`Error::InvalidArgument`] if the list is
     /// empty, longer than the send queue is deep, or `signal_every` is 0 or longer than the
-    /// lane's longest unsignaled run (half the queue's depth); or the error of the first
+    /// lane's longest unsignaled run (half the queue's depth, at least 1); or the error of the first
     /// request whose check fails.
     pub fn prepare_list<W>(
         &self,
@@ -525,7 +525,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             Some(format!("a post list of {len} requests on a send queue of {depth}"))
         } else if signal_every == 0 || signal_every as u64 > max_run.max(1) {
             Some(format!(
-                "signal_every {signal_every}: it must be 1 to {} (half the send queue's depth)",
+                "signal_every {signal_every}: it must be 1 to {} (half the send queue's depth, at least 1)",
                 max_run.max(1)
             ))
         } else {

@@ -284,6 +284,7 @@ impl Pd {
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for `len == 0` or a length that cannot be mapped;
+    /// - [`Error::Unsupported`] for REMOTE_ATOMIC on a device without atomic operations;
     /// - [`Error::Verb`] with `ibv_reg_mr` for the mapping (`ENOMEM` when not enough huge pages
     ///   are reserved: `/proc/sys/vm/nr_hugepages`) or the registration, and its errno.
     ///
@@ -304,6 +305,8 @@ impl Pd {
         if len == 0 {
             return Err(Error::invalid("ibv_reg_mr", "a memory region needs at least one byte"));
         }
+        // Before the memory is allocated (and mapped): the refusal does not depend on it.
+        self.check_atomic_access(A::BITS)?;
         let mem = match backing {
             Backing::Heap => alloc_zeroed(len)?,
             Backing::OdpMemfd => map_odp_memory(len)?,
@@ -322,6 +325,15 @@ impl Pd {
             // SAFETY: allocated above for this kind and length, never registered.
             unsafe { free_region_memory(mem, len, backing) };
         })
+    }
+
+    /// Refuses REMOTE_ATOMIC in `bits` on a device without atomic operations ("if
+    /// supported", ibv_reg_mr(3)).
+    pub(crate) fn check_atomic_access(&self, bits: u32) -> Result<()> {
+        if bits & sys::IBV_ACCESS_REMOTE_ATOMIC != 0 && !self.inner.ctx.atomics {
+            return Err(crate::device::no_atomics(Verb::RegMr, &self.inner.ctx.name));
+        }
+        Ok(())
     }
 
     /// `ibv_reg_mr` of `len` bytes at `mem`, with the access bits of `A` and of the kind `K`;
@@ -345,9 +357,7 @@ impl Pd {
         buffer: Option<Box<CallerBuffer>>,
     ) -> Result<Mr<A, K>> {
         let bits = A::BITS | K::EXTRA_ACCESS;
-        if bits & sys::IBV_ACCESS_REMOTE_ATOMIC != 0 && !self.inner.ctx.atomics {
-            return Err(crate::device::no_atomics(Verb::RegMr, &self.inner.ctx.name));
-        }
+        self.check_atomic_access(bits)?;
         // SAFETY: the PD is alive; `mem..mem+len` is valid memory kept at its address until after
         // deregistration (this function's contract); the access bits obey ibv_reg_mr(3)
         // (`A: LegalAccess`). `ibv_reg_mr` is a macro over this inline helper.

@@ -1194,9 +1194,20 @@ impl QpShared {
         Error::invalid(verb, format!("{what} belongs to another protection domain than QP {:#x}", self.qp_num))
     }
 
-    fn modify(&self, state: sys::ibv_qp_state, attr: &dyn TransitionAttr, from: &str, to: &str) -> Result<()> {
+    pub(crate) fn modify(
+        &self,
+        state: sys::ibv_qp_state,
+        attr: &dyn TransitionAttr,
+        from: &str,
+        to: &str,
+    ) -> Result<()> {
         let mut a = sys::ibv_qp_attr { qp_state: state, ..Default::default() };
         let mask = attr.fill(&mut a)? | sys::IBV_QP_STATE;
+        // A QP granting remote atomics (a program's access set or the CM's) on a device without
+        // them: refused here, the one place every transition goes through.
+        let atomic_access =
+            mask & sys::IBV_QP_ACCESS_FLAGS != 0 && a.qp_access_flags & sys::IBV_ACCESS_REMOTE_ATOMIC != 0;
+        self.check_atomics(Verb::ModifyQp, atomic_access)?;
         // SAFETY: the QP is alive; `a` is initialised and `mask` names only fields we set.
         let ret = unsafe { sys::ibv_modify_qp(self.qp.as_ptr(), &mut a, mask as i32) };
         if ret != 0 {

@@ -376,7 +376,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Errors
     /// [`PostListError`] with the tokens of the requests that were posted (a prefix of the
     /// list) and the requests that were not, with their buffers: [`Error::InvalidArgument`]
-    /// for an empty list or a request's own check failing (nothing is posted then),
+    /// for an empty list or a request's own check failing, or another error of the checks of
+    /// [`Scope::post_send`] (`Error::Unsupported` for atomics the device lacks; nothing is
+    /// posted then),
     /// [`Error::QueueFull`] when the whole list does not fit (nothing is posted), or the
     /// provider refusing a request (the ones before it are posted).
     ///
@@ -933,8 +935,10 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
         }
     }
     wr.build(raw)?;
-    // A constant of the request's type (set by its build): no instruction for the others.
-    qp.check_atomics(crate::Verb::PostSend, raw.atomics)?;
+    // A constant of the request's type: no instruction for requests without atomics.
+    if W::ATOMICS {
+        qp.check_atomics(crate::Verb::PostSend, true)?;
+    }
     crate::sgl::check_count("send", qp.qp_num(), raw.num_sge, qp.caps().max_send_sge)?;
     if let Some(pd) = raw.pd {
         qp.check_pd("ibv_post_send", "the request's memory (or window)", pd)?;

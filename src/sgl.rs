@@ -201,7 +201,7 @@ impl<S: SgeStore> Collected<S> {
         let mut out = Self::none();
         let mut result = Ok(());
         let mut n = 0usize;
-        let (mut total, mut implicit) = (0u64, 0u64);
+        let mut total = 0u64;
         list.each(&mut |sge, odp, pd| {
             if result.is_err() {
                 return;
@@ -228,23 +228,22 @@ impl<S: SgeStore> Collected<S> {
                 out.sges.entries_mut()[n] = sge;
                 n += 1;
                 total += u64::from(sge.length);
-                if odp.is_implicit() {
-                    implicit += u64::from(sge.length);
-                }
             }
         });
         result?;
-        // The implicit ODP lkey serves operations of at most IMPLICIT_MAX_OP bytes (the ODP
-        // manual), however many entries use it; each view is within it on its own.
-        if implicit > crate::odp::IMPLICIT_MAX_OP as u64 {
-            return Err(Error::invalid(
-                verb,
-                format!(
-                    "the entries through the implicit ODP lkey total {implicit} bytes; an operation through it takes at most {}",
-                    crate::odp::IMPLICIT_MAX_OP
-                ),
-            ));
+        // Both length limits are above IMPLICIT_MAX_OP: a list within it has nothing more to
+        // check (no instruction more for the lists of the data path).
+        if total > crate::odp::IMPLICIT_MAX_OP as u64 {
+            Self::check_long(list, total, verb)?;
         }
+        out.num_sge = n as i32;
+        Ok(out)
+    }
+
+    /// The limits of a list of more than `IMPLICIT_MAX_OP` bytes (`total`).
+    #[cold]
+    #[inline(never)]
+    fn check_long<G: Gather<Sges = S> + ?Sized>(list: &G, total: u64, verb: &'static str) -> Result<()> {
         // One message's byte count is a u32 everywhere below (the provider's sum of the
         // entries, `ibv_wc.byte_len`, the port's `max_msg_sz`): a longer list would reach the
         // device as the sum modulo 2^32.
@@ -254,8 +253,24 @@ impl<S: SgeStore> Collected<S> {
                 format!("the scatter/gather entries total {total} bytes; one work request moves at most u32::MAX"),
             ));
         }
-        out.num_sge = n as i32;
-        Ok(out)
+        // The implicit ODP lkey serves operations of at most IMPLICIT_MAX_OP bytes (the ODP
+        // manual), however many entries use it; each view is within it on its own.
+        let mut implicit = 0u64;
+        list.each(&mut |sge, odp, _| {
+            if odp.is_implicit() {
+                implicit += u64::from(sge.length);
+            }
+        });
+        if implicit > crate::odp::IMPLICIT_MAX_OP as u64 {
+            return Err(Error::invalid(
+                verb,
+                format!(
+                    "the entries through the implicit ODP lkey total {implicit} bytes; an operation through it takes at most {}",
+                    crate::odp::IMPLICIT_MAX_OP
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// A receive request over the entries in use: `sg_list` points into `self`, which must not

@@ -53,9 +53,6 @@ pub struct RawSendWr<S = [sys::ibv_sge; 1]> {
     /// The PD of the local memory or window the request names: checked against the QP's
     /// before posting.
     pub(crate) pd: Option<crate::pd::PdId>,
-    /// The request needs the device's atomic operations: an atomic, or a bind granting remote
-    /// atomics (checked against the QP's device before posting).
-    pub(crate) atomics: bool,
 }
 
 impl<S: SgeStore> RawSendWr<S> {
@@ -67,7 +64,6 @@ impl<S: SgeStore> RawSendWr<S> {
             odp: OdpTag::default(),
             odp_op: 0,
             pd: None,
-            atomics: false,
         }
     }
 
@@ -133,6 +129,10 @@ pub trait SendRequest: sealed::Sealed + Sized {
         let _ = ctx;
         true
     }
+    /// The request needs the device's atomic operations: an atomic, or a window bind granting
+    /// remote atomics (refused on a device without them, before the provider sees it).
+    #[doc(hidden)]
+    const ATOMICS: bool = false;
 
     /// Clears `IBV_SEND_SIGNALED`: no completion of its own; the request is known complete
     /// when a later signaled request of the same send queue completes.
@@ -504,11 +504,12 @@ fn inline_sge<const N: usize>(raw: &mut RawSendWr<[sys::ibv_sge; N]>, data: &[&[
 }
 
 macro_rules! request {
-    ([$($gen:tt)*] $ty:ty, $bufs:ty, $sges:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)?) => {
+    ([$($gen:tt)*] $ty:ty, $bufs:ty, $sges:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)? $(, atomics: $atomics:expr)?) => {
         impl<$($gen)*> sealed::Sealed for $ty {}
         impl<$($gen)*> SendRequest for $ty {
             type Buffers = $bufs;
             type Sges = $sges;
+            $(const ATOMICS: bool = $atomics;)?
             #[inline(always)]
             fn build(&self, $raw: &mut RawSendWr<$sges>) -> Result<()> {
                 let $s = self;
@@ -609,7 +610,6 @@ request!(
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_ATOMIC_CMP_AND_SWP;
-        raw.atomics = true;
         raw.wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
             remote_addr: s.remote.addr,
             compare_add: s.compare,
@@ -618,7 +618,8 @@ request!(
         };
         raw.local(&s.result, sys::IBV_ODP_SUPPORT_ATOMIC)?;
     },
-    |s| s.result
+    |s| s.result,
+    atomics: true
 );
 valid_on!(SupportsAtomics: [L: LocalSink, A] CompareSwap<L, A>);
 
@@ -629,7 +630,6 @@ request!(
     |s, raw| {
         check_atomic(&s.result, &s.remote)?;
         raw.wr.opcode = sys::IBV_WR_ATOMIC_FETCH_AND_ADD;
-        raw.atomics = true;
         raw.wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
             remote_addr: s.remote.addr,
             compare_add: s.add,
@@ -638,7 +638,8 @@ request!(
         };
         raw.local(&s.result, sys::IBV_ODP_SUPPORT_ATOMIC)?;
     },
-    |s| s.result
+    |s| s.result,
+    atomics: true
 );
 valid_on!(SupportsAtomics: [L: LocalSink, A] FetchAdd<L, A>);
 
@@ -756,6 +757,7 @@ impl<K: MwType, MA: AccessSet, R> sealed::Sealed for BindMw<'_, K, MA, R> {}
 impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K, MA, R> {
     type Buffers = PendingBind<'m, K, R>;
     type Sges = [sys::ibv_sge; 0];
+    const ATOMICS: bool = R::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0;
     fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
         check_window_range("ibv_post_send (BIND_MW)", self.offset, self.len, self.mr.len() as u64)?;
         if !self.mw.same_pd(self.mr.pd()) {
@@ -767,7 +769,6 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
         raw.pd = Some(self.mr.pd().id());
         raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
         raw.wr.opcode = sys::IBV_WR_BIND_MW;
-        raw.atomics = R::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0;
         raw.wr.__bindgen_anon_2.bind_mw = sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
             mw: self.mw.as_ptr(),
             rkey: inc_rkey(self.mw.raw_rkey()),
@@ -920,6 +921,7 @@ macro_rules! wrapper {
         impl<$($lt,)? W: SendRequest $(, $t: $tb)?> SendRequest for $ty<$($lt,)? W $(, $t)?> {
             type Buffers = W::Buffers;
             type Sges = W::Sges;
+            const ATOMICS: bool = W::ATOMICS;
             #[inline(always)]
             fn build(&self, $raw: &mut RawSendWr<W::Sges>) -> Result<()> {
                 let $s = self;
