@@ -168,6 +168,12 @@ impl Pd {
 impl<K: MwType> Mw<K> {
     /// The rkey the window has now. It grants nothing while the window is unbound; it becomes
     /// stale when the window is bound (the bind gives a new one).
+    ///
+    /// A type 2 window's next rkey can be computed from it (`ibv_inc_rkey`), but it must not
+    /// reach the peer before the bind completed successfully (ibv_bind_mw(3) NOTES): the
+    /// library gives it out only as [`BoundMw`] after the completion, or in a send on the
+    /// bind's own QP ([`Scope::advertise_window`](crate::scope::Scope::advertise_window)).
+    /// A number the program computes and sends itself is outside that rule's protection.
     pub fn raw_rkey(&self) -> u32 {
         // SAFETY: the window is valid; `rkey` is a plain field.
         unsafe { (*self.inner.mw.as_ptr()).rkey }
