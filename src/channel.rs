@@ -548,18 +548,34 @@ impl std::os::fd::AsFd for CompChannel {
 }
 
 /// Registers a duplicate of `fd` with the current tokio runtime's reactor, for readability
-/// (a completion channel's or a CM event channel's descriptor). On failure, what failed and
-/// its error.
+/// (a completion channel's, a CM event channel's or a context's async event descriptor). On
+/// failure, what failed and its error.
+///
+/// Tokio panics when the runtime was built without I/O (`enable_io`): that panic is caught
+/// here and reported as an error, so no async wait of the library panics on it (device
+/// `async_hostile::async_waits_in_a_runtime_without_io_fail_typed`).
 #[cfg(feature = "tokio")]
 pub(crate) fn register_readable(
     fd: std::os::fd::BorrowedFd<'_>,
 ) -> std::result::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, (&'static str, io::Error)> {
     use tokio::io::{unix::AsyncFd, Interest};
     let dup = fd.try_clone_to_owned().map_err(|e| ("duplicating the descriptor", e))?;
-    // SAFETY: `dup` is an `OwnedFd`: open, owned by the `AsyncFd` for its whole life, and its
-    // `as_raw_fd` always returns the same descriptor.
-    unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
-        .map_err(|e| ("registering the descriptor with the tokio reactor", e.into()))
+    let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `dup` is an `OwnedFd`: open, owned by the `AsyncFd` for its whole life, and
+        // its `as_raw_fd` always returns the same descriptor.
+        unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }
+    }));
+    match registered {
+        Ok(r) => r.map_err(|e| ("registering the descriptor with the tokio reactor", e.into())),
+        Err(panic) => {
+            // Its drop could panic again.
+            std::mem::forget(panic);
+            Err((
+                "registering the descriptor with the tokio reactor: a runtime without I/O (built without `enable_io`)",
+                io::Error::other("the tokio runtime has no I/O driver"),
+            ))
+        }
+    }
 }
 
 #[cfg(feature = "tokio")]
@@ -713,11 +729,9 @@ impl CompChannel {
     /// stripped, codegen noise from the changed crate hash).
     ///
     /// # Errors
-    /// [`Error::Verb`] with `ibv_get_cq_event` when there is no tokio runtime, when the
-    /// descriptor cannot be registered with the reactor, or when the read fails.
-    ///
-    /// # Panics
-    /// Tokio panics when the current runtime was built without I/O (`enable_io`).
+    /// [`Error::Verb`] with `ibv_get_cq_event` when there is no tokio runtime or it has no I/O
+    /// driver (built without `enable_io`), when the descriptor cannot be registered with the
+    /// reactor, or when the read fails.
     ///
     /// See ibv_get_cq_event(3).
     #[doc(alias = "ibv_get_cq_event")]

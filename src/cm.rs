@@ -388,18 +388,10 @@ impl RawId {
         }
         // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
-        match std::panic::catch_unwind(|| crate::channel::register_readable(fd)) {
-            Ok(Ok(_registered)) => Ok(()),
-            Ok(Err((doing, e))) => Err(Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e)),
-            Err(panic) => {
-                // Its drop could panic again.
-                std::mem::forget(panic);
-                Err(Error::verb(
-                    Verb::GetCmEvent,
-                    format!("{}: an async wait in a tokio runtime without I/O (built without `enable_io`)", what()),
-                    std::io::Error::other("the runtime has no I/O driver"),
-                ))
-            }
+        // (A runtime without I/O: tokio's panic is caught there and comes back as the error.)
+        match crate::channel::register_readable(fd) {
+            Ok(_registered) => Ok(()),
+            Err((doing, e)) => Err(Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e)),
         }
     }
 

@@ -465,7 +465,7 @@ pub struct AsyncEvents {
     /// The registration of `fd` with a tokio reactor, made at the first poll. Declared before
     /// `fd`, so it is dropped (deregistered) while `fd` is still open.
     #[cfg(feature = "tokio")]
-    reactor: Option<tokio::io::unix::AsyncFd<RawFd>>,
+    reactor: Option<tokio::io::unix::AsyncFd<OwnedFd>>,
     /// A duplicate of the context's `async_fd` (the same open file, non-blocking).
     fd: OwnedFd,
     ctx: Context,
@@ -529,18 +529,14 @@ impl AsyncEvents {
     /// [`Context::async_events`].
     ///
     /// # Errors
-    /// [`Error::Verb`] with `ibv_get_async_event` when there is no tokio runtime, when the
-    /// descriptor cannot be registered with the reactor or the reactor reports an error (its
-    /// runtime shut down), or when the read fails.
-    ///
-    /// # Panics
-    /// Tokio panics when the current runtime was built without I/O (`enable_io`).
+    /// [`Error::Verb`] with `ibv_get_async_event` when there is no tokio runtime or it has no
+    /// I/O driver (built without `enable_io`), when the descriptor cannot be registered with
+    /// the reactor or the reactor reports an error (its runtime shut down), or when the read
+    /// fails.
     ///
     /// See ibv_get_async_event(3).
     #[doc(alias = "ibv_get_async_event")]
     pub fn poll_next_event(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<AsyncEvent>> {
-        use tokio::io::{unix::AsyncFd, Interest};
-
         let name = &self.ctx.inner.name;
         let err =
             |what: &str, e: io::Error| Error::verb(Verb::GetAsyncEvent, format!("{what} (async events of {name})"), e);
@@ -550,13 +546,9 @@ impl AsyncEvents {
                 if let Err(e) = tokio::runtime::Handle::try_current() {
                     return Poll::Ready(Err(err("AsyncEvents polled outside a tokio runtime", io::Error::other(e))));
                 }
-                let raw = self.fd.as_raw_fd();
-                // SAFETY: `raw` is `self.fd`, an `OwnedFd` that stays open as long as the
-                // `AsyncFd` (the field `reactor` is declared before `fd`, so it is dropped
-                // first), and `RawFd::as_raw_fd` always returns the same descriptor. Device
-                // test `events::async_events_stream_an_srq_limit_event_through_tokio`.
-                let afd = unsafe { AsyncFd::register_with_interest(raw, Interest::READABLE) }
-                    .map_err(|e| err("registering async_fd with the tokio reactor", e.into()))?;
+                // A duplicate of `fd` (the same open file), which a runtime without I/O turns
+                // into an error rather than a panic.
+                let afd = crate::channel::register_readable(self.fd.as_fd()).map_err(|(what, e)| err(what, e))?;
                 self.reactor.insert(afd)
             }
         };
@@ -584,9 +576,6 @@ impl AsyncEvents {
     ///
     /// # Errors
     /// As [`poll_next_event`](Self::poll_next_event).
-    ///
-    /// # Panics
-    /// Tokio panics when the current runtime was built without I/O (`enable_io`).
     ///
     /// See ibv_get_async_event(3).
     #[doc(alias = "ibv_get_async_event")]

@@ -427,9 +427,9 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
     /// more are there, the task is woken again rather than looping).
     ///
     /// # Panics
-    /// When polled again after it resolved (as futures may). Tokio panics when it has to wait
-    /// inside a tokio runtime built without I/O (`enable_io`): the channel's descriptor cannot
-    /// be registered with its reactor. The unwinding drops the future, which parks the buffers.
+    /// When polled again after it resolved (as futures may). (Inside a tokio runtime built
+    /// without I/O, where the channel's descriptor cannot be registered with a reactor, it
+    /// resolves to an error with the token instead.)
     #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;

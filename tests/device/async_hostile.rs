@@ -4,7 +4,7 @@
 //! resolved, left waiting across a QP reset or a move to ERR, waiting on one runtime while the
 //! channel's driver task belongs to another runtime that is not running, an SRQ receive whose
 //! completion lands on a CQ attached after the future started waiting, a runtime without I/O
-//! (tokio panics; the unwinding parks the buffer), a waker whose drop panics, and a
+//! (a typed error, the token back), a waker whose drop panics, and a
 //! hand-written executor whose waker polls the future inline, a waker that panics when a
 //! scope's drain routes its future's completion, and one that panics in the channel's driver
 //! task. Every buffer that comes
@@ -423,24 +423,39 @@ fn an_srq_receive_completing_on_a_cq_attached_after_it_started_waiting_resolves(
     }
 }
 
-/// A tokio runtime built without I/O: a future that has to wait cannot start a driver task.
-/// Tokio panics (documented on `OwnedCompletion::poll`, as on `CompChannel::wait_async`); the
-/// unwinding drops the future, whose buffer is parked until its message lands, and the QP and
-/// the channel serve a future on a runtime with I/O afterwards.
+/// A tokio runtime built without I/O: nothing can be registered with a reactor there, and
+/// tokio panics when asked to. Every async wait of the library fails typed instead (tokio's
+/// panic is caught where the library registers a descriptor): an owned token's future that
+/// has to wait resolves to the error with its token, which still works (waited for
+/// synchronously, its buffer comes back with its message); `CompChannel::wait_async` and
+/// `AsyncEvents::next` fail with their verbs. The QP and the channel then serve a future on a
+/// runtime with I/O.
 #[test]
-fn a_future_waiting_in_a_runtime_without_io_panics_and_parks_its_buffer() {
+fn async_waits_in_a_runtime_without_io_fail_typed() {
     let r = async_rig();
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let no_io = |e: &Error, verb: &str| match e {
+        Error::Verb { verb: v, context, .. } => {
+            assert_eq!(v.name(), verb, "{e}");
+            assert!(context.contains("enable_io"), "{e}");
+        }
+        other => panic!("expected a typed error of {verb}, got {other:?}"),
+    };
     let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
-    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rt.block_on(async { timeout(Duration::from_secs(2), t.into_future()).await })
-    }));
-    let p = got.expect_err("tokio panics: I/O is disabled");
-    let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
-    assert!(msg.as_deref().is_some_and(|m| m.contains("IO is disabled")), "{msg:?}");
-    assert_eq!(r.pair.b.parked_buffers(), 1, "the unwound future's buffer is parked");
-    send_sync(&r.pd, &r.pair.a, b"parked");
-    until_unparked(&r.pair.b, &r.cq_b);
+    let got = rt.block_on(async { timeout(Duration::from_secs(2), t.into_future()).await }).expect("not a timeout");
+    let e = got.map(|_| ()).expect_err("nothing was sent: the future has to wait");
+    no_io(&e.error, "ibv_get_cq_event");
+    assert_eq!(r.pair.b.parked_buffers(), 0, "the token came back with the error");
+    send_sync(&r.pd, &r.pair.a, b"no io...");
+    let (c, buf) = e.token.wait(WAIT).map_err(|e| e.error).expect("the token still works");
+    assert!(c.is_success(), "{c:?}");
+    assert_eq!(&buf.as_slice()[..8], b"no io...");
+    let waited =
+        rt.block_on(async { timeout(Duration::from_secs(2), r.ch.wait_async()).await }).expect("not a timeout");
+    no_io(&waited.map(|_| ()).expect_err("no reactor"), "ibv_get_cq_event");
+    let mut events = r.ctx.async_events().unwrap();
+    let next = rt.block_on(async { timeout(Duration::from_secs(2), events.next()).await }).expect("not a timeout");
+    no_io(&next.map(|_| ()).expect_err("no reactor"), "ibv_get_async_event");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
