@@ -492,7 +492,11 @@ macro_rules! int_getters {
     ($($(#[$doc:meta])* $name:ident: $field:ident as $t:ty;)*) => {$(
         $(#[$doc])*
         pub fn $name(&self) -> $t {
-            <$t>::try_from(self.raw.$field).unwrap_or(<$t>::MAX)
+            // A negative limit (a provider's error) allows nothing; one above the type's
+            // range is its largest value.
+            #[allow(unused_comparisons)]
+            let negative = self.raw.$field < 0;
+            <$t>::try_from(self.raw.$field).unwrap_or(if negative { 0 } else { <$t>::MAX })
         }
     )*};
 }
@@ -829,6 +833,22 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A negative limit (a provider's error) reads as 0, nothing allowed; in range, as is.
+    #[test]
+    fn negative_device_limits_allow_nothing() {
+        let raw = sys::ibv_device_attr { max_cqe: -1, max_qp_wr: i32::MIN, max_sge: 30, ..Default::default() };
+        let attr = DeviceAttr { raw, ctx: 0 };
+        assert_eq!((attr.max_cqe(), attr.max_qp_wr(), attr.max_sge()), (0, 0, 30));
+    }
+
+    /// An errno of `i32::MIN` returned by a provider becomes an error, with no overflow.
+    #[test]
+    fn a_return_of_i32_min_is_an_error_not_an_overflow() {
+        let e = Error::from_ret(Verb::PostSend, "x", i32::MIN);
+        assert_eq!(e.errno(), Some(i32::MIN));
+        assert_eq!(Error::from_ret(Verb::PostSend, "x", -22).errno(), Some(22));
+    }
 
     #[test]
     fn context_tags_are_unique_among_the_open_contexts_and_reused_once_closed() {

@@ -281,7 +281,8 @@ impl Error {
 
     /// An error from a verb that returns the errno value itself.
     pub(crate) fn from_ret(verb: Verb, context: impl Into<String>, ret: i32) -> Self {
-        let errno = if ret < 0 { -ret } else { ret };
+        // (`i32::MIN` has no positive counterpart: kept as it is, an errno no system has.)
+        let errno = if ret < 0 { ret.checked_neg().unwrap_or(ret) } else { ret };
         Self::verb(verb, context, io::Error::from_raw_os_error(errno))
     }
 

@@ -1068,17 +1068,29 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `chunk_len` is 0 or above `u32::MAX` (one scatter/gather
-    /// entry); the region is dropped in that case.
+    /// entry), or if the list of chunks cannot be allocated (a large region, a sparse ODP one
+    /// above all, in chunks too small); the region is dropped in that case.
     pub fn into_chunks(self, chunk_len: usize) -> Result<Vec<Chunk<A, K>>> {
         if chunk_len == 0 || u32::try_from(chunk_len).is_err() {
             return Err(Error::invalid("Mr::into_chunks", format!("chunk length {chunk_len} is not in 1..=u32::MAX")));
         }
         let len = self.len;
+        let count = len.div_ceil(chunk_len);
+        let mut chunks = Vec::new();
+        // Reserved fallibly: an allocation failure would abort the process.
+        if chunks.try_reserve_exact(count).is_err() {
+            return Err(Error::invalid(
+                "Mr::into_chunks",
+                format!("{count} chunks of {chunk_len} bytes: their list cannot be allocated"),
+            ));
+        }
         let mr = Arc::new(self);
-        Ok((0..len)
-            .step_by(chunk_len)
-            .map(|offset| Chunk { mr: Arc::clone(&mr), offset, len: (len - offset).min(chunk_len) as u32 })
-            .collect())
+        chunks.extend((0..len).step_by(chunk_len).map(|offset| Chunk {
+            mr: Arc::clone(&mr),
+            offset,
+            len: (len - offset).min(chunk_len) as u32,
+        }));
+        Ok(chunks)
     }
 }
 

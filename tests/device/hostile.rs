@@ -430,3 +430,21 @@ fn an_srq_dropped_while_a_poll_routes_a_destroyed_qps_receive_does_not_deadlock(
         "the poll did not return: the SRQ's drop waited on the CQ's list of destroyed QPs, which the routing held"
     );
 }
+
+/// A region split into chunks too small for the list of chunks to be allocated (256 MiB in
+/// 1-byte chunks: a 6 GiB list in a VM of 2 GiB) is refused with a typed error; the allocation
+/// failure aborted the process.
+#[test]
+fn chunks_whose_list_cannot_be_allocated_are_refused_not_an_abort() {
+    let r = rig();
+    let mr = r.pd.alloc_mr(256 << 20, access::LOCAL_RW).unwrap();
+    match mr.into_chunks(1) {
+        Err(Error::InvalidArgument { verb: "Mr::into_chunks", reason }) => {
+            assert!(reason.contains("cannot be allocated"), "{reason}")
+        }
+        other => panic!("expected a typed refusal, got {:?}", other.map(|c| c.len())),
+    }
+    // A list that fits is made as before.
+    let chunks = r.pd.alloc_mr(256 << 20, access::LOCAL_RW).unwrap().into_chunks(1 << 20).unwrap();
+    assert_eq!(chunks.len(), 256);
+}
