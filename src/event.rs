@@ -462,8 +462,8 @@ impl Context {
 #[doc(alias = "ibv_get_async_event")]
 #[doc(alias = "ibv_ack_async_event")]
 pub struct AsyncEvents {
-    /// The registration of `fd` with a tokio reactor, made at the first poll. Declared before
-    /// `fd`, so it is dropped (deregistered) while `fd` is still open.
+    /// The registration of a duplicate of `fd` with a tokio reactor, made at the first poll
+    /// (the duplicate is the `AsyncFd`'s own, closed when it is dropped).
     #[cfg(feature = "tokio")]
     reactor: Option<tokio::io::unix::AsyncFd<OwnedFd>>,
     /// A duplicate of the context's `async_fd` (the same open file, non-blocking).
