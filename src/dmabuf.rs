@@ -278,10 +278,9 @@ impl<'a> DeviceBufMut<'a> {
 #[doc(alias = "UDMABUF_CREATE")]
 pub fn udmabuf(len: usize) -> Result<OwnedFd> {
     let page = crate::mr::page_size();
-    let size = len
-        .checked_next_multiple_of(page)
-        .filter(|&s| s > 0 && i64::try_from(s).is_ok())
-        .ok_or_else(|| Error::invalid("UDMABUF_CREATE", format!("{len} bytes: need 1..=i64::MAX")))?;
+    let size = len.checked_next_multiple_of(page).filter(|&s| s > 0 && i64::try_from(s).is_ok()).ok_or_else(|| {
+        Error::invalid("UDMABUF_CREATE", format!("{len} bytes: need 1 to i64::MAX once rounded up to whole pages"))
+    })?;
     let context = |step: &str| format!("{step} for a dma-buf of {size} bytes");
     let failed = |step: &str| Error::last_os(Verb::UdmabufCreate, context(step));
     let memfd = crate::mr::sized_memfd(c"typed-verbs-udmabuf", libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC, size)

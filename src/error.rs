@@ -276,7 +276,10 @@ impl Error {
 
     /// An error from a verb that returns `-1` and sets `errno` (or returns NULL and sets it).
     pub(crate) fn last_os(verb: Verb, context: impl Into<String>) -> Self {
-        Self::verb(verb, context, io::Error::last_os_error())
+        let e = io::Error::last_os_error();
+        // A provider that fails without setting errno leaves 0 ("Success"): say so instead.
+        let e = if e.raw_os_error() == Some(0) { io::Error::other("failed without setting errno") } else { e };
+        Self::verb(verb, context, e)
     }
 
     /// An error from a verb that returns the errno value itself.
