@@ -315,7 +315,7 @@ impl Pd {
     #[doc(alias = "ibv_reg_mr")]
     pub fn register<A: LegalAccess, B: StableBuffer>(&self, buf: B, access: A) -> Result<Registered<A, B>> {
         let _ = access;
-        self.check_atomic_access(A::BITS)?;
+        self.check_atomic_access(crate::Verb::RegMr, A::BITS)?;
         // Boxed first: the value sits at its final place before its address is taken, and the
         // box is never moved out of or reborrowed until the region is deregistered.
         let mut boxed = Box::new(buf);

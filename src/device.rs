@@ -128,6 +128,28 @@ unsafe impl Send for ContextInner {}
 unsafe impl Sync for ContextInner {}
 
 impl ContextInner {
+    /// Refuses, for `verb`, what `wants` atomic operations on a device without them
+    /// (`atomic_cap` `IBV_ATOMIC_NONE`; "IBV_ACCESS_REMOTE_ATOMIC ... (if supported)",
+    /// ibv_reg_mr(3)): a region or QP granting remote atomics, an atomic request, a bind
+    /// granting atomic rights.
+    #[inline(always)]
+    pub(crate) fn check_atomics(&self, verb: Verb, wants: bool) -> Result<()> {
+        if wants && !self.atomics {
+            return Err(self.no_atomics(verb));
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn no_atomics(&self, verb: Verb) -> Error {
+        Error::Unsupported {
+            verb,
+            what: format!("atomic operations: device {} reports atomic_cap IBV_ATOMIC_NONE", self.name),
+            source: None,
+        }
+    }
+
     /// `ibv_query_device` ([`Context::query_device`]), for the objects that hold the context.
     pub(crate) fn query_device(&self) -> Result<DeviceAttr> {
         let mut attr = sys::ibv_device_attr::default();
@@ -137,18 +159,6 @@ impl ContextInner {
             return Err(Error::from_ret(Verb::QueryDevice, format!("device {}", self.name), ret));
         }
         Ok(DeviceAttr { raw: attr, ctx: self.id })
-    }
-}
-
-/// The device `name` has no atomic operations: what needs them is refused
-/// ("IBV_ACCESS_REMOTE_ATOMIC ... (if supported)", ibv_reg_mr(3)).
-#[cold]
-#[inline(never)]
-pub(crate) fn no_atomics(verb: Verb, name: &str) -> Error {
-    Error::Unsupported {
-        verb,
-        what: format!("atomic operations: device {name} reports atomic_cap IBV_ATOMIC_NONE"),
-        source: None,
     }
 }
 

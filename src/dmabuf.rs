@@ -100,9 +100,7 @@ impl Pd {
         if iova.checked_add(len as u64).is_none() || offset.checked_add(len as u64).is_none() {
             return Err(Error::invalid("ibv_reg_dmabuf_mr", format!("{len} bytes from iova {iova:#x} overflow")));
         }
-        if A::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0 && !self.inner.ctx.atomics {
-            return Err(crate::device::no_atomics(Verb::RegDmabufMr, &self.inner.ctx.name));
-        }
+        self.check_atomic_access(Verb::RegDmabufMr, A::BITS)?;
         // SAFETY: the PD is alive; `fd` is an open descriptor for the call (borrowed); the
         // device is told to reach the dma-buf's memory, which the kernel keeps alive for the
         // registration; no memory of the process is named; the access bits are legal (`A`).

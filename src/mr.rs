@@ -306,7 +306,7 @@ impl Pd {
             return Err(Error::invalid("ibv_reg_mr", "a memory region needs at least one byte"));
         }
         // Before the memory is allocated (and mapped): the refusal does not depend on it.
-        self.check_atomic_access(A::BITS)?;
+        self.check_atomic_access(Verb::RegMr, A::BITS)?;
         let mem = match backing {
             Backing::Heap => alloc_zeroed(len)?,
             Backing::OdpMemfd => map_odp_memory(len)?,
@@ -327,13 +327,10 @@ impl Pd {
         })
     }
 
-    /// Refuses REMOTE_ATOMIC in `bits` on a device without atomic operations ("if
-    /// supported", ibv_reg_mr(3)).
-    pub(crate) fn check_atomic_access(&self, bits: u32) -> Result<()> {
-        if bits & sys::IBV_ACCESS_REMOTE_ATOMIC != 0 && !self.inner.ctx.atomics {
-            return Err(crate::device::no_atomics(Verb::RegMr, &self.inner.ctx.name));
-        }
-        Ok(())
+    /// Refuses REMOTE_ATOMIC in `bits` (registered by `verb`) on a device without atomic
+    /// operations ("if supported", ibv_reg_mr(3)).
+    pub(crate) fn check_atomic_access(&self, verb: Verb, bits: u32) -> Result<()> {
+        self.inner.ctx.check_atomics(verb, bits & sys::IBV_ACCESS_REMOTE_ATOMIC != 0)
     }
 
     /// `ibv_reg_mr` of `len` bytes at `mem`, with the access bits of `A` and of the kind `K`;
@@ -357,7 +354,7 @@ impl Pd {
         buffer: Option<Box<CallerBuffer>>,
     ) -> Result<Mr<A, K>> {
         let bits = A::BITS | K::EXTRA_ACCESS;
-        self.check_atomic_access(bits)?;
+        self.check_atomic_access(Verb::RegMr, bits)?;
         // SAFETY: the PD is alive; `mem..mem+len` is valid memory kept at its address until after
         // deregistration (this function's contract); the access bits obey ibv_reg_mr(3)
         // (`A: LegalAccess`). `ibv_reg_mr` is a macro over this inline helper.

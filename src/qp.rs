@@ -1167,14 +1167,11 @@ impl QpShared {
         self.pd.ctx.id
     }
 
-    /// Refuses an atomic request, or a window bind granting remote atomics, on a device without
-    /// atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`).
+    /// Refuses an atomic request, a window bind granting remote atomics or remote atomic
+    /// access on a device without atomic operations ([`ContextInner::check_atomics`](crate::device::ContextInner::check_atomics)).
     #[inline(always)]
     pub(crate) fn check_atomics(&self, verb: crate::Verb, wants: bool) -> Result<()> {
-        if wants && !self.pd.ctx.atomics {
-            return Err(crate::device::no_atomics(verb, &self.pd.ctx.name));
-        }
-        Ok(())
+        self.pd.ctx.check_atomics(verb, wants)
     }
 
     /// Refuses an object of another protection domain (and so of another device context)
