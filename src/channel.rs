@@ -549,16 +549,21 @@ impl std::os::fd::AsFd for CompChannel {
 
 /// Registers a duplicate of `fd` with the current tokio runtime's reactor, for readability
 /// (a completion channel's, a CM event channel's or a context's async event descriptor). On
-/// failure, what failed and its error.
+/// failure, what failed and its error: outside a tokio runtime, or in one without I/O.
 ///
-/// Tokio panics when the runtime was built without I/O (`enable_io`): that panic is caught
-/// here and reported as an error, so no async wait of the library panics on it (device
-/// `async_hostile::async_waits_in_a_runtime_without_io_fail_typed`).
+/// Tokio panics when there is no reactor to register with. Outside a runtime this asks first;
+/// for a runtime built without I/O (`enable_io`) tokio offers no question, so that panic is
+/// caught here and reported as an error: no async wait of the library panics on either (device
+/// `async_hostile::async_waits_in_a_runtime_without_io_fail_typed`,
+/// `events::async_events_outside_a_runtime_or_after_its_runtime_are_typed_errors`).
 #[cfg(feature = "tokio")]
 pub(crate) fn register_readable(
     fd: std::os::fd::BorrowedFd<'_>,
 ) -> std::result::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, (&'static str, io::Error)> {
     use tokio::io::{unix::AsyncFd, Interest};
+    if let Err(e) = tokio::runtime::Handle::try_current() {
+        return Err(("outside a tokio runtime", io::Error::other(e)));
+    }
     let dup = fd.try_clone_to_owned().map_err(|e| ("duplicating the descriptor", e))?;
     let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: `dup` is an `OwnedFd`: open, owned by the `AsyncFd` for its whole life, and
@@ -584,15 +589,11 @@ impl ChannelShared {
     /// reactor.
     fn register_fd(&self) -> Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
         use std::os::fd::BorrowedFd;
-        let err = |what: &str, e: io::Error| {
-            Error::verb(Verb::GetCqEvent, format!("{what} (completion channel of {})", self.ctx.name), e)
-        };
-        if let Err(e) = tokio::runtime::Handle::try_current() {
-            return Err(err("outside a tokio runtime", io::Error::other(e)));
-        }
         // SAFETY: the fd belongs to the channel, which `self` keeps open for this whole call.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
-        register_readable(fd).map_err(|(what, e)| err(what, e))
+        register_readable(fd).map_err(|(what, e)| {
+            Error::verb(Verb::GetCqEvent, format!("{what} (completion channel of {})", self.ctx.name), e)
+        })
     }
 
     /// Makes sure a task of the current tokio runtime serves this channel's futures (one per
@@ -739,9 +740,6 @@ impl CompChannel {
         let err = |what: &str, e: io::Error| {
             Error::verb(Verb::GetCqEvent, format!("{what} (completion channel of {})", self.inner.ctx.name), e)
         };
-        if let Err(e) = tokio::runtime::Handle::try_current() {
-            return Err(err("wait_async outside a tokio runtime", io::Error::other(e)));
-        }
         let afd = self.inner.register_fd()?;
         loop {
             let mut guard = afd.readable().await.map_err(|e| err("waiting for the channel fd", e))?;

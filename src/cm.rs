@@ -190,7 +190,7 @@ macro_rules! or_flush {
 /// `rdma_accept` computes it (a larger value is refused by `ibv_modify_qp`, EINVAL).
 fn passive_dest_rd_atomic(asked: u8, cm: u8, max: u32) -> u8 {
     if asked == u8::MAX {
-        cm.min(u8::try_from(max).unwrap_or(u8::MAX))
+        capped(cm, max)
     } else {
         asked
     }
@@ -201,10 +201,15 @@ fn passive_dest_rd_atomic(asked: u8, cm: u8, max: u32) -> u8 {
 /// device's `max_qp_init_rd_atom` `max`.
 fn rts_rd_atomic(asked: u8, cm: u8, max: u32) -> u8 {
     if asked == u8::MAX {
-        cm.min(u8::try_from(max).unwrap_or(u8::MAX))
+        capped(cm, max)
     } else {
         cm.min(asked)
     }
+}
+
+/// The CM's value `cm`, at most the device's limit `max` (one beyond a `u8` caps nothing).
+fn capped(cm: u8, max: u32) -> u8 {
+    cm.min(u8::try_from(max).unwrap_or(u8::MAX))
 }
 
 /// `-1` with errno (librdmacm's convention) as an [`Error::Verb`].
@@ -373,26 +378,21 @@ impl RawId {
     /// An async step's check, before its librdmacm call: a tokio runtime to wait in, with
     /// I/O (its reactor, for the channel's descriptor). Without them the step fails before it
     /// asks anything of the CM (an accept would otherwise be sent, and the peer connected,
-    /// before the wait fails). Tokio offers no question for the I/O driver: registering a
-    /// descriptor with a runtime built without it panics, so a duplicate of the channel's is
-    /// registered here (and dropped), and that panic becomes the error.
+    /// before the wait fails). Tokio offers no question for the I/O driver, so the channel's
+    /// descriptor is registered (and the registration dropped): [`RawId::register`].
     #[cfg(feature = "tokio")]
     fn runtime_check(&self, what: impl FnOnce() -> String) -> Result<()> {
-        use std::os::fd::BorrowedFd;
-        if let Err(e) = tokio::runtime::Handle::try_current() {
-            return Err(Error::verb(
-                Verb::GetCmEvent,
-                format!("{}: an async wait outside a tokio runtime", what()),
-                std::io::Error::other(e),
-            ));
-        }
+        self.register(what).map(drop)
+    }
+
+    /// A duplicate of the channel's descriptor registered with the current tokio runtime's
+    /// reactor; outside a runtime, or in one without I/O, the error (`channel::register_readable`).
+    #[cfg(feature = "tokio")]
+    fn register(&self, what: impl FnOnce() -> String) -> Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
         // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
-        let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
-        // (A runtime without I/O: tokio's panic is caught there and comes back as the error.)
-        match crate::channel::register_readable(fd) {
-            Ok(_registered) => Ok(()),
-            Err((doing, e)) => Err(Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e)),
-        }
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
+        crate::channel::register_readable(fd)
+            .map_err(|(doing, e)| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e))
     }
 
     /// The asynchronous [`next_event`](Self::next_event): waits for the channel's descriptor
@@ -400,15 +400,11 @@ impl RawId {
     /// that resolves the future, and the caller handles it in that same poll.
     #[cfg(feature = "tokio")]
     async fn next_event_async(&self, what: impl Fn() -> String) -> Result<Event> {
-        use std::os::fd::BorrowedFd;
-
-        let err = |doing: &str, e: std::io::Error| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e);
-        self.runtime_check(&what)?;
-        // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
-        let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
-        let afd = crate::channel::register_readable(fd).map_err(|(doing, e)| err(doing, e))?;
+        let afd = self.register(&what)?;
         loop {
-            let mut guard = afd.readable().await.map_err(|e| err("waiting for the channel's descriptor", e))?;
+            let mut guard = afd.readable().await.map_err(|e| {
+                Error::verb(Verb::GetCmEvent, format!("{}: waiting for the channel's descriptor", what()), e)
+            })?;
             match self.try_event(&what)? {
                 Some(event) => return Ok(event),
                 // Drained: only now may the readiness be cleared (edge-triggered reactor).

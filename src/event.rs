@@ -543,11 +543,8 @@ impl AsyncEvents {
         let afd = match self.reactor {
             Some(ref afd) => afd,
             None => {
-                if let Err(e) = tokio::runtime::Handle::try_current() {
-                    return Poll::Ready(Err(err("AsyncEvents polled outside a tokio runtime", io::Error::other(e))));
-                }
-                // A duplicate of `fd` (the same open file), which a runtime without I/O turns
-                // into an error rather than a panic.
+                // A duplicate of `fd` (the same open file); outside a runtime, or in one
+                // without I/O, an error rather than tokio's panic.
                 let afd = crate::channel::register_readable(self.fd.as_fd()).map_err(|(what, e)| err(what, e))?;
                 self.reactor.insert(afd)
             }
