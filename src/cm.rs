@@ -1783,8 +1783,8 @@ mod tests {
 
     /// The CM's value (255 asked) is the peer's offer up to the device's limit; an explicit
     /// value is taken as asked (RTR, passive: what the accept tells the peer) or caps the
-    /// CM's (RTS). Before, 255 took the peer's offer uncapped: 200 on a device that takes 128,
-    /// which `ibv_modify_qp` refuses.
+    /// CM's (RTS). Uncapped, a peer's 200 on a device that takes 128 would be refused by
+    /// `ibv_modify_qp`.
     #[test]
     fn the_cms_depths_are_capped_at_the_devices_limits() {
         assert_eq!(passive_dest_rd_atomic(255, 200, 128), 128);

@@ -432,8 +432,8 @@ fn an_srq_dropped_while_a_poll_routes_a_destroyed_qps_receive_does_not_deadlock(
 }
 
 /// A region split into chunks too small for the list of chunks to be allocated (256 MiB in
-/// 1-byte chunks: a 6 GiB list in a VM of 2 GiB) is refused with a typed error; the allocation
-/// failure aborted the process.
+/// 1-byte chunks: a 6 GiB list in a VM of 2 GiB) is refused with a typed error, not an
+/// allocation failure, which would abort the process.
 #[test]
 fn chunks_whose_list_cannot_be_allocated_are_refused_not_an_abort() {
     let r = rig();

@@ -742,8 +742,8 @@ fn forced_signals_keep_an_all_unsignaled_lane_from_deadlocking() {
 }
 
 /// On a send queue one request deep, no lane request may go unsignaled: one would fill the
-/// queue with a request that nothing completes, and every later post was `QueueFull` (the
-/// lane allowed a run of one unsignaled request at every depth).
+/// queue with a request that nothing completes, and every later post would be `QueueFull`
+/// (the unsignaled run is `depth / 2`, 0 there).
 #[test]
 fn a_lane_on_a_one_deep_send_queue_signals_every_request() {
     forced_signals_keep_a_lane_live(QpCaps { max_send_wr: 1, ..QpCaps::default() });
