@@ -35,7 +35,7 @@ pub(crate) struct CqShared {
     /// The provider's `ibv_poll_cq` (`cq->context->ops.poll_cq`), looked up once: what
     /// verbs.h's inline `ibv_poll_cq` reads on every call.
     poll_fn: PollFn,
-    cqe: u32,
+    pub(crate) cqe: u32,
     /// The device reports `wc_flags` in the kernel's numbering (see [`WcFlagsQuirk`]).
     quirk: WcFlagsQuirk,
     pub(crate) ctx: Arc<ContextInner>,

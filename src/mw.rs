@@ -21,11 +21,12 @@
 //! "ibv_dereg_mr() fails if any memory window is still bound to this MR").
 #![allow(unsafe_code)]
 
+use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::RangeBounds;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use typed_verbs_sys as sys;
 
@@ -208,9 +209,10 @@ pub struct BoundMw<'m, K: MwType, R> {
     rkey: u32,
     addr: u64,
     len: u64,
-    /// The last invalidation decoded before this binding existed: only a later one can be its
-    /// own (a type 2 rkey repeats every 256 bindings of the window).
-    bound_after: u64,
+    /// The invalidations of its rkey decoded while it is bound, and the last one decoded before
+    /// it existed: only a later one can be its own (a type 2 rkey repeats every 256 bindings
+    /// of the window).
+    watch: InvalidationWatch,
     _region: RegionBorrow<'m>,
     _rights: PhantomData<fn() -> R>,
 }
@@ -259,8 +261,16 @@ unsafe impl Sync for RawMr {}
 
 impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
     pub(crate) fn new(mw: Mw<K>, mr: RawMr, rkey: u32, addr: u64, len: u64) -> Self {
-        let bound_after = crate::wc::invalidations_so_far();
-        BoundMw { mw, mr, rkey, addr, len, bound_after, _region: RegionBorrow::new(), _rights: PhantomData }
+        let watch = InvalidationWatch::new(mw.inner.pd.ctx.tag, rkey);
+        BoundMw { mw, mr, rkey, addr, len, watch, _region: RegionBorrow::new(), _rights: PhantomData }
+    }
+
+    /// Whether a receive completion decoded since this binding existed says a peer's
+    /// SEND_WITH_INV invalidated its rkey: the device holds the window unbound, though its type
+    /// still says bound ([`BoundMw::invalidated_by`] takes it back).
+    pub(crate) fn invalidated_remotely(&self) -> bool {
+        let (bound_after, last) = self.watch.serials();
+        last > bound_after
     }
 
     /// The region the window is bound to. A zero-length bind names it although the bind ignores
@@ -321,7 +331,7 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
         // contexts (two devices) are numbered independently, and can be equal.
         if completion.is_success()
             && completion.invalidated_rkey() == Some(self.rkey)
-            && completion.invalidation_serial() > self.bound_after
+            && completion.invalidation_serial() > self.watch.serials().0
             && completion.invalidation_context() == self.mw.inner.pd.ctx.tag
         {
             Ok(self.mw)
@@ -337,6 +347,71 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
     pub(crate) fn mw(&self) -> &Mw<K> {
         &self.mw
     }
+}
+
+/// The invalidations of one live binding's rkey, noted as receive completions are decoded
+/// ([`note_remote_invalidation`]): while a [`BoundMw`] lives, its context's tag and its rkey
+/// (`tag << 32 | rkey`) are a key of [`WATCHED`], which holds one entry per bound window of the
+/// process.
+#[derive(Debug)]
+struct InvalidationWatch(u64);
+
+/// A watched binding's serials ([`Completion::invalidation_serial`]): of the last invalidation
+/// decoded before it existed, and of the last invalidation of its rkey decoded since (0 for
+/// none).
+type Watched = HashMap<u64, (u64, u64)>;
+
+/// The watched bindings, by context tag and rkey. One live binding per key: a valid rkey names
+/// one binding of one window of its device (the window keeps its number while allocated, and
+/// a bound window is allocated), and a context's tag is not reused while its windows live. A
+/// map keeps its capacity: binding and unbinding allocate nothing once it has held as many
+/// windows.
+static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
+
+fn with_watched<T>(f: impl FnOnce(&mut Watched) -> T) -> T {
+    // The map is left consistent by every holder (one insert, update or removal), so a panic
+    // elsewhere while it was held leaves nothing to repair.
+    let mut map = WATCHED.lock().unwrap_or_else(PoisonError::into_inner);
+    f(map.get_or_insert_with(HashMap::new))
+}
+
+fn watch_key(ctx_tag: u16, rkey: u32) -> u64 {
+    (u64::from(ctx_tag) << 32) | u64::from(rkey)
+}
+
+impl InvalidationWatch {
+    fn new(ctx_tag: u16, rkey: u32) -> Self {
+        let key = watch_key(ctx_tag, rkey);
+        // Read under the map's lock: an invalidation decoded meanwhile is noted (after this)
+        // with a greater serial, or was decoded before this binding existed.
+        with_watched(|map| map.insert(key, (crate::wc::invalidations_so_far(), 0)));
+        InvalidationWatch(key)
+    }
+
+    /// (last invalidation before the binding, last invalidation of its rkey since). Always
+    /// present while the binding lives; an absent entry reads as no invalidation being this
+    /// binding's, the side that keeps the window typed bound.
+    fn serials(&self) -> (u64, u64) {
+        with_watched(|map| map.get(&self.0).copied().unwrap_or((u64::MAX, 0)))
+    }
+}
+
+impl Drop for InvalidationWatch {
+    fn drop(&mut self) {
+        with_watched(|map| map.remove(&self.0));
+    }
+}
+
+/// A receive completion of a CQ of the context tagged `ctx_tag` says a SEND_WITH_INV
+/// invalidated `rkey`; `serial` is its [`Completion::invalidation_serial`]. A bound window with
+/// that rkey notes it, so that a LOCAL_INV of it is refused ([`BoundMw::invalidated_remotely`]).
+#[cold]
+pub(crate) fn note_remote_invalidation(ctx_tag: u16, rkey: u32, serial: u64) {
+    with_watched(|map| {
+        if let Some((_, last)) = map.get_mut(&watch_key(ctx_tag, rkey)) {
+            *last = (*last).max(serial);
+        }
+    });
 }
 
 /// `ibv_inc_rkey`: the rkey a new binding of a window whose rkey is `rkey` gets (the low
@@ -531,8 +606,28 @@ impl WindowAdvert {
 
 #[cfg(test)]
 mod tests {
-    use super::WindowAdvert;
+    use super::{note_remote_invalidation, watch_key, with_watched, InvalidationWatch, WindowAdvert};
     use typed_verbs_sys as sys;
+
+    #[test]
+    fn a_watched_rkey_notes_its_invalidations_until_its_binding_is_gone() {
+        // A tag no open context has in unit tests (the fake devices take small ones).
+        let (tag, rkey) = (0xfff1, 0x1234_5601);
+        let w = InvalidationWatch::new(tag, rkey);
+        let (before, last) = w.serials();
+        assert_eq!(last, 0);
+        // Another context's, or another rkey's, invalidation is not this binding's.
+        note_remote_invalidation(tag + 1, rkey, before + 7);
+        note_remote_invalidation(tag, rkey + 1, before + 7);
+        assert_eq!(w.serials(), (before, 0));
+        note_remote_invalidation(tag, rkey, before + 9);
+        note_remote_invalidation(tag, rkey, before + 8);
+        assert_eq!(w.serials(), (before, before + 9), "the latest serial stays");
+        drop(w);
+        assert!(!with_watched(|map| map.contains_key(&watch_key(tag, rkey))), "one entry per live binding");
+        note_remote_invalidation(tag, rkey, before + 12);
+        assert!(!with_watched(|map| map.contains_key(&watch_key(tag, rkey))), "nothing noted for no binding");
+    }
 
     #[test]
     fn advert_round_trips_and_rejects_garbage() {

@@ -934,6 +934,10 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
             return Err(Error::InlineTooLarge { qp_num: qp.qp_num(), len, max });
         }
     }
+    // A constant of the request's type, as the atomics' below.
+    if W::LOCAL_INV {
+        qp.take_receive_completions()?;
+    }
     wr.build(raw)?;
     // A constant of the request's type: no instruction for requests without atomics.
     if W::ATOMICS {

@@ -213,12 +213,14 @@ static INVALIDATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 /// bound, which is safe), at about a million invalidations a second after nine years.
 const INV_SERIAL_MAX: u64 = (1 << 48) - 1;
 
-/// `inv_serial` of an invalidating completion being decoded now by a CQ of the context tagged
-/// `ctx_tag`: its serial above the tag.
+/// `inv_serial` of a completion being decoded now by a CQ of the context tagged `ctx_tag`,
+/// which says `rkey` was invalidated: its serial above the tag. A window bound under that rkey
+/// notes it.
 #[cold]
 #[inline(never)]
-fn next_invalidation(ctx_tag: u16) -> u64 {
+fn next_invalidation(ctx_tag: u16, rkey: u32) -> u64 {
     let serial = (INVALIDATIONS.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1).min(INV_SERIAL_MAX);
+    crate::mw::note_remote_invalidation(ctx_tag, rkey, serial);
     (serial << 16) | u64::from(ctx_tag)
 }
 
@@ -300,7 +302,11 @@ impl Completion {
             dlid_path_bits: wc.dlid_path_bits,
             source: CompletionSource::Own,
             flags_quirk: quirk,
-            inv_serial: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 { next_invalidation(ctx_tag) } else { 0 },
+            inv_serial: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 {
+                next_invalidation(ctx_tag, crate::cq::wc_imm_bits(wc))
+            } else {
+                0
+            },
         }
     }
 

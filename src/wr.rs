@@ -133,6 +133,10 @@ pub trait SendRequest: sealed::Sealed + Sized {
     /// remote atomics (refused on a device without them, before the provider sees it).
     #[doc(hidden)]
     const ATOMICS: bool = false;
+    /// The request is a LOCAL_INV: the QP's receive completions are taken off its CQ first, so
+    /// that an invalidation by a peer's SEND_WITH_INV is known before it is built.
+    #[doc(hidden)]
+    const LOCAL_INV: bool = false;
 
     /// Clears `IBV_SEND_SIGNALED`: no completion of its own; the request is known complete
     /// when a later signaled request of the same send queue completes.
@@ -819,6 +823,12 @@ impl<'m, K: Invalidatable, R: WindowRights> LocalInv<'m, K, R> {
     pub fn new(bound: BoundMw<'m, K, R>) -> Self {
         LocalInv { bound }
     }
+
+    /// The window back, still bound: what a refused request returns
+    /// ([`PostError::wr`](crate::scope::PostError)).
+    pub fn into_bound(self) -> BoundMw<'m, K, R> {
+        self.bound
+    }
 }
 
 // `LocalInv` is only built by `new`, which requires `Invalidatable`.
@@ -826,7 +836,13 @@ impl<K: MwType, R> sealed::Sealed for LocalInv<'_, K, R> {}
 impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     type Buffers = PendingUnbind<'m, K, R>;
     type Sges = [sys::ibv_sge; 0];
+    const LOCAL_INV: bool = true;
     fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
+        // A second invalidation of one binding is refused: rxe (Linux 6.12 and 6.18) takes
+        // it for a live window and dereferences the binding's NULL QP in the kernel.
+        if self.bound.invalidated_remotely() {
+            return Err(already_invalidated(self.bound.rkey()));
+        }
         raw.pd = Some(self.bound.mw().pd_id());
         raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
         raw.wr.opcode = sys::IBV_WR_LOCAL_INV;
@@ -838,6 +854,18 @@ impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     }
 }
 impl<K: MwType, R: WindowRights, T: SupportsLocalInv> SendWr<T> for LocalInv<'_, K, R> {}
+
+/// The LOCAL_INV of a window whose rkey a peer's SEND_WITH_INV already invalidated.
+#[cold]
+fn already_invalidated(rkey: u32) -> Error {
+    Error::invalid(
+        "ibv_post_send (LOCAL_INV)",
+        format!(
+            "the window's rkey {rkey:#x} was already invalidated by a peer's SEND_WITH_INV (a receive \
+             completion with IBV_WC_WITH_INV): take the window back with BoundMw::invalidated_by"
+        ),
+    )
+}
 
 /// `IBV_WR_TSO`: TCP segmentation offload of `payload` behind `header`, cut into `mss`-byte
 /// segments by the device. UD and RAW_PACKET only, and only with the [`TsoCap`] the device
@@ -922,6 +950,7 @@ macro_rules! wrapper {
             type Buffers = W::Buffers;
             type Sges = W::Sges;
             const ATOMICS: bool = W::ATOMICS;
+            const LOCAL_INV: bool = W::LOCAL_INV;
             #[inline(always)]
             fn build(&self, $raw: &mut RawSendWr<W::Sges>) -> Result<()> {
                 let $s = self;

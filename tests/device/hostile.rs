@@ -54,6 +54,69 @@ fn quick_pair(pd: &Pd, cq: &Cq, access: impl AccessSet, caps: QpCaps) -> RcPair 
     RcPair { a, b }
 }
 
+/// A peer's SEND_WITH_INV invalidated a type 2 window that its owner still holds typed bound
+/// (it never handed the receive completion to `BoundMw::invalidated_by`). A LOCAL_INV of it
+/// would be the binding's second invalidation, which rxe (6.12 and 6.18) takes for a live
+/// window: it dereferences the binding's NULL QP and the kernel crashes. It is refused before
+/// the provider sees it, whether the receive completion was already collected or still sat in
+/// the CQ, and the window then comes back through `invalidated_by` and binds again.
+#[test]
+fn a_local_invalidation_of_a_window_a_peer_invalidated_is_refused() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), QpCaps::default());
+    let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
+    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(0x77);
+    let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let bind = |mw: typed_verbs::mw::Mw<Type2>| {
+        scope(|s| {
+            let t = s.post_send(&p.b, BindMw::new(mw, &target, 0, 4096, window::WRITE)).unwrap();
+            s.wait(t, WAIT).unwrap().1.expect("bind")
+        })
+        .unwrap()
+    };
+    let mut mw = pd.alloc_mw::<Type2>().unwrap();
+    for collected_first in [true, false] {
+        let bound = bind(mw);
+        let rkey = bound.rkey();
+        let (inv, bound) = scope(|s| {
+            let rt = s.post_recv(&p.b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+            let t = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), rkey)).unwrap();
+            assert!(s.wait(t, WAIT).unwrap().0.is_success());
+            // rxe writes the receive completion before it acknowledges the SEND: it is in the
+            // CQ now, collected or not.
+            let (collected, pending) =
+                if collected_first { (Some(s.wait(rt, WAIT).unwrap().0), None) } else { (None, Some(rt)) };
+            let refused = s.post_send(&p.b, LocalInv::new(bound)).unwrap_err();
+            match &refused.error {
+                Error::InvalidArgument { verb: "ibv_post_send (LOCAL_INV)", reason } => {
+                    assert!(reason.contains("already invalidated by a peer's SEND_WITH_INV"), "{reason}")
+                }
+                other => panic!("expected the LOCAL_INV refused, got {other:?}"),
+            }
+            let bound = refused.wr.expect("a refused request comes back").into_bound();
+            let inv = match pending {
+                Some(rt) => s.wait(rt, WAIT).unwrap().0,
+                None => collected.expect("collected before the LOCAL_INV"),
+            };
+            (inv, bound)
+        })
+        .unwrap();
+        assert_eq!(inv.invalidated_rkey(), Some(rkey), "{inv:?}");
+        mw = bound.invalidated_by(&inv).expect("the peer invalidated it");
+    }
+    // Still usable: bound again and invalidated locally.
+    let bound = bind(mw);
+    let back = scope(|s| {
+        let t = s.post_send(&p.b, LocalInv::new(bound)).unwrap();
+        s.wait(t, WAIT).unwrap().1.is_ok()
+    })
+    .unwrap();
+    assert!(back, "a window bound again is invalidated locally");
+}
+
 /// Sends 16 bytes of 0x11 from `qp` (towards a peer that cannot receive them) and returns the
 /// completion status; the send must not succeed.
 fn send_into_the_void(qp: &Qp<RC, RTS>, pd: &Pd) -> WcStatus {
