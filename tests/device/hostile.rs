@@ -54,6 +54,19 @@ fn quick_pair(pd: &Pd, cq: &Cq, access: impl AccessSet, caps: QpCaps) -> RcPair 
     RcPair { a, b }
 }
 
+/// Binds the type 2 window `mw` to the 4 KiB region `target` through `qp`, writable.
+fn bind_writable<'m>(
+    qp: &Qp<RC, RTS>,
+    mw: typed_verbs::mw::Mw<Type2>,
+    target: &'m Mr<access::WindowBindable>,
+) -> typed_verbs::mw::BoundMw<'m, Type2, window::Write> {
+    scope(|s| {
+        let t = s.post_send(qp, BindMw::new(mw, target, 0, 4096, window::WRITE)).unwrap();
+        s.wait(t, WAIT).unwrap().1.expect("bind")
+    })
+    .unwrap()
+}
+
 /// A peer's SEND_WITH_INV invalidated a type 2 window that its owner still holds typed bound
 /// (it never handed the receive completion to `BoundMw::invalidated_by`). A LOCAL_INV of it
 /// would be the binding's second invalidation, which rxe (6.12 and 6.18) takes for a live
@@ -70,13 +83,7 @@ fn a_local_invalidation_of_a_window_a_peer_invalidated_is_refused() {
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(0x77);
     let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
-    let bind = |mw: typed_verbs::mw::Mw<Type2>| {
-        scope(|s| {
-            let t = s.post_send(&p.b, BindMw::new(mw, &target, 0, 4096, window::WRITE)).unwrap();
-            s.wait(t, WAIT).unwrap().1.expect("bind")
-        })
-        .unwrap()
-    };
+    let bind = |mw| bind_writable(&p.b, mw, &target);
     let mut mw = pd.alloc_mw::<Type2>().unwrap();
     for collected_first in [true, false] {
         let bound = bind(mw);
@@ -145,13 +152,7 @@ fn a_recycled_invalidation_completion_does_not_unbind_a_rebound_window() {
     src.as_mut_slice().fill(0x77);
     let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
 
-    let bind = |mw: typed_verbs::mw::Mw<Type2>| {
-        scope(|s| {
-            let t = s.post_send(&p.b, BindMw::new(mw, &target, 0, 4096, window::WRITE)).unwrap();
-            s.wait(t, WAIT).unwrap().1.expect("bind")
-        })
-        .unwrap()
-    };
+    let bind = |mw| bind_writable(&p.b, mw, &target);
     // Binding 0, invalidated by the peer's SEND_WITH_INV: keep that completion.
     let bound = bind(pd.alloc_mw::<Type2>().unwrap());
     let first_rkey = bound.rkey();
