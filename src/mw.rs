@@ -34,6 +34,7 @@ use crate::access::{RemoteRights, WindowRights};
 use crate::error::{Error, Result, Verb};
 use crate::mr::RemoteSlice;
 use crate::pd::{Pd, PdInner};
+use crate::qp::QpShared;
 use crate::wc::Completion;
 
 mod sealed {
@@ -115,12 +116,49 @@ unsafe impl Send for MwInner {}
 // SAFETY: `&MwInner` only reads.
 unsafe impl Sync for MwInner {}
 
+/// The QPs type 2 binds went through, by window (`ibv_mw` address), since the window was last
+/// certainly unbound. The device's window keeps its QP (rxe: `mw->qp`, a reference the QP's
+/// destroy waits 50 s for, then frees the QP regardless, and the window's deallocation drops
+/// it again), so they are destroyed only after the window is deallocated or certainly unbound
+/// ([`MwInner::release_qps`]). Out of the window itself, which moves by value through every
+/// request and result that holds it; an entry lives only while its window is allocated, so
+/// an address names one window.
+static HELD: Mutex<Option<HashMap<usize, Vec<Arc<QpShared>>>>> = Mutex::new(None);
+
+impl MwInner {
+    /// A type 2 bind through `qp` is posted (or may have been): the window keeps the QP.
+    pub(crate) fn hold(&self, qp: &QpShared) {
+        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+        let qps = held.get_or_insert_with(HashMap::new).entry(self.mw.as_ptr() as usize).or_default();
+        if !qps.iter().any(|q| std::ptr::eq(&**q, qp)) {
+            // `qp` is borrowed from a handle, so it upgrades.
+            qps.extend(qp.arc());
+        }
+    }
+
+    /// The window is certainly unbound (an invalidation completed successfully) or
+    /// deallocated: the device keeps none of the QPs now. They are let go of outside the lock
+    /// (a QP's destroy can release parked windows, which come here).
+    fn release_qps(&self) {
+        let qps = HELD
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            .and_then(|h| h.remove(&(self.mw.as_ptr() as usize)));
+        drop(qps);
+    }
+}
+
 impl Drop for MwInner {
     fn drop(&mut self) {
         // SAFETY: the window is valid and deallocated once. Deallocation invalidates it; a bind
         // or invalidation in flight holds the window by value in its token, so none is pending.
-        // A failure cannot be acted on in drop; ignored.
-        let _ = unsafe { sys::ibv_dealloc_mw(self.mw.as_ptr()) };
+        let ret = unsafe { sys::ibv_dealloc_mw(self.mw.as_ptr()) };
+        // Only a deallocated window lets go of its QPs; a failed deallocation cannot be acted
+        // on in drop, and may leave the window bound to one: they are leaked with it.
+        if ret == 0 {
+            self.release_qps();
+        }
     }
 }
 
@@ -260,17 +298,20 @@ unsafe impl Send for RawMr {}
 unsafe impl Sync for RawMr {}
 
 impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
-    pub(crate) fn new(mw: Mw<K>, mr: RawMr, rkey: u32, addr: u64, len: u64) -> Self {
-        let watch = InvalidationWatch::new(mw.inner.pd.ctx.tag, rkey);
+    fn new(mw: Mw<K>, mr: RawMr, rkey: u32, addr: u64, len: u64, watch: InvalidationWatch) -> Self {
         BoundMw { mw, mr, rkey, addr, len, watch, _region: RegionBorrow::new(), _rights: PhantomData }
     }
 
-    /// Whether a receive completion decoded since this binding existed says a peer's
-    /// SEND_WITH_INV invalidated its rkey: the device holds the window unbound, though its type
-    /// still says bound ([`BoundMw::invalidated_by`] takes it back).
-    pub(crate) fn invalidated_remotely(&self) -> bool {
-        let (bound_after, last) = self.watch.serials();
-        last > bound_after
+    /// Whether the device may hold the window unbound though its type says bound: a receive
+    /// completion decoded since its bind was posted says a peer's SEND_WITH_INV invalidated its
+    /// rkey ([`BoundMw::invalidated_by`] takes it back), or a LOCAL_INV of it failed after it
+    /// may have run ([`Invalidated::MaybeLocally`]).
+    pub(crate) fn invalidated(&self) -> Option<Invalidated> {
+        match self.watch.serials() {
+            (_, MAYBE_LOCALLY) => Some(Invalidated::MaybeLocally),
+            (bound_after, last) if last > bound_after => Some(Invalidated::ByPeer),
+            _ => None,
+        }
     }
 
     /// The region the window is bound to. A zero-length bind names it although the bind ignores
@@ -334,6 +375,7 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
             && completion.invalidation_serial() > self.watch.serials().0
             && completion.invalidation_context() == self.mw.inner.pd.ctx.tag
         {
+            self.mw.inner.release_qps();
             Ok(self.mw)
         } else {
             Err(self)
@@ -354,7 +396,7 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
 /// (`tag << 32 | rkey`) are a key of [`WATCHED`], which holds one entry per bound window of the
 /// process.
 #[derive(Debug)]
-struct InvalidationWatch(u64);
+pub(crate) struct InvalidationWatch(u64);
 
 /// A watched binding's serials ([`Completion::invalidation_serial`]): of the last invalidation
 /// decoded before it existed, and of the last invalidation of its rkey decoded since (0 for
@@ -380,12 +422,27 @@ fn watch_key(ctx_tag: u16, rkey: u32) -> u64 {
 }
 
 impl InvalidationWatch {
+    /// Watches `rkey`, the new rkey of a bind of `mw` being posted.
+    pub(crate) fn of<K: MwType>(mw: &Mw<K>, rkey: u32) -> Self {
+        InvalidationWatch::new(mw.inner.pd.ctx.tag, rkey)
+    }
+
     fn new(ctx_tag: u16, rkey: u32) -> Self {
         let key = watch_key(ctx_tag, rkey);
         // Read under the map's lock: an invalidation decoded meanwhile is noted (after this)
         // with a greater serial, or was decoded before this binding existed.
         with_watched(|map| map.insert(key, (crate::wc::invalidations_so_far(), 0)));
         InvalidationWatch(key)
+    }
+
+    /// A LOCAL_INV of the binding failed: rxe may have run it before the QP's flush reported it
+    /// failed, so the binding is taken as maybe invalidated for good.
+    fn maybe_invalidated_locally(&self) {
+        with_watched(|map| {
+            if let Some((_, last)) = map.get_mut(&self.0) {
+                *last = MAYBE_LOCALLY;
+            }
+        });
     }
 
     /// (last invalidation before the binding, last invalidation of its rkey since). Always
@@ -400,6 +457,19 @@ impl Drop for InvalidationWatch {
     fn drop(&mut self) {
         with_watched(|map| map.remove(&self.0));
     }
+}
+
+/// The "last invalidation" of a binding whose LOCAL_INV failed (above every serial, which stop
+/// at 48 bits).
+const MAYBE_LOCALLY: u64 = u64::MAX;
+
+/// Why a window typed bound may be unbound on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Invalidated {
+    /// A peer's SEND_WITH_INV invalidated its rkey (a receive completion says so).
+    ByPeer,
+    /// A LOCAL_INV of it completed with an error, after it may have run.
+    MaybeLocally,
 }
 
 /// A receive completion of a CQ of the context tagged `ctx_tag` says a SEND_WITH_INV
@@ -430,6 +500,9 @@ pub struct PendingBind<'m, K: MwType, R> {
     pub(crate) new_rkey: u32,
     pub(crate) addr: u64,
     pub(crate) len: u64,
+    /// Watches `new_rkey` from the post on: a peer told the rkey before the bind's completion
+    /// was collected (`Scope::advertise_window`) may invalidate it first.
+    pub(crate) watch: InvalidationWatch,
     pub(crate) _region: RegionBorrow<'m>,
     pub(crate) _rights: PhantomData<fn() -> R>,
 }
@@ -460,7 +533,7 @@ impl<'m, K: MwType, R: WindowRights> PendingBind<'m, K, R> {
     pub(crate) fn finish(mut self, c: &Completion) -> std::result::Result<BoundMw<'m, K, R>, Mw<K>> {
         if c.is_success() {
             self.mw.set_raw_rkey(self.new_rkey);
-            Ok(BoundMw::new(self.mw, self.mr, self.new_rkey, self.addr, self.len))
+            Ok(BoundMw::new(self.mw, self.mr, self.new_rkey, self.addr, self.len, self.watch))
         } else {
             self.mw.set_raw_rkey(self.old_rkey);
             Err(self.mw)
@@ -486,12 +559,14 @@ impl<'m, K: MwType, R: WindowRights> PendingUnbind<'m, K, R> {
         let PendingUnbind { mut bound, new_rkey } = self;
         if c.is_success() {
             let mut mw = bound.into_mw();
+            mw.inner.release_qps();
             if let Some(k) = new_rkey {
                 mw.set_raw_rkey(k);
             }
             Ok(mw)
         } else {
             bound.mw.set_raw_rkey(bound.rkey);
+            bound.watch.maybe_invalidated_locally();
             Err(bound)
         }
     }

@@ -99,6 +99,8 @@ pub struct Qp<T: Transport, S: QpState> {
 }
 
 pub(crate) struct QpShared {
+    /// Itself: what a type 2 window bound through the QP keeps ([`QpShared::arc`]).
+    me: std::sync::Weak<QpShared>,
     qp: NonNull<sys::ibv_qp>,
     /// The provider's `ibv_post_send` and `ibv_post_recv` (`qp->context->ops`), looked up once:
     /// what verbs.h's inline verbs read on every call.
@@ -284,7 +286,8 @@ impl Pd {
         let ops = unsafe { &(*(*qp.as_ptr()).context).ops };
         let (post_send_fn, post_recv_fn) =
             (ops.post_send.unwrap_or(sys::ibv_post_send), ops.post_recv.unwrap_or(sys::ibv_post_recv));
-        let shared = Arc::new(QpShared {
+        let shared = Arc::new_cyclic(|me| QpShared {
+            me: me.clone(),
             qp,
             post_send_fn,
             post_recv_fn,
@@ -1167,6 +1170,11 @@ impl QpShared {
         self.pd.ctx.id
     }
 
+    /// A new handle of the QP (alive: `self` is borrowed from one).
+    pub(crate) fn arc(&self) -> Option<Arc<QpShared>> {
+        self.me.upgrade()
+    }
+
     /// Polls the receive CQ until it is empty (at most as many completions as it may hold), so
     /// that every receive completion the device has written for this QP is decoded and routed:
     /// among them, a SEND_WITH_INV's invalidation of a window bound here.
@@ -1681,7 +1689,8 @@ impl QpShared {
             -1
         }
         let caps = QpCaps { max_send_wr: depth, max_recv_wr: depth, ..QpCaps::default() };
-        let shared = Arc::new(QpShared {
+        let shared = Arc::new_cyclic(|me| QpShared {
+            me: me.clone(),
             qp,
             post_send_fn: no_send,
             post_recv_fn: no_recv,

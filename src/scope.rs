@@ -30,7 +30,8 @@ use crate::ah::Ah;
 use crate::error::{Error, Result};
 use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSource, Mr};
 use crate::mw::{
-    BindCompleted, BoundByVerb, BoundMw, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow, UnboundByVerb,
+    BindCompleted, BoundByVerb, BoundMw, InvalidationWatch, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow,
+    UnboundByVerb,
 };
 use crate::qp::{Qp, QpShared, QueueRef, Refused};
 use crate::queue::{Take, TrackedQueue};
@@ -663,6 +664,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         };
         let new_rkey = mw.raw_rkey();
         let pending = PendingBind {
+            watch: InvalidationWatch::of(&mw, new_rkey),
             mw,
             mr: mr.raw(),
             old_rkey,
@@ -955,6 +957,7 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
         return Err(foreign_capability(qp));
     }
     raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
+    wr.posting_on(crate::wr::PostingOn(qp));
     Ok(())
 }
 

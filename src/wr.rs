@@ -29,7 +29,10 @@ use crate::ah::Ah;
 use crate::device::{IpCsum, TsoCap, TsoTransport};
 use crate::error::{Error, Result};
 use crate::mr::{LocalSink, Mr, OdpTag, RemoteSlice};
-use crate::mw::{inc_rkey, BoundByWr, BoundMw, Invalidatable, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow};
+use crate::mw::{
+    inc_rkey, BoundByWr, BoundMw, Invalidatable, Invalidated, InvalidationWatch, Mw, MwType, PendingBind,
+    PendingUnbind, RegionBorrow,
+};
 use crate::sgl::{Gather, Scatter, SgeStore};
 use crate::transport::{
     SupportsAtomics, SupportsBindMw, SupportsFence, SupportsLocalInv, SupportsRdmaRead, SupportsRdmaWrite,
@@ -97,6 +100,11 @@ impl<S: SgeStore> RawSendWr<S> {
     }
 }
 
+/// The QP a request is about to be posted on; only the library makes one.
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+pub struct PostingOn<'a>(pub(crate) &'a crate::qp::QpShared);
+
 /// A send work request, whatever the transport. Sealed; its methods add the optional flags.
 pub trait SendRequest: sealed::Sealed + Sized {
     /// The memory views handed back with the completion.
@@ -133,6 +141,12 @@ pub trait SendRequest: sealed::Sealed + Sized {
     /// remote atomics (refused on a device without them, before the provider sees it).
     #[doc(hidden)]
     const ATOMICS: bool = false;
+    /// The request passed its checks for `qp` and goes to the provider: a type 2 window bind
+    /// keeps the QP with the window ([`MwInner::hold`](crate::mw::MwInner)).
+    #[doc(hidden)]
+    fn posting_on(&self, qp: PostingOn<'_>) {
+        let _ = qp;
+    }
     /// The request is a LOCAL_INV: the QP's receive completions are taken off its CQ first, so
     /// that an invalidation by a peer's SEND_WITH_INV is known before it is built.
     #[doc(hidden)]
@@ -762,6 +776,12 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
     type Buffers = PendingBind<'m, K, R>;
     type Sges = [sys::ibv_sge; 0];
     const ATOMICS: bool = R::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0;
+    fn posting_on(&self, qp: PostingOn<'_>) {
+        // A type 2 binding holds its QP on the device (rxe: `mw->qp`); a type 1 binding none.
+        if K::RAW == sys::IBV_MW_TYPE_2 {
+            self.mw.inner.hold(qp.0);
+        }
+    }
     fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
         check_window_range("ibv_post_send (BIND_MW)", self.offset, self.len, self.mr.len() as u64)?;
         if !self.mw.same_pd(self.mr.pd()) {
@@ -787,12 +807,14 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
     }
     fn into_buffers(self) -> Self::Buffers {
         let old_rkey = self.mw.raw_rkey();
+        let new_rkey = inc_rkey(old_rkey);
         PendingBind {
-            new_rkey: inc_rkey(old_rkey),
+            new_rkey,
             old_rkey,
             mr: self.mr.raw(),
             addr: self.mr.addr() + self.offset,
             len: self.len,
+            watch: InvalidationWatch::of(&self.mw, new_rkey),
             mw: self.mw,
             _region: RegionBorrow::new(),
             _rights: PhantomData,
@@ -840,8 +862,8 @@ impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
         // A second invalidation of one binding is refused: rxe (Linux 6.12 and 6.18) takes
         // it for a live window and dereferences the binding's NULL QP in the kernel.
-        if self.bound.invalidated_remotely() {
-            return Err(already_invalidated(self.bound.rkey()));
+        if let Some(how) = self.bound.invalidated() {
+            return Err(already_invalidated(self.bound.rkey(), how));
         }
         raw.pd = Some(self.bound.mw().pd_id());
         raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
@@ -855,16 +877,20 @@ impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
 }
 impl<K: MwType, R: WindowRights, T: SupportsLocalInv> SendWr<T> for LocalInv<'_, K, R> {}
 
-/// The LOCAL_INV of a window whose rkey a peer's SEND_WITH_INV already invalidated.
+/// The LOCAL_INV of a window whose rkey may already be invalidated (`how`).
 #[cold]
-fn already_invalidated(rkey: u32) -> Error {
-    Error::invalid(
-        "ibv_post_send (LOCAL_INV)",
-        format!(
+fn already_invalidated(rkey: u32, how: Invalidated) -> Error {
+    let reason = match how {
+        Invalidated::ByPeer => format!(
             "the window's rkey {rkey:#x} was already invalidated by a peer's SEND_WITH_INV (a receive \
              completion with IBV_WC_WITH_INV): take the window back with BoundMw::invalidated_by"
         ),
-    )
+        Invalidated::MaybeLocally => format!(
+            "an earlier LOCAL_INV of the window's rkey {rkey:#x} completed with an error after it may have \
+             run (a flushed queue): the window can only be dropped, which deallocates it"
+        ),
+    };
+    Error::invalid("ibv_post_send (LOCAL_INV)", reason)
 }
 
 /// `IBV_WR_TSO`: TCP segmentation offload of `payload` behind `header`, cut into `mss`-byte
@@ -969,6 +995,9 @@ macro_rules! wrapper {
             }
             fn capabilities_of(&self, ctx: u64) -> bool {
                 wrapper!(@cap $ty, self, $inner, ctx)
+            }
+            fn posting_on(&self, qp: PostingOn<'_>) {
+                self.$inner.posting_on(qp)
             }
         }
         impl<$($lt,)? W: InlineWr $(, $t: $tb)?> InlineWr for $ty<$($lt,)? W $(, $t)?> {}
