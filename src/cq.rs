@@ -432,8 +432,14 @@ impl CqShared {
     /// destroyed QP consumed it); anything else has nobody to go to.
     fn route_retired(r: &Retired, wc: &sys::ibv_wc, decode: impl FnOnce() -> Completion) {
         let srq_receive = wc.wr_id & RECV_BIT != 0 && !is_recv_lane_request(wc.wr_id);
-        if let (true, Some(srq)) = (srq_receive, r.srq.as_ref().and_then(Weak::upgrade)) {
-            srq.rq.complete(wc.wr_id & !RECV_BIT, decode());
+        match (srq_receive, r.srq.as_ref().and_then(Weak::upgrade)) {
+            (true, Some(srq)) => srq.rq.complete(wc.wr_id & !RECV_BIT, decode()),
+            // Decoded all the same: decoding a receive that invalidated an rkey is what tells a
+            // window bound under it (`mw::note_remote_invalidation`; rxe lets a SEND_WITH_INV
+            // through any QP of the device invalidate it).
+            _ => {
+                let _ = decode();
+            }
         }
     }
 
@@ -446,8 +452,12 @@ impl CqShared {
         // shared receive queue (its handle dropped meanwhile on another thread), whose drop
         // locks this list to retire itself.
         let found = self.retired().iter().find(|r| r.qp_num == wc.qp_num).map(|r| Retired { srq: r.srq.clone(), ..*r });
-        if let Some(r) = found {
-            Self::route_retired(&r, wc, decode);
+        match found {
+            Some(r) => Self::route_retired(&r, wc, decode),
+            // As in `route_retired`.
+            None => {
+                let _ = decode();
+            }
         }
     }
 

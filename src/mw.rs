@@ -474,7 +474,7 @@ pub(crate) enum Invalidated {
 
 /// A receive completion of a CQ of the context tagged `ctx_tag` says a SEND_WITH_INV
 /// invalidated `rkey`; `serial` is its [`Completion::invalidation_serial`]. A bound window with
-/// that rkey notes it, so that a LOCAL_INV of it is refused ([`BoundMw::invalidated_remotely`]).
+/// that rkey notes it, so that a LOCAL_INV of it is refused (`BoundMw::invalidated`).
 #[cold]
 pub(crate) fn note_remote_invalidation(ctx_tag: u16, rkey: u32, serial: u64) {
     with_watched(|map| {

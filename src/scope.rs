@@ -38,7 +38,9 @@ use crate::queue::{Take, TrackedQueue};
 use crate::sgl::Scatter;
 use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
 use crate::wc::Completion;
-use crate::wr::{check_window_range, AddressedFor, InlineSend, InlineWr, RawSendWr, Recv, SendRequest, SendWr};
+use crate::wr::{
+    check_window_range, AddressedFor, InlineSend, InlineWr, PostedOn, RawSendWr, Recv, SendRequest, SendWr,
+};
 
 /// How long the end of a scope waits for outstanding work requests by default.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -422,6 +424,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             .into_iter()
             .zip(rest.by_ref())
             .map(|(seq, wr)| {
+                wr.posted_on(PostedOn(&qp.shared));
                 let keep = wr.address_handle().cloned();
                 self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers())
             })
@@ -912,7 +915,11 @@ pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
     raw.link_sges();
     // SAFETY: the caller guarantees the memory; `raw` (with its entries) outlives the call; the
     // address handle in `raw` is alive (borrowed by `wr`).
-    unsafe { qp.shared.post_send(&mut raw.wr, owner) }
+    let posted = unsafe { qp.shared.post_send(&mut raw.wr, owner) };
+    if matches!(posted, Ok(_) | Err(Refused { kept: Some(_), .. })) {
+        wr.posted_on(PostedOn(&qp.shared));
+    }
+    posted
 }
 
 /// Builds `wr` for `qp`, with every check that needs no device (inline length and the number
@@ -957,7 +964,6 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
         return Err(foreign_capability(qp));
     }
     raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
-    wr.posting_on(crate::wr::PostingOn(qp));
     Ok(())
 }
 

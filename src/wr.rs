@@ -100,10 +100,10 @@ impl<S: SgeStore> RawSendWr<S> {
     }
 }
 
-/// The QP a request is about to be posted on; only the library makes one.
+/// The QP a request was posted on; only the library makes one.
 #[doc(hidden)]
 #[derive(Clone, Copy)]
-pub struct PostingOn<'a>(pub(crate) &'a crate::qp::QpShared);
+pub struct PostedOn<'a>(pub(crate) &'a crate::qp::QpShared);
 
 /// A send work request, whatever the transport. Sealed; its methods add the optional flags.
 pub trait SendRequest: sealed::Sealed + Sized {
@@ -141,10 +141,10 @@ pub trait SendRequest: sealed::Sealed + Sized {
     /// remote atomics (refused on a device without them, before the provider sees it).
     #[doc(hidden)]
     const ATOMICS: bool = false;
-    /// The request passed its checks for `qp` and goes to the provider: a type 2 window bind
-    /// keeps the QP with the window ([`MwInner::hold`](crate::mw::MwInner)).
+    /// The provider accepted the request on `qp`, or may have queued it: a type 2 window bind
+    /// keeps the QP with the window (`MwInner::hold`).
     #[doc(hidden)]
-    fn posting_on(&self, qp: PostingOn<'_>) {
+    fn posted_on(&self, qp: PostedOn<'_>) {
         let _ = qp;
     }
     /// The request is a LOCAL_INV: the QP's receive completions are taken off its CQ first, so
@@ -776,7 +776,7 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
     type Buffers = PendingBind<'m, K, R>;
     type Sges = [sys::ibv_sge; 0];
     const ATOMICS: bool = R::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0;
-    fn posting_on(&self, qp: PostingOn<'_>) {
+    fn posted_on(&self, qp: PostedOn<'_>) {
         // A type 2 binding holds its QP on the device (rxe: `mw->qp`); a type 1 binding none.
         if K::RAW == sys::IBV_MW_TYPE_2 {
             self.mw.inner.hold(qp.0);
@@ -996,8 +996,8 @@ macro_rules! wrapper {
             fn capabilities_of(&self, ctx: u64) -> bool {
                 wrapper!(@cap $ty, self, $inner, ctx)
             }
-            fn posting_on(&self, qp: PostingOn<'_>) {
-                self.$inner.posting_on(qp)
+            fn posted_on(&self, qp: PostedOn<'_>) {
+                self.$inner.posted_on(qp)
             }
         }
         impl<$($lt,)? W: InlineWr $(, $t: $tb)?> InlineWr for $ty<$($lt,)? W $(, $t)?> {}

@@ -179,6 +179,47 @@ fn an_invalidation_decoded_before_the_binds_completion_still_refuses_a_local_inv
     .unwrap());
 }
 
+/// rxe lets a SEND_WITH_INV through any QP of the device invalidate a window: here it arrives
+/// on a second QP that shares the binding QP's receive CQ, and that QP is destroyed before
+/// anything polls the CQ. The completion of the destroyed QP is still decoded when the
+/// LOCAL_INV's poll takes it off the CQ, so the LOCAL_INV (the binding's second invalidation,
+/// which crashes rxe's kernel) is refused.
+#[test]
+fn an_invalidation_through_a_qp_destroyed_since_still_refuses_a_local_invalidation() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(1024).unwrap();
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), QpCaps::default());
+    // The sender's completions on a CQ of their own: waiting for them polls nothing of `cq`.
+    let cq_sender = ctx.create_cq(1024).unwrap();
+    let q = rc_pair(&pd, &cq_sender, &cq, Access::NONE, QpCaps::default());
+    let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
+    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    src.as_mut_slice().fill(0x77);
+    let bound = bind_writable(&p.b, pd.alloc_mw::<Type2>().unwrap(), &target);
+    let rkey = bound.rkey();
+    let chunk = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
+    drop(q.b.post_recv_owned(wr::Recv::new(chunk)).unwrap());
+    let status = scope(|s| {
+        let t = s.post_send(&q.a, SendInv::new(src.slice(..16).unwrap(), rkey)).unwrap();
+        s.wait(t, WAIT).unwrap().0.status()
+    })
+    .unwrap();
+    assert_eq!(status, WcStatus::Success);
+    // The receive's completion is in `cq` (rxe writes it before it acknowledges the SEND),
+    // not polled; its QP goes.
+    let RcPair { a: q_a, b: q_b } = q;
+    drop(q_b);
+    let refused = scope(|s| s.post_send(&p.b, LocalInv::new(bound)).map(drop).unwrap_err()).unwrap();
+    match &refused.error {
+        Error::InvalidArgument { verb: "ibv_post_send (LOCAL_INV)", reason } => {
+            assert!(reason.contains("already invalidated by a peer's SEND_WITH_INV"), "{reason}")
+        }
+        other => panic!("expected the LOCAL_INV refused, got {other:?}"),
+    }
+    drop((refused, q_a));
+}
+
 /// The kernel's log since boot.
 fn kernel_log() -> String {
     let out = std::process::Command::new("dmesg").output().expect("dmesg runs in the guest");
