@@ -116,6 +116,32 @@ pub fn ud_qp(pd: &Pd, cq: &Cq, caps: QpCaps) -> Qp<UD, RTS> {
     qp.to_rts(&SqPsn { sq_psn: 0x5000 }).expect("UD RTR->RTS")
 }
 
+/// An RC pair on one CQ whose `b` binds windows to `target` (the "server" region), and a
+/// source buffer for the "client" `a`: what the window tests share.
+pub struct WindowRig {
+    pub ctx: Context,
+    pub pd: Pd,
+    pub cq: Cq,
+    pub p: RcPair,
+    /// The "server" region, reachable only through windows.
+    pub target: Mr<access::WindowBindable>,
+    /// The "client" source buffer.
+    pub src: Mr<access::LocalRead>,
+}
+
+pub fn window_rig() -> WindowRig {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    // Room for the rig's pair and a second pair of default depths (the tests that need one).
+    let cq = ctx.create_cq(512).unwrap();
+    let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
+    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write().remote_read(), caps);
+    let target = pd.alloc_mr(8192, access::WINDOW_BINDABLE).unwrap();
+    let mut src = pd.alloc_mr(4096, access::LOCAL_READ).unwrap();
+    fill(&mut src, 42);
+    WindowRig { ctx, pd, cq, p, target, src }
+}
+
 /// Fills a region no peer can write with a recognisable pattern.
 pub fn fill<A: typed_verbs::access::PeerCannotWrite>(mr: &mut Mr<A>, seed: u8) {
     for (i, b) in mr.as_mut_slice().iter_mut().enumerate() {

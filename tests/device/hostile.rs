@@ -54,6 +54,16 @@ fn quick_pair(pd: &Pd, cq: &Cq, access: impl AccessSet, caps: QpCaps) -> RcPair 
     RcPair { a, b }
 }
 
+/// `e` is the refusal of a LOCAL_INV before the provider saw it, saying `why`.
+fn assert_local_inv_refused(e: &Error, why: &str) {
+    match e {
+        Error::InvalidArgument { verb: "ibv_post_send (LOCAL_INV)", reason } => {
+            assert!(reason.contains(why), "{reason}")
+        }
+        other => panic!("expected the LOCAL_INV refused, got {other:?}"),
+    }
+}
+
 /// Binds the type 2 window `mw` to the 4 KiB region `target` through `qp`, writable.
 fn bind_writable<'m>(
     qp: &Qp<RC, RTS>,
@@ -75,13 +85,7 @@ fn bind_writable<'m>(
 /// the CQ, and the window then comes back through `invalidated_by` and binds again.
 #[test]
 fn a_local_invalidation_of_a_window_a_peer_invalidated_is_refused() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), QpCaps::default());
-    let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
-    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
-    src.as_mut_slice().fill(0x77);
+    let WindowRig { pd, p, target, src, .. } = window_rig();
     let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let bind = |mw| bind_writable(&p.b, mw, &target);
     let mut mw = pd.alloc_mw::<Type2>().unwrap();
@@ -97,12 +101,7 @@ fn a_local_invalidation_of_a_window_a_peer_invalidated_is_refused() {
             let (collected, pending) =
                 if collected_first { (Some(s.wait(rt, WAIT).unwrap().0), None) } else { (None, Some(rt)) };
             let refused = s.post_send(&p.b, LocalInv::new(bound)).unwrap_err();
-            match &refused.error {
-                Error::InvalidArgument { verb: "ibv_post_send (LOCAL_INV)", reason } => {
-                    assert!(reason.contains("already invalidated by a peer's SEND_WITH_INV"), "{reason}")
-                }
-                other => panic!("expected the LOCAL_INV refused, got {other:?}"),
-            }
+            assert_local_inv_refused(&refused.error, "already invalidated by a peer's SEND_WITH_INV");
             let bound = refused.wr.expect("a refused request comes back").into_bound();
             let inv = match pending {
                 Some(rt) => s.wait(rt, WAIT).unwrap().0,
@@ -131,14 +130,7 @@ fn a_local_invalidation_of_a_window_a_peer_invalidated_is_refused() {
 /// takes the window back.
 #[test]
 fn an_invalidation_decoded_before_the_binds_completion_still_refuses_a_local_invalidation() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256).unwrap();
-    let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
-    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), caps);
-    let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
-    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
-    src.as_mut_slice().fill(0x77);
+    let WindowRig { pd, p, target, src, .. } = window_rig();
     let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let mut abuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let mw = scope(|s| {
@@ -160,12 +152,7 @@ fn an_invalidation_decoded_before_the_binds_completion_still_refuses_a_local_inv
         // Only now is the bind's completion collected.
         let bound = s.wait(bt, WAIT).unwrap().1.expect("bind");
         let refused = s.post_send(&p.b, LocalInv::new(bound)).unwrap_err();
-        match &refused.error {
-            Error::InvalidArgument { verb: "ibv_post_send (LOCAL_INV)", reason } => {
-                assert!(reason.contains("already invalidated by a peer's SEND_WITH_INV"), "{reason}")
-            }
-            other => panic!("expected the LOCAL_INV refused, got {other:?}"),
-        }
+        assert_local_inv_refused(&refused.error, "already invalidated by a peer's SEND_WITH_INV");
         let bound = refused.wr.expect("a refused request comes back").into_bound();
         bound.invalidated_by(&inv).expect("the peer's invalidation is this binding's")
     })
@@ -186,16 +173,10 @@ fn an_invalidation_decoded_before_the_binds_completion_still_refuses_a_local_inv
 /// which crashes rxe's kernel) is refused.
 #[test]
 fn an_invalidation_through_a_qp_destroyed_since_still_refuses_a_local_invalidation() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(1024).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), QpCaps::default());
+    let WindowRig { ctx, pd, cq, p, target, src } = window_rig();
     // The sender's completions on a CQ of their own: waiting for them polls nothing of `cq`.
     let cq_sender = ctx.create_cq(1024).unwrap();
     let q = rc_pair(&pd, &cq_sender, &cq, Access::NONE, QpCaps::default());
-    let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
-    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
-    src.as_mut_slice().fill(0x77);
     let bound = bind_writable(&p.b, pd.alloc_mw::<Type2>().unwrap(), &target);
     let rkey = bound.rkey();
     let chunk = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
@@ -211,12 +192,7 @@ fn an_invalidation_through_a_qp_destroyed_since_still_refuses_a_local_invalidati
     let RcPair { a: q_a, b: q_b } = q;
     drop(q_b);
     let refused = scope(|s| s.post_send(&p.b, LocalInv::new(bound)).map(drop).unwrap_err()).unwrap();
-    match &refused.error {
-        Error::InvalidArgument { verb: "ibv_post_send (LOCAL_INV)", reason } => {
-            assert!(reason.contains("already invalidated by a peer's SEND_WITH_INV"), "{reason}")
-        }
-        other => panic!("expected the LOCAL_INV refused, got {other:?}"),
-    }
+    assert_local_inv_refused(&refused.error, "already invalidated by a peer's SEND_WITH_INV");
     drop((refused, q_a));
 }
 
@@ -234,11 +210,7 @@ fn kernel_log() -> String {
 /// declares its QP first) now destroys the QP after the window is deallocated.
 #[test]
 fn qps_dropped_before_their_bound_type2_window_are_destroyed_after_it() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), QpCaps::default());
-    let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
+    let WindowRig { pd, p, target, .. } = window_rig();
     let bound = bind_writable(&p.b, pd.alloc_mw::<Type2>().unwrap(), &target);
     let before = kernel_log().matches("cleanup failed").count();
     drop(p);
@@ -263,14 +235,8 @@ fn qps_dropped_before_their_bound_type2_window_are_destroyed_after_it() {
 /// first one had not run: without the refusal the second completes.)
 #[test]
 fn a_local_invalidation_that_failed_is_not_tried_again() {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(1024).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), QpCaps::default());
+    let WindowRig { pd, cq, p, target, src, .. } = window_rig();
     let other = rc_pair(&pd, &cq, &cq, Access::NONE, QpCaps::default());
-    let target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
-    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
-    src.as_mut_slice().fill(0x77);
     let bound = bind_writable(&p.b, pd.alloc_mw::<Type2>().unwrap(), &target);
     let rkey = bound.rkey();
     // A WRITE through a key no region has: the peer answers with an access error.
@@ -291,12 +257,7 @@ fn a_local_invalidation_that_failed_is_not_tried_again() {
     };
     assert_ne!(inv, WcStatus::Success);
     let refused = scope(|s| s.post_send(&other.a, LocalInv::new(bound)).map(drop).unwrap_err()).unwrap();
-    match &refused.error {
-        Error::InvalidArgument { verb: "ibv_post_send (LOCAL_INV)", reason } => {
-            assert!(reason.contains("completed with an error after it may have run"), "{reason}")
-        }
-        other => panic!("expected the LOCAL_INV refused, got {other:?}"),
-    }
+    assert_local_inv_refused(&refused.error, "completed with an error after it may have run");
     drop(refused);
 }
 
@@ -318,14 +279,8 @@ fn a_recycled_invalidation_completion_does_not_unbind_a_rebound_window() {
     // compares only the rkey value. A type 2 window's rkey is `ibv_inc_rkey` of the last one:
     // 256 bindings later the value comes round. A completion kept from the first binding's
     // invalidation (`Completion` is `Copy`) must not unbind the 257th binding.
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256).unwrap();
-    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write(), QpCaps::default());
-    let mut target = pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
+    let WindowRig { pd, p, mut target, src, .. } = window_rig();
     target.write_volatile_from(0, &[0x5a; 4096]).unwrap();
-    let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
-    src.as_mut_slice().fill(0x77);
     let mut rbuf = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
 
     let bind = |mw| bind_writable(&p.b, mw, &target);

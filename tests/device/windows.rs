@@ -8,32 +8,8 @@ use typed_verbs::wr::{BindMw, LocalInv, SendInv};
 
 use crate::common::*;
 
-struct Rig {
-    ctx: Context,
-    pd: Pd,
-    cq: Cq,
-    p: RcPair,
-    /// The "server" region, reachable only through windows.
-    target: Mr<access::WindowBindable>,
-    /// The "client" source buffer.
-    src: Mr<access::LocalRead>,
-}
-
-fn rig() -> Rig {
-    let ctx = open();
-    let pd = ctx.alloc_pd().unwrap();
-    // Room for the rig's pair and a second pair of default depths (the tests that need one).
-    let cq = ctx.create_cq(512).unwrap();
-    let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
-    let p = rc_pair(&pd, &cq, &cq, Access::NONE.remote_write().remote_read(), caps);
-    let target = pd.alloc_mr(8192, access::WINDOW_BINDABLE).unwrap();
-    let mut src = pd.alloc_mr(4096, access::LOCAL_READ).unwrap();
-    fill(&mut src, 42);
-    Rig { ctx, pd, cq, p, target, src }
-}
-
 /// Posts an RDMA WRITE of `len` bytes from the client (QP a) to `remote` and returns its status.
-fn write_status<R: typed_verbs::access::HasRemoteWrite>(r: &Rig, remote: RemoteSlice<R>, len: usize) -> WcStatus {
+fn write_status<R: typed_verbs::access::HasRemoteWrite>(r: &WindowRig, remote: RemoteSlice<R>, len: usize) -> WcStatus {
     scope(|s| {
         let t = s.post_send(&r.p.a, wr::Write::new(r.src.slice(..len).unwrap(), remote)).unwrap();
         s.wait(t, WAIT).unwrap().0.status()
@@ -41,7 +17,7 @@ fn write_status<R: typed_verbs::access::HasRemoteWrite>(r: &Rig, remote: RemoteS
     .unwrap()
 }
 
-fn target_bytes(r: &Rig, offset: usize, len: usize) -> Vec<u8> {
+fn target_bytes(r: &WindowRig, offset: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     r.target.read_volatile_into(offset, &mut v).unwrap();
     v
@@ -49,7 +25,7 @@ fn target_bytes(r: &Rig, offset: usize, len: usize) -> Vec<u8> {
 
 #[test]
 fn type1_bind_then_remote_write_through_the_window() {
-    let r = rig();
+    let r = window_rig();
     let mw = r.pd.alloc_mw::<Type1>().unwrap();
     let stale = mw.raw_rkey();
     let bound = scope(|s| {
@@ -67,7 +43,7 @@ fn type1_bind_then_remote_write_through_the_window() {
 
 #[test]
 fn a_stale_pre_bind_rkey_is_rejected() {
-    let r = rig();
+    let r = window_rig();
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
     let stale = mw.raw_rkey();
     let bound = scope(|s| {
@@ -82,7 +58,7 @@ fn a_stale_pre_bind_rkey_is_rejected() {
 
 #[test]
 fn type2_bind_by_work_request_then_write_then_local_inv_revokes() {
-    let r = rig();
+    let r = window_rig();
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
     let bound = scope(|s| {
         let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 4096, 4096, window::READ_WRITE)).unwrap();
@@ -108,7 +84,7 @@ fn type2_bind_by_work_request_then_write_then_local_inv_revokes() {
 
 #[test]
 fn send_with_invalidate_revokes_the_receivers_window() {
-    let r = rig();
+    let r = window_rig();
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
     let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let bound = scope(|s| {
@@ -135,7 +111,7 @@ fn send_with_invalidate_revokes_the_receivers_window() {
 
 #[test]
 fn zero_length_rebind_of_a_type1_window_revokes_it() {
-    let r = rig();
+    let r = window_rig();
     let mw = r.pd.alloc_mw::<Type1>().unwrap();
     let (remote, mw) = scope(|s| {
         let t = s.bind_mw(&r.p.b, mw, &r.target, 0, 4096, window::WRITE).unwrap();
@@ -153,7 +129,7 @@ fn zero_length_rebind_of_a_type1_window_revokes_it() {
 
 #[test]
 fn deallocating_a_bound_window_revokes_it() {
-    let r = rig();
+    let r = window_rig();
     let mw = r.pd.alloc_mw::<Type1>().unwrap();
     let bound = scope(|s| {
         let t = s.bind_mw(&r.p.b, mw, &r.target, 0, 4096, window::WRITE).unwrap();
@@ -169,18 +145,18 @@ fn deallocating_a_bound_window_revokes_it() {
 
 /// A fresh client/server QP pair on the same PD and target (the previous pair's client QP went
 /// to ERR after a remote access error).
-fn rig_with(r: &Rig) -> Rig {
+fn rig_with(r: &WindowRig) -> WindowRig {
     let caps = QpCaps { max_inline_data: 64, ..QpCaps::default() };
     let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_write().remote_read(), caps);
     let target = r.pd.alloc_mr(8192, access::WINDOW_BINDABLE).unwrap();
     let mut src = r.pd.alloc_mr(4096, access::LOCAL_READ).unwrap();
     fill(&mut src, 7);
-    Rig { ctx: r.ctx.clone(), pd: r.pd.clone(), cq: r.cq.clone(), p, target, src }
+    WindowRig { ctx: r.ctx.clone(), pd: r.pd.clone(), cq: r.cq.clone(), p, target, src }
 }
 
 #[test]
 fn zero_based_type2_window_addresses_by_offset() {
-    let r = rig();
+    let r = window_rig();
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
     let bound = scope(|s| {
         let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 2048, 1024, window::WRITE.zero_based())).unwrap();
@@ -195,7 +171,7 @@ fn zero_based_type2_window_addresses_by_offset() {
 
 #[test]
 fn a_window_advertised_on_the_binding_qp_is_usable_by_the_peer() {
-    let r = rig();
+    let r = window_rig();
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
     let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let (advert, bound) = scope(|s| {
@@ -220,7 +196,7 @@ fn a_window_advertised_on_the_binding_qp_is_usable_by_the_peer() {
 
 #[test]
 fn advertising_on_another_qp_is_refused() {
-    let r = rig();
+    let r = window_rig();
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
     scope(|s| {
         let bind = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
@@ -237,7 +213,7 @@ fn a_bind_through_a_qp_of_another_pd_is_refused_before_the_provider() {
     // at execution (C10-72: IBV_WC_MW_BIND_ERR, the QP to ERR); the library refuses it before
     // posting (DESIGN.md §5, objects that meet), hands the window back with its rkey unchanged,
     // and the QP stays usable.
-    let r = rig();
+    let r = window_rig();
     let other_pd = r.ctx.alloc_pd().unwrap();
     let p = rc_pair(&other_pd, &r.cq, &r.cq, Access::NONE.remote_write(), QpCaps::default());
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
@@ -274,7 +250,7 @@ fn a_bind_through_a_qp_of_another_pd_is_refused_before_the_provider() {
 
 #[test]
 fn deregistering_a_region_with_a_leaked_bound_window_fails_and_is_reported() {
-    let r = rig();
+    let r = window_rig();
     let target = r.pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
     let mw = r.pd.alloc_mw::<Type1>().unwrap();
     scope(|s| {
@@ -322,7 +298,7 @@ impl<A: typed_verbs::access::AccessSet> Illegal for &Probe<A> {
 #[test]
 fn every_legal_access_set_registers() {
     use typed_verbs_sys as sys;
-    let r = rig();
+    let r = window_rig();
     let mut results: Vec<(u32, u32, bool)> = Vec::new(); // (bits by name, bits by type, registered)
                                                          // Each flag builder applied or not: 2^5 combinations, with the bits their names promise.
     macro_rules! each {
@@ -353,7 +329,7 @@ fn every_legal_access_set_registers() {
 
 #[test]
 fn bind_arguments_the_device_would_refuse_are_typed_errors_before_posting() {
-    let r = rig();
+    let r = window_rig();
     let other_pd = r.ctx.alloc_pd().unwrap();
     let foreign = other_pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
     scope(|s| {
