@@ -35,7 +35,7 @@ pub(crate) struct CqShared {
     /// The provider's `ibv_poll_cq` (`cq->context->ops.poll_cq`), looked up once: what
     /// verbs.h's inline `ibv_poll_cq` reads on every call.
     poll_fn: PollFn,
-    pub(crate) cqe: u32,
+    cqe: u32,
     /// The device reports `wc_flags` in the kernel's numbering (see [`WcFlagsQuirk`]).
     quirk: WcFlagsQuirk,
     pub(crate) ctx: Arc<ContextInner>,
@@ -504,14 +504,24 @@ impl CqShared {
     /// requests were counted on (an overrun loses completions: a lost error would make a
     /// failed unsignaled request read as done once a later one completes).
     pub(crate) fn drain_after_reset(&self) {
+        // A failed poll: nothing more can be taken off.
+        let _ = self.take_all();
+    }
+
+    /// Polls until the CQ is empty, routing every completion as a poll does, at most as many
+    /// as the CQ holds (completions that keep arriving do not keep the caller here).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_poll_cq` and its errno.
+    pub(crate) fn take_all(&self) -> Result<()> {
         let mut left = self.cqe as usize;
         while left > 0 {
-            match self.poll_and_route() {
-                // Empty, or a failed poll (nothing more can be taken off).
-                Ok(0) | Err(_) => return,
-                Ok(n) => left = left.saturating_sub(n),
+            match self.poll_and_route()? {
+                0 => break,
+                n => left = left.saturating_sub(n),
             }
         }
+        Ok(())
     }
 
     /// `ibv_req_notify_cq` for any completion.

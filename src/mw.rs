@@ -128,23 +128,20 @@ static HELD: Mutex<Option<HashMap<usize, Vec<Arc<QpShared>>>>> = Mutex::new(None
 impl MwInner {
     /// A type 2 bind through `qp` is posted (or may have been): the window keeps the QP.
     pub(crate) fn hold(&self, qp: &QpShared) {
-        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        let qps = held.get_or_insert_with(HashMap::new).entry(self.mw.as_ptr() as usize).or_default();
-        if !qps.iter().any(|q| std::ptr::eq(&**q, qp)) {
-            // `qp` is borrowed from a handle, so it upgrades.
-            qps.extend(qp.arc());
-        }
+        with_map(&HELD, |held| {
+            let qps = held.entry(self.mw.as_ptr() as usize).or_default();
+            if !qps.iter().any(|q| std::ptr::eq(&**q, qp)) {
+                // `qp` is borrowed from a handle, so it upgrades.
+                qps.extend(qp.arc());
+            }
+        });
     }
 
     /// The window is certainly unbound (an invalidation completed successfully) or
     /// deallocated: the device keeps none of the QPs now. They are let go of outside the lock
     /// (a QP's destroy can release parked windows, which come here).
     fn release_qps(&self) {
-        let qps = HELD
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-            .and_then(|h| h.remove(&(self.mw.as_ptr() as usize)));
+        let qps = with_map(&HELD, |held| held.remove(&(self.mw.as_ptr() as usize)));
         drop(qps);
     }
 }
@@ -411,9 +408,14 @@ type Watched = HashMap<u64, (u64, u64)>;
 static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
 
 fn with_watched<T>(f: impl FnOnce(&mut Watched) -> T) -> T {
-    // The map is left consistent by every holder (one insert, update or removal), so a panic
-    // elsewhere while it was held leaves nothing to repair.
-    let mut map = WATCHED.lock().unwrap_or_else(PoisonError::into_inner);
+    with_map(&WATCHED, f)
+}
+
+/// Runs `f` on the process-wide map `map` ([`WATCHED`], [`HELD`]) under its lock.
+fn with_map<K, V, T>(map: &Mutex<Option<HashMap<K, V>>>, f: impl FnOnce(&mut HashMap<K, V>) -> T) -> T {
+    // The maps are left consistent by every holder (one insert, update or removal), so a panic
+    // elsewhere while one was held leaves nothing to repair.
+    let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
     f(map.get_or_insert_with(HashMap::new))
 }
 

@@ -1175,25 +1175,6 @@ impl QpShared {
         self.me.upgrade()
     }
 
-    /// Polls the receive CQ until it is empty (at most as many completions as it may hold), so
-    /// that every receive completion the device has written for this QP is decoded and routed:
-    /// among them, a SEND_WITH_INV's invalidation of a window bound here.
-    ///
-    /// # Errors
-    /// [`Error::Verb`] with `ibv_poll_cq` and its errno.
-    #[cold]
-    pub(crate) fn take_receive_completions(&self) -> Result<()> {
-        let mut left = self.recv_cq.cqe as usize;
-        while left > 0 {
-            let n = self.recv_cq.poll_and_route()?;
-            if n == 0 {
-                break;
-            }
-            left = left.saturating_sub(n);
-        }
-        Ok(())
-    }
-
     /// Refuses an atomic request, a window bind granting remote atomics or remote atomic
     /// access on a device without atomic operations ([`ContextInner::check_atomics`](crate::device::ContextInner::check_atomics)).
     #[inline(always)]

@@ -945,7 +945,9 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
     }
     // A constant of the request's type, as the atomics' below.
     if W::LOCAL_INV {
-        qp.take_receive_completions()?;
+        // Every receive completion the device has written for the QP is decoded: among them,
+        // a SEND_WITH_INV's invalidation of the window (`mw::note_remote_invalidation`).
+        qp.recv_cq.take_all()?;
     }
     wr.build(raw)?;
     // A constant of the request's type: no instruction for requests without atomics.
