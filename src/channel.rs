@@ -591,9 +591,12 @@ impl ChannelShared {
         use std::os::fd::BorrowedFd;
         // SAFETY: the fd belongs to the channel, which `self` keeps open for this whole call.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
-        register_readable(fd).map_err(|(what, e)| {
-            Error::verb(Verb::GetCqEvent, format!("{what} (completion channel of {})", self.ctx.name), e)
-        })
+        register_readable(fd).map_err(|(what, e)| self.wait_error(what, e))
+    }
+
+    /// An async wait's failure at `what`, with its error.
+    fn wait_error(&self, what: &str, e: io::Error) -> Error {
+        Error::verb(Verb::GetCqEvent, format!("{what} (completion channel of {})", self.ctx.name), e)
     }
 
     /// Makes sure a task of the current tokio runtime serves this channel's futures (one per
@@ -737,12 +740,9 @@ impl CompChannel {
     /// See ibv_get_cq_event(3).
     #[doc(alias = "ibv_get_cq_event")]
     pub async fn wait_async(&self) -> Result<CqEvent> {
-        let err = |what: &str, e: io::Error| {
-            Error::verb(Verb::GetCqEvent, format!("{what} (completion channel of {})", self.inner.ctx.name), e)
-        };
         let afd = self.inner.register_fd()?;
         loop {
-            let mut guard = afd.readable().await.map_err(|e| err("waiting for the channel fd", e))?;
+            let mut guard = afd.readable().await.map_err(|e| self.inner.wait_error("waiting for the channel fd", e))?;
             match self.try_get(false)? {
                 Got::Event(ev) => return Ok(ev),
                 Got::Stale => {}
