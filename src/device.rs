@@ -89,6 +89,16 @@ impl RawDevice<'_> {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 
+    /// The device's [`DeviceIdentity`]; `name` is its name.
+    fn identity(&self, name: &str) -> DeviceIdentity {
+        // SAFETY: `dev` is a device of a live list.
+        let index = unsafe { sys::ibv_get_device_index(self.dev) };
+        match u32::try_from(index) {
+            Ok(index) => DeviceIdentity::Index(index),
+            Err(_) => DeviceIdentity::Name(name.to_owned()),
+        }
+    }
+
     fn info(&self) -> DeviceInfo {
         // SAFETY: `dev` is a device of a live list.
         let guid = unsafe { sys::ibv_get_device_guid(self.dev) };
@@ -106,9 +116,13 @@ pub struct Context {
 pub(crate) struct ContextInner {
     pub(crate) ctx: NonNull<sys::ibv_context>,
     pub(crate) name: String,
-    /// A number no other open context has: the completions of this context's CQs that
-    /// invalidated an rkey carry it, so that only this context's windows take them
-    /// ([`BoundMw::invalidated_by`](crate::mw::BoundMw::invalidated_by)).
+    /// The device's tag ([`DeviceTags`]): the same for every open context of the device, and
+    /// no other open device has it. The completions of this context's CQs that invalidated an
+    /// rkey carry it, and windows are watched under it: rkeys are the device's (rxe's
+    /// invalidation looks the rkey up among all the device's windows, whatever the QP's
+    /// context or PD), so only that device's windows take them, all of its contexts' windows
+    /// ([`BoundMw::invalidated_by`](crate::mw::BoundMw::invalidated_by),
+    /// `mw::InvalidationWatch`).
     pub(crate) tag: u16,
     /// A number no other context of the process ever has, for values that outlive the
     /// context without holding it (capabilities: [`OdpCap`](crate::odp::OdpCap)).
@@ -168,33 +182,62 @@ impl Drop for ContextInner {
         // none is left when it is dropped. A failure cannot be acted on; it is ignored rather
         // than panicking in drop.
         let _ = unsafe { sys::ibv_close_device(self.ctx.as_ptr()) };
-        ContextTags::give_back(self.tag);
+        DeviceTags::give_back(self.tag);
     }
 }
 
-/// The tags of the open contexts ([`ContextInner::tag`]): unique among them, reused once a
-/// context is closed. (A completion of a closed context that kept its tag cannot unbind a
-/// window of a later context with the same tag: it was decoded before that window's bind.)
-struct ContextTags {
+/// The tags of the devices that have open contexts ([`ContextInner::tag`]): one per device,
+/// shared by its open contexts, reused once the device's last context is closed. (A completion
+/// of a device whose tag was given back cannot unbind a window of a later device with the same
+/// tag: it was decoded before that window's bind.)
+struct DeviceTags {
     next: u32,
     free: Vec<u16>,
+    /// The devices with open contexts: identity, tag, number of open contexts.
+    open: Vec<(DeviceIdentity, u16, usize)>,
 }
 
-static CONTEXT_TAGS: std::sync::Mutex<ContextTags> = std::sync::Mutex::new(ContextTags { next: 0, free: Vec::new() });
+/// Which device of the machine a context is of: the kernel's index of the device
+/// (`ibv_get_device_index`), or its name where the kernel does not report an index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DeviceIdentity {
+    Index(u32),
+    Name(String),
+}
 
-impl ContextTags {
-    fn take() -> Option<u16> {
-        let mut t = CONTEXT_TAGS.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tag) = t.free.pop() {
-            return Some(tag);
+static DEVICE_TAGS: std::sync::Mutex<DeviceTags> =
+    std::sync::Mutex::new(DeviceTags { next: 0, free: Vec::new(), open: Vec::new() });
+
+impl DeviceTags {
+    /// The tag of the device `id` for one more open context; `None` when 65,536 devices have
+    /// open contexts.
+    fn take(id: DeviceIdentity) -> Option<u16> {
+        let mut t = DEVICE_TAGS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, tag, contexts)) = t.open.iter_mut().find(|(open, ..)| *open == id) {
+            *contexts += 1;
+            return Some(*tag);
         }
-        let tag = u16::try_from(t.next).ok()?;
-        t.next += 1;
+        let tag = match t.free.pop() {
+            Some(tag) => tag,
+            None => {
+                let tag = u16::try_from(t.next).ok()?;
+                t.next += 1;
+                tag
+            }
+        };
+        t.open.push((id, tag, 1));
         Some(tag)
     }
 
+    /// One context of the device tagged `tag` is closed.
     fn give_back(tag: u16) {
-        CONTEXT_TAGS.lock().unwrap_or_else(|e| e.into_inner()).free.push(tag);
+        let mut t = DEVICE_TAGS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(at) = t.open.iter().position(|&(_, open, _)| open == tag) else { return };
+        t.open[at].2 -= 1;
+        if t.open[at].2 == 0 {
+            t.open.swap_remove(at);
+            t.free.push(tag);
+        }
     }
 }
 
@@ -225,14 +268,14 @@ impl Context {
                 available: list.iter().map(|d| d.name()).collect(),
             });
         };
-        let Some(tag) = ContextTags::take() else {
-            return Err(Error::invalid("ibv_open_device", "65,536 device contexts are open in this process"));
+        let Some(tag) = DeviceTags::take(dev.identity(name)) else {
+            return Err(Error::invalid("ibv_open_device", "65,536 devices have open contexts in this process"));
         };
         // SAFETY: `dev` is a device of the live list `list`.
         let ctx = unsafe { sys::ibv_open_device(dev.dev) };
         let Some(ctx) = NonNull::new(ctx) else {
             let e = Error::last_os(Verb::OpenDevice, format!("device {name}"));
-            ContextTags::give_back(tag);
+            DeviceTags::give_back(tag);
             return Err(e);
         };
         let cqs = std::sync::Mutex::new(Vec::new());
@@ -861,13 +904,19 @@ mod tests {
     }
 
     #[test]
-    fn context_tags_are_unique_among_the_open_contexts_and_reused_once_closed() {
-        let (a, b) = (ContextTags::take().unwrap(), ContextTags::take().unwrap());
-        assert_ne!(a, b);
-        ContextTags::give_back(a);
-        let c = ContextTags::take().unwrap();
-        assert_ne!(c, b, "b is still open");
-        ContextTags::give_back(b);
-        ContextTags::give_back(c);
+    fn device_tags_are_shared_by_a_devices_contexts_unique_among_devices_and_reused_once_closed() {
+        // Identities no device of a test machine has.
+        let (x, y) = (DeviceIdentity::Name("tag-test-x".into()), DeviceIdentity::Index(u32::MAX));
+        let (a, b) = (DeviceTags::take(x.clone()).unwrap(), DeviceTags::take(y.clone()).unwrap());
+        assert_ne!(a, b, "two devices");
+        assert_eq!(DeviceTags::take(x.clone()), Some(a), "a second context of x");
+        DeviceTags::give_back(a);
+        assert_eq!(DeviceTags::take(x.clone()), Some(a), "x still has a context open");
+        DeviceTags::give_back(a);
+        DeviceTags::give_back(a);
+        let z = DeviceTags::take(DeviceIdentity::Name("tag-test-z".into())).unwrap();
+        assert_ne!(z, b, "y is still open");
+        DeviceTags::give_back(b);
+        DeviceTags::give_back(z);
     }
 }

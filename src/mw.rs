@@ -365,8 +365,9 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
         // The rkey alone could be a stale completion's: the same window's rkey repeats every
         // 256 bindings, and a `Completion` can be kept and shown again. Only an invalidation
         // decoded after this binding existed can be this binding's.
-        // And only one polled from a CQ of the window's own device context: the rkeys of two
-        // contexts (two devices) are numbered independently, and can be equal.
+        // And only one polled from a CQ of the window's device (of any of its contexts: rxe
+        // invalidates the rkey among all the device's windows): the rkeys of two devices are
+        // numbered independently, and can be equal.
         if completion.is_success()
             && completion.invalidated_rkey() == Some(self.rkey)
             && completion.invalidation_serial() > self.watch.serials().0
@@ -389,7 +390,7 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
 }
 
 /// The invalidations of one live binding's rkey, noted as receive completions are decoded
-/// ([`note_remote_invalidation`]): while a [`BoundMw`] lives, its context's tag and its rkey
+/// ([`note_remote_invalidation`]): while a [`BoundMw`] lives, its device's tag and its rkey
 /// (`tag << 32 | rkey`) are a key of [`WATCHED`], which holds one entry per bound window of the
 /// process.
 #[derive(Debug)]
@@ -400,9 +401,10 @@ pub(crate) struct InvalidationWatch(u64);
 /// none).
 type Watched = HashMap<u64, (u64, u64)>;
 
-/// The watched bindings, by context tag and rkey. One live binding per key: a valid rkey names
+/// The watched bindings, by device tag and rkey. One live binding per key: a valid rkey names
 /// one binding of one window of its device (the window keeps its number while allocated, and
-/// a bound window is allocated), and a context's tag is not reused while its windows live. A
+/// a bound window is allocated), whichever of the device's contexts allocated it, and a
+/// device's tag is not reused while its windows live (they hold a context of it). A
 /// map keeps its capacity: binding and unbinding allocate nothing once it has held as many
 /// windows.
 static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
@@ -419,8 +421,8 @@ fn with_map<K, V, T>(map: &Mutex<Option<HashMap<K, V>>>, f: impl FnOnce(&mut Has
     f(map.get_or_insert_with(HashMap::new))
 }
 
-fn watch_key(ctx_tag: u16, rkey: u32) -> u64 {
-    (u64::from(ctx_tag) << 32) | u64::from(rkey)
+fn watch_key(dev_tag: u16, rkey: u32) -> u64 {
+    (u64::from(dev_tag) << 32) | u64::from(rkey)
 }
 
 impl InvalidationWatch {
@@ -429,8 +431,8 @@ impl InvalidationWatch {
         InvalidationWatch::new(mw.inner.pd.ctx.tag, rkey)
     }
 
-    fn new(ctx_tag: u16, rkey: u32) -> Self {
-        let key = watch_key(ctx_tag, rkey);
+    fn new(dev_tag: u16, rkey: u32) -> Self {
+        let key = watch_key(dev_tag, rkey);
         // Read under the map's lock: an invalidation decoded meanwhile is noted (after this)
         // with a greater serial, or was decoded before this binding existed.
         with_watched(|map| map.insert(key, (crate::wc::invalidations_so_far(), 0)));
@@ -474,13 +476,13 @@ pub(crate) enum Invalidated {
     MaybeLocally,
 }
 
-/// A receive completion of a CQ of the context tagged `ctx_tag` says a SEND_WITH_INV
+/// A receive completion of a CQ of the device tagged `dev_tag` says a SEND_WITH_INV
 /// invalidated `rkey`; `serial` is its [`Completion::invalidation_serial`]. A bound window with
 /// that rkey notes it, so that a LOCAL_INV of it is refused (`BoundMw::invalidated`).
 #[cold]
-pub(crate) fn note_remote_invalidation(ctx_tag: u16, rkey: u32, serial: u64) {
+pub(crate) fn note_remote_invalidation(dev_tag: u16, rkey: u32, serial: u64) {
     with_watched(|map| {
-        if let Some((_, last)) = map.get_mut(&watch_key(ctx_tag, rkey)) {
+        if let Some((_, last)) = map.get_mut(&watch_key(dev_tag, rkey)) {
             *last = (*last).max(serial);
         }
     });

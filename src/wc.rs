@@ -207,21 +207,21 @@ pub struct Completion {
 /// [`Completion::invalidation_serial`].
 static INVALIDATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// The serials an invalidating completion keeps: 48 bits (beside the 16 of its context's
+/// The serials an invalidating completion keeps: 48 bits (beside the 16 of its device's
 /// tag). From there on, every later invalidation has that serial: no window bound after it is
 /// unbound by an invalidation any more (its `invalidated_by` refuses; the window stays typed
 /// bound, which is safe), at about a million invalidations a second after nine years.
 const INV_SERIAL_MAX: u64 = (1 << 48) - 1;
 
-/// `inv_serial` of a completion being decoded now by a CQ of the context tagged `ctx_tag`,
+/// `inv_serial` of a completion being decoded now by a CQ of the device tagged `dev_tag`,
 /// which says `rkey` was invalidated: its serial above the tag. A window bound under that rkey
 /// notes it.
 #[cold]
 #[inline(never)]
-fn next_invalidation(ctx_tag: u16, rkey: u32) -> u64 {
+fn next_invalidation(dev_tag: u16, rkey: u32) -> u64 {
     let serial = (INVALIDATIONS.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1).min(INV_SERIAL_MAX);
-    crate::mw::note_remote_invalidation(ctx_tag, rkey, serial);
-    (serial << 16) | u64::from(ctx_tag)
+    crate::mw::note_remote_invalidation(dev_tag, rkey, serial);
+    (serial << 16) | u64::from(dev_tag)
 }
 
 /// The serial of the last invalidating completion decoded so far: every completion decoded
@@ -284,9 +284,10 @@ impl std::fmt::Debug for Completion {
 }
 
 impl Completion {
-    /// Takes `wc`, whose flags are numbered as `quirk` says.
+    /// Takes `wc`, whose flags are numbered as `quirk` says, polled from a CQ of the device
+    /// tagged `dev_tag`.
     #[inline(always)]
-    pub(crate) fn from_raw(wc: &sys::ibv_wc, quirk: WcFlagsQuirk, ctx_tag: u16) -> Self {
+    pub(crate) fn from_raw(wc: &sys::ibv_wc, quirk: WcFlagsQuirk, dev_tag: u16) -> Self {
         Completion {
             status: wc.status,
             opcode: wc.opcode,
@@ -303,7 +304,7 @@ impl Completion {
             source: CompletionSource::Own,
             flags_quirk: quirk,
             inv_serial: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 {
-                next_invalidation(ctx_tag, crate::cq::wc_imm_bits(wc))
+                next_invalidation(dev_tag, crate::cq::wc_imm_bits(wc))
             } else {
                 0
             },
@@ -397,8 +398,8 @@ impl Completion {
     pub(crate) fn invalidation_serial(&self) -> u64 {
         self.inv_serial >> 16
     }
-    /// For a receive that invalidated an rkey, the tag of the context whose CQ it was polled
-    /// from ([`ContextInner::tag`](crate::device::ContextInner)).
+    /// For a receive that invalidated an rkey, the tag of the device whose CQ it was polled
+    /// from ([`ContextInner::tag`](crate::device::ContextInner)): its contexts share it.
     #[inline]
     pub(crate) fn invalidation_context(&self) -> u16 {
         (self.inv_serial & 0xffff) as u16
@@ -566,7 +567,7 @@ mod tests {
     }
 
     #[test]
-    fn an_invalidating_completion_names_the_context_that_decoded_it_and_comes_after_the_last() {
+    fn an_invalidating_completion_names_the_device_that_decoded_it_and_comes_after_the_last() {
         let mut wc = sys::ibv_wc { wc_flags: sys::IBV_WC_WITH_INV, ..Default::default() };
         wc.__bindgen_anon_1.invalidated_rkey = 0x1234;
         let before = invalidations_so_far();

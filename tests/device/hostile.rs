@@ -196,6 +196,48 @@ fn an_invalidation_through_a_qp_destroyed_since_still_refuses_a_local_invalidati
     drop((refused, q_a));
 }
 
+/// rxe's rkeys are the device's: a SEND_WITH_INV received by a QP of another context of the
+/// same device (another PD, another CQ) invalidates the window too (rxe checks neither the QP
+/// nor the PD of an invalidation). The receive's completion, decoded by that context's CQ, is
+/// noted for the device, so the window's own LOCAL_INV (the binding's second invalidation,
+/// which crashes rxe's kernel) is refused, and `invalidated_by` takes the window back with the
+/// other context's completion.
+#[test]
+fn an_invalidation_received_in_another_context_of_the_device_still_refuses_a_local_invalidation() {
+    let WindowRig { pd, p, target, .. } = window_rig();
+    let bound = bind_writable(&p.b, pd.alloc_mw::<Type2>().unwrap(), &target);
+    let rkey = bound.rkey();
+    // A second context of the device, with a PD, a CQ and an RC pair of its own.
+    let ctx2 = open();
+    let pd2 = ctx2.alloc_pd().unwrap();
+    let cq2 = ctx2.create_cq(512).unwrap();
+    let q = rc_pair(&pd2, &cq2, &cq2, Access::NONE, QpCaps::default());
+    let mut rbuf = pd2.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let mut src2 = pd2.alloc_mr(64, access::LOCAL_READ).unwrap();
+    fill(&mut src2, 7);
+    let (sent, inv) = scope(|s| {
+        let rt = s.post_recv(&q.b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(&q.a, SendInv::new(src2.slice(..16).unwrap(), rkey)).unwrap();
+        (s.wait(t, WAIT).unwrap().0, s.wait(rt, WAIT).unwrap().0)
+    })
+    .unwrap();
+    assert!(sent.is_success(), "{sent:?}");
+    assert!(inv.is_success(), "{inv:?}");
+    assert_eq!(inv.invalidated_rkey(), Some(rkey), "the other context's receive invalidated the rkey: {inv:?}");
+    let refused = scope(|s| s.post_send(&p.b, LocalInv::new(bound)).map(drop).unwrap_err()).unwrap();
+    assert_local_inv_refused(&refused.error, "already invalidated by a peer's SEND_WITH_INV");
+    let bound = refused.wr.expect("a refused request comes back").into_bound();
+    let mw = bound.invalidated_by(&inv).expect("the other context's completion invalidated this binding");
+    // The window binds again and is invalidated locally.
+    let bound = bind_writable(&p.b, mw, &target);
+    let back = scope(|s| {
+        let t = s.post_send(&p.b, LocalInv::new(bound)).unwrap();
+        s.wait(t, WAIT).unwrap().1.is_ok()
+    })
+    .unwrap();
+    assert!(back, "a window bound again is invalidated locally");
+}
+
 /// The kernel's log since boot.
 fn kernel_log() -> String {
     let out = std::process::Command::new("dmesg").output().expect("dmesg runs in the guest");
