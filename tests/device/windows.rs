@@ -41,6 +41,47 @@ fn type1_bind_then_remote_write_through_the_window() {
     assert_eq!(target_bytes(&r, 0, 1024), vec![0; 1024], "nothing outside the window was written");
 }
 
+/// A peer that writes with a window's rkey outside the window's bounds, inside its region: the
+/// verbs refuse it (REM_ACCESS_ERR); rxe checks the address against the region only
+/// (`rxe_lookup_mw` compares neither), and the bytes land in the region. Either way nothing
+/// is unsound here: a bound window borrows its whole region, whose bytes safe code cannot read
+/// or write while the window lives, and a write beyond the region is refused by the region's
+/// own range check.
+#[test]
+fn a_write_outside_a_windows_bounds_is_refused_or_on_rxe_stays_in_its_region() {
+    let r = window_rig();
+    let rxe = is_soft_roce(&r.ctx);
+    let mw = r.pd.alloc_mw::<Type1>().unwrap();
+    let bound = scope(|s| {
+        let t = s.bind_mw(&r.p.b, mw, &r.target, 1024, 2048, window::WRITE).unwrap();
+        s.wait(t, WAIT).unwrap().1.expect("bind")
+    })
+    .unwrap();
+    let rkey = bound.rkey();
+    let base = r.target.addr();
+    // Just past the window's end, and just before its start: inside the region both.
+    for offset in [3072u64, 512] {
+        let forged = RemoteSlice::<window::Write>::from_wire(base + offset, 512, rkey);
+        let status = write_status(&r, forged, 512);
+        let landed = target_bytes(&r, offset as usize, 512) == r.src.as_slice()[..512];
+        if rxe {
+            assert_eq!(
+                (status, landed),
+                (WcStatus::Success, true),
+                "rxe checks the region's bounds only (offset {offset})"
+            );
+        } else {
+            // The refusal breaks the writer's connection: the one write is the test.
+            assert_eq!((status, landed), (WcStatus::RemAccessErr, false), "outside the window (offset {offset})");
+            return;
+        }
+    }
+    // Past the region's end: refused by rxe too.
+    let forged = RemoteSlice::<window::Write>::from_wire(base + 8192 - 256, 512, rkey);
+    assert_eq!(write_status(&r, forged, 512), WcStatus::RemAccessErr, "beyond the region");
+    drop(bound);
+}
+
 #[test]
 fn a_stale_pre_bind_rkey_is_rejected() {
     let r = window_rig();
