@@ -183,8 +183,10 @@ impl Pd {
     /// (rdma-core's `udaddy` server does this).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if `wc` is not a successful receive; [`Error::Verb`] with
-    /// `ibv_create_ah_from_wc` and its errno (e.g. no local GID matching the GRH's destination).
+    /// [`Error::InvalidArgument`] if `wc` is not a successful receive, or was polled from a CQ
+    /// of another device than the PD's (the GRH's destination is looked up in the PD's
+    /// device's GID table); [`Error::Verb`] with `ibv_create_ah_from_wc` and its errno (e.g.
+    /// no local GID matching the GRH's destination).
     ///
     /// See ibv_create_ah_from_wc(3).
     #[doc(alias = "ibv_create_ah_from_wc")]
@@ -194,6 +196,16 @@ impl Pd {
             return Err(Error::invalid(
                 "ibv_create_ah_from_wc",
                 format!("a {:?} completion with status {:?}: not a received datagram", wc.opcode(), wc.status()),
+            ));
+        }
+        if wc.device_tag() != self.inner.ctx.tag {
+            return Err(Error::invalid(
+                "ibv_create_ah_from_wc",
+                format!(
+                    "a completion of QP {:#x} polled from a CQ of another device than the PD's ({})",
+                    wc.qp_num(),
+                    self.inner.ctx.name
+                ),
             ));
         }
         let mut raw = wc.to_raw_source();

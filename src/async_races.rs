@@ -636,3 +636,21 @@ fn atomics_are_refused_on_a_device_without_them() {
         std::mem::forget(pd);
     }
 }
+
+/// `create_ah_from_wc` refuses a receive completion polled from a CQ of another device than
+/// the PD's before `ibv_init_ah_from_wc` sees it (the GRH's destination would be looked up in
+/// the wrong device's GID table): the completion names the device that decoded it.
+#[test]
+fn an_address_handle_from_a_completion_of_another_device_is_refused() {
+    let w = World::new();
+    let pd = crate::pd::Pd { inner: Arc::clone(&w.pd) };
+    let recv = sys::ibv_wc { opcode: sys::IBV_WC_RECV, qp_num: 0x52, ..Default::default() };
+    let other = crate::wc::Completion::from_raw(&recv, crate::cq::WcFlagsQuirk::None, w.ctx.tag - 1);
+    assert!(other.is_success() && other.opcode() == crate::wc::WcOpcode::Recv);
+    match pd.create_ah_from_wc(1, &other, &[0; 40]) {
+        Err(crate::Error::InvalidArgument { verb: "ibv_create_ah_from_wc", reason }) => {
+            assert!(reason.contains("another device than the PD's (fake0)"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

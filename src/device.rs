@@ -205,11 +205,13 @@ enum DeviceIdentity {
     Name(String),
 }
 
+/// Tags start at 1: 0 is the tag of no device (`Completion::device_tag` of a completion the
+/// library made).
 static DEVICE_TAGS: std::sync::Mutex<DeviceTags> =
-    std::sync::Mutex::new(DeviceTags { next: 0, free: Vec::new(), open: Vec::new() });
+    std::sync::Mutex::new(DeviceTags { next: 1, free: Vec::new(), open: Vec::new() });
 
 impl DeviceTags {
-    /// The tag of the device `id` for one more open context; `None` when 65,536 devices have
+    /// The tag of the device `id` for one more open context; `None` when 65,535 devices have
     /// open contexts.
     fn take(id: DeviceIdentity) -> Option<u16> {
         let mut t = DEVICE_TAGS.lock().unwrap_or_else(|e| e.into_inner());
@@ -269,7 +271,7 @@ impl Context {
             });
         };
         let Some(tag) = DeviceTags::take(dev.identity(name)) else {
-            return Err(Error::invalid("ibv_open_device", "65,536 devices have open contexts in this process"));
+            return Err(Error::invalid("ibv_open_device", "65,535 devices have open contexts in this process"));
         };
         // SAFETY: `dev` is a device of the live list `list`.
         let ctx = unsafe { sys::ibv_open_device(dev.dev) };
@@ -909,6 +911,7 @@ mod tests {
         let (x, y) = (DeviceIdentity::Name("tag-test-x".into()), DeviceIdentity::Index(u32::MAX));
         let (a, b) = (DeviceTags::take(x.clone()).unwrap(), DeviceTags::take(y.clone()).unwrap());
         assert_ne!(a, b, "two devices");
+        assert!(a != 0 && b != 0, "0 is no device's tag");
         assert_eq!(DeviceTags::take(x.clone()), Some(a), "a second context of x");
         DeviceTags::give_back(a);
         assert_eq!(DeviceTags::take(x.clone()), Some(a), "x still has a context open");

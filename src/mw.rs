@@ -371,7 +371,7 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
         if completion.is_success()
             && completion.invalidated_rkey() == Some(self.rkey)
             && completion.invalidation_serial() > self.watch.serials().0
-            && completion.invalidation_context() == self.mw.inner.pd.ctx.tag
+            && completion.device_tag() == self.mw.inner.pd.ctx.tag
         {
             self.mw.inner.release_qps();
             Ok(self.mw)

@@ -175,8 +175,9 @@ pub enum CompletionSource {
 // `wc_flags`), in its order and as the provider wrote them: taking a completion off the CQ is
 // a copy, and the typed values (and the flags in libibverbs' numbering) are built only when
 // asked for. Small (48 bytes), so that it moves cheaply through the waits' return values.
-// After them, `inv_serial` orders the invalidations the library decoded (see
-// `Completion::invalidation_serial`).
+// After them, `serial_and_device` orders the invalidations the library decoded (see
+// `Completion::invalidation_serial`) and names the device that decoded it
+// (`Completion::device_tag`).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Completion {
@@ -198,9 +199,11 @@ pub struct Completion {
     pub(crate) source: CompletionSource,
     /// The numbering of `raw_flags`: [`WcFlagsQuirk::fix`] gives libibverbs'.
     flags_quirk: WcFlagsQuirk,
-    /// For a receive that invalidated an rkey (`IBV_WC_WITH_INV`), its place among every such
-    /// completion the process decoded (from 1); 0 otherwise.
-    inv_serial: u64,
+    /// `serial << 16 | tag`: for a receive that invalidated an rkey (`IBV_WC_WITH_INV`), its
+    /// place among every such completion the process decoded (from 1), 0 for any other; above
+    /// the tag of the device whose CQ decoded it (`ContextInner::tag`), 0 for a completion the
+    /// library made (implied, a forced reset's).
+    serial_and_device: u64,
 }
 
 /// How many invalidating receive completions the process has decoded: the last one's
@@ -213,7 +216,7 @@ static INVALIDATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 /// bound, which is safe), at about a million invalidations a second after nine years.
 const INV_SERIAL_MAX: u64 = (1 << 48) - 1;
 
-/// `inv_serial` of a completion being decoded now by a CQ of the device tagged `dev_tag`,
+/// `serial_and_device` of a completion being decoded now by a CQ of the device tagged `dev_tag`,
 /// which says `rkey` was invalidated: its serial above the tag. A window bound under that rkey
 /// notes it.
 #[cold]
@@ -303,10 +306,10 @@ impl Completion {
             dlid_path_bits: wc.dlid_path_bits,
             source: CompletionSource::Own,
             flags_quirk: quirk,
-            inv_serial: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 {
+            serial_and_device: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 {
                 next_invalidation(dev_tag, crate::cq::wc_imm_bits(wc))
             } else {
-                0
+                u64::from(dev_tag)
             },
         }
     }
@@ -329,7 +332,7 @@ impl Completion {
             dlid_path_bits: 0,
             source: CompletionSource::ImpliedByLater,
             flags_quirk: WcFlagsQuirk::None,
-            inv_serial: 0,
+            serial_and_device: 0,
         }
     }
 
@@ -396,13 +399,14 @@ impl Completion {
     /// reuses the rkey ([`BoundMw::invalidated_by`](crate::mw::BoundMw::invalidated_by)).
     #[inline]
     pub(crate) fn invalidation_serial(&self) -> u64 {
-        self.inv_serial >> 16
+        self.serial_and_device >> 16
     }
-    /// For a receive that invalidated an rkey, the tag of the device whose CQ it was polled
-    /// from ([`ContextInner::tag`](crate::device::ContextInner)): its contexts share it.
+    /// The tag of the device whose CQ the completion was polled from
+    /// ([`ContextInner::tag`](crate::device::ContextInner): its contexts share it); 0 for a
+    /// completion the library made (an implied success, a forced reset's flush).
     #[inline]
-    pub(crate) fn invalidation_context(&self) -> u16 {
-        (self.inv_serial & 0xffff) as u16
+    pub(crate) fn device_tag(&self) -> u16 {
+        (self.serial_and_device & 0xffff) as u16
     }
     /// The local QP number.
     #[inline]
@@ -567,19 +571,21 @@ mod tests {
     }
 
     #[test]
-    fn an_invalidating_completion_names_the_device_that_decoded_it_and_comes_after_the_last() {
+    fn a_completion_names_the_device_that_decoded_it_and_an_invalidating_one_comes_after_the_last() {
         let mut wc = sys::ibv_wc { wc_flags: sys::IBV_WC_WITH_INV, ..Default::default() };
         wc.__bindgen_anon_1.invalidated_rkey = 0x1234;
         let before = invalidations_so_far();
         let a = Completion::from_raw(&wc, WcFlagsQuirk::None, 7);
         let b = Completion::from_raw(&wc, WcFlagsQuirk::None, u16::MAX);
-        assert_eq!((a.invalidation_context(), b.invalidation_context()), (7, u16::MAX));
+        assert_eq!((a.device_tag(), b.device_tag()), (7, u16::MAX));
         assert!(a.invalidation_serial() > before && b.invalidation_serial() > a.invalidation_serial());
         assert!(invalidations_so_far() >= b.invalidation_serial());
         assert_eq!(a.invalidated_rkey(), Some(0x1234));
-        // Any other completion has neither.
+        // Any other completion has no serial, and names its device too; one the library made
+        // names none.
         let plain = Completion::from_raw(&sys::ibv_wc::default(), WcFlagsQuirk::None, 7);
-        assert_eq!((plain.invalidation_serial(), plain.invalidation_context()), (0, 0));
+        assert_eq!((plain.invalidation_serial(), plain.device_tag()), (0, 7));
+        assert_eq!(Completion::implied(1, 0).device_tag(), 0);
     }
 
     #[test]
