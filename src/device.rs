@@ -164,6 +164,41 @@ impl ContextInner {
         }
     }
 
+    /// Whether the address vector `av` (as `ibv_modify_qp` took it) may name this device: its
+    /// destination GID is in the device's GID table (`ibv_query_gid_table`), or, without a
+    /// GRH, its destination LID is its port's. True when the tables cannot be read: the
+    /// answer decides whether a SEND_WITH_INV is checked against this device's windows, and
+    /// checking is the safe side.
+    pub(crate) fn may_be_own_address(&self, av: &sys::ibv_ah_attr) -> bool {
+        if av.is_global == 0 {
+            return self.raw_port(av.port_num).is_none_or(|p| p.lid == av.dlid);
+        }
+        let Ok(attr) = self.query_device() else { return true };
+        let mut len = 0usize;
+        for port in 1..=attr.raw.phys_port_cnt {
+            let Some(p) = self.raw_port(port) else { return true };
+            len += usize::try_from(p.gid_tbl_len).unwrap_or(0);
+        }
+        let mut entries = vec![sys::ibv_gid_entry::default(); len];
+        // SAFETY: the context is open; `entries` has room for `len` entries, which the call
+        // writes at most (its `max_entries`), and outlives it.
+        let n = unsafe { sys::ibv_query_gid_table(self.ctx.as_ptr(), entries.as_mut_ptr(), len, 0) };
+        let Ok(n) = usize::try_from(n) else { return true };
+        // SAFETY: reading the GID union's raw bytes, valid for every bit pattern.
+        let dgid = unsafe { av.grh.dgid.raw };
+        // SAFETY: as above, for the entries the call filled.
+        entries[..n.min(len)].iter().any(|e| unsafe { e.gid.raw } == dgid)
+    }
+
+    /// `ibv_query_port` of `port`; `None` when it fails.
+    fn raw_port(&self, port: u8) -> Option<sys::ibv_port_attr> {
+        let mut p = sys::ibv_port_attr::default();
+        // SAFETY: the context is open; `p` is a valid out-pointer of the right type (the
+        // inline helper `ibv_query_port` expands to, as in `Context::query_port`).
+        let ret = unsafe { sys::___ibv_query_port(self.ctx.as_ptr(), port, &mut p) };
+        (ret == 0).then_some(p)
+    }
+
     /// `ibv_query_device` ([`Context::query_device`]), for the objects that hold the context.
     pub(crate) fn query_device(&self) -> Result<DeviceAttr> {
         let mut attr = sys::ibv_device_attr::default();

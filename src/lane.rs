@@ -403,6 +403,20 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 }
 
+/// The refusal of a prepared SEND_WITH_INV of `rkey`, a type 2 window of the process on the
+/// peer's device.
+#[cold]
+fn reposted_invalidation(rkey: u32) -> Error {
+    Error::invalid(
+        "ibv_post_send (SEND_WITH_INV)",
+        format!(
+            "rkey {rkey:#x} names a type 2 window of this process on the peer's device: a prepared request is \
+             posted again, and a second invalidation of the window crashes rxe's kernel (post it with \
+             Scope::post_send)"
+        ),
+    )
+}
+
 impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     /// Builds `wr` for this lane's QP with every check of [`Scope::post_send`] (opcode and
     /// flags at compile time; lengths, alignment, inline size and ODP at run time), once.
@@ -414,6 +428,15 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         W: SendWr<T> + AddressedFor<T> + 'scope,
         W::Buffers: Reusable,
     {
+        // A prepared request is posted again and again: a SEND_WITH_INV naming one of the
+        // process's type 2 windows of the peer's device would invalidate it at its second post
+        // (`mw::claim_remote_invalidation`). Checked before the build, which would claim it.
+        if W::SEND_INV
+            && self.qp.peer_on_device()
+            && crate::mw::is_type2_window(self.qp.device_tag(), wr.invalidated_rkey())
+        {
+            return Err(PostError { error: reposted_invalidation(wr.invalidated_rkey()), wr: Some(wr) });
+        }
         let built = match crate::scope::build_checked::<T, W>(self.qp, &wr) {
             Ok(raw) => raw,
             Err(error) => return Err(PostError { error, wr: Some(wr) }),

@@ -107,6 +107,9 @@ impl Invalidatable for Type2 {}
 pub(crate) struct MwInner {
     mw: NonNull<sys::ibv_mw>,
     pd: Arc<PdInner>,
+    /// For a type 2 window, its key in [`TYPE2_WINDOWS`] (never 0: device tags start at 1);
+    /// 0 for a type 1 window.
+    type2_key: u64,
 }
 
 // SAFETY: windows may be used from any thread (libibverbs is thread-safe); the only field we
@@ -155,6 +158,9 @@ impl Drop for MwInner {
         // on in drop, and may leave the window bound to one: they are leaked with it.
         if ret == 0 {
             self.release_qps();
+            if self.type2_key != 0 {
+                with_map(&TYPE2_WINDOWS, |map| map.remove(&self.type2_key));
+            }
         }
     }
 }
@@ -197,7 +203,14 @@ impl Pd {
         // SAFETY: the PD is alive; the type is a valid `ibv_mw_type`.
         let mw = unsafe { sys::ibv_alloc_mw(self.as_ptr(), K::RAW) };
         let mw = NonNull::new(mw).ok_or_else(|| Error::last_os(Verb::AllocMw, format!("{} window", K::NAME)))?;
-        Ok(Mw { inner: MwInner { mw, pd: Arc::clone(&self.inner) }, _type: PhantomData })
+        let mut inner = MwInner { mw, pd: Arc::clone(&self.inner), type2_key: 0 };
+        if K::RAW == sys::IBV_MW_TYPE_2 {
+            // SAFETY: the window was just allocated; `rkey` is a plain field.
+            let rkey = unsafe { (*mw.as_ptr()).rkey };
+            inner.type2_key = window_key(self.inner.ctx.tag, rkey);
+            with_map(&TYPE2_WINDOWS, |map| map.insert(inner.type2_key, ()));
+        }
+        Ok(Mw { inner, _type: PhantomData })
     }
 }
 
@@ -299,16 +312,20 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
         BoundMw { mw, mr, rkey, addr, len, watch, _region: RegionBorrow::new(), _rights: PhantomData }
     }
 
-    /// Whether the device may hold the window unbound though its type says bound: a receive
-    /// completion decoded since its bind was posted says a peer's SEND_WITH_INV invalidated its
-    /// rkey ([`BoundMw::invalidated_by`] takes it back), or a LOCAL_INV of it failed after it
-    /// may have run ([`Invalidated::MaybeLocally`]).
-    pub(crate) fn invalidated(&self) -> Option<Invalidated> {
-        match self.watch.serials() {
-            (_, MAYBE_LOCALLY) => Some(Invalidated::MaybeLocally),
-            (bound_after, last) if last > bound_after => Some(Invalidated::ByPeer),
-            _ => None,
-        }
+    /// A LOCAL_INV of the binding is being built. Refused (`Err`, and how) if the device may
+    /// hold the window unbound though its type says bound, or soon will: a receive completion
+    /// decoded since its bind was posted says a peer's SEND_WITH_INV invalidated its rkey
+    /// ([`BoundMw::invalidated_by`] takes it back), a LOCAL_INV of it failed after it may have
+    /// run ([`Invalidated::MaybeLocally`]), or this process sent a SEND_WITH_INV of it.
+    /// Otherwise claimed, so that no SEND_WITH_INV of this process is let through to it
+    /// ([`claim_remote_invalidation`]).
+    pub(crate) fn claim_local_invalidation(&self) -> std::result::Result<(), Invalidated> {
+        self.watch.claim(LOCAL_POSTED)
+    }
+
+    /// The LOCAL_INV that claimed the binding was certainly not posted: the claim is given back.
+    pub(crate) fn release_local_claim(&self) {
+        self.watch.release(LOCAL_POSTED);
     }
 
     /// The region the window is bound to. A zero-length bind names it although the bind ignores
@@ -439,6 +456,26 @@ impl InvalidationWatch {
         InvalidationWatch(key)
     }
 
+    /// Marks the binding `mark` (a claim: [`SENT_HERE`], [`LOCAL_POSTED`]) unless it was or is
+    /// being invalidated, which `Err` says.
+    fn claim(&self, mark: u64) -> std::result::Result<(), Invalidated> {
+        with_watched(|map| match map.get_mut(&self.0) {
+            Some((bound_after, last)) => claim_entry(*bound_after, last, mark),
+            None => Ok(()),
+        })
+    }
+
+    /// Gives the claim `mark` back, if it is still the binding's mark.
+    fn release(&self, mark: u64) {
+        with_watched(|map| {
+            if let Some((_, last)) = map.get_mut(&self.0) {
+                if *last == mark {
+                    *last = 0;
+                }
+            }
+        });
+    }
+
     /// A LOCAL_INV of the binding failed: rxe may have run it before the QP's flush reported it
     /// failed, so the binding is taken as maybe invalidated for good.
     fn maybe_invalidated_locally(&self) {
@@ -466,14 +503,108 @@ impl Drop for InvalidationWatch {
 /// The "last invalidation" of a binding whose LOCAL_INV failed (above every serial, which stop
 /// at 48 bits).
 const MAYBE_LOCALLY: u64 = u64::MAX;
+/// The "last invalidation" of a binding this process posted a SEND_WITH_INV of, to a QP of
+/// the window's device.
+const SENT_HERE: u64 = u64::MAX - 1;
+/// The "last invalidation" of a binding whose LOCAL_INV is built (posted, or about to be).
+const LOCAL_POSTED: u64 = u64::MAX - 2;
 
-/// Why a window typed bound may be unbound on the device.
+/// Why a window typed bound may be unbound on the device, or soon be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Invalidated {
     /// A peer's SEND_WITH_INV invalidated its rkey (a receive completion says so).
     ByPeer,
     /// A LOCAL_INV of it completed with an error, after it may have run.
     MaybeLocally,
+    /// This process posted a SEND_WITH_INV of it to a QP of its device.
+    SentHere,
+    /// A LOCAL_INV of it is posted, or being built.
+    LocalPosted,
+}
+
+impl Invalidated {
+    /// How a binding watched since `bound_after` whose last noted invalidation is `last`
+    /// ([`InvalidationWatch`]) is invalidated, if it is.
+    fn of(bound_after: u64, last: u64) -> Option<Invalidated> {
+        match last {
+            MAYBE_LOCALLY => Some(Invalidated::MaybeLocally),
+            SENT_HERE => Some(Invalidated::SentHere),
+            LOCAL_POSTED => Some(Invalidated::LocalPosted),
+            last if last > bound_after => Some(Invalidated::ByPeer),
+            _ => None,
+        }
+    }
+}
+
+/// Claims the watched binding whose entry is (`bound_after`, `last`) with `mark`, unless it
+/// was or is being invalidated.
+fn claim_entry(bound_after: u64, last: &mut u64, mark: u64) -> std::result::Result<(), Invalidated> {
+    match Invalidated::of(bound_after, *last) {
+        Some(how) => Err(how),
+        None => {
+            *last = mark;
+            Ok(())
+        }
+    }
+}
+
+/// The type 2 windows of the process, by device tag and window number ([`window_key`]), from
+/// allocation to deallocation: an rkey of one of them in a SEND_WITH_INV to a QP of the same
+/// device must be its live binding's ([`claim_remote_invalidation`]).
+static TYPE2_WINDOWS: Mutex<Option<HashMap<u64, ()>>> = Mutex::new(None);
+
+/// A window's key in [`TYPE2_WINDOWS`]: its device's tag and its number, the rkey's upper 24
+/// bits (a bind changes only the low byte, `ibv_inc_rkey`).
+fn window_key(dev_tag: u16, rkey: u32) -> u64 {
+    (u64::from(dev_tag) << 32) | u64::from(rkey >> 8)
+}
+
+/// Whether `rkey` names a type 2 window of this process on the device tagged `dev_tag`.
+pub(crate) fn is_type2_window(dev_tag: u16, rkey: u32) -> bool {
+    with_map(&TYPE2_WINDOWS, |map| map.contains_key(&window_key(dev_tag, rkey)))
+}
+
+/// A SEND_WITH_INV of `rkey` is being built on a QP whose peer is (or may be) on the device
+/// tagged `dev_tag`. rxe takes an invalidation of any of its type 2 windows that is not in
+/// state INVALID, and a window that is not bound (just allocated, or invalidated: state FREE)
+/// has no QP, which the invalidation dereferences: a kernel crash. So an rkey of one of this
+/// process's type 2 windows of the device is let through only if it is the window's live
+/// binding, not invalidated nor being invalidated, which it then claims (a second
+/// SEND_WITH_INV, or a LOCAL_INV, of it is refused). An rkey of no window of the process
+/// (another process's window, a region) is the peer's business.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `ibv_post_send (SEND_WITH_INV)`.
+pub(crate) fn claim_remote_invalidation(dev_tag: u16, rkey: u32) -> Result<()> {
+    if !is_type2_window(dev_tag, rkey) {
+        return Ok(());
+    }
+    let claimed = with_watched(|map| match map.get_mut(&watch_key(dev_tag, rkey)) {
+        Some((bound_after, last)) => claim_entry(*bound_after, last, SENT_HERE).map_err(Some),
+        None => Err(None),
+    });
+    claimed.map_err(|how| send_inv_refused(rkey, how))
+}
+
+/// The refusal of a SEND_WITH_INV of `rkey`, a type 2 window of the process on the peer's
+/// device that is not bound under it (`None`) or was or is being invalidated (`how`).
+#[cold]
+fn send_inv_refused(rkey: u32, how: Option<Invalidated>) -> Error {
+    let why = match how {
+        None => "is not bound under that rkey (just allocated, invalidated, or bound since under another)",
+        Some(Invalidated::ByPeer | Invalidated::SentHere) => {
+            "was already invalidated by a SEND_WITH_INV, or one of it is in flight"
+        }
+        Some(Invalidated::LocalPosted) => "is being invalidated by a LOCAL_INV",
+        Some(Invalidated::MaybeLocally) => "may have been invalidated by a LOCAL_INV that failed",
+    };
+    Error::invalid(
+        "ibv_post_send (SEND_WITH_INV)",
+        format!(
+            "rkey {rkey:#x} names a type 2 window of this process on the peer's device, which {why}: rxe's \
+             kernel would invalidate it again and crash"
+        ),
+    )
 }
 
 /// A receive completion of a CQ of the device tagged `dev_tag` says a SEND_WITH_INV
@@ -483,7 +614,9 @@ pub(crate) enum Invalidated {
 pub(crate) fn note_remote_invalidation(dev_tag: u16, rkey: u32, serial: u64) {
     with_watched(|map| {
         if let Some((_, last)) = map.get_mut(&watch_key(dev_tag, rkey)) {
-            *last = (*last).max(serial);
+            // This process's own SEND_WITH_INV has arrived: the binding is invalidated, as by
+            // any peer. The other marks stay: they are above every serial.
+            *last = if *last == SENT_HERE { serial } else { (*last).max(serial) };
         }
     });
 }
@@ -685,7 +818,11 @@ impl WindowAdvert {
 
 #[cfg(test)]
 mod tests {
-    use super::{note_remote_invalidation, watch_key, with_watched, InvalidationWatch, WindowAdvert};
+    use super::{
+        claim_remote_invalidation, note_remote_invalidation, watch_key, window_key, with_map, with_watched,
+        Invalidated, InvalidationWatch, WindowAdvert, LOCAL_POSTED, SENT_HERE, TYPE2_WINDOWS,
+    };
+    use crate::error::Error;
     use typed_verbs_sys as sys;
 
     #[test]
@@ -706,6 +843,44 @@ mod tests {
         assert!(!with_watched(|map| map.contains_key(&watch_key(tag, rkey))), "one entry per live binding");
         note_remote_invalidation(tag, rkey, before + 12);
         assert!(!with_watched(|map| map.contains_key(&watch_key(tag, rkey))), "nothing noted for no binding");
+    }
+
+    /// The claims of a binding: one SEND_WITH_INV of this process, or one LOCAL_INV, and
+    /// nothing after an invalidation; an rkey of no type 2 window of the process is not
+    /// checked, one of a window that is not bound under it is refused.
+    #[test]
+    fn a_binding_is_invalidated_at_most_once_by_this_process() {
+        let (tag, rkey) = (0xfff2, 0x4321_5601);
+        assert!(claim_remote_invalidation(tag, rkey).is_ok(), "no window of the process");
+        with_map(&TYPE2_WINDOWS, |map| map.insert(window_key(tag, rkey), ()));
+        let refused = |rkey| match claim_remote_invalidation(tag, rkey) {
+            Err(Error::InvalidArgument { verb: "ibv_post_send (SEND_WITH_INV)", reason }) => reason,
+            other => panic!("{other:?}"),
+        };
+        assert!(refused(rkey).contains("is not bound under that rkey"), "allocated, not bound");
+        // Bound: one SEND_WITH_INV is let through, the second is not, nor a LOCAL_INV.
+        let w = InvalidationWatch::new(tag, rkey);
+        assert!(refused(rkey + 1).contains("is not bound under that rkey"), "a stale or future key");
+        claim_remote_invalidation(tag, rkey).expect("the live binding");
+        assert!(refused(rkey).contains("in flight"));
+        assert_eq!(w.claim(LOCAL_POSTED), Err(Invalidated::SentHere));
+        // Its arrival makes it an invalidation like any peer's.
+        let serial = w.serials().0 + 1;
+        note_remote_invalidation(tag, rkey, serial);
+        assert_eq!(w.serials().1, serial);
+        assert_eq!(w.claim(LOCAL_POSTED), Err(Invalidated::ByPeer));
+        drop(w);
+        // A LOCAL_INV's claim excludes a SEND_WITH_INV until it is given back.
+        let w = InvalidationWatch::new(tag, rkey);
+        assert_eq!(w.claim(LOCAL_POSTED), Ok(()));
+        assert!(refused(rkey).contains("LOCAL_INV"));
+        w.release(LOCAL_POSTED);
+        claim_remote_invalidation(tag, rkey).expect("the claim was given back");
+        w.release(LOCAL_POSTED);
+        assert_eq!(w.serials().1, SENT_HERE, "only the matching claim is given back");
+        drop(w);
+        with_map(&TYPE2_WINDOWS, |map| map.remove(&window_key(tag, rkey)));
+        assert!(claim_remote_invalidation(tag, rkey).is_ok(), "deallocated: no window of the process");
     }
 
     #[test]

@@ -116,6 +116,12 @@ pub(crate) struct QpShared {
     /// The shared receive queue receives come from, if any (then `rq` is unused).
     pub(crate) srq: Option<Arc<SrqShared>>,
     broken: AtomicBool,
+    /// The peer the QP's address vector names is on the QP's own device (its destination GID
+    /// is one of the device's, or its LID the port's), or could not be told apart from it:
+    /// set by every transition that sets the address vector (`QpShared::modify`). A
+    /// SEND_WITH_INV to such a peer invalidates a window of this device
+    /// (`crate::mw::claim_remote_invalidation`).
+    peer_on_device: AtomicBool,
     /// What the QP reserved on its send CQ and on its receive CQ (all on the receive CQ when
     /// they are one), freed once its completions are off them.
     reserved: [AtomicU64; 2],
@@ -301,6 +307,7 @@ impl Pd {
             rq: TrackedQueue::new(c.max_recv_wr, None),
             srq: config.srq.map(|s| Arc::clone(&s.shared)),
             broken: AtomicBool::new(false),
+            peer_on_device: AtomicBool::new(false),
             reserved: [AtomicU64::new(0), AtomicU64::new(0)],
             mcast: std::sync::Mutex::new(Vec::new()),
         });
@@ -1222,7 +1229,22 @@ impl QpShared {
                 ret,
             ));
         }
+        if mask & sys::IBV_QP_AV != 0 {
+            self.peer_on_device.store(self.pd.ctx.may_be_own_address(&a.ah_attr), Ordering::Release);
+        }
         Ok(())
+    }
+
+    /// Whether the QP's peer is (or may be) on the QP's own device.
+    #[inline(always)]
+    pub(crate) fn peer_on_device(&self) -> bool {
+        self.peer_on_device.load(Ordering::Acquire)
+    }
+
+    /// The tag of the QP's device ([`ContextInner::tag`](crate::device::ContextInner)).
+    #[inline(always)]
+    pub(crate) fn device_tag(&self) -> u16 {
+        self.pd.ctx.tag
     }
 
     /// Moves the QP to ERR (flushes) or RESET (quiesce) while draining a scope.
@@ -1684,6 +1706,7 @@ impl QpShared {
             rq: TrackedQueue::new(depth, None),
             srq,
             broken: AtomicBool::new(false),
+            peer_on_device: AtomicBool::new(false),
             reserved: [AtomicU64::new(0), AtomicU64::new(0)],
             mcast: std::sync::Mutex::new(Vec::new()),
         });

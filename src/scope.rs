@@ -966,6 +966,10 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
         return Err(foreign_capability(qp));
     }
     raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
+    // A constant of the request's type; the last check, as it claims the window it names.
+    if W::SEND_INV && qp.peer_on_device() {
+        crate::mw::claim_remote_invalidation(qp.device_tag(), wr.invalidated_rkey())?;
+    }
     Ok(())
 }
 

@@ -151,6 +151,16 @@ pub trait SendRequest: sealed::Sealed + Sized {
     /// that an invalidation by a peer's SEND_WITH_INV is known before it is built.
     #[doc(hidden)]
     const LOCAL_INV: bool = false;
+    /// The request is a SEND_WITH_INV: to a peer on the QP's own device, the rkey it
+    /// invalidates ([`SendRequest::invalidated_rkey`]) is checked against the process's type 2
+    /// windows of that device (`mw::claim_remote_invalidation`).
+    #[doc(hidden)]
+    const SEND_INV: bool = false;
+    /// The rkey a SEND_WITH_INV invalidates at the peer (0 for other requests).
+    #[doc(hidden)]
+    fn invalidated_rkey(&self) -> u32 {
+        0
+    }
 
     /// Clears `IBV_SEND_SIGNALED`: no completion of its own; the request is known complete
     /// when a later signaled request of the same send queue completes.
@@ -522,12 +532,17 @@ fn inline_sge<const N: usize>(raw: &mut RawSendWr<[sys::ibv_sge; N]>, data: &[&[
 }
 
 macro_rules! request {
-    ([$($gen:tt)*] $ty:ty, $bufs:ty, $sges:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)? $(, atomics: $atomics:expr)?) => {
+    ([$($gen:tt)*] $ty:ty, $bufs:ty, $sges:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)? $(, atomics: $atomics:expr)? $(, invalidates: |$s4:ident| $rkey:expr)?) => {
         impl<$($gen)*> sealed::Sealed for $ty {}
         impl<$($gen)*> SendRequest for $ty {
             type Buffers = $bufs;
             type Sges = $sges;
             $(const ATOMICS: bool = $atomics;)?
+            $(const SEND_INV: bool = true;
+            fn invalidated_rkey(&self) -> u32 {
+                let $s4 = self;
+                $rkey
+            })?
             #[inline(always)]
             fn build(&self, $raw: &mut RawSendWr<$sges>) -> Result<()> {
                 let $s = self;
@@ -705,6 +720,12 @@ impl<A, const N: usize> AllowsSolicited for InlineWriteImm<'_, A, N> {}
 
 /// `IBV_WR_SEND_WITH_INV`: a send that also invalidates the peer's type 2 window with rkey
 /// `invalidate_rkey`; the peer's receive completion carries `IBV_WC_WITH_INV` and the rkey.
+///
+/// When the peer is on the sending QP's own device and the rkey names one of this process's
+/// type 2 windows there, the post is refused (`Error::InvalidArgument`) unless the rkey is the
+/// window's live binding and nothing invalidated it or is invalidating it (a second
+/// invalidation, or one of an unbound window, crashes rxe's kernel); a send lane does not
+/// prepare such a request at all. DESIGN.md, "Memory windows".
 #[derive(Debug)]
 pub struct SendInv<L> {
     local: L,
@@ -727,7 +748,8 @@ request!(
         raw.wr.__bindgen_anon_1.invalidate_rkey = s.invalidate_rkey;
         raw.local(&s.local, sys::IBV_ODP_SUPPORT_SEND)?;
     },
-    |s| s.local
+    |s| s.local,
+    invalidates: |s| s.invalidate_rkey
 );
 valid_on!(SupportsSendInv: [L: Gather] SendInv<L>);
 // A Send operation: ibv_post_send(3)'s "Send" for IBV_SEND_SOLICITED (the IBTA lets every Send,
@@ -849,6 +871,7 @@ impl<'m, K: Invalidatable, R: WindowRights> LocalInv<'m, K, R> {
     /// The window back, still bound: what a refused request returns
     /// ([`PostError::wr`](crate::scope::PostError)).
     pub fn into_bound(self) -> BoundMw<'m, K, R> {
+        self.bound.release_local_claim();
         self.bound
     }
 }
@@ -860,12 +883,15 @@ impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     type Sges = [sys::ibv_sge; 0];
     const LOCAL_INV: bool = true;
     fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
+        raw.pd = Some(self.bound.mw().pd_id());
         // A second invalidation of one binding is refused: rxe (Linux 6.12 and 6.18) takes
-        // it for a live window and dereferences the binding's NULL QP in the kernel.
-        if let Some(how) = self.bound.invalidated() {
+        // it for a live window and dereferences the binding's NULL QP in the kernel. The
+        // binding is claimed (the last check of the build) so that no SEND_WITH_INV of this
+        // process invalidates it meanwhile; a refused request gives the claim back
+        // (`LocalInv::into_bound`).
+        if let Err(how) = self.bound.claim_local_invalidation() {
             return Err(already_invalidated(self.bound.rkey(), how));
         }
-        raw.pd = Some(self.bound.mw().pd_id());
         raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
         raw.wr.opcode = sys::IBV_WR_LOCAL_INV;
         raw.wr.__bindgen_anon_1.invalidate_rkey = self.bound.rkey();
@@ -889,6 +915,12 @@ fn already_invalidated(rkey: u32, how: Invalidated) -> Error {
             "an earlier LOCAL_INV of the window's rkey {rkey:#x} completed with an error after it may have \
              run (a flushed queue): the window can only be dropped, which deallocates it"
         ),
+        Invalidated::SentHere => format!(
+            "this process posted a SEND_WITH_INV of the window's rkey {rkey:#x} to a QP of its device: take \
+             the window back with BoundMw::invalidated_by and its receive completion, or drop it"
+        ),
+        // Cannot happen: the LOCAL_INV holds the window, and claims it once per build.
+        Invalidated::LocalPosted => format!("a LOCAL_INV of the window's rkey {rkey:#x} is already posted"),
     };
     Error::invalid("ibv_post_send (LOCAL_INV)", reason)
 }
@@ -977,6 +1009,10 @@ macro_rules! wrapper {
             type Sges = W::Sges;
             const ATOMICS: bool = W::ATOMICS;
             const LOCAL_INV: bool = W::LOCAL_INV;
+            const SEND_INV: bool = W::SEND_INV;
+            fn invalidated_rkey(&self) -> u32 {
+                self.$inner.invalidated_rkey()
+            }
             #[inline(always)]
             fn build(&self, $raw: &mut RawSendWr<W::Sges>) -> Result<()> {
                 let $s = self;

@@ -238,6 +238,97 @@ fn an_invalidation_received_in_another_context_of_the_device_still_refuses_a_loc
     assert!(back, "a window bound again is invalidated locally");
 }
 
+/// Asserts `e` is the refusal of a SEND_WITH_INV for `why`.
+fn assert_send_inv_refused(e: &Error, why: &str) {
+    match e {
+        Error::InvalidArgument { verb: "ibv_post_send (SEND_WITH_INV)", reason } => {
+            assert!(reason.contains(why), "{reason}")
+        }
+        other => panic!("expected the SEND_WITH_INV refused, got {other:?}"),
+    }
+}
+
+/// rxe's invalidation refuses only a window in state INVALID: a type 2 window that is not
+/// bound (FREE: just allocated, or invalidated) takes it, and dereferences its NULL QP (the
+/// kernel crashed on 6.12 with this program). A SEND_WITH_INV to a QP of the sender's own
+/// device is refused when it names one of the process's type 2 windows of that device that
+/// is not bound: here a window just allocated.
+#[test]
+fn a_send_with_invalidate_of_an_unbound_type2_window_of_the_device_is_refused() {
+    let WindowRig { pd, p, src, .. } = window_rig();
+    let mut r1 = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let mw = pd.alloc_mw::<Type2>().unwrap();
+    let (refused, received) = scope(|s| {
+        // A receive waits for it: without one the SEND is not executed (RNR).
+        let rt = s.post_recv(&p.b, wr::Recv::new(r1.slice_mut(..).unwrap())).unwrap();
+        let refused = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), mw.raw_rkey())).map(drop).unwrap_err();
+        // The receive is still usable: a plain send lands in it.
+        let t = s.post_send(&p.a, wr::Send::new(src.slice(..16).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        (refused, s.wait(rt, WAIT).unwrap().0)
+    })
+    .unwrap();
+    assert_send_inv_refused(&refused.error, "not bound");
+    assert!(refused.wr.is_some(), "the request comes back");
+    assert_eq!((received.is_success(), received.invalidated_rkey()), (true, None), "{received:?}");
+    drop(mw);
+}
+
+/// The same program's SEND_WITH_INV of a bound window, twice: the second one would be the
+/// binding's second invalidation (a kernel crash). It is refused, posted before or after the
+/// first one's receive completion was collected, and so is a LOCAL_INV of the window while
+/// the first is in flight; `invalidated_by` takes the window back.
+#[test]
+fn a_second_send_with_invalidate_of_one_binding_is_refused() {
+    let WindowRig { pd, p, target, src, .. } = window_rig();
+    let mut r1 = pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let mut mw = pd.alloc_mw::<Type2>().unwrap();
+    for collected_first in [false, true] {
+        let bound = bind_writable(&p.b, mw, &target);
+        let rkey = bound.rkey();
+        mw = scope(|s| {
+            let rt = s.post_recv(&p.b, wr::Recv::new(r1.slice_mut(..).unwrap())).unwrap();
+            let t = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), rkey)).unwrap();
+            assert!(s.wait(t, WAIT).unwrap().0.is_success());
+            let (inv, rt) = if collected_first { (Some(s.wait(rt, WAIT).unwrap().0), None) } else { (None, Some(rt)) };
+            let again = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), rkey)).map(drop).unwrap_err();
+            assert_send_inv_refused(&again.error, "invalidat");
+            let local = s.post_send(&p.b, LocalInv::new(bound)).map(drop).unwrap_err();
+            assert!(matches!(local.error, Error::InvalidArgument { .. }), "{:?}", local.error);
+            let bound = local.wr.expect("a refused request comes back").into_bound();
+            let inv = match (inv, rt) {
+                (Some(inv), _) => inv,
+                (None, rt) => s.wait(rt.expect("the receive's token"), WAIT).unwrap().0,
+            };
+            bound.invalidated_by(&inv).expect("the first SEND_WITH_INV invalidated it")
+        })
+        .unwrap();
+    }
+}
+
+/// A send lane re-posts its prepared request: a prepared SEND_WITH_INV naming a window of
+/// the process on the sender's own device would invalidate it again at its second post (a
+/// kernel crash), so preparing it is refused.
+#[test]
+fn a_send_lane_does_not_prepare_a_send_with_invalidate_of_a_window_of_the_device() {
+    let WindowRig { pd, mut p, target, src, .. } = window_rig();
+    let bound = bind_writable(&p.b, pd.alloc_mw::<Type2>().unwrap(), &target);
+    let rkey = bound.rkey();
+    let refused = scope(|s| {
+        let lane = s.send_lane(&mut p.a).unwrap();
+        lane.prepare(SendInv::new(src.slice(..16).unwrap(), rkey)).map(drop).unwrap_err()
+    })
+    .unwrap();
+    assert_send_inv_refused(&refused.error, "prepared");
+    // The binding is untouched: invalidated locally.
+    let back = scope(|s| {
+        let t = s.post_send(&p.b, LocalInv::new(bound)).unwrap();
+        s.wait(t, WAIT).unwrap().1.is_ok()
+    })
+    .unwrap();
+    assert!(back);
+}
+
 /// The kernel's log since boot.
 fn kernel_log() -> String {
     let out = std::process::Command::new("dmesg").output().expect("dmesg runs in the guest");
