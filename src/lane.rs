@@ -403,16 +403,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 }
 
-/// The refusal of a prepared SEND_WITH_INV of `rkey`, a type 2 window of the process on the
-/// peer's device.
+/// The refusal of a prepared SEND_WITH_INV of `rkey` to a peer on the sender's own device.
 #[cold]
 fn reposted_invalidation(rkey: u32) -> Error {
     Error::invalid(
         "ibv_post_send (SEND_WITH_INV)",
         format!(
-            "rkey {rkey:#x} names a type 2 window of this process on the peer's device: a prepared request is \
-             posted again, and a second invalidation of the window crashes rxe's kernel (post it with \
-             Scope::post_send)"
+            "a SEND_WITH_INV of rkey {rkey:#x} to a peer on the sender's own device is not prepared: it may only \
+             name a live binding of this process's windows, a prepared request is posted again, and a second \
+             invalidation of a window crashes rxe's kernel (post it with Scope::post_send)"
         ),
     )
 }
@@ -428,13 +427,11 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         W: SendWr<T> + AddressedFor<T> + 'scope,
         W::Buffers: Reusable,
     {
-        // A prepared request is posted again and again: a SEND_WITH_INV naming one of the
-        // process's type 2 windows of the peer's device would invalidate it at its second post
-        // (`mw::claim_remote_invalidation`). Checked before the build, which would claim it.
-        if W::SEND_INV
-            && self.qp.peer_on_device()
-            && crate::mw::is_type2_window(self.qp.device_tag(), wr.invalidated_rkey())
-        {
+        // A prepared request is posted again and again: a SEND_WITH_INV to a peer on the QP's
+        // own device may only name a live binding of the process's windows, which it would
+        // invalidate again at its second post (`mw::claim_remote_invalidation`). Checked
+        // before the build, which would claim it.
+        if W::SEND_INV && self.qp.peer_on_device() {
             return Err(PostError { error: reposted_invalidation(wr.invalidated_rkey()), wr: Some(wr) });
         }
         let built = match crate::scope::build_checked::<T, W>(self.qp, &wr) {

@@ -107,9 +107,6 @@ impl Invalidatable for Type2 {}
 pub(crate) struct MwInner {
     mw: NonNull<sys::ibv_mw>,
     pd: Arc<PdInner>,
-    /// For a type 2 window, its key in [`TYPE2_WINDOWS`] (never 0: device tags start at 1);
-    /// 0 for a type 1 window.
-    type2_key: u64,
 }
 
 // SAFETY: windows may be used from any thread (libibverbs is thread-safe); the only field we
@@ -151,6 +148,8 @@ impl MwInner {
 
 impl Drop for MwInner {
     fn drop(&mut self) {
+        // SAFETY: the window is valid (deallocated only below); `rkey` is a plain field.
+        let rkey = unsafe { (*self.mw.as_ptr()).rkey };
         // SAFETY: the window is valid and deallocated once. Deallocation invalidates it; a bind
         // or invalidation in flight holds the window by value in its token, so none is pending.
         let ret = unsafe { sys::ibv_dealloc_mw(self.mw.as_ptr()) };
@@ -158,9 +157,7 @@ impl Drop for MwInner {
         // on in drop, and may leave the window bound to one: they are leaked with it.
         if ret == 0 {
             self.release_qps();
-            if self.type2_key != 0 {
-                with_map(&TYPE2_WINDOWS, |map| map.remove(&self.type2_key));
-            }
+            forget_orphaned_claims(self.pd.ctx.tag, rkey);
         }
     }
 }
@@ -203,14 +200,7 @@ impl Pd {
         // SAFETY: the PD is alive; the type is a valid `ibv_mw_type`.
         let mw = unsafe { sys::ibv_alloc_mw(self.as_ptr(), K::RAW) };
         let mw = NonNull::new(mw).ok_or_else(|| Error::last_os(Verb::AllocMw, format!("{} window", K::NAME)))?;
-        let mut inner = MwInner { mw, pd: Arc::clone(&self.inner), type2_key: 0 };
-        if K::RAW == sys::IBV_MW_TYPE_2 {
-            // SAFETY: the window was just allocated; `rkey` is a plain field.
-            let rkey = unsafe { (*mw.as_ptr()).rkey };
-            inner.type2_key = window_key(self.inner.ctx.tag, rkey);
-            with_map(&TYPE2_WINDOWS, |map| map.insert(inner.type2_key, ()));
-        }
-        Ok(Mw { inner, _type: PhantomData })
+        Ok(Mw { inner: MwInner { mw, pd: Arc::clone(&self.inner) }, _type: PhantomData })
     }
 }
 
@@ -252,15 +242,16 @@ impl<K: MwType> Mw<K> {
 /// A window bound to part of a region (borrowed for `'m`), granting the rights `R` under its
 /// rkey. Dropping it deallocates the window, which revokes the rkey.
 pub struct BoundMw<'m, K: MwType, R> {
+    /// The invalidations of its rkey decoded while it is bound, and the last one decoded before
+    /// it existed: only a later one can be its own (a type 2 rkey repeats every 256 bindings
+    /// of the window). Dropped before the window (declared first), so that a claim it leaves
+    /// is forgotten by the window's deallocation ([`forget_orphaned_claims`]).
+    watch: InvalidationWatch,
     mw: Mw<K>,
     mr: RawMr,
     rkey: u32,
     addr: u64,
     len: u64,
-    /// The invalidations of its rkey decoded while it is bound, and the last one decoded before
-    /// it existed: only a later one can be its own (a type 2 rkey repeats every 256 bindings
-    /// of the window).
-    watch: InvalidationWatch,
     _region: RegionBorrow<'m>,
     _rights: PhantomData<fn() -> R>,
 }
@@ -452,7 +443,15 @@ impl InvalidationWatch {
         let key = watch_key(dev_tag, rkey);
         // Read under the map's lock: an invalidation decoded meanwhile is noted (after this)
         // with a greater serial, or was decoded before this binding existed.
-        with_watched(|map| map.insert(key, (crate::wc::invalidations_so_far(), 0)));
+        with_watched(|map| {
+            // A SEND_WITH_INV this process sent for an earlier binding under the same rkey may
+            // still arrive, and invalidates this one: it stays claimed.
+            let last = match map.get(&key) {
+                Some(&(ORPHAN, SENT_HERE)) => SENT_HERE,
+                _ => 0,
+            };
+            map.insert(key, (crate::wc::invalidations_so_far(), last))
+        });
         InvalidationWatch(key)
     }
 
@@ -496,8 +495,37 @@ impl InvalidationWatch {
 
 impl Drop for InvalidationWatch {
     fn drop(&mut self) {
-        with_watched(|map| map.remove(&self.0));
+        with_watched(|map| {
+            // A binding this process sent a SEND_WITH_INV of, and whose receive completion was
+            // not decoded: the send may still arrive (a failed bind hands the window back with
+            // its old rkey, and the next bind takes this rkey again). The claim stays, as an
+            // orphan, until that completion is decoded or the window is deallocated.
+            match map.get_mut(&self.0) {
+                Some((bound_after, SENT_HERE)) => *bound_after = ORPHAN,
+                _ => {
+                    map.remove(&self.0);
+                }
+            }
+        });
     }
+}
+
+/// The `bound_after` of an orphaned claim: a [`SENT_HERE`] whose binding is gone (no live
+/// binding has it).
+const ORPHAN: u64 = u64::MAX;
+
+/// The window of the device tagged `dev_tag` whose rkey is `rkey` was deallocated: the claims
+/// its bindings left ([`ORPHAN`]) are forgotten. (A SEND_WITH_INV still in flight then finds no
+/// window, or a window allocated since under the same number and key.)
+fn forget_orphaned_claims(dev_tag: u16, rkey: u32) {
+    with_watched(|map| {
+        if map.values().any(|&(bound_after, _)| bound_after == ORPHAN) {
+            // (device tag, window number): the rkey's upper 24 bits (a bind changes its low byte).
+            let number = |key: &u64| (key >> 32, (key >> 8) & 0xff_ffff);
+            let this = number(&watch_key(dev_tag, rkey));
+            map.retain(|key, &mut (bound_after, _)| bound_after != ORPHAN || number(key) != this);
+        }
+    });
 }
 
 /// The "last invalidation" of a binding whose LOCAL_INV failed (above every serial, which stop
@@ -548,42 +576,36 @@ fn claim_entry(bound_after: u64, last: &mut u64, mark: u64) -> std::result::Resu
     }
 }
 
-/// The type 2 windows of the process, by device tag and window number ([`window_key`]), from
-/// allocation to deallocation: an rkey of one of them in a SEND_WITH_INV to a QP of the same
-/// device must be its live binding's ([`claim_remote_invalidation`]).
-static TYPE2_WINDOWS: Mutex<Option<HashMap<u64, ()>>> = Mutex::new(None);
-
-/// A window's key in [`TYPE2_WINDOWS`]: its device's tag and its number, the rkey's upper 24
-/// bits (a bind changes only the low byte, `ibv_inc_rkey`).
-fn window_key(dev_tag: u16, rkey: u32) -> u64 {
-    (u64::from(dev_tag) << 32) | u64::from(rkey >> 8)
-}
-
-/// Whether `rkey` names a type 2 window of this process on the device tagged `dev_tag`.
-pub(crate) fn is_type2_window(dev_tag: u16, rkey: u32) -> bool {
-    with_map(&TYPE2_WINDOWS, |map| map.contains_key(&window_key(dev_tag, rkey)))
-}
-
 /// A SEND_WITH_INV of `rkey` is being built on a QP whose peer is (or may be) on the device
 /// tagged `dev_tag`. rxe takes an invalidation of any of its type 2 windows that is not in
 /// state INVALID, and a window that is not bound (just allocated, or invalidated: state FREE)
-/// has no QP, which the invalidation dereferences: a kernel crash. So an rkey of one of this
-/// process's type 2 windows of the device is let through only if it is the window's live
-/// binding, not invalidated nor being invalidated, which it then claims (a second
-/// SEND_WITH_INV, or a LOCAL_INV, of it is refused). An rkey of no window of the process
-/// (another process's window, a region) is the peer's business.
+/// has no QP, which the invalidation dereferences: a kernel crash. The library sees only its
+/// own windows, and a window can be allocated under a number after a request naming it was
+/// posted. So the rkey must be the live binding of one of this process's windows of the
+/// device, not invalidated nor being invalidated, which the request then claims: a second
+/// SEND_WITH_INV, or a LOCAL_INV, of it is refused until its receive completion is decoded.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming `ibv_post_send (SEND_WITH_INV)`.
 pub(crate) fn claim_remote_invalidation(dev_tag: u16, rkey: u32) -> Result<()> {
-    if !is_type2_window(dev_tag, rkey) {
-        return Ok(());
-    }
     let claimed = with_watched(|map| match map.get_mut(&watch_key(dev_tag, rkey)) {
-        Some((bound_after, last)) => claim_entry(*bound_after, last, SENT_HERE).map_err(Some),
-        None => Err(None),
+        Some((bound_after, last)) if *bound_after != ORPHAN => claim_entry(*bound_after, last, SENT_HERE).map_err(Some),
+        _ => Err(None),
     });
     claimed.map_err(|how| send_inv_refused(rkey, how))
+}
+
+/// A SEND_WITH_INV of `rkey` that [`claim_remote_invalidation`] let through on a QP of the
+/// device tagged `dev_tag` was certainly not posted: its claim, if it made one and it still
+/// stands, is given back.
+pub(crate) fn release_remote_claim(dev_tag: u16, rkey: u32) {
+    with_watched(|map| {
+        if let Some((bound_after, last)) = map.get_mut(&watch_key(dev_tag, rkey)) {
+            if *bound_after != ORPHAN && *last == SENT_HERE {
+                *last = 0;
+            }
+        }
+    });
 }
 
 /// The refusal of a SEND_WITH_INV of `rkey`, a type 2 window of the process on the peer's
@@ -591,7 +613,10 @@ pub(crate) fn claim_remote_invalidation(dev_tag: u16, rkey: u32) -> Result<()> {
 #[cold]
 fn send_inv_refused(rkey: u32, how: Option<Invalidated>) -> Error {
     let why = match how {
-        None => "is not bound under that rkey (just allocated, invalidated, or bound since under another)",
+        None => {
+            "is not bound under that rkey (a window not bound, just allocated or invalidated, a stale rkey, \
+             or no window of this process: another process's windows cannot be checked)"
+        }
         Some(Invalidated::ByPeer | Invalidated::SentHere) => {
             "was already invalidated by a SEND_WITH_INV, or one of it is in flight"
         }
@@ -601,8 +626,8 @@ fn send_inv_refused(rkey: u32, how: Option<Invalidated>) -> Error {
     Error::invalid(
         "ibv_post_send (SEND_WITH_INV)",
         format!(
-            "rkey {rkey:#x} names a type 2 window of this process on the peer's device, which {why}: rxe's \
-             kernel would invalidate it again and crash"
+            "the peer is on the sender's own device, where rkey {rkey:#x} must be the live binding of a window of \
+             this process, and it {why}: rxe's kernel crashes invalidating a window that is not bound"
         ),
     )
 }
@@ -613,10 +638,16 @@ fn send_inv_refused(rkey: u32, how: Option<Invalidated>) -> Error {
 #[cold]
 pub(crate) fn note_remote_invalidation(dev_tag: u16, rkey: u32, serial: u64) {
     with_watched(|map| {
-        if let Some((_, last)) = map.get_mut(&watch_key(dev_tag, rkey)) {
+        let key = watch_key(dev_tag, rkey);
+        match map.get_mut(&key) {
+            // The SEND_WITH_INV of a binding that is gone has arrived: nothing is claimed now.
+            Some(&mut (ORPHAN, _)) => {
+                map.remove(&key);
+            }
             // This process's own SEND_WITH_INV has arrived: the binding is invalidated, as by
             // any peer. The other marks stay: they are above every serial.
-            *last = if *last == SENT_HERE { serial } else { (*last).max(serial) };
+            Some((_, last)) => *last = if *last == SENT_HERE { serial } else { (*last).max(serial) },
+            None => {}
         }
     });
 }
@@ -819,8 +850,8 @@ impl WindowAdvert {
 #[cfg(test)]
 mod tests {
     use super::{
-        claim_remote_invalidation, note_remote_invalidation, watch_key, window_key, with_map, with_watched,
-        Invalidated, InvalidationWatch, WindowAdvert, LOCAL_POSTED, SENT_HERE, TYPE2_WINDOWS,
+        claim_remote_invalidation, forget_orphaned_claims, note_remote_invalidation, release_remote_claim, watch_key,
+        with_watched, Invalidated, InvalidationWatch, WindowAdvert, LOCAL_POSTED, SENT_HERE,
     };
     use crate::error::Error;
     use typed_verbs_sys as sys;
@@ -846,23 +877,25 @@ mod tests {
     }
 
     /// The claims of a binding: one SEND_WITH_INV of this process, or one LOCAL_INV, and
-    /// nothing after an invalidation; an rkey of no type 2 window of the process is not
-    /// checked, one of a window that is not bound under it is refused.
+    /// nothing after an invalidation; an rkey that is no live binding is refused. A claim
+    /// whose binding is gone before the send arrived stays with its rkey until the send's
+    /// completion is decoded or the window is deallocated.
     #[test]
     fn a_binding_is_invalidated_at_most_once_by_this_process() {
         let (tag, rkey) = (0xfff2, 0x4321_5601);
-        assert!(claim_remote_invalidation(tag, rkey).is_ok(), "no window of the process");
-        with_map(&TYPE2_WINDOWS, |map| map.insert(window_key(tag, rkey), ()));
         let refused = |rkey| match claim_remote_invalidation(tag, rkey) {
             Err(Error::InvalidArgument { verb: "ibv_post_send (SEND_WITH_INV)", reason }) => reason,
             other => panic!("{other:?}"),
         };
-        assert!(refused(rkey).contains("is not bound under that rkey"), "allocated, not bound");
+        assert!(refused(rkey).contains("is not bound under that rkey"), "no binding");
         // Bound: one SEND_WITH_INV is let through, the second is not, nor a LOCAL_INV.
         let w = InvalidationWatch::new(tag, rkey);
         assert!(refused(rkey + 1).contains("is not bound under that rkey"), "a stale or future key");
         claim_remote_invalidation(tag, rkey).expect("the live binding");
         assert!(refused(rkey).contains("in flight"));
+        // A request certainly not posted gives its claim back.
+        release_remote_claim(tag, rkey);
+        claim_remote_invalidation(tag, rkey).expect("claimed again");
         assert_eq!(w.claim(LOCAL_POSTED), Err(Invalidated::SentHere));
         // Its arrival makes it an invalidation like any peer's.
         let serial = w.serials().0 + 1;
@@ -878,9 +911,26 @@ mod tests {
         claim_remote_invalidation(tag, rkey).expect("the claim was given back");
         w.release(LOCAL_POSTED);
         assert_eq!(w.serials().1, SENT_HERE, "only the matching claim is given back");
+        // The binding goes (a failed bind) with its send in flight: the next binding under
+        // the same rkey is still claimed, until the send's completion is decoded.
         drop(w);
-        with_map(&TYPE2_WINDOWS, |map| map.remove(&window_key(tag, rkey)));
-        assert!(claim_remote_invalidation(tag, rkey).is_ok(), "deallocated: no window of the process");
+        assert!(refused(rkey).contains("is not bound under that rkey"), "an orphaned claim is no binding");
+        release_remote_claim(tag, rkey);
+        let w = InvalidationWatch::new(tag, rkey);
+        assert_eq!(w.serials().1, SENT_HERE, "the orphaned claim carries over");
+        drop(w);
+        note_remote_invalidation(tag, rkey, a_later_serial());
+        assert!(!with_watched(|map| map.contains_key(&watch_key(tag, rkey))), "decoded: forgotten");
+        // Or until the window is deallocated (any key of its number).
+        let w = InvalidationWatch::new(tag, rkey);
+        claim_remote_invalidation(tag, rkey).expect("a new binding");
+        drop(w);
+        forget_orphaned_claims(tag, rkey + 7);
+        assert!(!with_watched(|map| map.contains_key(&watch_key(tag, rkey))), "deallocated: forgotten");
+    }
+
+    fn a_later_serial() -> u64 {
+        crate::wc::invalidations_so_far() + 1
     }
 
     #[test]

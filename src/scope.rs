@@ -403,7 +403,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         for wr in &wrs {
             match build_checked::<T, W>(&qp.shared, wr) {
                 Ok(raw) => built.push(raw),
-                Err(error) => return Err(PostListError { error, posted: Vec::new(), rejected: wrs }),
+                Err(error) => {
+                    // The requests built before it are not posted either.
+                    wrs[..built.len()].iter().for_each(|w| w.not_posted(PostedOn(&qp.shared)));
+                    return Err(PostListError { error, posted: Vec::new(), rejected: wrs });
+                }
             }
         }
         let mut sges: Vec<W::Sges> = built.iter().map(|r| r.sges).collect();
@@ -431,7 +435,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             .collect();
         match err {
             None => Ok(posted),
-            Some(error) => Err(PostListError { error, posted, rejected: rest.collect() }),
+            Some(error) => {
+                let rejected: Vec<W> = rest.collect();
+                rejected.iter().for_each(|w| w.not_posted(PostedOn(&qp.shared)));
+                Err(PostListError { error, posted, rejected })
+            }
         }
     }
 
@@ -916,8 +924,9 @@ pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
     // SAFETY: the caller guarantees the memory; `raw` (with its entries) outlives the call; the
     // address handle in `raw` is alive (borrowed by `wr`).
     let posted = unsafe { qp.shared.post_send(&mut raw.wr, owner) };
-    if matches!(posted, Ok(_) | Err(Refused { kept: Some(_), .. })) {
-        wr.posted_on(PostedOn(&qp.shared));
+    match posted {
+        Ok(_) | Err(Refused { kept: Some(_), .. }) => wr.posted_on(PostedOn(&qp.shared)),
+        Err(Refused { kept: None, .. }) => wr.not_posted(PostedOn(&qp.shared)),
     }
     posted
 }
@@ -966,9 +975,10 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
         return Err(foreign_capability(qp));
     }
     raw.odp.check(T::QP_TYPE, T::NAME, raw.odp_op)?;
-    // A constant of the request's type; the last check, as it claims the window it names.
-    if W::SEND_INV && qp.peer_on_device() {
-        crate::mw::claim_remote_invalidation(qp.device_tag(), wr.invalidated_rkey())?;
+    // Constants of the request's type. The last check: it claims the window binding the
+    // request invalidates, which a request certainly not posted gives back (`not_posted`).
+    if W::SEND_INV || W::LOCAL_INV {
+        wr.claim(PostedOn(qp))?;
     }
     Ok(())
 }

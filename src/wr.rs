@@ -147,6 +147,21 @@ pub trait SendRequest: sealed::Sealed + Sized {
     fn posted_on(&self, qp: PostedOn<'_>) {
         let _ = qp;
     }
+    /// The last step of building a SEND_WITH_INV or a LOCAL_INV for `qp`: claims the window
+    /// binding it invalidates, or refuses it if the binding was or is being invalidated
+    /// (a second invalidation crashes rxe's kernel); given back by [`SendRequest::not_posted`].
+    #[doc(hidden)]
+    fn claim(&self, qp: PostedOn<'_>) -> Result<()> {
+        let _ = qp;
+        Ok(())
+    }
+    /// The request was built for `qp` but certainly not posted (the provider, or the library
+    /// before it, refused it and it is handed back): a claim its build made on a window
+    /// (`mw::claim_remote_invalidation`, a LOCAL_INV's) is given back.
+    #[doc(hidden)]
+    fn not_posted(&self, qp: PostedOn<'_>) {
+        let _ = qp;
+    }
     /// The request is a LOCAL_INV: the QP's receive completions are taken off its CQ first, so
     /// that an invalidation by a peer's SEND_WITH_INV is known before it is built.
     #[doc(hidden)]
@@ -542,6 +557,17 @@ macro_rules! request {
             fn invalidated_rkey(&self) -> u32 {
                 let $s4 = self;
                 $rkey
+            }
+            fn claim(&self, qp: PostedOn<'_>) -> Result<()> {
+                if !qp.0.peer_on_device() {
+                    return Ok(());
+                }
+                crate::mw::claim_remote_invalidation(qp.0.device_tag(), self.invalidated_rkey())
+            }
+            fn not_posted(&self, qp: PostedOn<'_>) {
+                if qp.0.peer_on_device() {
+                    crate::mw::release_remote_claim(qp.0.device_tag(), self.invalidated_rkey());
+                }
             })?
             #[inline(always)]
             fn build(&self, $raw: &mut RawSendWr<$sges>) -> Result<()> {
@@ -721,11 +747,11 @@ impl<A, const N: usize> AllowsSolicited for InlineWriteImm<'_, A, N> {}
 /// `IBV_WR_SEND_WITH_INV`: a send that also invalidates the peer's type 2 window with rkey
 /// `invalidate_rkey`; the peer's receive completion carries `IBV_WC_WITH_INV` and the rkey.
 ///
-/// When the peer is on the sending QP's own device and the rkey names one of this process's
-/// type 2 windows there, the post is refused (`Error::InvalidArgument`) unless the rkey is the
-/// window's live binding and nothing invalidated it or is invalidating it (a second
-/// invalidation, or one of an unbound window, crashes rxe's kernel); a send lane does not
-/// prepare such a request at all. DESIGN.md, "Memory windows".
+/// When the peer is on the sending QP's own device, the rkey must be the live binding of one
+/// of this process's windows there, which nothing invalidated or is invalidating; otherwise
+/// the post is refused (`Error::InvalidArgument`): an invalidation of a window that is not
+/// bound crashes rxe's kernel, and other processes' windows cannot be checked. A send lane
+/// does not prepare a SEND_WITH_INV to such a peer at all. DESIGN.md, "Memory windows".
 #[derive(Debug)]
 pub struct SendInv<L> {
     local: L,
@@ -884,14 +910,6 @@ impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     const LOCAL_INV: bool = true;
     fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
         raw.pd = Some(self.bound.mw().pd_id());
-        // A second invalidation of one binding is refused: rxe (Linux 6.12 and 6.18) takes
-        // it for a live window and dereferences the binding's NULL QP in the kernel. The
-        // binding is claimed (the last check of the build) so that no SEND_WITH_INV of this
-        // process invalidates it meanwhile; a refused request gives the claim back
-        // (`LocalInv::into_bound`).
-        if let Err(how) = self.bound.claim_local_invalidation() {
-            return Err(already_invalidated(self.bound.rkey(), how));
-        }
         raw.wr.send_flags = sys::IBV_SEND_SIGNALED;
         raw.wr.opcode = sys::IBV_WR_LOCAL_INV;
         raw.wr.__bindgen_anon_1.invalidate_rkey = self.bound.rkey();
@@ -899,6 +917,15 @@ impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     }
     fn into_buffers(self) -> Self::Buffers {
         PendingUnbind { bound: self.bound, new_rkey: None }
+    }
+    /// A second invalidation of one binding is refused: rxe (Linux 6.12 and 6.18) takes it for
+    /// a live window and dereferences the binding's NULL QP in the kernel. The binding is
+    /// claimed, so that no SEND_WITH_INV of this process invalidates it meanwhile.
+    fn claim(&self, _qp: PostedOn<'_>) -> Result<()> {
+        self.bound.claim_local_invalidation().map_err(|how| already_invalidated(self.bound.rkey(), how))
+    }
+    fn not_posted(&self, _qp: PostedOn<'_>) {
+        self.bound.release_local_claim();
     }
 }
 impl<K: MwType, R: WindowRights, T: SupportsLocalInv> SendWr<T> for LocalInv<'_, K, R> {}
@@ -919,7 +946,8 @@ fn already_invalidated(rkey: u32, how: Invalidated) -> Error {
             "this process posted a SEND_WITH_INV of the window's rkey {rkey:#x} to a QP of its device: take \
              the window back with BoundMw::invalidated_by and its receive completion, or drop it"
         ),
-        // Cannot happen: the LOCAL_INV holds the window, and claims it once per build.
+        // Cannot happen: the LOCAL_INV holds the window, and a request certainly not posted
+        // gives its claim back.
         Invalidated::LocalPosted => format!("a LOCAL_INV of the window's rkey {rkey:#x} is already posted"),
     };
     Error::invalid("ibv_post_send (LOCAL_INV)", reason)
@@ -1034,6 +1062,12 @@ macro_rules! wrapper {
             }
             fn posted_on(&self, qp: PostedOn<'_>) {
                 self.$inner.posted_on(qp)
+            }
+            fn claim(&self, qp: PostedOn<'_>) -> Result<()> {
+                self.$inner.claim(qp)
+            }
+            fn not_posted(&self, qp: PostedOn<'_>) {
+                self.$inner.not_posted(qp)
             }
         }
         impl<$($lt,)? W: InlineWr $(, $t: $tb)?> InlineWr for $ty<$($lt,)? W $(, $t)?> {}

@@ -251,8 +251,8 @@ fn assert_send_inv_refused(e: &Error, why: &str) {
 /// rxe's invalidation refuses only a window in state INVALID: a type 2 window that is not
 /// bound (FREE: just allocated, or invalidated) takes it, and dereferences its NULL QP (the
 /// kernel crashed on 6.12 with this program). A SEND_WITH_INV to a QP of the sender's own
-/// device is refused when it names one of the process's type 2 windows of that device that
-/// is not bound: here a window just allocated.
+/// device must name a live binding of the process's windows: here a window just allocated,
+/// and the number after it, are refused.
 #[test]
 fn a_send_with_invalidate_of_an_unbound_type2_window_of_the_device_is_refused() {
     let WindowRig { pd, p, src, .. } = window_rig();
@@ -262,6 +262,11 @@ fn a_send_with_invalidate_of_an_unbound_type2_window_of_the_device_is_refused() 
         // A receive waits for it: without one the SEND is not executed (RNR).
         let rt = s.post_recv(&p.b, wr::Recv::new(r1.slice_mut(..).unwrap())).unwrap();
         let refused = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), mw.raw_rkey())).map(drop).unwrap_err();
+        // So is an rkey of no window yet (the next number): a window allocated before the send
+        // arrived would be FREE too.
+        let next = ((mw.raw_rkey() >> 8) + 1) << 8;
+        let e = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), next)).map(drop).unwrap_err().error;
+        assert_send_inv_refused(&e, "not bound");
         // The receive is still usable: a plain send lands in it.
         let t = s.post_send(&p.a, wr::Send::new(src.slice(..16).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
@@ -304,6 +309,47 @@ fn a_second_send_with_invalidate_of_one_binding_is_refused() {
         })
         .unwrap();
     }
+}
+
+/// A SEND_WITH_INV refused before the provider saw it (the send queue full) gives its claim
+/// on the window back: posted again once there is room, it is let through and invalidates
+/// the window.
+#[test]
+fn a_send_with_invalidate_refused_unposted_can_be_posted_again() {
+    let WindowRig { ctx, pd, p, target, src, .. } = window_rig();
+    let cq = ctx.create_cq(256).unwrap();
+    let caps = QpCaps { max_send_wr: 2, ..QpCaps::default() };
+    let q = rc_pair(&pd, &cq, &cq, Access::NONE, caps);
+    let bound = bind_writable(&p.b, pd.alloc_mw::<Type2>().unwrap(), &target);
+    let rkey = bound.rkey();
+    let mut rbufs = pd.alloc_mr(4 * 64, access::LOCAL_RW).unwrap();
+    let inv = scope(|s| {
+        let mut bufs = rbufs.slice_mut(..).unwrap();
+        let mut recvs = Vec::new();
+        for _ in 0..3 {
+            let (head, tail) = bufs.split_at(64).unwrap();
+            recvs.push(s.post_recv(&q.b, wr::Recv::new(head)).unwrap());
+            bufs = tail;
+        }
+        // Two sends fill the send queue until their completions are collected.
+        let sends: Vec<_> =
+            (0..2).map(|_| s.post_send(&q.a, wr::Send::new(src.slice(..16).unwrap())).unwrap()).collect();
+        let full = s.post_send(&q.a, SendInv::new(src.slice(..16).unwrap(), rkey)).map(drop).unwrap_err();
+        assert!(matches!(full.error, Error::QueueFull { .. }), "{:?}", full.error);
+        for t in sends {
+            assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        }
+        let t = s.post_send(&q.a, full.wr.expect("handed back")).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        let mut last = None;
+        for r in recvs {
+            last = Some(s.wait(r, WAIT).unwrap().0);
+        }
+        last.expect("three receives")
+    })
+    .unwrap();
+    assert_eq!(inv.invalidated_rkey(), Some(rkey), "{inv:?}");
+    bound.invalidated_by(&inv).expect("the SEND_WITH_INV posted again invalidated it");
 }
 
 /// A send lane re-posts its prepared request: a prepared SEND_WITH_INV naming a window of
