@@ -311,12 +311,12 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
     /// Otherwise claimed, so that no SEND_WITH_INV of this process is let through to it
     /// ([`claim_remote_invalidation`]).
     pub(crate) fn claim_local_invalidation(&self) -> std::result::Result<(), Invalidated> {
-        self.watch.claim(LOCAL_POSTED)
+        self.watch.claim(Mark::LocalPosted)
     }
 
     /// The LOCAL_INV that claimed the binding was certainly not posted: the claim is given back.
     pub(crate) fn release_local_claim(&self) {
-        self.watch.release(LOCAL_POSTED);
+        self.watch.release(Mark::LocalPosted);
     }
 
     /// The region the window is bound to. A zero-length bind names it although the bind ignores
@@ -404,10 +404,35 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
 #[derive(Debug)]
 pub(crate) struct InvalidationWatch(u64);
 
-/// A watched binding's serials ([`Completion::invalidation_serial`]): of the last invalidation
-/// decoded before it existed, and of the last invalidation of its rkey decoded since (0 for
-/// none).
-type Watched = HashMap<u64, (u64, u64)>;
+/// A watched binding ([`InvalidationWatch`]): serials ([`Completion::invalidation_serial`])
+/// of the last invalidation decoded before it existed and of the last invalidation of its rkey
+/// decoded since, and what this process does to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Watched {
+    /// The last invalidation decoded before the binding existed; [`ORPHAN`] for a claim whose
+    /// binding is gone.
+    bound_after: u64,
+    /// The last invalidation of its rkey decoded since (0 for none).
+    last: u64,
+    mark: Mark,
+    /// A type 1 window's binding, which no SEND_WITH_INV invalidates.
+    type1: bool,
+}
+
+/// What this process does, or did, to a watched binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    None,
+    /// It posted a SEND_WITH_INV of it to a QP of the window's device, whose receive completion
+    /// is not decoded yet.
+    SentHere,
+    /// A LOCAL_INV of it is built (posted, or about to be).
+    LocalPosted,
+    /// A LOCAL_INV of it completed with an error, after it may have run.
+    MaybeLocally,
+}
+
+type WatchedMap = HashMap<u64, Watched>;
 
 /// The watched bindings, by device tag and rkey. One live binding per key: a valid rkey names
 /// one binding of one window of its device (the window keeps its number while allocated, and
@@ -415,9 +440,9 @@ type Watched = HashMap<u64, (u64, u64)>;
 /// device's tag is not reused while its windows live (they hold a context of it). A
 /// map keeps its capacity: binding and unbinding allocate nothing once it has held as many
 /// windows.
-static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
+static WATCHED: Mutex<Option<WatchedMap>> = Mutex::new(None);
 
-fn with_watched<T>(f: impl FnOnce(&mut Watched) -> T) -> T {
+fn with_watched<T>(f: impl FnOnce(&mut WatchedMap) -> T) -> T {
     with_map(&WATCHED, f)
 }
 
@@ -436,41 +461,41 @@ fn watch_key(dev_tag: u16, rkey: u32) -> u64 {
 impl InvalidationWatch {
     /// Watches `rkey`, the new rkey of a bind of `mw` being posted.
     pub(crate) fn of<K: MwType>(mw: &Mw<K>, rkey: u32) -> Self {
-        InvalidationWatch::new(mw.inner.pd.ctx.tag, rkey)
+        InvalidationWatch::new(mw.inner.pd.ctx.tag, rkey, K::RAW == sys::IBV_MW_TYPE_1)
     }
 
-    fn new(dev_tag: u16, rkey: u32) -> Self {
+    fn new(dev_tag: u16, rkey: u32, type1: bool) -> Self {
         let key = watch_key(dev_tag, rkey);
         // Read under the map's lock: an invalidation decoded meanwhile is noted (after this)
         // with a greater serial, or was decoded before this binding existed.
         with_watched(|map| {
             // A SEND_WITH_INV this process sent for an earlier binding under the same rkey may
             // still arrive, and invalidates this one: it stays claimed.
-            let last = match map.get(&key) {
-                Some(&(ORPHAN, SENT_HERE)) => SENT_HERE,
-                _ => 0,
+            let mark = match map.get(&key) {
+                Some(&Watched { bound_after: ORPHAN, mark: Mark::SentHere, .. }) => Mark::SentHere,
+                _ => Mark::None,
             };
-            map.insert(key, (crate::wc::invalidations_so_far(), last))
+            let bound_after = crate::wc::invalidations_so_far();
+            map.insert(key, Watched { bound_after, last: 0, mark, type1 })
         });
         InvalidationWatch(key)
     }
 
-    /// Marks the binding `mark` (a claim: [`SENT_HERE`], [`LOCAL_POSTED`]) unless it was or is
-    /// being invalidated, which `Err` says.
-    fn claim(&self, mark: u64) -> std::result::Result<(), Invalidated> {
+    /// Marks the binding `mark` (a claim: [`Mark::SentHere`], [`Mark::LocalPosted`]) unless it
+    /// was or is being invalidated, which `Err` says.
+    fn claim(&self, mark: Mark) -> std::result::Result<(), Invalidated> {
         with_watched(|map| match map.get_mut(&self.0) {
-            Some((bound_after, last)) => claim_entry(*bound_after, last, mark),
+            Some(w) => w.claim(mark),
             None => Ok(()),
         })
     }
 
-    /// Gives the claim `mark` back, if it is still the binding's mark.
-    fn release(&self, mark: u64) {
+    /// Gives the claim `mark` back, if it is still the binding's mark. The invalidations
+    /// decoded meanwhile stay noted.
+    fn release(&self, mark: Mark) {
         with_watched(|map| {
-            if let Some((_, last)) = map.get_mut(&self.0) {
-                if *last == mark {
-                    *last = 0;
-                }
+            if let Some(w) = map.get_mut(&self.0).filter(|w| w.mark == mark) {
+                w.mark = Mark::None;
             }
         });
     }
@@ -479,8 +504,8 @@ impl InvalidationWatch {
     /// failed, so the binding is taken as maybe invalidated for good.
     fn maybe_invalidated_locally(&self) {
         with_watched(|map| {
-            if let Some((_, last)) = map.get_mut(&self.0) {
-                *last = MAYBE_LOCALLY;
+            if let Some(w) = map.get_mut(&self.0) {
+                w.mark = Mark::MaybeLocally;
             }
         });
     }
@@ -489,7 +514,12 @@ impl InvalidationWatch {
     /// present while the binding lives; an absent entry reads as no invalidation being this
     /// binding's, the side that keeps the window typed bound.
     fn serials(&self) -> (u64, u64) {
-        with_watched(|map| map.get(&self.0).copied().unwrap_or((u64::MAX, 0)))
+        with_watched(|map| map.get(&self.0).map_or((u64::MAX, 0), |w| (w.bound_after, w.last)))
+    }
+
+    #[cfg(test)]
+    fn mark(&self) -> Option<Mark> {
+        with_watched(|map| map.get(&self.0).map(|w| w.mark))
     }
 }
 
@@ -501,7 +531,7 @@ impl Drop for InvalidationWatch {
             // its old rkey, and the next bind takes this rkey again). The claim stays, as an
             // orphan, until that completion is decoded or the window is deallocated.
             match map.get_mut(&self.0) {
-                Some((bound_after, SENT_HERE)) => *bound_after = ORPHAN,
+                Some(w) if w.mark == Mark::SentHere => w.bound_after = ORPHAN,
                 _ => {
                     map.remove(&self.0);
                 }
@@ -510,8 +540,8 @@ impl Drop for InvalidationWatch {
     }
 }
 
-/// The `bound_after` of an orphaned claim: a [`SENT_HERE`] whose binding is gone (no live
-/// binding has it).
+/// The `bound_after` of an orphaned claim: a [`Mark::SentHere`] whose binding is gone (no
+/// live binding has it).
 const ORPHAN: u64 = u64::MAX;
 
 /// The window of the device tagged `dev_tag` whose rkey is `rkey` was deallocated: the claims
@@ -519,23 +549,14 @@ const ORPHAN: u64 = u64::MAX;
 /// window, or a window allocated since under the same number and key.)
 fn forget_orphaned_claims(dev_tag: u16, rkey: u32) {
     with_watched(|map| {
-        if map.values().any(|&(bound_after, _)| bound_after == ORPHAN) {
+        if map.values().any(|w| w.bound_after == ORPHAN) {
             // (device tag, window number): the rkey's upper 24 bits (a bind changes its low byte).
             let number = |key: &u64| (key >> 32, (key >> 8) & 0xff_ffff);
             let this = number(&watch_key(dev_tag, rkey));
-            map.retain(|key, &mut (bound_after, _)| bound_after != ORPHAN || number(key) != this);
+            map.retain(|key, w| w.bound_after != ORPHAN || number(key) != this);
         }
     });
 }
-
-/// The "last invalidation" of a binding whose LOCAL_INV failed (above every serial, which stop
-/// at 48 bits).
-const MAYBE_LOCALLY: u64 = u64::MAX;
-/// The "last invalidation" of a binding this process posted a SEND_WITH_INV of, to a QP of
-/// the window's device.
-const SENT_HERE: u64 = u64::MAX - 1;
-/// The "last invalidation" of a binding whose LOCAL_INV is built (posted, or about to be).
-const LOCAL_POSTED: u64 = u64::MAX - 2;
 
 /// Why a window typed bound may be unbound on the device, or soon be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -550,28 +571,27 @@ pub(crate) enum Invalidated {
     LocalPosted,
 }
 
-impl Invalidated {
-    /// How a binding watched since `bound_after` whose last noted invalidation is `last`
-    /// ([`InvalidationWatch`]) is invalidated, if it is.
-    fn of(bound_after: u64, last: u64) -> Option<Invalidated> {
-        match last {
-            MAYBE_LOCALLY => Some(Invalidated::MaybeLocally),
-            SENT_HERE => Some(Invalidated::SentHere),
-            LOCAL_POSTED => Some(Invalidated::LocalPosted),
-            last if last > bound_after => Some(Invalidated::ByPeer),
-            _ => None,
+impl Watched {
+    /// How the binding is invalidated, or being invalidated, if it is. A peer's invalidation
+    /// first, the most useful to know (`invalidated_by` takes the window back).
+    fn invalidated(&self) -> Option<Invalidated> {
+        match self.mark {
+            Mark::MaybeLocally => Some(Invalidated::MaybeLocally),
+            _ if self.last > self.bound_after => Some(Invalidated::ByPeer),
+            Mark::SentHere => Some(Invalidated::SentHere),
+            Mark::LocalPosted => Some(Invalidated::LocalPosted),
+            Mark::None => None,
         }
     }
-}
 
-/// Claims the watched binding whose entry is (`bound_after`, `last`) with `mark`, unless it
-/// was or is being invalidated.
-fn claim_entry(bound_after: u64, last: &mut u64, mark: u64) -> std::result::Result<(), Invalidated> {
-    match Invalidated::of(bound_after, *last) {
-        Some(how) => Err(how),
-        None => {
-            *last = mark;
-            Ok(())
+    /// Marks it `mark`, unless it was or is being invalidated.
+    fn claim(&mut self, mark: Mark) -> std::result::Result<(), Invalidated> {
+        match self.invalidated() {
+            Some(how) => Err(how),
+            None => {
+                self.mark = mark;
+                Ok(())
+            }
         }
     }
 }
@@ -589,10 +609,11 @@ fn claim_entry(bound_after: u64, last: &mut u64, mark: u64) -> std::result::Resu
 /// [`Error::InvalidArgument`] naming `ibv_post_send (SEND_WITH_INV)`.
 pub(crate) fn claim_remote_invalidation(dev_tag: u16, rkey: u32) -> Result<()> {
     let claimed = with_watched(|map| match map.get_mut(&watch_key(dev_tag, rkey)) {
-        Some((bound_after, last)) if *bound_after != ORPHAN => claim_entry(*bound_after, last, SENT_HERE).map_err(Some),
-        _ => Err(None),
+        Some(w) if w.bound_after != ORPHAN && w.type1 => Err(Refusal::Type1),
+        Some(w) if w.bound_after != ORPHAN => w.claim(Mark::SentHere).map_err(Refusal::Invalidated),
+        _ => Err(Refusal::NotBound),
     });
-    claimed.map_err(|how| send_inv_refused(rkey, how))
+    claimed.map_err(|why| send_inv_refused(rkey, why))
 }
 
 /// A SEND_WITH_INV of `rkey` that [`claim_remote_invalidation`] let through on a QP of the
@@ -600,28 +621,40 @@ pub(crate) fn claim_remote_invalidation(dev_tag: u16, rkey: u32) -> Result<()> {
 /// stands, is given back.
 pub(crate) fn release_remote_claim(dev_tag: u16, rkey: u32) {
     with_watched(|map| {
-        if let Some((bound_after, last)) = map.get_mut(&watch_key(dev_tag, rkey)) {
-            if *bound_after != ORPHAN && *last == SENT_HERE {
-                *last = 0;
+        if let Some(w) = map.get_mut(&watch_key(dev_tag, rkey)) {
+            if w.bound_after != ORPHAN && w.mark == Mark::SentHere {
+                w.mark = Mark::None;
             }
         }
     });
 }
 
-/// The refusal of a SEND_WITH_INV of `rkey`, a type 2 window of the process on the peer's
-/// device that is not bound under it (`None`) or was or is being invalidated (`how`).
+/// Why [`claim_remote_invalidation`] refuses a SEND_WITH_INV.
+enum Refusal {
+    /// No live binding of the process's windows has the rkey.
+    NotBound,
+    /// A type 1 window's binding has it.
+    Type1,
+    /// Its binding was or is being invalidated.
+    Invalidated(Invalidated),
+}
+
+/// The refusal of a SEND_WITH_INV of `rkey` to a peer on the sender's own device.
 #[cold]
-fn send_inv_refused(rkey: u32, how: Option<Invalidated>) -> Error {
-    let why = match how {
-        None => {
+fn send_inv_refused(rkey: u32, why: Refusal) -> Error {
+    let why = match why {
+        Refusal::Type1 => {
+            "is a type 1 window's binding, which no SEND_WITH_INV invalidates (unbind it with Scope::unbind_mw)"
+        }
+        Refusal::NotBound => {
             "is not bound under that rkey (a window not bound, just allocated or invalidated, a stale rkey, \
              or no window of this process: another process's windows cannot be checked)"
         }
-        Some(Invalidated::ByPeer | Invalidated::SentHere) => {
+        Refusal::Invalidated(Invalidated::ByPeer | Invalidated::SentHere) => {
             "was already invalidated by a SEND_WITH_INV, or one of it is in flight"
         }
-        Some(Invalidated::LocalPosted) => "is being invalidated by a LOCAL_INV",
-        Some(Invalidated::MaybeLocally) => "may have been invalidated by a LOCAL_INV that failed",
+        Refusal::Invalidated(Invalidated::LocalPosted) => "is being invalidated by a LOCAL_INV",
+        Refusal::Invalidated(Invalidated::MaybeLocally) => "may have been invalidated by a LOCAL_INV that failed",
     };
     Error::invalid(
         "ibv_post_send (SEND_WITH_INV)",
@@ -641,12 +674,17 @@ pub(crate) fn note_remote_invalidation(dev_tag: u16, rkey: u32, serial: u64) {
         let key = watch_key(dev_tag, rkey);
         match map.get_mut(&key) {
             // The SEND_WITH_INV of a binding that is gone has arrived: nothing is claimed now.
-            Some(&mut (ORPHAN, _)) => {
+            Some(w) if w.bound_after == ORPHAN => {
                 map.remove(&key);
             }
-            // This process's own SEND_WITH_INV has arrived: the binding is invalidated, as by
-            // any peer. The other marks stay: they are above every serial.
-            Some((_, last)) => *last = if *last == SENT_HERE { serial } else { (*last).max(serial) },
+            // Noted whatever the mark. This process's own SEND_WITH_INV has arrived: the
+            // binding is invalidated, as by any peer.
+            Some(w) => {
+                w.last = w.last.max(serial);
+                if w.mark == Mark::SentHere {
+                    w.mark = Mark::None;
+                }
+            }
             None => {}
         }
     });
@@ -662,15 +700,16 @@ pub(crate) fn inc_rkey(rkey: u32) -> u32 {
 /// A bind in flight: what the token of a bind hands over. On completion it becomes a
 /// [`BoundMw`] (success) or the window back, unbound, with its old rkey (failure).
 pub struct PendingBind<'m, K: MwType, R> {
+    /// Watches `new_rkey` from the post on: a peer told the rkey before the bind's completion
+    /// was collected (`Scope::advertise_window`) may invalidate it first. Dropped before the
+    /// window (declared first), as in [`BoundMw`].
+    pub(crate) watch: InvalidationWatch,
     pub(crate) mw: Mw<K>,
     pub(crate) mr: RawMr,
     pub(crate) old_rkey: u32,
     pub(crate) new_rkey: u32,
     pub(crate) addr: u64,
     pub(crate) len: u64,
-    /// Watches `new_rkey` from the post on: a peer told the rkey before the bind's completion
-    /// was collected (`Scope::advertise_window`) may invalidate it first.
-    pub(crate) watch: InvalidationWatch,
     pub(crate) _region: RegionBorrow<'m>,
     pub(crate) _rights: PhantomData<fn() -> R>,
 }
@@ -851,7 +890,7 @@ impl WindowAdvert {
 mod tests {
     use super::{
         claim_remote_invalidation, forget_orphaned_claims, note_remote_invalidation, release_remote_claim, watch_key,
-        with_watched, Invalidated, InvalidationWatch, WindowAdvert, LOCAL_POSTED, SENT_HERE,
+        with_watched, Invalidated, InvalidationWatch, Mark, WindowAdvert,
     };
     use crate::error::Error;
     use typed_verbs_sys as sys;
@@ -860,7 +899,7 @@ mod tests {
     fn a_watched_rkey_notes_its_invalidations_until_its_binding_is_gone() {
         // A tag no open context has in unit tests (the fake devices take small ones).
         let (tag, rkey) = (0xfff1, 0x1234_5601);
-        let w = InvalidationWatch::new(tag, rkey);
+        let w = InvalidationWatch::new(tag, rkey, false);
         let (before, last) = w.serials();
         assert_eq!(last, 0);
         // Another context's, or another rkey's, invalidation is not this binding's.
@@ -889,44 +928,57 @@ mod tests {
         };
         assert!(refused(rkey).contains("is not bound under that rkey"), "no binding");
         // Bound: one SEND_WITH_INV is let through, the second is not, nor a LOCAL_INV.
-        let w = InvalidationWatch::new(tag, rkey);
+        let w = InvalidationWatch::new(tag, rkey, false);
         assert!(refused(rkey + 1).contains("is not bound under that rkey"), "a stale or future key");
         claim_remote_invalidation(tag, rkey).expect("the live binding");
         assert!(refused(rkey).contains("in flight"));
         // A request certainly not posted gives its claim back.
         release_remote_claim(tag, rkey);
         claim_remote_invalidation(tag, rkey).expect("claimed again");
-        assert_eq!(w.claim(LOCAL_POSTED), Err(Invalidated::SentHere));
+        assert_eq!(w.claim(Mark::LocalPosted), Err(Invalidated::SentHere));
         // Its arrival makes it an invalidation like any peer's.
         let serial = w.serials().0 + 1;
         note_remote_invalidation(tag, rkey, serial);
         assert_eq!(w.serials().1, serial);
-        assert_eq!(w.claim(LOCAL_POSTED), Err(Invalidated::ByPeer));
+        assert_eq!(w.claim(Mark::LocalPosted), Err(Invalidated::ByPeer));
         drop(w);
         // A LOCAL_INV's claim excludes a SEND_WITH_INV until it is given back.
-        let w = InvalidationWatch::new(tag, rkey);
-        assert_eq!(w.claim(LOCAL_POSTED), Ok(()));
+        let w = InvalidationWatch::new(tag, rkey, false);
+        assert_eq!(w.claim(Mark::LocalPosted), Ok(()));
         assert!(refused(rkey).contains("LOCAL_INV"));
-        w.release(LOCAL_POSTED);
+        w.release(Mark::LocalPosted);
         claim_remote_invalidation(tag, rkey).expect("the claim was given back");
-        w.release(LOCAL_POSTED);
-        assert_eq!(w.serials().1, SENT_HERE, "only the matching claim is given back");
+        w.release(Mark::LocalPosted);
+        assert_eq!(w.mark(), Some(Mark::SentHere), "only the matching claim is given back");
         // The binding goes (a failed bind) with its send in flight: the next binding under
         // the same rkey is still claimed, until the send's completion is decoded.
         drop(w);
         assert!(refused(rkey).contains("is not bound under that rkey"), "an orphaned claim is no binding");
         release_remote_claim(tag, rkey);
-        let w = InvalidationWatch::new(tag, rkey);
-        assert_eq!(w.serials().1, SENT_HERE, "the orphaned claim carries over");
+        let w = InvalidationWatch::new(tag, rkey, false);
+        assert_eq!(w.mark(), Some(Mark::SentHere), "the orphaned claim carries over");
         drop(w);
         note_remote_invalidation(tag, rkey, a_later_serial());
         assert!(!with_watched(|map| map.contains_key(&watch_key(tag, rkey))), "decoded: forgotten");
         // Or until the window is deallocated (any key of its number).
-        let w = InvalidationWatch::new(tag, rkey);
+        let w = InvalidationWatch::new(tag, rkey, false);
         claim_remote_invalidation(tag, rkey).expect("a new binding");
         drop(w);
         forget_orphaned_claims(tag, rkey + 7);
         assert!(!with_watched(|map| map.contains_key(&watch_key(tag, rkey))), "deallocated: forgotten");
+        // A peer's invalidation decoded while a LOCAL_INV holds its claim stays noted when the
+        // claim is given back (the LOCAL_INV was not posted).
+        let w = InvalidationWatch::new(tag, rkey, false);
+        assert_eq!(w.claim(Mark::LocalPosted), Ok(()));
+        note_remote_invalidation(tag, rkey, a_later_serial());
+        w.release(Mark::LocalPosted);
+        assert_eq!(w.claim(Mark::LocalPosted), Err(Invalidated::ByPeer));
+        assert!(refused(rkey).contains("already invalidated"));
+        drop(w);
+        // A type 1 window's binding is no SEND_WITH_INV's to invalidate.
+        let w = InvalidationWatch::new(tag, rkey, true);
+        assert!(refused(rkey).contains("type 1"));
+        drop(w);
     }
 
     fn a_later_serial() -> u64 {

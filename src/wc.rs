@@ -306,7 +306,9 @@ impl Completion {
             dlid_path_bits: wc.dlid_path_bits,
             source: CompletionSource::Own,
             flags_quirk: quirk,
-            serial_and_device: if quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0 {
+            // Only a successful completion's flags are defined (ibv_poll_cq(3)).
+            serial_and_device: if wc.status == sys::IBV_WC_SUCCESS && quirk.fix(wc.wc_flags) & sys::IBV_WC_WITH_INV != 0
+            {
                 next_invalidation(dev_tag, crate::cq::wc_imm_bits(wc))
             } else {
                 u64::from(dev_tag)

@@ -19,6 +19,10 @@
 //! - An empty post list: refused before the provider, which walks a list from its head, sees it.
 //! - A shared receive queue dropped on one thread while another thread's poll routes the
 //!   receive a destroyed QP consumed from it: neither deadlocks.
+//! - Invalidations rxe's kernel does not survive (a type 2 window invalidated when it is not
+//!   bound): a LOCAL_INV after a peer's SEND_WITH_INV (received through the binding's QP,
+//!   another QP, a destroyed QP, another context of the device), a SEND_WITH_INV to the
+//!   sender's own device naming a window not bound, the same binding twice, or from a lane.
 
 use std::sync::Barrier;
 use std::time::Duration;
