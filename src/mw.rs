@@ -490,14 +490,9 @@ impl InvalidationWatch {
         })
     }
 
-    /// Gives the claim `mark` back, if it is still the binding's mark. The invalidations
-    /// decoded meanwhile stay noted.
+    /// Gives the claim `mark` back ([`give_back`]).
     fn release(&self, mark: Mark) {
-        with_watched(|map| {
-            if let Some(w) = map.get_mut(&self.0).filter(|w| w.mark == mark) {
-                w.mark = Mark::None;
-            }
-        });
+        give_back(self.0, mark);
     }
 
     /// A LOCAL_INV of the binding failed: rxe may have run it before the QP's flush reported it
@@ -549,11 +544,11 @@ const ORPHAN: u64 = u64::MAX;
 /// window, or a window allocated since under the same number and key.)
 fn forget_orphaned_claims(dev_tag: u16, rkey: u32) {
     with_watched(|map| {
-        if map.values().any(|w| w.bound_after == ORPHAN) {
+        if map.values().any(Watched::is_orphan) {
             // (device tag, window number): the rkey's upper 24 bits (a bind changes its low byte).
             let number = |key: &u64| (key >> 32, (key >> 8) & 0xff_ffff);
             let this = number(&watch_key(dev_tag, rkey));
-            map.retain(|key, w| w.bound_after != ORPHAN || number(key) != this);
+            map.retain(|key, w| !w.is_orphan() || number(key) != this);
         }
     });
 }
@@ -572,6 +567,11 @@ pub(crate) enum Invalidated {
 }
 
 impl Watched {
+    /// A claim whose binding is gone ([`ORPHAN`]).
+    fn is_orphan(&self) -> bool {
+        self.bound_after == ORPHAN
+    }
+
     /// How the binding is invalidated, or being invalidated, if it is. A peer's invalidation
     /// first, the most useful to know (`invalidated_by` takes the window back).
     fn invalidated(&self) -> Option<Invalidated> {
@@ -609,8 +609,8 @@ impl Watched {
 /// [`Error::InvalidArgument`] naming `ibv_post_send (SEND_WITH_INV)`.
 pub(crate) fn claim_remote_invalidation(dev_tag: u16, rkey: u32) -> Result<()> {
     let claimed = with_watched(|map| match map.get_mut(&watch_key(dev_tag, rkey)) {
-        Some(w) if w.bound_after != ORPHAN && w.type1 => Err(Refusal::Type1),
-        Some(w) if w.bound_after != ORPHAN => w.claim(Mark::SentHere).map_err(Refusal::Invalidated),
+        Some(w) if !w.is_orphan() && w.type1 => Err(Refusal::Type1),
+        Some(w) if !w.is_orphan() => w.claim(Mark::SentHere).map_err(Refusal::Invalidated),
         _ => Err(Refusal::NotBound),
     });
     claimed.map_err(|why| send_inv_refused(rkey, why))
@@ -620,11 +620,15 @@ pub(crate) fn claim_remote_invalidation(dev_tag: u16, rkey: u32) -> Result<()> {
 /// device tagged `dev_tag` was certainly not posted: its claim, if it made one and it still
 /// stands, is given back.
 pub(crate) fn release_remote_claim(dev_tag: u16, rkey: u32) {
+    give_back(watch_key(dev_tag, rkey), Mark::SentHere);
+}
+
+/// Gives the claim `mark` on the live binding watched under `key` back, if it is still the
+/// binding's mark. The invalidations decoded meanwhile stay noted.
+fn give_back(key: u64, mark: Mark) {
     with_watched(|map| {
-        if let Some(w) = map.get_mut(&watch_key(dev_tag, rkey)) {
-            if w.bound_after != ORPHAN && w.mark == Mark::SentHere {
-                w.mark = Mark::None;
-            }
+        if let Some(w) = map.get_mut(&key).filter(|w| !w.is_orphan() && w.mark == mark) {
+            w.mark = Mark::None;
         }
     });
 }
@@ -667,14 +671,15 @@ fn send_inv_refused(rkey: u32, why: Refusal) -> Error {
 
 /// A receive completion of a CQ of the device tagged `dev_tag` says a SEND_WITH_INV
 /// invalidated `rkey`; `serial` is its [`Completion::invalidation_serial`]. A bound window with
-/// that rkey notes it, so that a LOCAL_INV of it is refused (`BoundMw::invalidated`).
+/// that rkey notes it, so that a LOCAL_INV of it is refused
+/// ([`BoundMw::claim_local_invalidation`]).
 #[cold]
 pub(crate) fn note_remote_invalidation(dev_tag: u16, rkey: u32, serial: u64) {
     with_watched(|map| {
         let key = watch_key(dev_tag, rkey);
         match map.get_mut(&key) {
             // The SEND_WITH_INV of a binding that is gone has arrived: nothing is claimed now.
-            Some(w) if w.bound_after == ORPHAN => {
+            Some(w) if w.is_orphan() => {
                 map.remove(&key);
             }
             // Noted whatever the mark. This process's own SEND_WITH_INV has arrived: the

@@ -167,8 +167,8 @@ pub trait SendRequest: sealed::Sealed + Sized {
     #[doc(hidden)]
     const LOCAL_INV: bool = false;
     /// The request is a SEND_WITH_INV: to a peer on the QP's own device, the rkey it
-    /// invalidates ([`SendRequest::invalidated_rkey`]) is checked against the process's type 2
-    /// windows of that device (`mw::claim_remote_invalidation`).
+    /// invalidates ([`SendRequest::invalidated_rkey`]) must be a live binding of the process's
+    /// windows there, which it claims (`mw::claim_remote_invalidation`).
     #[doc(hidden)]
     const SEND_INV: bool = false;
     /// The rkey a SEND_WITH_INV invalidates at the peer (0 for other requests).
