@@ -206,12 +206,18 @@ fn must(r: Result<(), String>) {
 }
 
 impl ScratchRxe {
-    /// `tag` keeps the names of tests running in parallel apart.
-    fn create(tag: &str) -> ScratchRxe {
+    /// `tag` keeps the names of tests running in parallel apart. With `ipv6` false the netdev
+    /// gets no IPv6 addresses, whose GID entries come and go with the link (a GID_CHANGE that
+    /// can arrive after the link came up, or before a link-down's PORT_ERR).
+    fn create(tag: &str, ipv6: bool) -> ScratchRxe {
         let s = ScratchRxe { dev: format!("tvrxe_{tag}"), ndev: format!("tv{tag}0"), peer: format!("tv{tag}1") };
         // Leftovers of an interrupted run.
         s.remove();
         must(run("ip", &["link", "add", &s.ndev, "type", "veth", "peer", "name", &s.peer]));
+        if !ipv6 {
+            let knob = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", s.ndev);
+            must(std::fs::write(&knob, "1").map_err(|e| format!("write {knob}: {e}")));
+        }
         must(run("ip", &["link", "set", &s.ndev, "up"]));
         must(run("ip", &["link", "set", &s.peer, "up"]));
         must(run("rdma", &["link", "add", &s.dev, "type", "rxe", "netdev", &s.ndev]));
@@ -247,7 +253,7 @@ impl Drop for ScratchRxe {
 
 #[test]
 fn link_down_and_up_report_port_err_then_port_active() {
-    let scratch = ScratchRxe::create("port");
+    let scratch = ScratchRxe::create("port", false);
     let ctx = scratch.open_active();
 
     must(run("ip", &["link", "set", &scratch.ndev, "down"]));
@@ -272,7 +278,7 @@ fn link_down_and_up_report_port_err_then_port_active() {
 
 #[test]
 fn an_address_on_the_netdev_reports_gid_change() {
-    let scratch = ScratchRxe::create("gid");
+    let scratch = ScratchRxe::create("gid", true);
     let ctx = scratch.open_active();
     // A documentation address, on a veth that exists only for this test.
     must(run("ip", &["addr", "add", "198.51.100.1/24", "dev", &scratch.ndev]));
