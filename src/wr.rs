@@ -895,9 +895,9 @@ impl<'m, K: Invalidatable, R: WindowRights> LocalInv<'m, K, R> {
     }
 
     /// The window back, still bound: what a refused request returns
-    /// ([`PostError::wr`](crate::scope::PostError)).
+    /// ([`PostError::wr`](crate::scope::PostError)). A request certainly not posted has given
+    /// its claim on the binding back already ([`SendRequest::not_posted`]).
     pub fn into_bound(self) -> BoundMw<'m, K, R> {
-        self.bound.release_local_claim();
         self.bound
     }
 }
