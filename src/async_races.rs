@@ -554,6 +554,75 @@ fn a_future_dropped_with_completions_left_does_not_strand_them() {
     drop(tokens);
 }
 
+/// A waker's clone is the program's code, and may poll the CQ (a `static` CQ's `progress` from
+/// an executor's clone): a future registering such a waker clones it before the queue's waker
+/// list is locked, so the routing of a completion of the same queue, which wakes under that
+/// lock, does not deadlock (before, the clone ran under it: the poll hung with the CQ's routing
+/// lock held, and every other poller of the CQ with it).
+#[test]
+fn a_waker_whose_clone_polls_the_cq_does_not_deadlock_the_registration() {
+    use std::time::Duration;
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x31, 64, &cq, None);
+    let mut f0 = post_send(&qp, true).into_future(); // request 0
+    let mut f1 = post_send(&qp, true).into_future(); // request 1
+    let f0_wakes = Arc::new(Count::default());
+    let f0_waker = Waker::from(Arc::clone(&f0_wakes));
+    assert!(poll(&mut f0, &f0_waker).is_pending());
+    assert!(poll(&mut f1, &Waker::from(Arc::new(Count::default()))).is_pending());
+    // Request 0 completes at the device; nobody has polled it.
+    fake.complete(send_wc(0x31, 0, sys::IBV_WC_SUCCESS));
+    let routed = Arc::new(Mutex::new(None));
+    let (hostile, _) = {
+        let (cq, routed) = (Arc::clone(&cq), Arc::clone(&routed));
+        hooked(Box::new(move || *routed.lock().unwrap() = Some(cq.poll_and_route().map_err(|e| e.to_string()))))
+    };
+    // On another thread, bounded: a deadlock fails the test instead of hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let pending = poll(&mut f1, &hostile).is_pending();
+        let _ = tx.send(pending);
+        std::mem::forget(f1);
+    });
+    let Ok(pending) = rx.recv_timeout(Duration::from_secs(10)) else {
+        // Not dropped: its drop would wait for the deadlocked list's lock.
+        std::mem::forget(f0);
+        panic!("the registration deadlocked (the waker's clone polled the CQ under the waker list's lock)");
+    };
+    assert!(pending, "request 1 has not completed");
+    assert_eq!(*routed.lock().unwrap(), Some(Ok(1)), "the clone's poll routed request 0's completion");
+    assert_eq!(f0_wakes.get(), 1, "request 0's future is woken");
+    assert!(matches!(poll(&mut f0, &f0_waker), Poll::Ready(Ok(_))));
+    // And the CQ is still usable by another poller.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(cq.poll_and_route().is_ok());
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true), "the CQ's routing lock was left held");
+}
+
+/// A reset wakes the futures of the requests it flushed only once its clean-up is done: a waker
+/// that panics (an executor that is gone) cannot cut it short. Its panic comes out at the end,
+/// and the stale completions are off the CQ and the QP takes posts again. (Before, the panic
+/// came out of the send queue's wake, in the middle: the receive queue's graves, both CQs'
+/// stale completions and the end of `broken` were skipped.)
+#[test]
+fn a_waker_that_panics_in_a_resets_wake_leaves_the_reset_done() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x41, 64, &cq, None);
+    let mut f = post_send(&qp, true).into_future();
+    assert!(poll(&mut f, &Waker::from(Arc::new(PanicWake))).is_pending());
+    qp.mark_broken();
+    // A completion the device produced before the reset: stale after it.
+    fake.complete(send_wc(0x41, 0, sys::IBV_WC_WR_FLUSH_ERR));
+    assert!(quiet(|| qp.fake_after_reset()).is_err(), "the waker's panic comes out");
+    assert_eq!(fake.left(), 0, "the stale completion is off the CQ");
+    assert!(qp.check_usable().is_ok(), "the QP takes posts again");
+    assert!(matches!(poll(&mut f, &Waker::from(Arc::new(Count::default()))), Poll::Ready(Ok(_))));
+}
+
 /// A request carrying a device capability (`IpCsum`) is built only for a QP of the context that
 /// reported it: one of another context is refused before the provider sees it, as the other
 /// objects that meet (here the fake device's QP, whose context id is 0).

@@ -540,6 +540,11 @@ impl CompChannel {
 impl std::os::fd::AsFd for CompChannel {
     /// The channel's descriptor (non-blocking), to register with a reactor for readability
     /// ([`CompChannel::dispatch`]).
+    ///
+    /// Never read it yourself: an event read from the descriptor rather than taken by the
+    /// library (`ibv_get_cq_event`) is never acknowledged, and destroying its CQ then waits for
+    /// that acknowledgement forever (ibv_get_cq_event(3)): dropping the last handle of the CQ
+    /// hangs.
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         // SAFETY: the descriptor belongs to the channel, which `self` keeps open for the
         // borrow's lifetime.

@@ -1258,6 +1258,8 @@ impl QpShared {
         if state != sys::IBV_QPS_RESET {
             return self.modify(state, &StateOnly, "(draining)", "ERR");
         }
+        // As in `after_reset`: woken once the flush is done.
+        let _wakes = crate::queue::DeferWakes::new();
         let (mut sq, mut rq) = (self.sq.lock(), self.rq.lock());
         self.broken.store(true, Ordering::Release);
         self.modify(state, &StateOnly, "(draining)", "RESET")?;
@@ -1302,6 +1304,9 @@ impl QpShared {
 
     /// The program reset the QP (it owned the `Qp`, so nothing posts meanwhile).
     fn after_reset(&self) {
+        // The futures the flush wakes are woken at the end (`DeferWakes`): a waker that panics
+        // cannot cut the reset's clean-up short, and its panic comes out afterwards.
+        let _wakes = crate::queue::DeferWakes::new();
         self.flush_books();
         self.broken.store(false, Ordering::Release);
     }
@@ -1667,6 +1672,11 @@ impl QueueArc {
 /// dropped by the caller (its drop would call `ibv_destroy_qp`).
 #[cfg(all(test, not(loom)))]
 impl QpShared {
+    /// What the library does after the program reset the QP (`Qp::reset`), without the verb.
+    pub(crate) fn fake_after_reset(&self) {
+        self.after_reset();
+    }
+
     pub(crate) fn fake(
         qp: NonNull<sys::ibv_qp>,
         qp_num: u32,

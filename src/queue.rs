@@ -1250,26 +1250,30 @@ impl TrackedQueue {
     /// book's lock is taken, and a completion is recorded under that lock before the count is
     /// read, so one of the two sees the other).
     pub(crate) fn register_waker(&self, seq: u64, waker: &std::task::Waker) {
-        let replaced = {
+        // Cloned before the lock: a waker's clone is the program's code (its executor's),
+        // which may poll the CQ, whose routing wakes under this lock (`wake_completed`).
+        let new = waker.clone();
+        let unused = {
             let mut wakers = lock(&self.wakers);
-            let replaced = match wakers.iter_mut().find(|(s, _)| *s == seq) {
-                Some((_, w)) if w.will_wake(waker) => None,
-                Some((_, w)) => Some(std::mem::replace(w, waker.clone())),
+            let unused = match wakers.iter_mut().find(|(s, _)| *s == seq) {
+                // `will_wake` compares the wakers' data and vtable: no program code.
+                Some((_, w)) if w.will_wake(&new) => Some(new),
+                Some((_, w)) => Some(std::mem::replace(w, new)),
                 None => {
                     if wakers.capacity() == 0 {
                         // At most one waker per outstanding request: room for the depth at
                         // once, so that registering never allocates again.
                         wakers.reserve_exact(self.depth as usize);
                     }
-                    wakers.push((seq, waker.clone()));
+                    wakers.push((seq, new));
                     None
                 }
             };
             self.waker_count.store(wakers.len(), Ordering::SeqCst);
-            replaced
+            unused
         };
         // Dropped outside the lock, as in `forget_waker`.
-        drop(replaced);
+        drop(unused);
     }
 
     /// Wakes (and forgets) every registered waker: the set of CQs the queue's requests
