@@ -66,23 +66,11 @@ pub struct OdpCaps {
     uc: u32,
     ud: u32,
     xrc: u32,
-    /// The device's ODP data path is known to ignore in-page offsets (see
-    /// [`OdpCaps::writes_land_at_page_starts`]).
-    page_starts: bool,
+    /// The device is Soft-RoCE, whose ODP data path ignores in-page offsets (see
+    /// [`OdpCaps::writes_land_at_page_starts`]) and writes through the page a read fault found.
+    soft_roce: bool,
     /// The context queried ([`ContextInner::id`](crate::device::ContextInner)).
     ctx: u64,
-}
-
-/// The first Linux release whose rxe ODP path is known to place every packet at its page's
-/// start (seen on 6.18.15, DESIGN.md §9, "The test devices"); no fixed release is known, so
-/// every later one is treated the same. rxe has no ODP before it (6.12 reports none).
-const RXE_ODP_PAGE_START_FROM: (u32, u32) = (6, 18);
-
-/// The running kernel's (major, minor), from `/proc/sys/kernel/osrelease`.
-fn kernel_release() -> Option<(u32, u32)> {
-    let s = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let mut it = s.trim().split(['.', '-', '+']).map(|p| p.parse::<u32>().ok());
-    Some((it.next()??, it.next()??))
 }
 
 /// Transports with ODP capability bits. Sealed by `Transport`.
@@ -171,10 +159,13 @@ impl Context {
             return Err(Error::from_ret(Verb::QueryDeviceEx, format!("device {}", self.device_name()), ret));
         }
         let c = attr.odp_caps;
-        let page_starts =
-            self.query_device()?.is_soft_roce() && kernel_release().is_none_or(|k| k >= RXE_ODP_PAGE_START_FROM);
+        // Every Soft-RoCE, whatever its kernel: rxe's ODP path places every packet at its
+        // page's start since it gained ODP (seen on 6.18.15, and in the source of the releases
+        // before it), and no release is known to fix it; a kernel version would also misjudge
+        // distribution kernels that carry backports.
+        let soft_roce = self.query_device()?.is_soft_roce();
         Ok(OdpCaps {
-            page_starts,
+            soft_roce,
             ctx: self.inner.id,
             general: c.general_caps,
             rc: c.per_transport_caps.rc_odp_caps,
@@ -192,13 +183,13 @@ impl OdpCaps {
     }
 
     /// The device's ODP data path is known to ignore the offset of an access within its page:
-    /// each packet it writes into ODP memory lands at its page's start (Soft-RoCE from Linux
-    /// 6.18 on; DESIGN.md §9, "The test devices"). On such a device a buffer of ODP memory that
+    /// each packet it writes into ODP memory lands at its page's start (Soft-RoCE, on every
+    /// kernel; DESIGN.md §9, "The test devices"). On such a device a buffer of ODP memory that
     /// the device writes (a receive, an RDMA READ destination, an atomic result) must start on
     /// a page boundary, which keeps every misplaced byte inside the buffer; a request naming
     /// another is refused before the provider sees it.
     pub fn writes_land_at_page_starts(&self) -> bool {
-        self.page_starts
+        self.soft_roce
     }
 
     /// `IBV_ODP_SUPPORT_IMPLICIT`: the device supports the implicit ODP region.
@@ -229,19 +220,23 @@ impl OdpCaps {
                 source: None,
             });
         }
-        Ok(OdpCap { ops, page_starts: self.page_starts, ctx: self.ctx, _t: PhantomData })
+        Ok(OdpCap { ops, page_starts: self.soft_roce, ctx: self.ctx, _t: PhantomData })
     }
 
     /// A capability for the implicit ODP region used on `T` queue pairs with `ops`.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] without implicit ODP, or as [`OdpCaps::check`].
+    /// [`Error::Unsupported`] without implicit ODP, or as [`OdpCaps::check`]; and on Soft-RoCE
+    /// whatever it reports: its ODP path writes through the page a read fault found, which in
+    /// the program's own anonymous memory (what an implicit region lends) is the kernel's
+    /// shared zero page (DESIGN.md §5, "On-Demand Paging").
     pub fn check_implicit<T: OdpTransport>(&self, ops: OdpOps) -> Result<ImplicitOdpCap<T>> {
         let cap = self.check::<T>(ops)?;
-        if !self.implicit_supported() {
+        if !self.implicit_supported() || self.soft_roce {
+            let why = if self.soft_roce { " on Soft-RoCE, which could write the shared zero page" } else { "" };
             return Err(Error::Unsupported {
                 verb: Verb::QueryDeviceEx,
-                what: "implicit On-Demand Paging regions (IBV_ODP_SUPPORT_IMPLICIT)".into(),
+                what: format!("implicit On-Demand Paging regions (IBV_ODP_SUPPORT_IMPLICIT){why}"),
                 source: None,
             });
         }

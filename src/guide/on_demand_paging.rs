@@ -80,7 +80,7 @@
 //! Soft-RoCE has no ODP on Linux 6.12 (the capability check refuses) and ODP on RC and UD
 //! (not UC, no implicit regions, no `ibv_advise_mr`) on the 6.18 backport the tests run, whose
 //! ODP path has bugs the tests assert (DESIGN.md §9, "The test devices"). One of them, writes
-//! landing at their page's start, is a device property:
+//! landing at their page's start, is a device property, assumed of every Soft-RoCE:
 //! [`OdpCaps::writes_land_at_page_starts`](crate::odp::OdpCaps::writes_land_at_page_starts).
 //! Where it holds, a buffer of ODP memory the device writes must start on a page boundary;
 //! others are refused before posting.
