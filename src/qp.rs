@@ -401,6 +401,11 @@ pub trait TransitionAttr: sealed::Sealed {
 }
 
 /// The attribute types of each transition, per transport.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` queue pairs have no state transitions in this library",
+    label = "a `{Self}` queue pair stays in RESET",
+    note = "RC, UC and UD queue pairs move through INIT, RTR and RTS (`to_init`, `to_rtr`, `to_rts`); XRC_SEND has no request carrying the remote SRQ number it needs and RAW_PACKET no flow steering, so neither is ever connected (DESIGN.md §4)"
+)]
 pub trait Transitions: Transport {
     /// RESET → INIT.
     type InitAttr: TransitionAttr;
@@ -1073,7 +1078,9 @@ impl TransitionAttr for StateOnly {
     }
 }
 
-impl<T: Transitions, S: QpState> Qp<T, S> {
+// `T: Transitions` on each method, not on the block: a transport without transitions then
+// fails with the trait's message (E0277), not "method exists but its bounds were not satisfied".
+impl<T: Transport, S: QpState> Qp<T, S> {
     /// `ibv_modify_qp` RESET → INIT with the transport's INIT attributes.
     ///
     /// # Errors
@@ -1084,6 +1091,7 @@ impl<T: Transitions, S: QpState> Qp<T, S> {
     #[doc(alias = "ibv_modify_qp")]
     pub fn to_init(self, attr: &T::InitAttr) -> TransitionResult<T, S, transport::INIT>
     where
+        T: Transitions,
         S: IsReset,
     {
         self.modify(attr)
@@ -1099,6 +1107,7 @@ impl<T: Transitions, S: QpState> Qp<T, S> {
     #[doc(alias = "ibv_modify_qp")]
     pub fn to_rtr(self, attr: &T::RtrAttr) -> TransitionResult<T, S, transport::RTR>
     where
+        T: Transitions,
         S: IsInit,
     {
         if let Some((port, mtu)) = attr.mtu_check() {
@@ -1129,6 +1138,7 @@ impl<T: Transitions, S: QpState> Qp<T, S> {
     #[doc(alias = "ibv_modify_qp")]
     pub fn to_rts(self, attr: &T::RtsAttr) -> TransitionResult<T, S, transport::RTS>
     where
+        T: Transitions,
         S: IsRtr,
     {
         self.modify(attr)

@@ -139,8 +139,9 @@ markers! { QpState;
 /// States in which work requests may be posted to the send queue.
 #[diagnostic::on_unimplemented(
     message = "send work requests can only be posted to a queue pair in RTS, not in {Self}",
-    label = "this queue pair is not in RTS",
-    note = "move the QP through INIT and RTR to RTS first (`to_init`, `to_rtr`, `to_rts`); ibv_post_send(3) on a QP in any other state fails"
+    label = "this queue pair is in {Self}, not in RTS",
+    note = "an RC, UC or UD queue pair reaches RTS from RESET through `to_init`, `to_rtr` and `to_rts`; one in ERR goes back to RESET with `reset` first",
+    note = "the IBTA makes a send posted in RESET, INIT or RTR an immediate error, and one posted in ERR only completes flushed"
 )]
 pub trait CanPostSend: QpState {}
 impl CanPostSend for RTS {}
@@ -148,8 +149,9 @@ impl CanPostSend for RTS {}
 /// States in which work requests may be posted to the receive queue.
 #[diagnostic::on_unimplemented(
     message = "receive work requests can only be posted to a queue pair in INIT, RTR or RTS, not in {Self}",
-    label = "this queue pair is in RESET",
-    note = "move the QP to INIT first (`to_init`); ibv_post_recv(3) on a QP in RESET fails"
+    label = "this queue pair is in {Self}",
+    note = "an RC, UC or UD queue pair reaches INIT from RESET with `to_init`; one in ERR goes back to RESET with `reset` first",
+    note = "the IBTA makes a receive posted in RESET an immediate error, and one posted in ERR only completes flushed"
 )]
 pub trait CanPostRecv: QpState {}
 impl CanPostRecv for INIT {}
