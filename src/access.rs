@@ -220,7 +220,7 @@ impl<RR, MB> LegalAccess for Access<(), (), RR, (), MB> where Self: AccessSet {}
 #[diagnostic::on_unimplemented(
     message = "this memory region was registered without IBV_ACCESS_LOCAL_WRITE, so the device may not write into it",
     label = "needs a region registered with `.local_write()`",
-    note = "a receive buffer, the destination of an RDMA READ and the result of an atomic are written by the local device: the region needs IBV_ACCESS_LOCAL_WRITE (ibv_reg_mr(3))"
+    note = "a receive buffer, the destination of an RDMA READ and the result of an atomic are written by the local device, which IBV_ACCESS_LOCAL_WRITE enables (ibv_reg_mr(3): \"Local read access is always enabled\", local write access only with the flag)"
 )]
 pub trait HasLocalWrite: LegalAccess {}
 impl<RW, RR, RA, MB> HasLocalWrite for Access<LocalWrite, RW, RR, RA, MB> where Self: LegalAccess {}
@@ -478,7 +478,7 @@ impl<MA: HostsWritableWindow, RR, ZB> WindowOn<MA> for WindowAccess<(), RR, Remo
 #[diagnostic::on_unimplemented(
     message = "a type 1 memory window cannot be zero-based",
     label = "drop `.zero_based()` or use a type 2 window",
-    note = "IBTA o10-36.2.2: type 1 windows are bound with virtual addresses; rdma-core's ibv_bind_mw rejects IBV_ACCESS_ZERO_BASED"
+    note = "IBTA o10-36.2.2: type 1 windows are bound with virtual addresses; zero-based addressing (IBV_ACCESS_ZERO_BASED) is for type 2 windows"
 )]
 pub trait VirtuallyAddressed {}
 impl<RW, RR, RA> VirtuallyAddressed for WindowAccess<RW, RR, RA, ()> where Self: WindowRights {}
