@@ -623,6 +623,29 @@ fn a_waker_that_panics_in_a_resets_wake_leaves_the_reset_done() {
     assert!(matches!(poll(&mut f, &Waker::from(Arc::new(Count::default()))), Poll::Ready(Ok(_))));
 }
 
+/// A QP on a shared receive queue is being dropped: its last `Arc` is gone, and its drop has
+/// not yet recorded it as retired (a window of a few instructions on another thread). A
+/// receive it took from the SRQ, polled in that window, still completes the SRQ's request:
+/// the CQ's route of the QP names the SRQ. (Before, the completion was decoded and dropped:
+/// the receive stayed pending for ever, its wait timed out although the data had landed, and
+/// the SRQ lost a slot of its depth.)
+#[test]
+fn an_srq_receive_of_a_qp_in_its_drop_window_reaches_the_srq() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let srq = w.srq(8);
+    let _live = w.qp(0x51, 8, &cq, Some(Arc::clone(&srq)));
+    // QP 0x52's route, its `Weak` dead: the window between its last `Arc` and its drop's record.
+    cq.register(0x52, std::sync::Weak::new(), Some(Arc::downgrade(&srq)), 0).unwrap();
+    let (seq, token) = post_srq_recv(&srq);
+    fake.complete(recv_wc(0x52, seq, sys::IBV_WC_SUCCESS));
+    cq.poll_and_route().unwrap();
+    assert_eq!(fake.left(), 0);
+    assert!(!srq.rq.is_pending(seq), "the SRQ's request is complete");
+    let (c, ()) = token.wait(std::time::Duration::from_millis(50)).map_err(|e| e.error).expect("delivered");
+    assert!(c.is_success());
+}
+
 /// A request carrying a device capability (`IpCsum`) is built only for a QP of the context that
 /// reported it: one of another context is refused before the provider sees it, as the other
 /// objects that meet (here the fake device's QP, whose context id is 0).

@@ -66,10 +66,20 @@ pub(crate) struct CqShared {
 /// The type of a provider's `ibv_poll_cq` (`struct verbs_context_ops::poll_cq`).
 type PollFn = unsafe extern "C" fn(*mut sys::ibv_cq, i32, *mut sys::ibv_wc) -> i32;
 
+/// A QP whose completions land on the CQ.
+struct Route {
+    qp_num: u32,
+    qp: Weak<QpShared>,
+    /// The shared receive queue its receives come from: a receive completion of the QP polled
+    /// while the QP is being dropped (its `Weak` dead, its [`Retired`] record not yet written)
+    /// still reaches the SRQ's book.
+    srq: Option<Weak<crate::srq::SrqShared>>,
+}
+
 /// What a CQ's routing lock guards.
 pub(crate) struct Routing {
     /// QPs whose completions land on the CQ, by QP number.
-    routes: Vec<(u32, Weak<QpShared>)>,
+    routes: Vec<Route>,
     /// The entries a batch poll hands to `ibv_poll_cq`, zeroed between polls: each poll
     /// zeroes again the entries it used (a failed `ibv_poll_cq` all of them), so a batch costs
     /// the entries it returns rather than a zeroed array of [`POLL_BATCH`]. (A routing that
@@ -301,7 +311,7 @@ impl FailedCq {
             .collect();
         let qps = cqs
             .iter()
-            .flat_map(|c| c.routes.lock().routes.iter().filter_map(|(_, w)| w.upgrade()).collect::<Vec<_>>())
+            .flat_map(|c| c.routes.lock().routes.iter().filter_map(|r| r.qp.upgrade()).collect::<Vec<_>>())
             .collect();
         FailedCq { _cqs: cqs, qps }
     }
@@ -363,7 +373,13 @@ impl CqShared {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `need` does not fit: nothing is registered then.
-    pub(crate) fn register(&self, qp_num: u32, qp: Weak<QpShared>, need: u64) -> Result<()> {
+    pub(crate) fn register(
+        &self,
+        qp_num: u32,
+        qp: Weak<QpShared>,
+        srq: Option<Weak<crate::srq::SrqShared>>,
+        need: u64,
+    ) -> Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
         // Dropped after the lock: the futures the drain of retired completions wakes.
         let _wakes = DeferWakes::new();
@@ -386,8 +402,8 @@ impl CqShared {
             ));
         }
         self.reserved.store(used + need, Relaxed);
-        routing.routes.retain(|(_, w)| w.strong_count() > 0);
-        routing.routes.push((qp_num, qp));
+        routing.routes.retain(|r| r.qp.strong_count() > 0);
+        routing.routes.push(Route { qp_num, qp, srq });
         Ok(())
     }
 
@@ -447,11 +463,18 @@ impl CqShared {
     /// goes where [`CqShared::route_retired`] sends it.
     #[cold]
     #[inline(never)]
-    fn route_orphan(&self, wc: &sys::ibv_wc, decode: impl FnOnce() -> Completion) {
+    fn route_orphan(&self, routes: &[Route], wc: &sys::ibv_wc, decode: impl FnOnce() -> Completion) {
         // Routed after the list's lock is released: the routing may drop the last `Arc` of the
         // shared receive queue (its handle dropped meanwhile on another thread), whose drop
         // locks this list to retire itself.
         let found = self.retired().iter().find(|r| r.qp_num == wc.qp_num).map(|r| Retired { srq: r.srq.clone(), ..*r });
+        // A QP being dropped: its last `Arc` is gone, and its drop has not yet recorded it as
+        // retired (it does so under this list's lock, around `ibv_destroy_qp`). Its route
+        // still names its shared receive queue.
+        let found = found.or_else(|| {
+            let dying = routes.iter().rev().find(|r| r.qp_num == wc.qp_num)?;
+            Some(Retired { qp_num: wc.qp_num, srq: dying.srq.clone(), reserved: 0 })
+        });
         match found {
             Some(r) => Self::route_retired(&r, wc, decode),
             // As in `route_retired`.
@@ -731,11 +754,7 @@ impl CqShared {
     /// index, to `each` under the routing lock (so that completions are routed in the order
     /// the device produced them). Returns how many were polled.
     #[inline(always)]
-    fn poll_with(
-        &self,
-        want: usize,
-        mut each: impl FnMut(usize, &sys::ibv_wc, &[(u32, Weak<QpShared>)]),
-    ) -> Result<usize> {
+    fn poll_with(&self, want: usize, mut each: impl FnMut(usize, &sys::ibv_wc, &[Route])) -> Result<usize> {
         // Declared first, dropped last: the futures of the requests this poll completes are woken
         // once the routing lock is released.
         let _wakes = DeferWakes::new();
@@ -791,13 +810,7 @@ impl CqShared {
     /// `decode` gives its decoded form, only needed for a request other than a successful
     /// lane request.
     #[inline(always)]
-    fn route(
-        &self,
-        routes: &[(u32, Weak<QpShared>)],
-        wc: &sys::ibv_wc,
-        known: Option<&QpShared>,
-        decode: impl FnOnce() -> Completion,
-    ) {
+    fn route(&self, routes: &[Route], wc: &sys::ibv_wc, known: Option<&QpShared>, decode: impl FnOnce() -> Completion) {
         let route = |qp: &QpShared| {
             if is_lane_request(wc.wr_id) {
                 let ok = wc.status == sys::IBV_WC_SUCCESS;
@@ -812,11 +825,11 @@ impl CqShared {
         match known {
             Some(qp) if qp.qp_num() == wc.qp_num => route(qp),
             _ => {
-                let target = routes.iter().filter(|(num, _)| *num == wc.qp_num).find_map(|(_, w)| w.upgrade());
+                let target = routes.iter().filter(|r| r.qp_num == wc.qp_num).find_map(|r| r.qp.upgrade());
                 match target {
                     Some(qp) => route(&qp),
                     // A completion of a QP that no longer exists.
-                    None => self.route_orphan(wc, || self.decode(wc)),
+                    None => self.route_orphan(routes, wc, || self.decode(wc)),
                 }
             }
         }

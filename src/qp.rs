@@ -322,11 +322,13 @@ impl Pd {
         let rq_need = if has_srq { 0 } else { u64::from(c.max_recv_wr) };
         let two = !Arc::ptr_eq(&shared.send_cq, &shared.recv_cq);
         if two {
-            shared.send_cq.register(qp_num, Arc::downgrade(&shared), sq_need)?;
+            shared.send_cq.register(qp_num, Arc::downgrade(&shared), None, sq_need)?;
             shared.reserved[0].store(sq_need, Ordering::Relaxed);
         }
         let recv_need = if two { rq_need } else { sq_need + rq_need };
-        let register = |srq_need: u64| shared.recv_cq.register(qp_num, Arc::downgrade(&shared), recv_need + srq_need);
+        let srq = shared.srq.as_ref().map(Arc::downgrade);
+        let register =
+            |srq_need: u64| shared.recv_cq.register(qp_num, Arc::downgrade(&shared), srq.clone(), recv_need + srq_need);
         match &shared.srq {
             Some(srq) => {
                 srq.attach_transport(T::QP_TYPE, T::NAME)?;
@@ -1730,8 +1732,10 @@ impl QpShared {
             reserved: [AtomicU64::new(0), AtomicU64::new(0)],
             mcast: std::sync::Mutex::new(Vec::new()),
         });
-        let register =
-            |srq_need: u64| shared.recv_cq.register(qp_num, Arc::downgrade(&shared), 2 * u64::from(depth) + srq_need);
+        let register = |srq_need: u64| {
+            let srq = shared.srq.as_ref().map(Arc::downgrade);
+            shared.recv_cq.register(qp_num, Arc::downgrade(&shared), srq, 2 * u64::from(depth) + srq_need)
+        };
         match &shared.srq {
             Some(srq) => srq.attach_cq(&shared.recv_cq, register).expect("fake attach"),
             None => register(0).expect("fake register"),
