@@ -166,14 +166,20 @@ impl ContextInner {
 
     /// Whether the address vector `av` (as `ibv_modify_qp` took it) may name this device: its
     /// destination GID is in the device's GID table (`ibv_query_gid_table`), or, without a
-    /// GRH, its destination LID is its port's. True when the tables cannot be read: the
+    /// GRH, its destination LID is one of a port's (any port: through a switch, another port of
+    /// the device; any LID of the port's LMC range). True when the tables cannot be read: the
     /// answer decides whether a SEND_WITH_INV is checked against this device's windows, and
     /// checking is the safe side.
     pub(crate) fn may_be_own_address(&self, av: &sys::ibv_ah_attr) -> bool {
-        if av.is_global == 0 {
-            return self.raw_port(av.port_num).is_none_or(|p| p.lid == av.dlid);
-        }
         let Ok(attr) = self.query_device() else { return true };
+        if av.is_global == 0 {
+            return (1..=attr.raw.phys_port_cnt).any(|port| {
+                self.raw_port(port).is_none_or(|p| {
+                    let lids = u32::from(p.lid)..u32::from(p.lid) + (1u32 << p.lmc.min(7));
+                    lids.contains(&u32::from(av.dlid))
+                })
+            });
+        }
         let mut len = 0usize;
         for port in 1..=attr.raw.phys_port_cnt {
             let Some(p) = self.raw_port(port) else { return true };
