@@ -768,6 +768,7 @@ impl fmt::Debug for PortAttr {
             .field("max_mtu", &self.max_mtu())
             .field("lid", &self.lid())
             .field("gid_tbl_len", &self.gid_tbl_len())
+            .field("pkey_tbl_len", &self.pkey_tbl_len())
             .field("link_layer", &self.link_layer())
             .finish_non_exhaustive()
     }
@@ -801,6 +802,10 @@ impl PortAttr {
     /// The length of the GID table.
     pub fn gid_tbl_len(&self) -> u32 {
         u32::try_from(self.raw.gid_tbl_len).unwrap_or(0)
+    }
+    /// The length of the P_Key table (a QP's `pkey_index` is below it).
+    pub fn pkey_tbl_len(&self) -> u16 {
+        self.raw.pkey_tbl_len
     }
     /// The link layer.
     pub fn link_layer(&self) -> LinkLayer {

@@ -1232,6 +1232,7 @@ impl QpShared {
         let atomic_access =
             mask & sys::IBV_QP_ACCESS_FLAGS != 0 && a.qp_access_flags & sys::IBV_ACCESS_REMOTE_ATOMIC != 0;
         self.check_atomics(Verb::ModifyQp, atomic_access)?;
+        self.check_device_limits(&a, mask)?;
         // SAFETY: the QP is alive; `a` is initialised and `mask` names only fields we set.
         let ret = unsafe { sys::ibv_modify_qp(self.qp.as_ptr(), &mut a, mask as i32) };
         if ret != 0 {
@@ -1243,6 +1244,68 @@ impl QpShared {
         }
         if mask & sys::IBV_QP_AV != 0 {
             self.peer_on_device.store(self.pd.ctx.may_be_own_address(&a.ah_attr), Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// The attributes of a transition that the device bounds, checked before the provider
+    /// sees them (a typed `InvalidArgument` rather than the kernel's EINVAL, or rxe's silent
+    /// rounding of an RDMA READ/atomic depth beyond its limit): the port (`IBV_QP_PORT`, and
+    /// an address vector's), the P_Key index, the address vector's source GID index, and the
+    /// RDMA READ/atomic depths against `max_qp_init_rd_atom` and `max_qp_rd_atom`.
+    fn check_device_limits(&self, a: &sys::ibv_qp_attr, mask: u32) -> Result<()> {
+        let bounded = sys::IBV_QP_PORT
+            | sys::IBV_QP_PKEY_INDEX
+            | sys::IBV_QP_AV
+            | sys::IBV_QP_MAX_QP_RD_ATOMIC
+            | sys::IBV_QP_MAX_DEST_RD_ATOMIC;
+        if mask & bounded == 0 {
+            return Ok(());
+        }
+        let ctx = crate::device::Context { inner: Arc::clone(&self.pd.ctx) };
+        let dev = ctx.query_device()?;
+        let invalid = |what: String| Error::invalid("ibv_modify_qp", format!("QP {:#x}: {what}", self.qp_num));
+        let port = |n: u8| -> Result<crate::device::PortAttr> {
+            if n == 0 || n > dev.phys_port_cnt() {
+                return Err(invalid(format!("port {n} does not exist (the device has {})", dev.phys_port_cnt())));
+            }
+            ctx.query_port(n)
+        };
+        if mask & sys::IBV_QP_PORT != 0 {
+            let p = port(a.port_num)?;
+            if mask & sys::IBV_QP_PKEY_INDEX != 0 && u32::from(a.pkey_index) >= u32::from(p.pkey_tbl_len()) {
+                return Err(invalid(format!(
+                    "P_Key index {} is outside port {}'s table of {}",
+                    a.pkey_index,
+                    a.port_num,
+                    p.pkey_tbl_len()
+                )));
+            }
+        }
+        if mask & sys::IBV_QP_AV != 0 {
+            let p = port(a.ah_attr.port_num)?;
+            let sgid = u32::from(a.ah_attr.grh.sgid_index);
+            if a.ah_attr.is_global != 0 && sgid >= p.gid_tbl_len() {
+                return Err(invalid(format!(
+                    "source GID index {sgid} is outside port {}'s table of {}",
+                    a.ah_attr.port_num,
+                    p.gid_tbl_len()
+                )));
+            }
+        }
+        if mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 && u32::from(a.max_rd_atomic) > dev.max_qp_init_rd_atom() {
+            return Err(invalid(format!(
+                "max_rd_atomic {} is above the device's max_qp_init_rd_atom {}",
+                a.max_rd_atomic,
+                dev.max_qp_init_rd_atom()
+            )));
+        }
+        if mask & sys::IBV_QP_MAX_DEST_RD_ATOMIC != 0 && u32::from(a.max_dest_rd_atomic) > dev.max_qp_rd_atom() {
+            return Err(invalid(format!(
+                "max_dest_rd_atomic {} is above the device's max_qp_rd_atom {}",
+                a.max_dest_rd_atomic,
+                dev.max_qp_rd_atom()
+            )));
         }
         Ok(())
     }

@@ -651,3 +651,89 @@ fn after_a_reset_a_refused_unsignaled_write_is_reported_as_refused() {
     assert_eq!(c.status(), WcStatus::RemInvReqErr, "{c:?} ({:?})", c.source());
     assert_eq!(c.source(), CompletionSource::Own, "{c:?}");
 }
+
+// --- transition attributes beyond the device's limits -------------------------------------
+
+/// `ibv_modify_qp` attributes the device bounds are refused typed before the provider sees
+/// them, the QP handed back in its state: a port that does not exist (0, one past the last), a
+/// P_Key index outside the port's table, a source GID index outside it, RDMA READ/atomic depths
+/// above `max_qp_init_rd_atom` / `max_qp_rd_atom` (rxe took 255 and rounded it up to 256
+/// responder resources). The same QP then connects with attributes in range.
+#[test]
+fn transition_attributes_beyond_the_devices_limits_are_refused_typed() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let dev = ctx.query_device().unwrap();
+    let port = ctx.query_port(PORT).unwrap();
+    let refused = |e: &Error, what: &str| match e {
+        Error::InvalidArgument { verb, reason } => *verb == "ibv_modify_qp" && reason.contains(what),
+        _ => false,
+    };
+    let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
+    let ea = a.endpoint(PORT, gid_index(), 0x900).unwrap();
+    let eb = b.endpoint(PORT, gid_index(), 0xa00).unwrap();
+    // Ports.
+    let e = a.to_init(&ConnectedInit::new(0, Access::NONE)).expect_err("port 0");
+    assert!(refused(&e.error, "port 0 does not exist"), "{:?}", e.error);
+    let past = dev.phys_port_cnt() + 1;
+    let e = e.qp.to_init(&ConnectedInit::new(past, Access::NONE)).expect_err("a port past the last");
+    assert!(refused(&e.error, &format!("port {past} does not exist")), "{:?}", e.error);
+    let a = e.qp;
+    assert_eq!(a.query_state().unwrap(), ObservedState::Reset, "handed back in RESET");
+    // A P_Key index outside the port's table (UD's INIT sets it).
+    let ud = pd.create_qp::<UD>(&QpConfig::new(&cq)).unwrap();
+    let e = ud.to_init(&UdInit { port: PORT, pkey_index: port.pkey_tbl_len(), qkey: 0x11 }).expect_err("P_Key index");
+    assert!(refused(&e.error, "P_Key index"), "{:?}", e.error);
+    assert!(e.qp.to_init(&UdInit { port: PORT, pkey_index: 0, qkey: 0x11 }).is_ok(), "P_Key index 0 is in range");
+    // A source GID index outside the table, and a responder depth above the device's.
+    let a = a.to_init(&ConnectedInit::new(PORT, Access::NONE)).unwrap();
+    let av = AddressVector::global(PORT, eb.gid, gid_index());
+    let rtr = RcRtr::new(av, eb.qp_num, eb.psn);
+    let a = match u8::try_from(port.gid_tbl_len()) {
+        Ok(beyond) => {
+            let bad = RcRtr { av: AddressVector::global(PORT, eb.gid, beyond), ..rtr };
+            let e = a.to_rtr(&bad).expect_err("source GID index");
+            assert!(refused(&e.error, "source GID index"), "{:?}", e.error);
+            assert_eq!(e.qp.query_state().unwrap(), ObservedState::Init, "handed back in INIT");
+            e.qp
+        }
+        // A table of 256 or more: no u8 index is outside it.
+        Err(_) => a,
+    };
+    finish_in_range(&dev, a, b, rtr, &ea, &eb);
+}
+
+/// The rest of the test above: the RDMA READ/atomic depths, then the QP connected in range.
+fn finish_in_range(
+    dev: &typed_verbs::device::DeviceAttr,
+    a: Qp<RC, INIT>,
+    b: Qp<RC, RESET>,
+    rtr: RcRtr,
+    ea: &Endpoint,
+    eb: &Endpoint,
+) {
+    let refused = |e: &Error, what: &str| matches!(e, Error::InvalidArgument { reason, .. } if reason.contains(what));
+    let a = match u8::try_from(dev.max_qp_rd_atom() + 1) {
+        Ok(over) => {
+            let e = a.to_rtr(&RcRtr { max_dest_rd_atomic: over, ..rtr }).expect_err("max_dest_rd_atomic");
+            assert!(refused(&e.error, "max_dest_rd_atomic"), "{:?}", e.error);
+            e.qp
+        }
+        Err(_) => a,
+    };
+    let a = a.to_rtr(&rtr).unwrap();
+    let a = match u8::try_from(dev.max_qp_init_rd_atom() + 1) {
+        Ok(over) => {
+            let e = a.to_rts(&RcRts { max_rd_atomic: over, ..RcRts::new(ea.psn) }).expect_err("max_rd_atomic");
+            assert!(refused(&e.error, "max_rd_atomic"), "{:?}", e.error);
+            assert_eq!(e.qp.query_state().unwrap(), ObservedState::Rtr, "handed back in RTR");
+            e.qp
+        }
+        Err(_) => a,
+    };
+    let a = a.to_rts(&RcRts::new(ea.psn)).unwrap();
+    let b = connect_rc(b, Access::NONE, eb, ea);
+    assert_eq!((a.query_state().unwrap(), b.query_state().unwrap()), (ObservedState::Rts, ObservedState::Rts));
+}
