@@ -160,9 +160,9 @@ impl Context {
         }
         let c = attr.odp_caps;
         // Every Soft-RoCE, whatever its kernel: rxe's ODP path places every packet at its
-        // page's start since it gained ODP (seen on 6.18.15, and in the source of the releases
-        // before it), and no release is known to fix it; a kernel version would also misjudge
-        // distribution kernels that carry backports.
+        // page's start (seen on 6.18.15) and no release is known to be free of it; gated on a
+        // version, every earlier rxe with ODP would be trusted, and distribution kernels that
+        // carry backports misjudged.
         let soft_roce = self.query_device()?.is_soft_roce();
         Ok(OdpCaps {
             soft_roce,
