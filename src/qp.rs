@@ -1249,8 +1249,8 @@ impl QpShared {
     }
 
     /// The attributes of a transition that the device bounds, checked before the provider
-    /// sees them (a typed `InvalidArgument` rather than the kernel's EINVAL, or rxe's silent
-    /// rounding of an RDMA READ/atomic depth beyond its limit): the port (`IBV_QP_PORT`, and
+    /// sees them (a typed `InvalidArgument`, not whatever the provider and kernel make of
+    /// them): the port (`IBV_QP_PORT`, and
     /// an address vector's), the P_Key index, the address vector's source GID index, and the
     /// RDMA READ/atomic depths against `max_qp_init_rd_atom` and `max_qp_rd_atom`.
     fn check_device_limits(&self, a: &sys::ibv_qp_attr, mask: u32) -> Result<()> {

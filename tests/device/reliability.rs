@@ -657,8 +657,8 @@ fn after_a_reset_a_refused_unsignaled_write_is_reported_as_refused() {
 /// `ibv_modify_qp` attributes the device bounds are refused typed before the provider sees
 /// them, the QP handed back in its state: a port that does not exist (0, one past the last), a
 /// P_Key index outside the port's table, a source GID index outside it, RDMA READ/atomic depths
-/// above `max_qp_init_rd_atom` / `max_qp_rd_atom` (rxe took 255 and rounded it up to 256
-/// responder resources). The same QP then connects with attributes in range.
+/// above `max_qp_init_rd_atom` / `max_qp_rd_atom`. The same QP then connects with attributes
+/// in range.
 #[test]
 fn transition_attributes_beyond_the_devices_limits_are_refused_typed() {
     let ctx = open();
