@@ -557,8 +557,8 @@ fn a_future_dropped_with_completions_left_does_not_strand_them() {
 /// A waker's clone is the program's code, and may poll the CQ (a `static` CQ's `progress` from
 /// an executor's clone): a future registering such a waker clones it before the queue's waker
 /// list is locked, so the routing of a completion of the same queue, which wakes under that
-/// lock, does not deadlock (before, the clone ran under it: the poll hung with the CQ's routing
-/// lock held, and every other poller of the CQ with it).
+/// lock, does not deadlock (cloned under it, the poll would hang with the CQ's routing lock
+/// held, and every other poller of the CQ with it).
 #[test]
 fn a_waker_whose_clone_polls_the_cq_does_not_deadlock_the_registration() {
     use std::time::Duration;
@@ -604,9 +604,9 @@ fn a_waker_whose_clone_polls_the_cq_does_not_deadlock_the_registration() {
 
 /// A reset wakes the futures of the requests it flushed only once its clean-up is done: a waker
 /// that panics (an executor that is gone) cannot cut it short. Its panic comes out at the end,
-/// and the stale completions are off the CQ and the QP takes posts again. (Before, the panic
-/// came out of the send queue's wake, in the middle: the receive queue's graves, both CQs'
-/// stale completions and the end of `broken` were skipped.)
+/// and the stale completions are off the CQ and the QP takes posts again. (Woken in the middle,
+/// the panic would come out of the send queue's wake and skip the receive queue's graves, both
+/// CQs' stale completions and the end of `broken`.)
 #[test]
 fn a_waker_that_panics_in_a_resets_wake_leaves_the_reset_done() {
     let w = World::new();
@@ -626,9 +626,9 @@ fn a_waker_that_panics_in_a_resets_wake_leaves_the_reset_done() {
 /// A QP on a shared receive queue is being dropped: its last `Arc` is gone, and its drop has
 /// not yet recorded it as retired (a window of a few instructions on another thread). A
 /// receive it took from the SRQ, polled in that window, still completes the SRQ's request:
-/// the CQ's route of the QP names the SRQ. (Before, the completion was decoded and dropped:
-/// the receive stayed pending for ever, its wait timed out although the data had landed, and
-/// the SRQ lost a slot of its depth.)
+/// the CQ's route of the QP names the SRQ. (Dropped, the completion would leave the receive
+/// pending for ever, its wait timing out although the data had landed, and the SRQ a slot of
+/// its depth short.)
 #[test]
 fn an_srq_receive_of_a_qp_in_its_drop_window_reaches_the_srq() {
     let w = World::new();
