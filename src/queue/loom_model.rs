@@ -18,6 +18,17 @@
 //! interleaving, which takes much longer.) The test `a_completion_racing_a_reset_...` found a
 //! race between a reset's flush and a poller, fixed by flushing under the routing lock.
 //!
+//! The scenarios of four threads that each take several locks (a reset racing a poller and a
+//! waiter, the lock-free take racing a reset or a dropped token: [`model_four_threads`]) are
+//! searched with at most [`FOUR_THREADS_PREEMPTIONS`] preemptions whatever
+//! `LOOM_MAX_PREEMPTIONS` says: at 3 they take about 400 s of the whole model's 435 s (one test
+//! at a time, 2-core test machine), at 2 about 25 s. The bound of 2 still finds every fault
+//! these scenarios were written for, each checked by putting it back into `src/queue.rs` or the
+//! model: the reset's flush outside the routing lock (found at 1); `Settled::publish` storing
+//! `done` before `stored_from`, or with `Relaxed`; `Settled::is_implied` loading `stored_from`
+//! first; a completion stored for a dropped token; a dropped token's stored completion left in
+//! the book. Set `LOOM_MODEL_DEEP=1` to search them to `LOOM_MAX_PREEMPTIONS` too.
+//!
 //! What the device knows is kept apart from the book, in "truth" atomics that the poller writes
 //! with `Relaxed` before it records a completion: a waiter that the book tells a request is done
 //! reads its truth with `Relaxed` too, so it sees the poller's write only if the book's own
@@ -32,6 +43,23 @@ use loom::thread;
 
 use super::{Kept, LaneBook, LaneResult, LANE_BIT};
 use crate::wc::Completion;
+
+/// The preemption bound of the four-thread scenarios (see the module's documentation).
+const FOUR_THREADS_PREEMPTIONS: usize = 2;
+
+/// `loom::model` of `f` with at most [`FOUR_THREADS_PREEMPTIONS`] preemptions, or
+/// `LOOM_MAX_PREEMPTIONS` when `LOOM_MODEL_DEEP` is set.
+fn model_four_threads<F>(f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MODEL_DEEP").is_none() {
+        builder.preemption_bound =
+            Some(builder.preemption_bound.map_or(FOUR_THREADS_PREEMPTIONS, |b| b.min(FOUR_THREADS_PREEMPTIONS)));
+    }
+    builder.check(f);
+}
 
 /// The QP number the book's synthetic (forced reset) completions carry.
 const QP: u32 = 1;
@@ -348,7 +376,8 @@ fn loom_a_completion_racing_a_reset_leaves_everything_done() {
 /// `reqs` posted; a poller records what the device completed, a waiter looks at every request,
 /// and the QP is reset: concurrently with the poller (`racing`), or after it.
 fn reset_scenario(reqs: &'static [Req], racing: bool) {
-    loom::model(move || {
+    let model = if racing { model_four_threads } else { loom::model };
+    model(move || {
         let book = Arc::new(LaneBook::new());
         let dev = Arc::new(Device::new(reqs.len()));
         lane_posts(&book, &dev, reqs);
@@ -440,7 +469,8 @@ fn reset_scenario(reqs: &'static [Req], racing: bool) {
 /// handed to its token, never an implied success in its place; an implied success goes only
 /// to requests that have no completion of their own.
 fn settled_scenario(reset: bool) {
-    loom::model(move || {
+    let model = if reset { model_four_threads } else { loom::model };
+    model(move || {
         let q = Arc::new(super::TrackedQueue::new(8, Some(QP)));
         {
             let mut book = q.lock();
@@ -514,7 +544,7 @@ fn loom_settled_send_book_with_a_reset() {
 /// waiter looks at the other failing request and at 3, the main thread at 1 and 4, each as the
 /// waits do (`implied`, then `try_take_locked`).
 fn settled_abandon_scenario(dropped: u64) {
-    loom::model(move || {
+    model_four_threads(move || {
         let q = Arc::new(super::TrackedQueue::new(8, Some(QP)));
         {
             let mut book = q.lock();
