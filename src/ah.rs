@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use typed_verbs_sys as sys;
 
-use crate::device::Gid;
+use crate::device::{Gid, GidType};
 use crate::error::{Error, Result, Verb};
 use crate::pd::{Pd, PdInner};
 use crate::wc::{Completion, WcOpcode};
@@ -185,8 +185,11 @@ impl Pd {
     /// # Errors
     /// [`Error::InvalidArgument`] if `wc` is not a successful receive, or was polled from a CQ
     /// of another device than the PD's (the GRH's destination is looked up in the PD's
-    /// device's GID table); [`Error::Verb`] with `ibv_create_ah_from_wc` and its errno (e.g.
-    /// no local GID matching the GRH's destination).
+    /// device's GID table), or if the local GID the datagram was sent to is at an index above
+    /// 255 of the port's GID table (an address vector's `sgid_index` is a `u8`;
+    /// `ibv_init_ah_from_wc` would name another entry); [`Error::Verb`] with
+    /// `ibv_create_ah_from_wc` and its errno (e.g. no local GID matching the GRH's
+    /// destination).
     ///
     /// See ibv_create_ah_from_wc(3).
     #[doc(alias = "ibv_create_ah_from_wc")]
@@ -226,8 +229,78 @@ impl Pd {
                 Error::from_ret(Verb::InitAhFromWc, what, ret)
             });
         }
+        if attr.is_global != 0 {
+            self.check_source_gid_index(port, grh, &attr)?;
+        }
         self.create_ah(&AddressVector::from_raw(&attr))
     }
+
+    /// `ibv_init_ah_from_wc` looks up the local GID the datagram was sent to (with the type its
+    /// header implies: RoCE v2 for UDP/IP) and stores the entry's index in `sgid_index`, a
+    /// `u8`: an entry at index 256 or above comes back truncated, naming another entry. On a
+    /// port whose table is that long, the entry the index names must be the one looked up (the
+    /// first match, so an entry below 256 that matches is the one found).
+    fn check_source_gid_index(&self, port: u8, grh: &GrhBytes, attr: &sys::ibv_ah_attr) -> Result<()> {
+        let ctx = self.context();
+        if ctx.query_port(port)?.gid_tbl_len() <= 256 {
+            return Ok(());
+        }
+        let mut wanted = [0u8; 16];
+        let roce_v2 = match header_version(grh) {
+            // The IPv4 header is the last 20 bytes; its destination address, IPv4-mapped.
+            Some(4) => {
+                wanted[10..12].copy_from_slice(&[0xff, 0xff]);
+                wanted[12..].copy_from_slice(&grh[36..40]);
+                true
+            }
+            // The GRH or IPv6 header's destination GID; UDP next: RoCE v2.
+            Some(6) => {
+                wanted.copy_from_slice(&grh[24..40]);
+                grh[6] == IPPROTO_UDP
+            }
+            // `ibv_init_ah_from_wc` refuses the rest.
+            _ => return Ok(()),
+        };
+        let (wanted, index) = (Gid(wanted), attr.grh.sgid_index);
+        match ctx.gid_entry(port, u32::from(index))? {
+            Some((gid, gid_type, _)) if gid == wanted && (gid_type == GidType::RoceV2) == roce_v2 => Ok(()),
+            _ => Err(Error::invalid(
+                "ibv_create_ah_from_wc",
+                format!(
+                    "the local GID {wanted} the datagram was sent to is at an index above 255 of {} port \
+                     {port}'s GID table, which no address vector can name (sgid_index is a u8; \
+                     ibv_init_ah_from_wc truncated the index to {index})",
+                    self.device_name()
+                ),
+            )),
+        }
+    }
+}
+
+/// The IP protocol number of UDP: the next header of a RoCE v2 IPv6 header.
+const IPPROTO_UDP: u8 = 17;
+
+/// The header version `ibv_init_ah_from_wc` reads in a receive's first 40 bytes: 6 (a GRH or
+/// an IPv6 header) or 4 (an IPv4 header in the last 20 bytes), decided as libibverbs decides
+/// it: without 6 in the first nibble, 4 if the IPv4 header says 4; with it, 4 only if the IPv4
+/// header is 20 bytes long and its checksum is right. `None`: neither (the verb refuses it).
+fn header_version(grh: &GrhBytes) -> Option<u8> {
+    let ip4 = &grh[20..];
+    if grh[0] >> 4 != 6 {
+        return (ip4[0] >> 4 == 4).then_some(4);
+    }
+    if ip4[0] & 0xf != 5 {
+        return Some(6);
+    }
+    // The one's complement sum of the header's ten 16-bit words, its checksum field (bytes
+    // 10..12) taken as zero, complemented.
+    let mut sum: u32 =
+        (0..10).filter(|&w| w != 5).map(|w| u32::from(u16::from_be_bytes([ip4[2 * w], ip4[2 * w + 1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let checksum = !(sum as u16);
+    Some(if checksum == u16::from_be_bytes([ip4[10], ip4[11]]) { 4 } else { 6 })
 }
 
 impl Ah {
@@ -244,6 +317,39 @@ impl Ah {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An IPv4 header of a UDP packet from 192.0.2.2 to 192.0.2.1 with its checksum, in the
+    /// last 20 of 40 bytes, as a RoCE v2 receive over IPv4 starts.
+    fn ipv4_in_grh() -> GrhBytes {
+        let mut g = [0u8; 40];
+        g[20..].copy_from_slice(&[
+            0x45, 0x00, 0x00, 0x3c, 0x1c, 0x46, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 192, 0, 2, 2, 192, 0, 2, 1,
+        ]);
+        // RFC 1071: the checksum makes the header's one's complement sum 0xffff.
+        let sum: u32 = g[20..].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        let folded = (sum & 0xffff) + (sum >> 16);
+        g[30..32].copy_from_slice(&(!(folded as u16)).to_be_bytes());
+        g
+    }
+
+    #[test]
+    fn the_header_version_is_read_as_libibverbs_reads_it() {
+        let v4 = ipv4_in_grh();
+        assert_eq!(header_version(&v4), Some(4));
+        // A 6 in the first nibble: still IPv4 while the IPv4 header's checksum holds.
+        let mut six = v4;
+        six[0] = 0x60;
+        assert_eq!(header_version(&six), Some(4));
+        let mut bad_sum = six;
+        bad_sum[31] ^= 1;
+        assert_eq!(header_version(&bad_sum), Some(6));
+        let mut long_header = six;
+        long_header[20] = 0x46;
+        assert_eq!(header_version(&long_header), Some(6));
+        // Neither 6 first nor 4 at byte 20: refused.
+        assert_eq!(header_version(&[0u8; 40]), None);
+        assert_eq!(header_version(&[0xff; 40]), None);
+    }
 
     #[test]
     fn an_address_vector_survives_the_round_trip_through_ibv_ah_attr() {

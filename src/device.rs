@@ -428,28 +428,34 @@ impl Context {
         let len = self.query_port(port)?.gid_tbl_len();
         let mut table = Vec::new();
         for index in (0..=u8::MAX).take_while(|&i| u32::from(i) < len) {
-            let mut e = sys::ibv_gid_entry::default();
-            // SAFETY: the context is open; `e` is a valid out-pointer of the header's type (the
-            // inline `ibv_query_gid_ex` passes its size); port checked, index below the length.
-            let ret = unsafe { sys::ibv_query_gid_ex(self.as_ptr(), u32::from(port), u32::from(index), &mut e, 0) };
-            if ret == libc::ENODATA || ret == -libc::ENODATA {
-                continue;
+            if let Some((gid, gid_type, ifindex)) = self.gid_entry(port, u32::from(index))? {
+                table.push(GidEntry { gid, index, gid_type, ifindex });
             }
-            if ret != 0 {
-                return Err(Error::from_ret(
-                    Verb::QueryGid,
-                    format!("ibv_query_gid_ex, device {} port {port} index {index}", self.inner.name),
-                    ret,
-                ));
-            }
-            // SAFETY: every bit pattern of the 16-byte union is a valid `[u8; 16]`.
-            let gid = Gid(unsafe { e.gid.raw });
-            if gid.is_zero() {
-                continue;
-            }
-            table.push(GidEntry { gid, index, gid_type: GidType::from_raw(e.gid_type), ifindex: e.ndev_ifindex });
         }
         Ok(table)
+    }
+
+    /// `ibv_query_gid_ex` of entry `index` of port `port` (checked by the caller: the port
+    /// exists, the index is below its table's length): the GID, its type and its network
+    /// interface, `None` for an unused entry.
+    pub(crate) fn gid_entry(&self, port: u8, index: u32) -> Result<Option<(Gid, GidType, u32)>> {
+        let mut e = sys::ibv_gid_entry::default();
+        // SAFETY: the context is open; `e` is a valid out-pointer of the header's type (the
+        // inline `ibv_query_gid_ex` passes its size); the caller checked port and index.
+        let ret = unsafe { sys::ibv_query_gid_ex(self.as_ptr(), u32::from(port), index, &mut e, 0) };
+        if ret == libc::ENODATA || ret == -libc::ENODATA {
+            return Ok(None);
+        }
+        if ret != 0 {
+            return Err(Error::from_ret(
+                Verb::QueryGid,
+                format!("ibv_query_gid_ex, device {} port {port} index {index}", self.inner.name),
+                ret,
+            ));
+        }
+        // SAFETY: every bit pattern of the 16-byte union is a valid `[u8; 16]`.
+        let gid = Gid(unsafe { e.gid.raw });
+        Ok((!gid.is_zero()).then_some((gid, GidType::from_raw(e.gid_type), e.ndev_ifindex)))
     }
 
     /// The GID index a connection from port `port` uses by default: the RoCE v2 GID of an

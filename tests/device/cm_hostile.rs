@@ -12,6 +12,7 @@ use typed_verbs::owned::OwnedToken;
 use typed_verbs::prelude::*;
 
 use crate::common::*;
+use crate::events::{must, run, ScratchRxe};
 
 /// GRH room at the start of every UD receive buffer.
 const GRH: usize = 40;
@@ -512,6 +513,110 @@ fn an_address_handle_from_a_completion_of_another_context_is_made_in_this_pd() {
     // Usable from a QP of that PD: a send back to the datagram's source completes.
     let qp = ud_qp(&other.pd, &other.cq, QpCaps::default());
     assert!(other.send(&qp, b"back", &ah, c.src_qp(), QKEY).is_success());
+}
+
+/// The GID table of `scratch`'s port 1 as sysfs lists it: each used entry's index and GID.
+fn sysfs_gids(scratch: &ScratchRxe) -> Vec<(u32, Gid)> {
+    let dir = format!("/sys/class/infiniband/{}/ports/1/gids", scratch.dev);
+    let mut gids = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let entry = entry.unwrap();
+        let Ok(index) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        // An unused entry reads as zeros (or cannot be read).
+        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
+        let hex: String = text.trim().chars().filter(|c| *c != ':').collect();
+        let mut gid = [0u8; 16];
+        for (i, byte) in gid.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+        }
+        if gid != [0; 16] {
+            gids.push((index, Gid(gid)));
+        }
+    }
+    gids.sort_by_key(|&(i, _)| i);
+    gids
+}
+
+/// libibverbs looks up the local GID a datagram was sent to and stores its index in a `u8`: on
+/// a device of this test's own with 260 addresses (a GID table of 1024 on rxe), a datagram to
+/// an address past index 255 gets a typed refusal from `create_ah_from_wc`, not a handle whose
+/// truncated `sgid_index` names another address; one to an address below 256 gets a handle
+/// that sends from that address.
+#[test]
+fn an_address_handle_back_from_a_gid_past_index_255_is_refused_typed() {
+    let scratch = ScratchRxe::create("gids", false);
+    let ctx = scratch.open_active();
+    let len = ctx.query_port(PORT).unwrap().gid_tbl_len();
+    assert!(len > 260, "rxe's GID table has room for 260 addresses: {len}");
+    let addresses: Vec<Ipv4Addr> =
+        (0..260u32).map(|i| Ipv4Addr::new(198, 18, 1 + (i / 250) as u8, 1 + (i % 250) as u8)).collect();
+    // One `ip` for all of them (a process each is slow in the emulated VM).
+    let batch = std::env::temp_dir().join(format!("typed-verbs-gids-{}", std::process::id()));
+    let commands: String = addresses.iter().map(|a| format!("addr add {a}/16 dev {}\n", scratch.ndev)).collect();
+    std::fs::write(&batch, commands).unwrap();
+    let added = run("ip", &["-batch", &batch.to_string_lossy()]);
+    let _ = std::fs::remove_file(&batch);
+    must(added);
+    // The kernel fills the table from work items: wait (bounded) for the last address.
+    let last = Gid(addresses[259].to_ipv6_mapped().octets());
+    let deadline = Instant::now() + WAIT;
+    let gids = loop {
+        let gids = sysfs_gids(&scratch);
+        if gids.iter().any(|&(_, g)| g == last) {
+            break gids;
+        }
+        assert!(Instant::now() < deadline, "the GID of {} is not in the table", addresses[259]);
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let index_of = |a: &Ipv4Addr| gids.iter().find(|&&(_, g)| g == Gid(a.to_ipv6_mapped().octets())).map(|&(i, _)| i);
+    let (low, high) = (addresses[0], addresses[259]);
+    let low_index =
+        u8::try_from(index_of(&low).expect("the first address's GID")).expect("the first address below 256");
+    assert!(index_of(&high).expect("the last address's GID") > 255, "{gids:?}");
+
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256).unwrap();
+    let (a, b) = (ud_qp(&pd, &cq, QpCaps::default()), ud_qp(&pd, &cq, QpCaps::default()));
+    let mut src = pd.alloc_mr(4, access::LOCAL_RW).unwrap();
+    src.as_mut_slice().copy_from_slice(b"dgrm");
+    // From the first address to `to`; the receive's completion and GRH.
+    let datagram = |to: Ipv4Addr| {
+        let mut mr = pd.alloc_mr(GRH + 4, access::LOCAL_RW).unwrap();
+        mr.as_mut_slice().fill(0xEE);
+        let chunk = mr.into_chunks(GRH + 4).unwrap().remove(0);
+        let r = b.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error).unwrap();
+        let ah = pd.create_ah(&AddressVector::global(PORT, Gid(to.to_ipv6_mapped().octets()), low_index)).unwrap();
+        scope(|s| {
+            let t = s.post_send(&a, wr::Send::new(src.slice(..).unwrap()).to(&ah, b.qp_num(), QKEY)).unwrap();
+            assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        })
+        .unwrap();
+        let (c, chunk) = r.wait(WAIT).map_err(|e| e.error).unwrap();
+        assert!(c.is_success() && c.has_grh(), "to {to}: {c:?}");
+        assert_eq!(&chunk.as_slice()[GRH..], b"dgrm");
+        let grh: GrhBytes = chunk.as_slice()[..GRH].try_into().unwrap();
+        (c, grh)
+    };
+
+    let (c, grh) = datagram(high);
+    match pd.create_ah_from_wc(PORT, &c, &grh) {
+        Err(Error::InvalidArgument { verb: "ibv_create_ah_from_wc", reason }) => {
+            assert!(reason.contains(&format!("{}", Gid(high.to_ipv6_mapped().octets()))), "{reason}");
+            assert!(reason.contains("above 255"), "{reason}");
+        }
+        other => panic!("a handle back from {high}: {:?}", other.map(|ah| *ah.address())),
+    }
+
+    let (c, grh) = datagram(addresses[1]);
+    let back = pd.create_ah_from_wc(PORT, &c, &grh).expect("a handle back from an address below 256");
+    let g = back.address().grh.expect("a global address");
+    assert_eq!(
+        u32::from(g.sgid_index),
+        index_of(&addresses[1]).unwrap(),
+        "sends from the address the datagram was sent to"
+    );
+    assert_eq!(g.dgid, Gid(low.to_ipv6_mapped().octets()), "back to the sender's address");
+    drop((a, b, back));
 }
 
 // --- async waits --------------------------------------------------------------------------------

@@ -184,13 +184,13 @@ fn a_cq_cannot_be_overrun_its_queues_must_fit() {
 /// A Soft-RoCE device of the test's own, on a veth pair of its own, so that taking its link
 /// down disturbs no other test. Removed on drop (after the contexts on it are closed: declare
 /// it before them).
-struct ScratchRxe {
-    dev: String,
-    ndev: String,
+pub(crate) struct ScratchRxe {
+    pub(crate) dev: String,
+    pub(crate) ndev: String,
     peer: String,
 }
 
-fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
+pub(crate) fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;
     if out.status.success() {
         Ok(())
@@ -199,7 +199,7 @@ fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
-fn must(r: Result<(), String>) {
+pub(crate) fn must(r: Result<(), String>) {
     if let Err(e) = r {
         panic!("{e} (this test creates its own rxe device on a veth pair: it needs root, iproute2 and the rdma_rxe module, as inside scripts/softroce-run)");
     }
@@ -209,7 +209,7 @@ impl ScratchRxe {
     /// `tag` keeps the names of tests running in parallel apart. With `ipv6` false the netdev
     /// gets no IPv6 addresses, whose GID entries come and go with the link (a GID_CHANGE that
     /// can arrive after the link came up, or before a link-down's PORT_ERR).
-    fn create(tag: &str, ipv6: bool) -> ScratchRxe {
+    pub(crate) fn create(tag: &str, ipv6: bool) -> ScratchRxe {
         let s = ScratchRxe { dev: format!("tvrxe_{tag}"), ndev: format!("tv{tag}0"), peer: format!("tv{tag}1") };
         // Leftovers of an interrupted run.
         s.remove();
@@ -230,7 +230,7 @@ impl ScratchRxe {
     }
 
     /// Opens the device once it is listed and its port 1 is ACTIVE, with no event pending.
-    fn open_active(&self) -> Context {
+    pub(crate) fn open_active(&self) -> Context {
         let start = Instant::now();
         loop {
             if let Ok(ctx) = Context::open(&self.dev) {
