@@ -9,7 +9,7 @@
 //! | the opcode table | [`SendWr<T>`] via the `Supports*` traits of [`crate::transport`] | one struct per opcode |
 //! | `IBV_SEND_FENCE` only on RC | [`SupportsFence`] | [`Fenced`] (`.fence()`) |
 //! | `IBV_SEND_SOLICITED` only for Send and RDMA Write with immediate | [`AllowsSolicited`] | [`Solicited`] (`.solicited()`) |
-//! | `IBV_SEND_INLINE` only for Send and RDMA Write | [`InlineWr`] | [`InlineSend`], [`InlineSendImm`], [`InlineWrite`], [`InlineWriteImm`] |
+//! | `IBV_SEND_INLINE` only for Send and RDMA Write | [`InlineWr`] | [`InlineSend`], [`InlineSendImm`], [`InlineSendInv`], [`InlineWrite`], [`InlineWriteImm`] |
 //! | `IBV_SEND_IP_CSUM` only where the device reports checksum offload | a [`IpCsum<T>`](crate::device::IpCsum) value | [`Checksummed`] (`.ip_csum(cap)`) |
 //! | UD sends carry an address handle, remote QPN and Q_Key | [`AddressedFor<T>`] | [`To`] (`.to(&ah, qpn, qkey)`) |
 //! | `IBV_SEND_SIGNALED` per request (QPs are created with `sq_sig_all = 0`) | — | [`Unsignaled`] (`.unsignaled()`) |
@@ -271,7 +271,7 @@ pub trait AllowsSolicited: SendRequest {}
     message = "IBV_SEND_INLINE is valid only for Send and RDMA Write; `{Self}` is not an inline request",
     label = "not an inline request",
     note = "ibv_post_send(3): \"IBV_SEND_INLINE Send data in given gather list as inline data in a send WQE. Valid only for Send and RDMA Write.\"",
-    note = "use InlineSend, InlineSendImm, InlineWrite or InlineWriteImm"
+    note = "use InlineSend, InlineSendImm, InlineSendInv, InlineWrite or InlineWriteImm"
 )]
 pub trait InlineWr: SendRequest {}
 
@@ -781,6 +781,40 @@ valid_on!(SupportsSendInv: [L: Gather] SendInv<L>);
 // A Send operation: ibv_post_send(3)'s "Send" for IBV_SEND_SOLICITED (the IBTA lets every Send,
 // with invalidate included, carry the solicited event bit).
 impl<L: Gather> AllowsSolicited for SendInv<L> {}
+
+/// `IBV_WR_SEND_WITH_INV` with `IBV_SEND_INLINE`: [`SendInv`] whose bytes are copied into the
+/// work request (borrowed only for the call, no registration); a Send operation, which
+/// ibv_post_send(3) lets carry INLINE. The peer's window is checked and claimed as for
+/// [`SendInv`].
+#[derive(Debug)]
+pub struct InlineSendInv<'d, const N: usize = 1> {
+    data: [&'d [u8]; N],
+    invalidate_rkey: u32,
+}
+
+impl<'d> InlineSendInv<'d> {
+    /// Sends `data` inline and invalidates the peer's window `invalidate_rkey`.
+    pub fn new(data: &'d [u8], invalidate_rkey: u32) -> Self {
+        InlineSendInv { data: [data], invalidate_rkey }
+    }
+}
+
+impl<'d, const N: usize> InlineSendInv<'d, N> {
+    /// Sends the `parts` inline, gathered in order (see [`InlineSend::gather`]), and
+    /// invalidates the peer's window `invalidate_rkey`.
+    pub fn gather(parts: [&'d [u8]; N], invalidate_rkey: u32) -> Self {
+        InlineSendInv { data: parts, invalidate_rkey }
+    }
+}
+
+request!(['d, const N: usize] InlineSendInv<'d, N>, (), [sys::ibv_sge; N], |s, raw| {
+    raw.wr.opcode = sys::IBV_WR_SEND_WITH_INV;
+    raw.wr.__bindgen_anon_1.invalidate_rkey = s.invalidate_rkey;
+    inline_sge(raw, &s.data)?;
+}, |_s| (), inline: |s| inline_total(&s.data), invalidates: |s| s.invalidate_rkey);
+valid_on!(SupportsSendInv: ['d, const N: usize] InlineSendInv<'d, N>);
+impl<const N: usize> InlineWr for InlineSendInv<'_, N> {}
+impl<const N: usize> AllowsSolicited for InlineSendInv<'_, N> {}
 
 /// `IBV_WR_BIND_MW`: binds a type 2 window to `len` bytes of `mr` at `offset`, granting `R`.
 /// The region stays borrowed for `'m`, as long as the window is bound.

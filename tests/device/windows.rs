@@ -4,7 +4,7 @@
 use typed_verbs::access::{self, window};
 use typed_verbs::mw::{Type1, Type2, WindowAdvert};
 use typed_verbs::prelude::*;
-use typed_verbs::wr::{BindMw, LocalInv, SendInv};
+use typed_verbs::wr::{BindMw, InlineSendInv, LocalInv, SendInv};
 
 use crate::common::*;
 
@@ -147,6 +147,51 @@ fn send_with_invalidate_revokes_the_receivers_window() {
     assert_eq!(completion.byte_len(), 16);
     let mw = bound.invalidated_by(&completion).expect("the receive completion invalidated the window");
     assert_eq!(write_status(&r, remote, 64), WcStatus::RemAccessErr);
+    drop(mw);
+}
+
+/// SEND_WITH_INV with INLINE (a Send operation): the bytes are copied at the post, so the
+/// buffer is free again at once (overwritten here before the completion); the receiver gets
+/// them, the completion names the rkey, the window is revoked, and a second inline
+/// SEND_WITH_INV of the same rkey is refused before the provider (invalidated already).
+#[test]
+fn inline_send_with_invalidate_revokes_the_receivers_window() {
+    let r = window_rig();
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let bound = scope(|s| {
+        let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
+        s.wait(t, WAIT).unwrap().1.expect("bind")
+    })
+    .unwrap();
+    let remote = bound.remote(..).unwrap();
+    let rkey = bound.rkey();
+    let mut payload = *b"inline+invalidat";
+    let (completion, _) = scope(|s| {
+        let rt = s.post_recv(&r.p.b, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_inline(&r.p.a, InlineSendInv::new(&payload, rkey)).unwrap();
+        // Borrowed only for the call: reusable before the completion.
+        payload.fill(0);
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        s.wait(rt, WAIT).unwrap()
+    })
+    .unwrap();
+    assert!(completion.is_success(), "{completion:?}");
+    assert_eq!(completion.invalidated_rkey(), Some(rkey), "{completion:?}");
+    assert_eq!(completion.byte_len(), 16);
+    assert_eq!(&rbuf.as_slice()[..16], b"inline+invalidat");
+    assert_eq!(payload, [0; 16]);
+    let mw = bound.invalidated_by(&completion).expect("the receive completion invalidated the window");
+    assert_eq!(write_status(&r, remote, 64), WcStatus::RemAccessErr);
+    scope(|s| match s.post_inline(&r.p.a, InlineSendInv::new(b"again", rkey)) {
+        Err(e) => assert!(
+            matches!(&e.error, Error::InvalidArgument { verb, .. } if verb.contains("SEND_WITH_INV")),
+            "{:?}",
+            e.error
+        ),
+        Ok(_) => panic!("a second SEND_WITH_INV of an invalidated window was posted"),
+    })
+    .unwrap();
     drop(mw);
 }
 
