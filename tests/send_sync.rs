@@ -115,6 +115,7 @@ assert_impl_all!(wr::InlineSend<'static>: Send, Sync, Unpin);
 assert_impl_all!(wr::InlineSend<'static, 3>: Send, Sync, Unpin);
 assert_impl_all!(wr::InlineWrite<'static, Rw, 2>: Send, Sync, Unpin);
 assert_impl_all!(wr::InlineSendImm<'static>: Send, Sync, Unpin);
+assert_impl_all!(wr::InlineSendInv<'static>: Send, Sync, Unpin);
 assert_impl_all!(wr::InlineWrite<'static, Rw>: Send, Sync, Unpin);
 assert_impl_all!(wr::InlineWriteImm<'static, Rw>: Send, Sync, Unpin);
 assert_impl_all!(wr::Recv<LocalBufMut<'static>>: Send, Sync, Unpin);
