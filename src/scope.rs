@@ -36,7 +36,9 @@ use crate::mw::{
 use crate::qp::{Qp, QpShared, QueueRef, Refused};
 use crate::queue::{Take, TrackedQueue};
 use crate::sgl::Scatter;
-use crate::transport::{CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsSend, Transport, Unaddressed};
+use crate::transport::{
+    CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsFence, SupportsSend, Transport, Unaddressed,
+};
 use crate::wc::Completion;
 use crate::wr::{
     check_window_range, AddressedFor, InlineSend, InlineWr, PostedOn, RawSendWr, Recv, SendRequest, SendWr,
@@ -638,6 +640,60 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         R: WindowOn<MA> + VirtuallyAddressed,
         'm: 'scope,
     {
+        self.post_bind(qp, mw, mr, offset, len, access, sys::IBV_SEND_SIGNALED)
+    }
+
+    /// [`Scope::bind_mw`] with `IBV_SEND_FENCE` (RC only, compile-time): the bind waits for the
+    /// RDMA READs and atomics posted before it on `qp` to complete (e.g. before the window is
+    /// moved away from memory a READ still reads through it).
+    ///
+    /// # Errors
+    /// As for [`Scope::bind_mw`].
+    ///
+    /// See ibv_bind_mw(3) (`IBV_SEND_FENCE` in `send_flags`), ibv_post_send(3).
+    #[doc(alias = "ibv_bind_mw")]
+    #[doc(alias = "IBV_SEND_FENCE")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_mw_fenced<'m, T, S, K, MA, R>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        mw: Mw<K>,
+        mr: &'m Mr<MA>,
+        offset: u64,
+        len: u64,
+        access: R,
+    ) -> PostResult<'scope, PendingBind<'m, K, R>, Mw<K>>
+    where
+        T: SupportsBindMw + SupportsFence,
+        S: CanPostSend,
+        K: BoundByVerb,
+        MA: AccessSet,
+        R: WindowOn<MA> + VirtuallyAddressed,
+        'm: 'scope,
+    {
+        self.post_bind(qp, mw, mr, offset, len, access, sys::IBV_SEND_SIGNALED | sys::IBV_SEND_FENCE)
+    }
+
+    /// The bind of [`Scope::bind_mw`] and [`Scope::bind_mw_fenced`], with `send_flags`.
+    #[allow(clippy::too_many_arguments)]
+    fn post_bind<'m, T, S, K, MA, R>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        mw: Mw<K>,
+        mr: &'m Mr<MA>,
+        offset: u64,
+        len: u64,
+        access: R,
+        send_flags: u32,
+    ) -> PostResult<'scope, PendingBind<'m, K, R>, Mw<K>>
+    where
+        T: SupportsBindMw,
+        S: CanPostSend,
+        K: BoundByVerb,
+        MA: AccessSet,
+        R: WindowOn<MA> + VirtuallyAddressed,
+        'm: 'scope,
+    {
         let _ = access;
         let mut mw = mw;
         if let Err(error) = check_window_range("ibv_bind_mw", offset, len, mr.len() as u64) {
@@ -658,7 +714,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let old_rkey = mw.raw_rkey();
         let mut bind = sys::ibv_mw_bind {
             wr_id: 0,
-            send_flags: sys::IBV_SEND_SIGNALED,
+            send_flags,
             bind_info: sys::ibv_mw_bind_info { mr: mr.as_ptr(), addr, length: len, mw_access_flags: R::BITS },
         };
         // SAFETY: the window is owned here and moves into the token; the region is borrowed for

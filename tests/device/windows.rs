@@ -41,6 +41,30 @@ fn type1_bind_then_remote_write_through_the_window() {
     assert_eq!(target_bytes(&r, 0, 1024), vec![0; 1024], "nothing outside the window was written");
 }
 
+/// A fenced type 1 bind (`IBV_SEND_FENCE`, RC) posted right behind an RDMA READ on the same
+/// QP: both complete successfully, in order, the READ's bytes land, and the window works.
+#[test]
+fn a_fenced_type1_bind_behind_an_rdma_read_completes_after_it() {
+    let r = window_rig();
+    let mut source = r.pd.alloc_mr(4096, access::REMOTE_READ_ONLY).unwrap();
+    source.as_mut_slice().fill(0x5A);
+    let mut dst = r.pd.alloc_mr(4096, access::LOCAL_RW).unwrap();
+    let mw = r.pd.alloc_mw::<Type1>().unwrap();
+    let bound = scope(|s| {
+        let read = s.post_send(&r.p.b, wr::Read::new(dst.slice_mut(..).unwrap(), source.remote(..).unwrap())).unwrap();
+        let bind = s.bind_mw_fenced(&r.p.b, mw, &r.target, 0, 4096, window::WRITE).unwrap();
+        let (rc, _) = s.wait(read, WAIT).unwrap();
+        let (bc, bound) = s.wait(bind, WAIT).unwrap();
+        assert_eq!((rc.status(), rc.opcode()), (WcStatus::Success, WcOpcode::RdmaRead), "{rc:?}");
+        assert_eq!((bc.status(), bc.opcode()), (WcStatus::Success, WcOpcode::BindMw), "{bc:?}");
+        bound.expect("the fenced bind succeeded")
+    })
+    .unwrap();
+    assert!(dst.as_slice().iter().all(|&b| b == 0x5A), "the READ's bytes");
+    assert_eq!(write_status(&r, bound.remote(0..64).unwrap(), 64), WcStatus::Success);
+    assert_eq!(target_bytes(&r, 0, 64), &r.src.as_slice()[..64]);
+}
+
 /// A peer that writes with a window's rkey outside the window's bounds, inside its region: the
 /// verbs refuse it (REM_ACCESS_ERR); rxe checks the address against the region only
 /// (`rxe_lookup_mw` compares neither), and the bytes land in the region. Either way nothing

@@ -1,4 +1,4 @@
-// Memory windows: every allowed combination compiles (type 1 via ibv_bind_mw, type 2 via BIND_MW, invalidation paths).
+// Memory windows: every allowed combination compiles (type 1 via ibv_bind_mw, fenced on RC, type 2 via BIND_MW, invalidation paths).
 use std::time::Duration;
 use typed_verbs::access::{self, window};
 use typed_verbs::mr::{Mr, RemoteSlice};
@@ -24,7 +24,9 @@ fn check(
         let t = s.bind_mw(uc, mw1, read_host, 0, 64, window::READ)?;
         let bound = s.wait(t, T)?.1.map_err(|_| typed_verbs::Error::QpBroken { qp_num: 0 })?;
         let t = s.unbind_mw(uc, bound)?;
-        let _mw1 = s.wait(t, T)?.1;
+        let mw1 = s.wait(t, T)?.1.map_err(|_| typed_verbs::Error::QpBroken { qp_num: 0 })?;
+        // Fenced (RC only): after the RDMA READs and atomics before it.
+        let _t = s.bind_mw_fenced(rc, mw1, host, 0, 64, window::READ_WRITE)?;
         // Type 2: zero-based bind, advertise on the same QP, write through it, LOCAL_INV.
         let t = s.post_send(rc, BindMw::new(mw2, host, 0, 4096, window::ALL.zero_based()))?;
         let _adv = s.advertise_window(rc, &t)?;
