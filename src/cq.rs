@@ -432,7 +432,7 @@ impl CqShared {
         while left > 0 {
             let polled = self.poll_locked(wcs, left.min(POLL_BATCH), |_, wc| {
                 match retired.iter().find(|r| r.qp_num == wc.qp_num) {
-                    Some(r) => Self::route_retired(r, wc, || self.decode(wc)),
+                    Some(r) => Self::route_retired(r.srq.as_ref(), wc, || self.decode(wc)),
                     None => self.route(routes, wc, None, || self.decode(wc)),
                 }
             });
@@ -446,9 +446,9 @@ impl CqShared {
 
     /// A completion of a destroyed QP: a shared receive queue's receive is complete (the
     /// destroyed QP consumed it); anything else has nobody to go to.
-    fn route_retired(r: &Retired, wc: &sys::ibv_wc, decode: impl FnOnce() -> Completion) {
+    fn route_retired(srq: Option<&Weak<crate::srq::SrqShared>>, wc: &sys::ibv_wc, decode: impl FnOnce() -> Completion) {
         let srq_receive = wc.wr_id & RECV_BIT != 0 && !is_recv_lane_request(wc.wr_id);
-        match (srq_receive, r.srq.as_ref().and_then(Weak::upgrade)) {
+        match (srq_receive, srq.and_then(Weak::upgrade)) {
             (true, Some(srq)) => srq.rq.complete(wc.wr_id & !RECV_BIT, decode()),
             // Decoded all the same: decoding a receive that invalidated an rkey is what tells a
             // window bound under it (`mw::note_remote_invalidation`; rxe lets a SEND_WITH_INV
@@ -467,21 +467,13 @@ impl CqShared {
         // Routed after the list's lock is released: the routing may drop the last `Arc` of the
         // shared receive queue (its handle dropped meanwhile on another thread), whose drop
         // locks this list to retire itself.
-        let found = self.retired().iter().find(|r| r.qp_num == wc.qp_num).map(|r| Retired { srq: r.srq.clone(), ..*r });
+        let found = self.retired().iter().find(|r| r.qp_num == wc.qp_num).map(|r| r.srq.clone());
         // A QP being dropped: its last `Arc` is gone, and its drop has not yet recorded it as
         // retired (it does so under this list's lock, around `ibv_destroy_qp`). Its route
         // still names its shared receive queue.
-        let found = found.or_else(|| {
-            let dying = routes.iter().rev().find(|r| r.qp_num == wc.qp_num)?;
-            Some(Retired { qp_num: wc.qp_num, srq: dying.srq.clone(), reserved: 0 })
-        });
-        match found {
-            Some(r) => Self::route_retired(&r, wc, decode),
-            // As in `route_retired`.
-            None => {
-                let _ = decode();
-            }
-        }
+        let srq = found.or_else(|| Some(routes.iter().rev().find(|r| r.qp_num == wc.qp_num)?.srq.clone()));
+        // Nothing found: as in `route_retired` without a shared receive queue.
+        Self::route_retired(srq.flatten().as_ref(), wc, decode);
     }
 
     /// Work for the futures waiting on this CQ (a future's poll, or
