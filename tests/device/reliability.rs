@@ -666,10 +666,6 @@ fn transition_attributes_beyond_the_devices_limits_are_refused_typed() {
     let cq = ctx.create_cq(256).unwrap();
     let dev = ctx.query_device().unwrap();
     let port = ctx.query_port(PORT).unwrap();
-    let refused = |e: &Error, what: &str| match e {
-        Error::InvalidArgument { verb, reason } => *verb == "ibv_modify_qp" && reason.contains(what),
-        _ => false,
-    };
     let a = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let b = pd.create_qp::<RC>(&QpConfig::new(&cq)).unwrap();
     let ea = a.endpoint(PORT, gid_index(), 0x900).unwrap();
@@ -705,6 +701,12 @@ fn transition_attributes_beyond_the_devices_limits_are_refused_typed() {
     finish_in_range(&dev, a, b, rtr, &ea, &eb);
 }
 
+/// `e` is the typed refusal of a transition attribute, before the provider: `InvalidArgument`
+/// naming `ibv_modify_qp`, the reason mentioning `what`.
+fn refused(e: &Error, what: &str) -> bool {
+    matches!(e, Error::InvalidArgument { verb, reason } if *verb == "ibv_modify_qp" && reason.contains(what))
+}
+
 /// The rest of the test above: the RDMA READ/atomic depths, then the QP connected in range.
 fn finish_in_range(
     dev: &typed_verbs::device::DeviceAttr,
@@ -714,7 +716,6 @@ fn finish_in_range(
     ea: &Endpoint,
     eb: &Endpoint,
 ) {
-    let refused = |e: &Error, what: &str| matches!(e, Error::InvalidArgument { reason, .. } if reason.contains(what));
     let a = match u8::try_from(dev.max_qp_rd_atom() + 1) {
         Ok(over) => {
             let e = a.to_rtr(&RcRtr { max_dest_rd_atomic: over, ..rtr }).expect_err("max_dest_rd_atomic");
