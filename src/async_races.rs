@@ -151,7 +151,7 @@ impl World {
                 tag: u16::MAX,
                 id: 0,
                 cqs: Mutex::new(Vec::new()),
-                atomics,
+                attr: crate::device::DeviceAttr::fake(0, atomics),
             });
             std::mem::forget(Arc::clone(&ctx));
             let pd = Arc::new(PdInner { pd: NonNull::dangling(), ctx: Arc::clone(&ctx) });

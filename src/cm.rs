@@ -447,7 +447,7 @@ impl RawId {
     /// Moves `qp` RESET → INIT → RTR with the CM's attributes, granting `access`.
     fn qp_to_rtr(&self, qp: Qp<RC, RESET>, access: u32, param: &ConnParam) -> Result<Qp<RC, RTR>> {
         // The device's limit is needed (and queried) only for the CM's value.
-        let max = if param.responder_resources == u8::MAX { qp.query_device()?.max_qp_rd_atom() } else { 0 };
+        let max = if param.responder_resources == u8::MAX { qp.device_attr().max_qp_rd_atom() } else { 0 };
         let qp = self.qp_to_init(qp, access)?;
         let mut rtr = self.qp_attr(sys::IBV_QPS_RTR)?;
         // Before `rdma_accept` the kernel's value is the request's initiator depth; the accept
@@ -475,8 +475,7 @@ impl RawId {
         let mut rts = or_flush!(self.qp_attr(sys::IBV_QPS_RTS), qp);
         if rts.mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 {
             // The device's limit is needed (and queried) only for the CM's value.
-            let max =
-                if initiator_depth == u8::MAX { or_flush!(qp.query_device(), qp).max_qp_init_rd_atom() } else { 0 };
+            let max = if initiator_depth == u8::MAX { qp.device_attr().max_qp_init_rd_atom() } else { 0 };
             rts.attr.max_rd_atomic = rts_rd_atomic(initiator_depth, rts.attr.max_rd_atomic, max);
         }
         qp.cm_modify(&rts).map_err(|e| flushed(e.qp, e.error))
@@ -1244,9 +1243,8 @@ impl Connecting {
     /// - [`Error::Cm`] with `UNREACHABLE`, `CONNECT_ERROR` or another event, and its status;
     /// - [`Error::Timeout`];
     /// - [`Error::InvalidArgument`] for private data above 56 bytes or retry counts above 7;
-    /// - [`Error::Verb`] with `rdma_connect`, `rdma_init_qp_attr`, `ibv_modify_qp`,
-    ///   `rdma_establish` or (for an `initiator_depth` of 255) `ibv_query_device` and its
-    ///   errno.
+    /// - [`Error::Verb`] with `rdma_connect`, `rdma_init_qp_attr`, `ibv_modify_qp` or
+    ///   `rdma_establish` and its errno.
     ///
     /// With an error the QP is moved to ERR (receives posted on it complete flushed, their
     /// tokens hand the buffers back) and dropped.
@@ -1546,9 +1544,9 @@ impl ConnRequest<RC> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a QP of another device; [`Error::Verb`] with
-    /// `rdma_init_qp_attr`, `ibv_modify_qp` or (for depths of 255: the CM's value, capped at the
-    /// device's limits) `ibv_query_device`. The QP is dropped with an error, and the request
-    /// unanswered (the peer's connect fails).
+    /// `rdma_init_qp_attr` or `ibv_modify_qp` (depths of 255: the CM's value, capped at the
+    /// device's limits). The QP is dropped with an error, and the request unanswered (the
+    /// peer's connect fails).
     ///
     /// See rdma_init_qp_attr(3).
     #[doc(alias = "rdma_init_qp_attr")]

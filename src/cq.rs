@@ -145,7 +145,7 @@ impl Context {
         channel: *mut sys::ibv_comp_channel,
         keep: Option<Arc<crate::channel::ChannelShared>>,
     ) -> Result<Cq> {
-        let dev = self.query_device()?;
+        let dev = self.inner.attr();
         let max = dev.max_cqe();
         if cqe == 0 || cqe > max {
             return Err(Error::invalid(

@@ -130,9 +130,10 @@ pub(crate) struct ContextInner {
     /// The context's CQs, to find the one an `IBV_EVENT_CQ_ERR` names
     /// ([`crate::cq::FailedCq`]).
     pub(crate) cqs: std::sync::Mutex<Vec<std::sync::Weak<crate::cq::CqShared>>>,
-    /// The device supports atomic operations (`atomic_cap` is not `IBV_ATOMIC_NONE`): remote
-    /// atomic access and atomic requests are refused otherwise ("if supported", ibv_reg_mr(3)).
-    pub(crate) atomics: bool,
+    /// The device's attributes, read when the context was opened: its capabilities and limits
+    /// (ports, depths, `atomic_cap`), which the library's checks compare with, are fixed for
+    /// the device's life. [`Context::query_device`] reads them afresh.
+    pub(crate) attr: DeviceAttr,
 }
 
 // SAFETY: libibverbs contexts are thread-safe: every verb may be called on a context from any
@@ -148,7 +149,9 @@ impl ContextInner {
     /// granting atomic rights.
     #[inline(always)]
     pub(crate) fn check_atomics(&self, verb: Verb, wants: bool) -> Result<()> {
-        if wants && !self.atomics {
+        // Remote atomic access and atomic requests need a device with atomic operations
+        // ("if supported", ibv_reg_mr(3)).
+        if wants && self.attr.atomic_cap() == sys::IBV_ATOMIC_NONE {
             return Err(self.no_atomics(verb));
         }
         Ok(())
@@ -171,7 +174,7 @@ impl ContextInner {
     /// answer decides whether a SEND_WITH_INV is checked against this device's windows, and
     /// checking is the safe side.
     pub(crate) fn may_be_own_address(&self, av: &sys::ibv_ah_attr) -> bool {
-        let Ok(attr) = self.query_device() else { return true };
+        let attr = &self.attr;
         if av.is_global == 0 {
             return (1..=attr.raw.phys_port_cnt).any(|port| {
                 self.raw_port(port).is_none_or(|p| {
@@ -203,6 +206,12 @@ impl ContextInner {
         // inline helper `ibv_query_port` expands to, as in `Context::query_port`).
         let ret = unsafe { sys::___ibv_query_port(self.ctx.as_ptr(), port, &mut p) };
         (ret == 0).then_some(p)
+    }
+
+    /// The device's attributes as read when the context was opened (its capabilities and
+    /// limits, fixed for the device's life): what the library's checks compare with.
+    pub(crate) fn attr(&self) -> &DeviceAttr {
+        &self.attr
     }
 
     /// `ibv_query_device` ([`Context::query_device`]), for the objects that hold the context.
@@ -297,8 +306,8 @@ impl Context {
     /// - [`Error::DeviceNotFound`] naming the device (and listing those present) if no device
     ///   has that name;
     /// - [`Error::Verb`] with `ibv_open_device` if opening fails, or with `ibv_query_device`
-    ///   if the device's attributes cannot be read (the context records whether the device
-    ///   has atomic operations).
+    ///   if the device's attributes cannot be read (the context keeps them: the library's
+    ///   checks compare with its limits and capabilities).
     ///
     /// See ibv_open_device(3).
     #[doc(alias = "ibv_open_device")]
@@ -324,9 +333,10 @@ impl Context {
         let cqs = std::sync::Mutex::new(Vec::new());
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut inner = ContextInner { ctx, name: name.to_owned(), tag, id, cqs, atomics: false };
+        let attr = DeviceAttr { raw: sys::ibv_device_attr::default(), ctx: id };
+        let mut inner = ContextInner { ctx, name: name.to_owned(), tag, id, cqs, attr };
         // (On failure `inner`'s drop closes the device and gives its tag back.)
-        inner.atomics = inner.query_device()?.atomic_cap() != sys::IBV_ATOMIC_NONE;
+        inner.attr = inner.query_device()?;
         Ok(Context { inner: Arc::new(inner) })
     }
 
@@ -371,7 +381,7 @@ impl Context {
     }
 
     pub(crate) fn check_port(&self, port: u8) -> Result<()> {
-        let ports = self.query_device()?.phys_port_cnt();
+        let ports = self.inner.attr.phys_port_cnt();
         if port == 0 || port > ports {
             return Err(Error::invalid(
                 "ibv_query_port",
@@ -573,6 +583,15 @@ pub struct DeviceAttr {
     raw: sys::ibv_device_attr,
     /// The context queried ([`ContextInner::id`]): the capabilities it hands out are its own.
     ctx: u64,
+}
+
+impl DeviceAttr {
+    /// The attributes of a fake context `ctx` (unit tests): all zero, but `atomic_cap`.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn fake(ctx: u64, atomics: bool) -> Self {
+        let atomic_cap = if atomics { sys::IBV_ATOMIC_HCA } else { sys::IBV_ATOMIC_NONE };
+        DeviceAttr { raw: sys::ibv_device_attr { atomic_cap, ..Default::default() }, ctx }
+    }
 }
 
 impl fmt::Debug for DeviceAttr {

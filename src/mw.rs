@@ -185,7 +185,7 @@ impl Pd {
     /// See ibv_alloc_mw(3).
     #[doc(alias = "ibv_alloc_mw")]
     pub fn alloc_mw<K: MwType>(&self) -> Result<Mw<K>> {
-        let flags = self.context().query_device()?.device_cap_flags();
+        let flags = self.inner.ctx.attr().device_cap_flags();
         let supported = match K::RAW {
             sys::IBV_MW_TYPE_1 => flags & sys::IBV_DEVICE_MEM_WINDOW != 0,
             _ => flags & (sys::IBV_DEVICE_MEM_WINDOW_TYPE_2A | sys::IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0,

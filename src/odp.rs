@@ -163,7 +163,7 @@ impl Context {
         // page's start (seen on 6.18.15) and no release is known to be free of it; gated on a
         // version, every earlier rxe with ODP would be trusted, and distribution kernels that
         // carry backports misjudged.
-        let soft_roce = self.query_device()?.is_soft_roce();
+        let soft_roce = self.inner.attr().is_soft_roce();
         Ok(OdpCaps {
             soft_roce,
             ctx: self.inner.id,

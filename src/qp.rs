@@ -201,7 +201,7 @@ impl Pd {
     /// See ibv_create_qp(3).
     #[doc(alias = "ibv_create_qp")]
     pub fn create_qp<T: Transport>(&self, config: &QpConfig<'_>) -> Result<Qp<T, RESET>> {
-        let dev = self.context().query_device()?;
+        let dev = self.inner.ctx.attr();
         let c = config.caps;
         // With a shared receive queue the QP has no receive queue of its own: its sizes may be 0
         // (libibverbs ignores them).
@@ -881,9 +881,10 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         &self.shared.pd.ctx.name
     }
 
-    /// The attributes of the device the QP was created on (`ibv_query_device`).
-    pub(crate) fn query_device(&self) -> Result<crate::device::DeviceAttr> {
-        self.shared.pd.ctx.query_device()
+    /// The attributes of the device the QP was created on (as read when its context was
+    /// opened).
+    pub(crate) fn device_attr(&self) -> &crate::device::DeviceAttr {
+        self.shared.pd.ctx.attr()
     }
 }
 
@@ -1263,7 +1264,7 @@ impl QpShared {
             return Ok(());
         }
         let ctx = crate::device::Context { inner: Arc::clone(&self.pd.ctx) };
-        let dev = ctx.query_device()?;
+        let dev = self.pd.ctx.attr();
         let invalid = |what: String| Error::invalid("ibv_modify_qp", format!("QP {:#x}: {what}", self.qp_num));
         let port = |n: u8| -> Result<crate::device::PortAttr> {
             if n == 0 || n > dev.phys_port_cnt() {

@@ -122,7 +122,7 @@ impl Pd {
     /// See ibv_create_srq(3).
     #[doc(alias = "ibv_create_srq")]
     pub fn create_srq_sge(&self, max_wr: u32, max_sge: u32) -> Result<Srq> {
-        let dev = self.context().query_device()?;
+        let dev = self.inner.ctx.attr();
         let max = dev.max_srq_wr();
         if max_wr == 0 || max_wr > max {
             return Err(Error::invalid("ibv_create_srq", format!("max_wr = {max_wr}; the device allows 1..={max}")));
