@@ -41,7 +41,7 @@ use crate::qp::{PostRecvFn, PostSendFn, Qp, QpShared, QueueRef};
 use crate::queue::{Kept, LaneResult, RECV_BIT};
 use crate::scope::{Idle, PostError, Scope, Waiting};
 use crate::sgl::{Scatter, SgeStore};
-use crate::transport::{CanPostRecv, CanPostSend, Transport};
+use crate::transport::{CanPostRecv, CanPostSend, HasRecvQueue, Transport};
 use crate::wc::{Completion, CompletionSource};
 use crate::wr::{AddressedFor, RawSendWr, Recv, SendWr};
 
@@ -298,7 +298,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// - [`Error::InvalidArgument`] if the QP takes its receives from a shared receive queue, or
     ///   its receive queue still has outstanding requests posted otherwise (collect them first);
     /// - [`Error::QpBroken`] if the QP was forced to RESET and not reset since.
-    pub fn recv_lane<T: Transport, S: CanPostRecv>(
+    pub fn recv_lane<T: HasRecvQueue, S: CanPostRecv>(
         &'scope self,
         qp: &'scope mut Qp<T, S>,
     ) -> Result<RecvLane<'scope, T>> {

@@ -57,7 +57,7 @@ use crate::qp::{Qp, QueueArc, QueueRef, Refused};
 use crate::queue::Take;
 use crate::scope::{post_raw, Completes, Idle, PostError, Waiting};
 use crate::sgl::Scatter;
-use crate::transport::{CanPostRecv, CanPostSend, QpState, Transport};
+use crate::transport::{CanPostRecv, CanPostSend, HasRecvQueue, QpState, Transport};
 use crate::wc::Completion;
 use crate::wr::{AddressedFor, Recv, SendWr};
 
@@ -261,6 +261,7 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     pub fn post_recv_owned<L>(&self, wr: Recv<L>) -> std::result::Result<OwnedToken<L>, PostError<Recv<L>>>
     where
         S: CanPostRecv,
+        T: HasRecvQueue,
         L: Scatter + Send + 'static,
     {
         let mut sges = match self.shared.recv_sges::<T, L>(&wr.buf) {

@@ -402,13 +402,14 @@ pub trait TransitionAttr: sealed::Sealed {
     }
 }
 
-/// The attribute types of each transition, per transport.
+/// The attribute types of each transition, per transport. Every transport with transitions
+/// has a receive queue ([`HasRecvQueue`](crate::transport::HasRecvQueue)).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` queue pairs have no state transitions in this library",
     label = "a `{Self}` queue pair stays in RESET",
     note = "RC, UC and UD queue pairs move through INIT, RTR and RTS (`to_init`, `to_rtr`, `to_rts`); XRC_SEND has no request carrying the remote SRQ number it needs and RAW_PACKET no flow steering, so neither is ever connected (DESIGN.md §4)"
 )]
-pub trait Transitions: Transport {
+pub trait Transitions: crate::transport::HasRecvQueue {
     /// RESET → INIT.
     type InitAttr: TransitionAttr;
     /// INIT → RTR.

@@ -37,7 +37,8 @@ use crate::qp::{Qp, QpShared, QueueRef, Refused};
 use crate::queue::{Take, TrackedQueue};
 use crate::sgl::Scatter;
 use crate::transport::{
-    CanPostRecv, CanPostSend, QpState, SupportsBindMw, SupportsFence, SupportsSend, Transport, Unaddressed,
+    CanPostRecv, CanPostSend, HasRecvQueue, QpState, SupportsBindMw, SupportsFence, SupportsSend, Transport,
+    Unaddressed,
 };
 use crate::wc::Completion;
 use crate::wr::{
@@ -475,6 +476,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     where
         T: Transport,
         S: CanPostRecv,
+        T: HasRecvQueue,
         L: Scatter + 'scope,
     {
         self.post_recv_on::<T, L>(&qp.shared, wr)
@@ -498,6 +500,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     where
         T: Transport,
         S: CanPostSend + CanPostRecv,
+        T: HasRecvQueue,
         L: Scatter + 'scope,
     {
         self.post_recv_on::<T, L>(lane.shared(), wr)

@@ -168,6 +168,15 @@ macro_rules! capability {
 }
 
 capability!(
+    /// A receive queue of its own, for `ibv_post_recv`: UD, UC, RC, RAW_PACKET. An XRC_SEND
+    /// queue pair is the initiator side of XRC and only sends: the messages it sends are
+    /// received from the shared receive queue the XRC target names.
+    HasRecvQueue,
+    "{Self} queue pairs have no receive queue to post receives to",
+    "an XRC_SEND queue pair (IBV_QPT_XRC_SEND) is the sending side of XRC only: receives are posted to the shared receive queue of the XRC target":
+    UD, UC, RC, RAW_PACKET
+);
+capability!(
     /// `IBV_WR_SEND`: UD, UC, RC, XRC_SEND, RAW_PACKET.
     SupportsSend,
     "SEND is not valid on a {Self} queue pair (ibv_post_send(3) opcode table)",
