@@ -147,16 +147,21 @@ fn type2_bind_by_work_request_then_write_then_local_inv_revokes() {
     drop(mw);
 }
 
-#[test]
-fn send_with_invalidate_revokes_the_receivers_window() {
-    let r = window_rig();
+/// A type 2 window of `r`'s QP b bound to the first 4096 bytes of the target, writable.
+fn bound_type2_window(r: &WindowRig) -> typed_verbs::mw::BoundMw<'_, Type2, window::Write> {
     let mw = r.pd.alloc_mw::<Type2>().unwrap();
-    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
-    let bound = scope(|s| {
+    scope(|s| {
         let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
         s.wait(t, WAIT).unwrap().1.expect("bind")
     })
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn send_with_invalidate_revokes_the_receivers_window() {
+    let r = window_rig();
+    let bound = bound_type2_window(&r);
+    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let remote = bound.remote(..).unwrap();
     let rkey = bound.rkey();
     let (completion, _) = scope(|s| {
@@ -181,13 +186,8 @@ fn send_with_invalidate_revokes_the_receivers_window() {
 #[test]
 fn inline_send_with_invalidate_revokes_the_receivers_window() {
     let r = window_rig();
-    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let bound = bound_type2_window(&r);
     let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
-    let bound = scope(|s| {
-        let t = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 4096, window::WRITE)).unwrap();
-        s.wait(t, WAIT).unwrap().1.expect("bind")
-    })
-    .unwrap();
     let remote = bound.remote(..).unwrap();
     let rkey = bound.rkey();
     let mut payload = *b"inline+invalidat";
