@@ -283,7 +283,8 @@ const IPPROTO_UDP: u8 = 17;
 /// The header version `ibv_init_ah_from_wc` reads in a receive's first 40 bytes: 6 (a GRH or
 /// an IPv6 header) or 4 (an IPv4 header in the last 20 bytes), decided as libibverbs decides
 /// it: without 6 in the first nibble, 4 if the IPv4 header says 4; with it, 4 only if the IPv4
-/// header is 20 bytes long and its checksum is right. `None`: neither (the verb refuses it).
+/// header is 20 bytes long and its checksum is right as libibverbs computes it. `None`: neither
+/// (the verb refuses it).
 fn header_version(grh: &GrhBytes) -> Option<u8> {
     let ip4 = &grh[20..];
     if grh[0] >> 4 != 6 {
@@ -292,15 +293,15 @@ fn header_version(grh: &GrhBytes) -> Option<u8> {
     if ip4[0] & 0xf != 5 {
         return Some(6);
     }
-    // The one's complement sum of the header's ten 16-bit words, its checksum field (bytes
-    // 10..12) taken as zero, complemented.
-    let mut sum: u32 =
-        (0..10).filter(|&w| w != 5).map(|w| u32::from(u16::from_be_bytes([ip4[2 * w], ip4[2 * w + 1]]))).sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    let checksum = !(sum as u16);
-    Some(if checksum == u16::from_be_bytes([ip4[10], ip4[11]]) { 4 } else { 6 })
+    // libibverbs' own arithmetic, which is not RFC 1071's: the ten 16-bit words in the host's
+    // byte order (the checksum field taken as zero), summed, the carry folded in once,
+    // complemented, truncated to 16 bits, compared with the field as the host reads it. Where
+    // the folded sum still carries, the RFC's checksum reads as 6 here and another as 4.
+    let word = |w: usize| u32::from(u16::from_ne_bytes([ip4[2 * w], ip4[2 * w + 1]]));
+    let sum: u32 = (0..10).filter(|&w| w != 5).map(word).sum();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    let checksum = !folded as u16;
+    Some(if u32::from(checksum) == word(5) { 4 } else { 6 })
 }
 
 impl Ah {
@@ -325,9 +326,11 @@ mod tests {
         g[20..].copy_from_slice(&[
             0x45, 0x00, 0x00, 0x3c, 0x1c, 0x46, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 192, 0, 2, 2, 192, 0, 2, 1,
         ]);
-        // RFC 1071: the checksum makes the header's one's complement sum 0xffff.
+        // RFC 1071: the checksum makes the header's one's complement sum 0xffff (no second
+        // carry for this header, where libibverbs' single fold would differ).
         let sum: u32 = g[20..].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
         let folded = (sum & 0xffff) + (sum >> 16);
+        assert!(folded <= 0xffff);
         g[30..32].copy_from_slice(&(!(folded as u16)).to_be_bytes());
         g
     }
@@ -346,6 +349,19 @@ mod tests {
         let mut long_header = six;
         long_header[20] = 0x46;
         assert_eq!(header_version(&long_header), Some(6));
+        // A header whose folded sum still carries (192.168.1.2 to 192.168.1.1, id 0xb85d):
+        // libibverbs' arithmetic takes the checksum 0xffff as right and the RFC's 0xfeff as
+        // wrong.
+        let mut carry = [0u8; 40];
+        carry[0] = 0x60;
+        carry[20..].copy_from_slice(&[
+            0x45, 0x00, 0x00, 0x3c, 0xb8, 0x5d, 0x40, 0x00, 0x40, 0x11, 0xff, 0xff, 192, 168, 1, 2, 192, 168, 1, 1,
+        ]);
+        if cfg!(target_endian = "little") {
+            assert_eq!(header_version(&carry), Some(4));
+            carry[30] = 0xfe;
+            assert_eq!(header_version(&carry), Some(6));
+        }
         // Neither 6 first nor 4 at byte 20: refused.
         assert_eq!(header_version(&[0u8; 40]), None);
         assert_eq!(header_version(&[0xff; 40]), None);

@@ -647,8 +647,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 
     /// [`Scope::bind_mw`] with `IBV_SEND_FENCE` (RC only, compile-time): the bind waits for the
-    /// RDMA READs and atomics posted before it on `qp` to complete (e.g. before the window is
-    /// moved away from memory a READ still reads through it).
+    /// RDMA READs and atomics that `qp` itself posted before it to complete. It does not wait
+    /// for the peer's operations through the window (a READ the peer issues is the peer's
+    /// request, not this QP's).
     ///
     /// # Errors
     /// As for [`Scope::bind_mw`].
