@@ -310,7 +310,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// As for [`Scope::send_lane`] and [`Scope::recv_lane`].
-    pub fn lanes<T: Transport, S: CanPostSend>(
+    pub fn lanes<T: HasRecvQueue, S: CanPostSend>(
         &'scope self,
         qp: &'scope mut Qp<T, S>,
     ) -> Result<(SendLane<'scope, T, S>, RecvLane<'scope, T>)> {
@@ -351,7 +351,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         Ok((next, raw_qp))
     }
 
-    fn open_recv_lane<T: Transport>(&'scope self, shared: &'scope QpShared) -> Result<RecvLane<'scope, T>> {
+    fn open_recv_lane<T: HasRecvQueue>(&'scope self, shared: &'scope QpShared) -> Result<RecvLane<'scope, T>> {
         if shared.srq.is_some() {
             shared.check_usable()?;
             return Err(Error::invalid(
