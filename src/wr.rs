@@ -201,8 +201,12 @@ pub trait SendRequest: sealed::Sealed + Sized {
         Checksummed(self, cap)
     }
     /// The destination of a UD send: an address handle, the remote QP number and its Q_Key.
-    /// The address handle stays borrowed until the request completes.
-    fn to(self, ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> To<'_, Self> {
+    /// The address handle stays borrowed until the request completes. A request has one
+    /// destination: `.to` on a request that already has one does not compile ([`Undirected`]).
+    fn to(self, ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> To<'_, Self>
+    where
+        Self: Undirected,
+    {
         To { wr: self, ah, remote_qpn, remote_qkey }
     }
 }
@@ -232,6 +236,20 @@ pub trait SendWr<T: Transport>: SendRequest {}
 pub trait AddressedFor<T: Transport> {}
 impl<T: Unaddressed, W> AddressedFor<T> for W {}
 impl<W> AddressedFor<UD> for To<'_, W> {}
+
+/// A request without a destination yet: what [`SendRequest::to`] accepts. Every request and
+/// flag wrapper holds it until `.to(...)` gives it one; a second `.to` would leave one address
+/// handle borrowed and unused beside the one the provider reads, so it does not compile.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` already has a destination",
+    label = "a second `.to(...)` on a request that has one",
+    note = "ibv_post_send(3): a UD work request carries one destination (wr.ud.ah, wr.ud.remote_qpn, wr.ud.remote_qkey): call `.to(&ah, remote_qpn, remote_qkey)` once"
+)]
+pub trait Undirected: SendRequest {}
+impl<W: Undirected> Undirected for Unsignaled<W> {}
+impl<W: Undirected> Undirected for Fenced<W> {}
+impl<W: Undirected> Undirected for Solicited<W> {}
+impl<W: Undirected, T: Transport> Undirected for Checksummed<W, T> {}
 impl<W: AddressedFor<UD>> AddressedFor<UD> for Unsignaled<W> {}
 impl<W: AddressedFor<UD>> AddressedFor<UD> for Fenced<W> {}
 impl<W: AddressedFor<UD>> AddressedFor<UD> for Solicited<W> {}
@@ -549,6 +567,7 @@ fn inline_sge<const N: usize>(raw: &mut RawSendWr<[sys::ibv_sge; N]>, data: &[&[
 macro_rules! request {
     ([$($gen:tt)*] $ty:ty, $bufs:ty, $sges:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)? $(, atomics: $atomics:expr)? $(, invalidates: |$s4:ident| $rkey:expr)?) => {
         impl<$($gen)*> sealed::Sealed for $ty {}
+        impl<$($gen)*> Undirected for $ty {}
         impl<$($gen)*> SendRequest for $ty {
             type Buffers = $bufs;
             type Sges = $sges;
@@ -853,6 +872,7 @@ impl<K: MwType, MA: AccessSet, R> BindMw<'_, K, MA, R> {
 }
 
 impl<K: MwType, MA: AccessSet, R> sealed::Sealed for BindMw<'_, K, MA, R> {}
+impl<K: MwType, MA: AccessSet, R: WindowRights> Undirected for BindMw<'_, K, MA, R> {}
 // `BindMw` is only built by `new`, which requires `BoundByWr`.
 impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K, MA, R> {
     type Buffers = PendingBind<'m, K, R>;
@@ -938,6 +958,7 @@ impl<'m, K: Invalidatable, R: WindowRights> LocalInv<'m, K, R> {
 
 // `LocalInv` is only built by `new`, which requires `Invalidatable`.
 impl<K: MwType, R> sealed::Sealed for LocalInv<'_, K, R> {}
+impl<K: MwType, R: WindowRights> Undirected for LocalInv<'_, K, R> {}
 impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
     type Buffers = PendingUnbind<'m, K, R>;
     type Sges = [sys::ibv_sge; 0];
@@ -1008,6 +1029,7 @@ impl<'h, L: Gather, T: TsoTransport> Tso<'h, L, T> {
 }
 
 impl<L, T: Transport> sealed::Sealed for Tso<'_, L, T> {}
+impl<L: Gather, T: TsoTransport> Undirected for Tso<'_, L, T> {}
 impl<L: Gather, T: TsoTransport> SendRequest for Tso<'_, L, T> {
     type Buffers = L;
     type Sges = L::Sges;
