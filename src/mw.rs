@@ -395,6 +395,11 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
     pub(crate) fn mw(&self) -> &Mw<K> {
         &self.mw
     }
+
+    /// The window, for a rebind being posted (which restores its rkey if refused).
+    pub(crate) fn mw_mut(&mut self) -> &mut Mw<K> {
+        &mut self.mw
+    }
 }
 
 /// The invalidations of one live binding's rkey, noted as receive completions are decoded
@@ -750,6 +755,70 @@ impl<'m, K: MwType, R: WindowRights> PendingBind<'m, K, R> {
             self.mw.set_raw_rkey(self.old_rkey);
             Err(self.mw)
         }
+    }
+}
+
+/// A type 1 window's bind in flight while it is bound ([`Scope::rebind_mw`]): the binding it
+/// replaces (`'o`) and the new one (`'m`, rights `R`). On completion the window comes back bound
+/// to the new range (success) or as it was (failure).
+///
+/// [`Scope::rebind_mw`]: crate::scope::Scope::rebind_mw
+pub struct PendingRebind<'o, 'm, K: MwType, R0, R> {
+    /// Watches the new rkey from the post on, as [`PendingBind::watch`]; dropped before the
+    /// window (declared first). `None` if the provider left the rkey as it was: the old
+    /// binding's watch is then the new one's.
+    watch: Option<InvalidationWatch>,
+    old: BoundMw<'o, K, R0>,
+    mr: RawMr,
+    new_rkey: u32,
+    addr: u64,
+    len: u64,
+    _region: RegionBorrow<'m>,
+    _rights: PhantomData<fn() -> R>,
+}
+
+impl<K: MwType, R0, R> fmt::Debug for PendingRebind<'_, '_, K, R0, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingRebind").field("window", &self.old).finish_non_exhaustive()
+    }
+}
+
+impl<'o, 'm, K: MwType, R0: WindowRights, R: WindowRights> PendingRebind<'o, 'm, K, R0, R> {
+    /// The bind of `old`'s window (which holds `new_rkey` now) to `len` bytes at `addr` of
+    /// `mr` was posted.
+    pub(crate) fn new(old: BoundMw<'o, K, R0>, mr: RawMr, new_rkey: u32, addr: u64, len: u64) -> Self {
+        // One watch per key: a second one under the old binding's rkey would be removed from
+        // the map when the old binding's watch is dropped.
+        let watch = (new_rkey != old.rkey).then(|| InvalidationWatch::of(&old.mw, new_rkey));
+        PendingRebind { watch, old, mr, new_rkey, addr, len, _region: RegionBorrow::new(), _rights: PhantomData }
+    }
+
+    pub(crate) fn finish(self, c: &Completion) -> std::result::Result<BoundMw<'m, K, R>, BoundMw<'o, K, R0>> {
+        let PendingRebind { watch, old, mr, new_rkey, addr, len, .. } = self;
+        if c.is_success() {
+            // The old binding is gone: its watch goes (unless it is the new one's), the window
+            // stays.
+            let BoundMw { watch: old_watch, mut mw, .. } = old;
+            let watch = match watch {
+                Some(watch) => {
+                    drop(old_watch);
+                    watch
+                }
+                None => old_watch,
+            };
+            mw.set_raw_rkey(new_rkey);
+            Ok(BoundMw::new(mw, mr, new_rkey, addr, len, watch))
+        } else {
+            drop(watch);
+            let mut old = old;
+            old.mw.set_raw_rkey(old.rkey);
+            Err(old)
+        }
+    }
+
+    /// The window, for a token given up while the bind may be in flight.
+    pub(crate) fn into_mw(self) -> Mw<K> {
+        self.old.mw
     }
 }
 

@@ -30,8 +30,8 @@ use crate::ah::Ah;
 use crate::error::{Error, Result};
 use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSource, Mr};
 use crate::mw::{
-    BindCompleted, BoundByVerb, BoundMw, InvalidationWatch, Mw, MwType, PendingBind, PendingUnbind, RegionBorrow,
-    UnboundByVerb,
+    BindCompleted, BoundByVerb, BoundMw, InvalidationWatch, Mw, MwType, PendingBind, PendingRebind, PendingUnbind,
+    RegionBorrow, UnboundByVerb,
 };
 use crate::qp::{Qp, QpShared, QueueRef, Refused};
 use crate::queue::{Take, TrackedQueue};
@@ -105,6 +105,15 @@ impl<B: Completes> std::fmt::Debug for Token<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Token").field("request", &self.guard.posted.q.describe(self.guard.posted.seq)).finish()
     }
+}
+
+/// What a posted type 1 bind leaves to its caller: its sequence number, the window's rkey
+/// before and after, and the window's start address.
+struct BindPosted {
+    seq: u64,
+    old_rkey: u32,
+    new_rkey: u32,
+    addr: u64,
 }
 
 /// A work request that could not be posted: the error, and the request with its buffers.
@@ -700,20 +709,66 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     {
         let _ = access;
         let mut mw = mw;
-        if let Err(error) = check_window_range("ibv_bind_mw", offset, len, mr.len() as u64) {
-            return Err(PostError { error, wr: Some(mw) });
-        }
+        // SAFETY: the window is owned here and moves into the token (or is kept with the queue
+        // when the provider may have queued the bind); the region is borrowed for 'm, which
+        // outlives 'scope, and `scope` drains before returning.
+        let posted = match unsafe { self.post_bind_raw::<T, S, K, MA, R>(qp, &mut mw, mr, offset, len, send_flags) } {
+            Ok(posted) => posted,
+            Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(mw) }),
+            Err(Refused { error, kept: Some(seq) }) => {
+                self.keep_refused(QueueRef::Send(&qp.shared), seq, Some(Box::new(mw)), None);
+                return Err(PostError { error, wr: None });
+            }
+        };
+        let pending = PendingBind {
+            watch: InvalidationWatch::of(&mw, posted.new_rkey),
+            mw,
+            mr: mr.raw(),
+            old_rkey: posted.old_rkey,
+            new_rkey: posted.new_rkey,
+            addr: posted.addr,
+            len,
+            _region: RegionBorrow::new(),
+            _rights: PhantomData,
+        };
+        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq: posted.seq }, None, pending))
+    }
+
+    /// `ibv_bind_mw` of the type 1 window `mw` to `mr[offset..offset + len]` with `send_flags`,
+    /// after the checks every bind makes (range, PD, atomics). On a refusal the window's rkey is
+    /// what it was; on success `mw` holds the new one.
+    ///
+    /// # Safety
+    /// The window and the region must stay valid until the bind completes or the QP is reset:
+    /// the caller moves the window into the token (or keeps it with the queue) and borrows the
+    /// region for the scope.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn post_bind_raw<T, S, K, MA, R>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        mw: &mut Mw<K>,
+        mr: &Mr<MA>,
+        offset: u64,
+        len: u64,
+        send_flags: u32,
+    ) -> std::result::Result<BindPosted, Refused>
+    where
+        T: SupportsBindMw,
+        S: CanPostSend,
+        K: BoundByVerb,
+        MA: AccessSet,
+        R: WindowOn<MA> + VirtuallyAddressed,
+    {
+        check_window_range("ibv_bind_mw", offset, len, mr.len() as u64)?;
         if !mw.same_pd(mr.pd()) {
-            let error =
-                Error::invalid("ibv_bind_mw", "the window and the region belong to different protection domains");
-            return Err(PostError { error, wr: Some(mw) });
+            return Err(Error::invalid(
+                "ibv_bind_mw",
+                "the window and the region belong to different protection domains",
+            )
+            .into());
         }
-        if let Err(error) = qp.shared.check_pd("ibv_bind_mw", "the window", mw.pd_id()) {
-            return Err(PostError { error, wr: Some(mw) });
-        }
-        if let Err(error) = qp.shared.check_atomics(crate::Verb::BindMw, R::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0) {
-            return Err(PostError { error, wr: Some(mw) });
-        }
+        qp.shared.check_pd("ibv_bind_mw", "the window", mw.pd_id())?;
+        qp.shared.check_atomics(crate::Verb::BindMw, R::BITS & sys::IBV_ACCESS_REMOTE_ATOMIC != 0)?;
         let addr = mr.addr() + offset;
         let old_rkey = mw.raw_rkey();
         let mut bind = sys::ibv_mw_bind {
@@ -721,31 +776,70 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             send_flags,
             bind_info: sys::ibv_mw_bind_info { mr: mr.as_ptr(), addr, length: len, mw_access_flags: R::BITS },
         };
-        // SAFETY: the window is owned here and moves into the token; the region is borrowed for
-        // 'm, which outlives 'scope, and `scope` drains before returning, so both stay valid
-        // until the bind completes.
-        let seq = match unsafe { qp.shared.bind_mw(mw.as_ptr(), &mut bind, self.id) } {
-            Ok(seq) => seq,
-            Err(Refused { error, kept }) => {
+        // SAFETY: the window is valid (owned by the caller) and the region alive; both stay so
+        // until the bind completes, per this function's contract.
+        match unsafe { qp.shared.bind_mw(mw.as_ptr(), &mut bind, self.id) } {
+            Ok(seq) => Ok(BindPosted { seq, old_rkey, new_rkey: mw.raw_rkey(), addr }),
+            Err(refused) => {
                 mw.set_raw_rkey(old_rkey);
-                let Some(seq) = kept else { return Err(PostError { error, wr: Some(mw) }) };
-                self.keep_refused(QueueRef::Send(&qp.shared), seq, Some(Box::new(mw)), None);
+                Err(refused)
+            }
+        }
+    }
+
+    /// `ibv_bind_mw` of the bound type 1 window `bound` to `mr[offset..offset + len]` with
+    /// rights `access`, without unbinding it first: the new binding replaces the old one (its
+    /// rkey stops working) when the bind completes.
+    ///
+    /// Compile-time, as for [`Scope::bind_mw`]. Both regions stay borrowed for the scope: the
+    /// old one because a peer may use the old rkey until the bind completes, and because a
+    /// failed bind hands the window back as bound to it. On success [`Scope::wait`] hands
+    /// back the window bound to the new range, with the new rkey; on failure the window as it
+    /// was (its old rkey restored; whether a failed bind left the old binding usable is the
+    /// device's, so the old region stays borrowed by it until an unbind or its drop).
+    ///
+    /// # Errors
+    /// Returns the bound window with a [`PostError`], as for [`Scope::bind_mw`].
+    ///
+    /// See ibv_bind_mw(3).
+    #[doc(alias = "ibv_bind_mw")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rebind_mw<'o, 'm, T, S, K, R0, MA, R>(
+        &'scope self,
+        qp: &'scope Qp<T, S>,
+        bound: BoundMw<'o, K, R0>,
+        mr: &'m Mr<MA>,
+        offset: u64,
+        len: u64,
+        access: R,
+    ) -> PostResult<'scope, PendingRebind<'o, 'm, K, R0, R>, BoundMw<'o, K, R0>>
+    where
+        T: SupportsBindMw,
+        S: CanPostSend,
+        K: BoundByVerb,
+        R0: WindowRights,
+        MA: AccessSet,
+        R: WindowOn<MA> + VirtuallyAddressed,
+        'o: 'scope,
+        'm: 'scope,
+    {
+        let _ = access;
+        let mut bound = bound;
+        // SAFETY: the window is owned by `bound`, which moves into the token (or its window is
+        // kept with the queue); both regions are borrowed for 'o and 'm, which outlive 'scope,
+        // and `scope` drains before returning.
+        let posted = match unsafe {
+            self.post_bind_raw::<T, S, K, MA, R>(qp, bound.mw_mut(), mr, offset, len, sys::IBV_SEND_SIGNALED)
+        } {
+            Ok(posted) => posted,
+            Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(bound) }),
+            Err(Refused { error, kept: Some(seq) }) => {
+                self.keep_refused(QueueRef::Send(&qp.shared), seq, Some(Box::new(bound.into_mw())), None);
                 return Err(PostError { error, wr: None });
             }
         };
-        let new_rkey = mw.raw_rkey();
-        let pending = PendingBind {
-            watch: InvalidationWatch::of(&mw, new_rkey),
-            mw,
-            mr: mr.raw(),
-            old_rkey,
-            new_rkey,
-            addr,
-            len,
-            _region: RegionBorrow::new(),
-            _rights: PhantomData,
-        };
-        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, None, pending))
+        let pending = PendingRebind::new(bound, mr.raw(), posted.new_rkey, posted.addr, len);
+        Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq: posted.seq }, None, pending))
     }
 
     /// `ibv_bind_mw` with a zero length: unbinds the type 1 window `bound` (its rkey stops
@@ -1309,6 +1403,19 @@ impl<'m, K: MwType, R: WindowRights> Completes for PendingBind<'m, K, R> {
         // The region stays borrowed to the scope's end; the window must not be deallocated
         // while its bind may be in flight.
         Some(Box::new(self.mw))
+    }
+}
+
+impl<K: MwType, R0, R> sealed::Sealed for PendingRebind<'_, '_, K, R0, R> {}
+impl<'o, 'm, K: MwType, R0: WindowRights, R: WindowRights> Completes for PendingRebind<'o, 'm, K, R0, R> {
+    type Output = std::result::Result<BoundMw<'m, K, R>, BoundMw<'o, K, R0>>;
+    fn complete(self, c: &Completion, _: sealed::Internal) -> Self::Output {
+        self.finish(c)
+    }
+    fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
+        // Both regions stay borrowed to the scope's end; the window must not be deallocated
+        // while its bind may be in flight.
+        Some(Box::new(self.into_mw()))
     }
 }
 

@@ -20,7 +20,7 @@ use typed_verbs::lane::{
     LaneToken, LaneWaitError, Prepared, PreparedList, PreparedRecv, RecvLane, RecvToken, RecvWaitError, SendLane,
 };
 use typed_verbs::mr::{Chunk, LocalBuf, LocalBufMut, Mr, Odp, OdpTag, Pinned, RemoteSlice};
-use typed_verbs::mw::{BoundMw, Mw, PendingBind, PendingUnbind, Type1, Type2, WindowAdvert};
+use typed_verbs::mw::{BoundMw, Mw, PendingBind, PendingRebind, PendingUnbind, Type1, Type2, WindowAdvert};
 use typed_verbs::odp::{ImplicitMr, ImplicitOdpCap, OdpCap, OdpCaps, OdpOps, Prefetch};
 use typed_verbs::owned::{OwnedCompletion, OwnedToken, OwnedWaitError};
 use typed_verbs::pd::Pd;
@@ -65,6 +65,7 @@ assert_impl_all!(Mw<Type2>: Send, Sync, Unpin);
 assert_impl_all!(BoundMw<'static, Type2, window::ReadWrite>: Send, Sync, Unpin);
 assert_impl_all!(PendingBind<'static, Type1, window::Read>: Send, Sync, Unpin);
 assert_impl_all!(PendingUnbind<'static, Type2, window::All>: Send, Sync, Unpin);
+assert_impl_all!(PendingRebind<'static, 'static, Type1, window::Read, window::Write>: Send, Sync, Unpin);
 
 // Memory views and owned buffers.
 assert_impl_all!(LocalBuf<'static>: Send, Sync, Unpin, Copy);
@@ -221,6 +222,7 @@ assert_not_impl_any!(Mw<Type2>: Clone, Copy);
 assert_not_impl_any!(BoundMw<'static, Type2, window::ReadWrite>: Clone, Copy);
 assert_not_impl_any!(PendingBind<'static, Type1, window::Read>: Clone, Copy);
 assert_not_impl_any!(PendingUnbind<'static, Type2, window::All>: Clone, Copy);
+assert_not_impl_any!(PendingRebind<'static, 'static, Type1, window::Read, window::Write>: Clone, Copy);
 assert_not_impl_any!(Scope<'static, 'static>: Clone, Copy);
 assert_not_impl_any!(SendLane<'static, RC, RTS>: Clone, Copy);
 assert_not_impl_any!(RecvLane<'static, RC>: Clone, Copy);

@@ -237,6 +237,36 @@ fn zero_length_rebind_of_a_type1_window_revokes_it() {
     assert_eq!(write_status(&r, remote, 64), WcStatus::RemAccessErr);
 }
 
+/// A bound type 1 window bound again (`rebind_mw`, no unbind first) to another region with
+/// other rights: the new rkey reaches the new range only, and the old rkey stops working.
+#[test]
+fn rebinding_a_bound_type1_window_moves_it_and_revokes_the_old_rkey() {
+    let r = window_rig();
+    let other = r.pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
+    let mw = r.pd.alloc_mw::<Type1>().unwrap();
+    let (old, new) = scope(|s| {
+        let t = s.bind_mw(&r.p.b, mw, &r.target, 0, 1024, window::WRITE).unwrap();
+        let bound = s.wait(t, WAIT).unwrap().1.expect("bind");
+        let old = bound.remote(..).unwrap();
+        assert_eq!(write_status(&r, old, 64), WcStatus::Success, "the first binding works");
+        let t = s.rebind_mw(&r.p.b, bound, &other, 2048, 1024, window::READ_WRITE).unwrap();
+        let (c, rebound) = s.wait(t, WAIT).unwrap();
+        assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::BindMw), "{c:?}");
+        let rebound = rebound.expect("rebind succeeded");
+        assert_eq!(rebound.len(), 1024);
+        (old, rebound)
+    })
+    .unwrap();
+    assert_ne!(new.rkey(), old.rkey(), "a rebind gives a new rkey");
+    assert_eq!(write_status(&r, new.remote(0..256).unwrap(), 256), WcStatus::Success);
+    let mut landed = vec![0u8; 256];
+    other.read_volatile_into(2048, &mut landed).unwrap();
+    assert_eq!(landed, &r.src.as_slice()[..256], "the new binding's range received the bytes");
+    assert_eq!(target_bytes(&r, 64, 1024 - 64), vec![0; 1024 - 64], "the old range got nothing more");
+    assert_eq!(write_status(&r, old, 64), WcStatus::RemAccessErr, "the old rkey is revoked");
+    drop(new);
+}
+
 #[test]
 fn deallocating_a_bound_window_revokes_it() {
     let r = window_rig();

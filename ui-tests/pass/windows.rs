@@ -1,4 +1,4 @@
-// Memory windows: every allowed combination compiles (type 1 via ibv_bind_mw, fenced on RC, type 2 via BIND_MW, invalidation paths).
+// Memory windows: every allowed combination compiles (type 1 via ibv_bind_mw, rebound while bound, fenced on RC, type 2 via BIND_MW, invalidation paths).
 use std::time::Duration;
 use typed_verbs::access::{self, window};
 use typed_verbs::mr::{Mr, RemoteSlice};
@@ -23,6 +23,12 @@ fn check(
         // Type 1: bind (read-only windows on a region without LOCAL_WRITE are fine), unbind.
         let t = s.bind_mw(uc, mw1, read_host, 0, 64, window::READ)?;
         let bound = s.wait(t, T)?.1.map_err(|_| typed_verbs::Error::QpBroken { qp_num: 0 })?;
+        // Type 1 bound again while bound, to another region with other rights, then unbound.
+        let t = s.rebind_mw(uc, bound, host, 64, 64, window::READ_WRITE)?;
+        let bound = match s.wait(t, T)?.1 {
+            Ok(rebound) => rebound,
+            Err(_still_bound_to_read_host) => return Err(typed_verbs::Error::QpBroken { qp_num: 0 }),
+        };
         let t = s.unbind_mw(uc, bound)?;
         let mw1 = s.wait(t, T)?.1.map_err(|_| typed_verbs::Error::QpBroken { qp_num: 0 })?;
         // Fenced (RC only): after the RDMA READs and atomics before it.
