@@ -25,7 +25,8 @@
 //! enabled remote access operations on incoming packets") is given with the same values:
 //! [`ConnectedInit::new`](crate::qp::ConnectedInit::new), `Qp::<RC|UC, RESET>::connect` and the
 //! CM's `prepare`, `connect` and `accept` take any [`AccessSet`]. The QP takes the set's
-//! REMOTE_WRITE, REMOTE_READ and REMOTE_ATOMIC bits and leaves LOCAL_WRITE and MW_BIND out:
+//! REMOTE_WRITE, REMOTE_READ and REMOTE_ATOMIC bits (a UC QP its REMOTE_WRITE alone: UC has no
+//! RDMA READ and no atomics) and leaves LOCAL_WRITE and MW_BIND out:
 //! those two are rights of a registration (the local device writing the memory, windows bound
 //! to it), not of incoming packets. So the preset the peer's target region is registered with
 //! is handed to the QP as it is (`REMOTE_RW` carries LOCAL_WRITE only because ibv_reg_mr(3)

@@ -442,19 +442,37 @@ impl ConnectedInit {
     /// [`access`](crate::access) values regions are registered with: `access::REMOTE_RW`,
     /// `Access::NONE.remote_write()`, `Access::NONE` for none). REMOTE_WRITE, REMOTE_READ and
     /// REMOTE_ATOMIC become `qp_access_flags`; LOCAL_WRITE and MW_BIND mean nothing to a QP and
-    /// are left out ([the queue-pair rule](crate::access#queue-pairs)). UC: only REMOTE_WRITE
-    /// is meaningful.
+    /// are left out ([the queue-pair rule](crate::access#queue-pairs)). A UC QP's transition
+    /// sets REMOTE_WRITE alone (UC has no RDMA READ and no atomics).
     pub fn new<A: AccessSet>(port: u8, access: A) -> Self {
         ConnectedInit { port, pkey_index: 0, access: qp_access_flags(access) }
     }
 
-    /// The `qp_access_flags` this transition sets: `IBV_ACCESS_REMOTE_*` bits.
+    /// The `qp_access_flags` this transition sets on an RC QP: `IBV_ACCESS_REMOTE_*` bits (on a
+    /// UC QP, their REMOTE_WRITE alone).
     pub fn qp_access_flags(&self) -> u32 {
         self.access
     }
 }
 
 impl sealed::Sealed for ConnectedInit {}
+
+/// The INIT attributes of a UC QP: of the remote rights, only REMOTE_WRITE is set (UC has no
+/// RDMA READ and no atomics, ibv_post_send(3)), so an access set with more (`REMOTE_ALL`) does
+/// not grant rights the transport has no operation for, nor fail on a device without atomics.
+struct RemoteWriteOnly<'a>(&'a dyn TransitionAttr);
+
+impl sealed::Sealed for RemoteWriteOnly<'_> {}
+impl TransitionAttr for RemoteWriteOnly<'_> {
+    fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
+        let mask = self.0.fill(a)?;
+        a.qp_access_flags &= sys::IBV_ACCESS_REMOTE_WRITE;
+        Ok(mask)
+    }
+    fn mtu_check(&self) -> Option<(u8, Mtu)> {
+        self.0.mtu_check()
+    }
+}
 impl TransitionAttr for ConnectedInit {
     fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
         a.port_num = self.port;
@@ -1098,6 +1116,9 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         T: Transitions,
         S: IsReset,
     {
+        if T::QP_TYPE == sys::IBV_QPT_UC {
+            return self.modify(&RemoteWriteOnly(attr));
+        }
         self.modify(attr)
     }
 
@@ -1806,5 +1827,29 @@ impl QpShared {
             None => register(0).expect("fake register"),
         }
         shared
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A UC QP's INIT keeps REMOTE_WRITE alone of the rights it is given (READ and atomics
+    /// would also make a device without atomics refuse it); RC's keeps them all.
+    #[test]
+    fn a_uc_init_grants_remote_write_alone() {
+        let all = ConnectedInit::new(1, crate::access::REMOTE_ALL);
+        let rights = sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ | sys::IBV_ACCESS_REMOTE_ATOMIC;
+        assert_eq!(all.qp_access_flags(), rights);
+        let mut rc = sys::ibv_qp_attr::default();
+        let rc_mask = all.fill(&mut rc).unwrap();
+        assert_eq!(rc.qp_access_flags, rights);
+        let mut uc = sys::ibv_qp_attr::default();
+        assert_eq!(RemoteWriteOnly(&all).fill(&mut uc).unwrap(), rc_mask);
+        assert_eq!((uc.qp_access_flags, uc.port_num), (sys::IBV_ACCESS_REMOTE_WRITE, 1));
+        let read_only = ConnectedInit::new(1, crate::access::Access::NONE.remote_read());
+        let mut uc = sys::ibv_qp_attr::default();
+        RemoteWriteOnly(&read_only).fill(&mut uc).unwrap();
+        assert_eq!(uc.qp_access_flags, 0);
     }
 }

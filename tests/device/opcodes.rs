@@ -212,6 +212,35 @@ fn rc_fenced_write_and_solicited_send_are_accepted_and_complete() {
     assert_eq!(head, [0xCD; 64]);
 }
 
+/// A UC pair given `REMOTE_ALL` (the preset a program may hand every QP): its INIT grants
+/// REMOTE_WRITE alone (unit test `qp::tests::a_uc_init_grants_remote_write_alone`), the pair
+/// reaches RTS and carries an RDMA WRITE.
+#[test]
+fn a_uc_pair_given_every_remote_right_carries_writes() {
+    let r = rig();
+    let (a, _b) = uc_pair(&r.pd, &r.cq, access::REMOTE_ALL, inline_caps());
+    let mut src = r.pd.alloc_mr(256, access::LOCAL_READ).unwrap();
+    fill(&mut src, 3);
+    let target = r.pd.alloc_mr(256, access::LOCAL_REMOTE_WRITE).unwrap();
+    scope(|s| {
+        let t = s.post_send(&a, wr::Write::new(src.slice(..).unwrap(), target.remote(..).unwrap())).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+    })
+    .unwrap();
+    // UC is unacknowledged: the sender's completion may come before the bytes land.
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut landed = [0u8; 256];
+    loop {
+        target.read_volatile_into(0, &mut landed).unwrap();
+        if landed[..] == *src.as_slice() || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(&landed[..], src.as_slice());
+}
+
 #[test]
 fn uc_send_imm_write_and_write_imm() {
     let r = rig();
