@@ -746,3 +746,59 @@ fn an_address_handle_from_a_completion_of_another_device_is_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A dropped token's parked buffer whose drop panics, released by a poll in the middle of a
+/// batch: the rest of the batch is routed all the same (the panic comes out at the end). A
+/// panic left there lost the error completion of the next request, polled off the CQ with it,
+/// and a later completion then made that failed request read as implied successful.
+#[test]
+fn a_parked_buffer_whose_drop_panics_does_not_cut_a_batch_short() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x49, 64, &cq, None);
+    let seq0 = qp.sq.lock().push(true);
+    drop(OwnedToken::new(QueueArc::Send(Arc::clone(&qp)), seq0, crate::scope::PanickingDrop, None));
+    assert_eq!(qp.sq.parked(), 1);
+    let mut f1 = post_send(&qp, true).into_future();
+    let count = Arc::new(Count::default());
+    let wk = Waker::from(Arc::clone(&count));
+    assert!(poll(&mut f1, &wk).is_pending());
+    fake.complete(send_wc(0x49, seq0, sys::IBV_WC_SUCCESS));
+    fake.complete(send_wc(0x49, seq0 + 1, sys::IBV_WC_REM_ACCESS_ERR));
+    let routed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cq.poll_and_route()));
+    assert!(routed.is_err(), "the buffer's panic comes out of the poll");
+    assert_eq!((fake.left(), qp.sq.parked()), (0, 0));
+    assert_eq!(count.get(), 1, "the failed request's future was woken");
+    match poll(&mut f1, &wk) {
+        Poll::Ready(Ok((c, ()))) => assert_eq!(c.status(), crate::wc::WcStatus::RemAccessErr, "{c:?}"),
+        other => panic!("{:?}", other.is_ready()),
+    }
+}
+
+/// The same panicking drop inside a dispatch of two CQs' events: the other CQ is served (and
+/// its future woken) before the panic comes out; it was left unserved and unarmed, its future
+/// never woken.
+#[test]
+fn a_parked_buffer_whose_drop_panics_in_a_dispatch_leaves_no_cq_unserved() {
+    let w = World::new();
+    let (cqa, fa) = w.cq();
+    let (cqb, fb) = w.cq();
+    let qa = w.qp(0x4a, 64, &cqa, None);
+    let qb = w.qp(0x4b, 64, &cqb, None);
+    let seq0 = qa.sq.lock().push(true);
+    drop(OwnedToken::new(QueueArc::Send(Arc::clone(&qa)), seq0, crate::scope::PanickingDrop, None));
+    let mut f = post_send(&qa, true).into_future();
+    let mut g = post_send(&qb, true).into_future();
+    let (cf, cg) = (Arc::new(Count::default()), Arc::new(Count::default()));
+    let (wf, wg) = (Waker::from(Arc::clone(&cf)), Waker::from(Arc::clone(&cg)));
+    assert!(poll(&mut f, &wf).is_pending());
+    assert!(poll(&mut g, &wg).is_pending());
+    fa.complete(send_wc(0x4a, seq0, sys::IBV_WC_SUCCESS));
+    fa.complete(send_wc(0x4a, seq0 + 1, sys::IBV_WC_SUCCESS));
+    fb.complete(send_wc(0x4b, 0, sys::IBV_WC_SUCCESS));
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.ch.dispatch()));
+    assert!(served.is_err(), "the buffer's panic comes out of the dispatch");
+    assert_eq!((cf.get(), cg.get()), (1, 1), "both CQs' futures woken");
+    assert!(poll(&mut f, &wf).is_ready() && poll(&mut g, &wg).is_ready());
+    assert!(fa.armed.load(SeqCst) && fb.armed.load(SeqCst), "both CQs armed again");
+}

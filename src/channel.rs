@@ -558,7 +558,9 @@ impl std::os::fd::AsFd for CompChannel {
 ///
 /// Tokio panics when there is no reactor to register with. Outside a runtime this asks first;
 /// for a runtime built without I/O (`enable_io`) tokio offers no question, so that panic is
-/// caught here and reported as an error: no async wait of the library panics on either (device
+/// caught here and reported as an error (with unwinding: under `panic = "abort"` it aborts, and
+/// the panic hook prints tokio's message either way): no async wait of the library panics on
+/// either (device
 /// `async_hostile::async_waits_in_a_runtime_without_io_fail_typed`,
 /// `events::async_events_outside_a_runtime_or_after_its_runtime_are_typed_errors`).
 #[cfg(feature = "tokio")]
@@ -739,7 +741,8 @@ impl CompChannel {
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_get_cq_event` when there is no tokio runtime or it has no I/O
-    /// driver (built without `enable_io`), when the descriptor cannot be registered with the
+    /// driver (built without `enable_io`; the latter needs unwinding: tokio panics there, which
+    /// aborts under `panic = "abort"`), when the descriptor cannot be registered with the
     /// reactor, or when the read fails.
     ///
     /// See ibv_get_cq_event(3).

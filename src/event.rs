@@ -530,9 +530,9 @@ impl AsyncEvents {
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_get_async_event` when there is no tokio runtime or it has no
-    /// I/O driver (built without `enable_io`), when the descriptor cannot be registered with
-    /// the reactor or the reactor reports an error (its runtime shut down), or when the read
-    /// fails.
+    /// I/O driver (built without `enable_io`; the latter needs unwinding: tokio panics there,
+    /// which aborts under `panic = "abort"`), when the descriptor cannot be registered with the
+    /// reactor or the reactor reports an error (its runtime shut down), or when the read fails.
     ///
     /// See ibv_get_async_event(3).
     #[doc(alias = "ibv_get_async_event")]

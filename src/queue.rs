@@ -991,7 +991,7 @@ pub(crate) struct TrackedQueue {
 std::thread_local! {
     /// How many [`DeferWakes`] are alive on this thread.
     static DEFERRING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    /// Whether `DEFERRED` holds wakers.
+    /// Whether `DEFERRED` holds wakers (or `DEFERRED_PANIC` a panic).
     static PENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether [`wake_deferred`] is running on this thread (a task it runs inline may drop a
     /// `DeferWakes` of its own: that one leaves the waking to the running loop).
@@ -1001,6 +1001,31 @@ std::thread_local! {
     /// panicking waker left.
     static DEFERRED: std::cell::RefCell<std::collections::VecDeque<std::task::Waker>> =
         const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+    /// The first panic of a released buffer's drop on this thread ([`drop_deferring`]), to come
+    /// out with the kept wakers' (`PENDING` is set for it too).
+    static DEFERRED_PANIC: std::cell::RefCell<Option<Box<dyn std::any::Any + Send>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Drops `held` (a released buffer or window), which may be the program's and panic: the panic
+/// is kept to come out when the kept wakers are woken ([`wake_kept`], or the outermost
+/// [`DeferWakes`]), after the locks are released and the poll's whole batch routed. A panic
+/// left in the middle of a batch would lose the completions polled after it (a failed request
+/// later read as implied successful) and the CQs a dispatch had still to serve. While the
+/// thread's locals are being destroyed it is leaked, as a later panic is.
+fn drop_deferring(held: Box<dyn std::any::Any + Send>) {
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(held))) {
+        let mut p = Some(p);
+        let _ = DEFERRED_PANIC.try_with(|d| {
+            if let Some(p) = p.take() {
+                keep_first_panic(&mut d.borrow_mut(), p);
+            }
+        });
+        if let Some(p) = p {
+            std::mem::forget(p);
+        }
+        let _ = PENDING.try_with(|p| p.set(true));
+    }
 }
 
 /// While alive, the futures woken by completions recorded on this thread are woken only when it
@@ -1118,6 +1143,9 @@ fn wake_deferred() {
     if ANY_ORPHANED.load(std::sync::atomic::Ordering::Acquire) {
         wake_orphaned(&mut panic);
     }
+    if let Some(p) = DEFERRED_PANIC.try_with(|d| d.borrow_mut().take()).ok().flatten() {
+        keep_first_panic(&mut panic, p);
+    }
     PENDING.with(|p| p.set(false));
     if let Some(p) = panic {
         // Not while the thread is already unwinding (a `DeferWakes` dropped by a panic): a
@@ -1208,12 +1236,29 @@ impl TrackedQueue {
     fn after_complete(&self) {
         if self.grave_count.load(Ordering::Acquire) > 0 {
             let mut graves = lock(&self.graves);
-            graves.retain(|(seq, _)| self.is_pending(*seq));
+            // Dropped under the graves' lock, so that whoever takes it next sees them gone
+            // (`holds_grave`); a drop that panics (a program's buffer) does not cut the poll's
+            // routing short: its panic comes out once the routing is done (`drop_deferring`).
+            let mut i = 0;
+            while i < graves.len() {
+                if self.is_pending(graves[i].0) {
+                    i += 1;
+                } else {
+                    drop_deferring(graves.remove(i).1);
+                }
+            }
             self.grave_count.store(graves.len(), Ordering::Release);
         }
         if self.waker_count.load(Ordering::Acquire) > 0 {
             self.wake_completed();
         }
+        wake_kept();
+    }
+
+    /// Whether what a dropped token of request `seq` held is still kept (not yet dropped by
+    /// the poll that completed it, on another thread maybe).
+    pub(crate) fn holds_grave(&self, seq: u64) -> bool {
+        self.grave_count.load(Ordering::Acquire) > 0 && lock(&self.graves).iter().any(|(s, _)| *s == seq)
     }
 
     /// Wakes (and forgets) the wakers of every request that is no longer outstanding. At most
@@ -1482,11 +1527,17 @@ impl TrackedQueue {
     /// A reset's release of the graves: the device no longer touches them. The futures of
     /// requests the reset completed are woken.
     pub(crate) fn release_graves(&self) {
-        lock(&self.graves).clear();
-        self.grave_count.store(0, Ordering::Release);
+        {
+            let mut graves = lock(&self.graves);
+            for (_, held) in graves.drain(..) {
+                drop_deferring(held);
+            }
+            self.grave_count.store(0, Ordering::Release);
+        }
         if self.waker_count.load(Ordering::Acquire) > 0 {
             self.wake_completed();
         }
+        wake_kept();
     }
 }
 
@@ -1729,6 +1780,41 @@ mod tests {
         q.leak_graves();
         drop(q);
         assert_eq!(dropped(), 3, "leaked, not freed");
+    }
+
+    /// A parked buffer is seen (`holds_grave`) until its drop has finished, also when another
+    /// thread's poll completes its request: a scope's drain waits on it before returning, so
+    /// that a parked window is deallocated before the program may deregister its region.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_parked_buffer_is_held_until_its_drop_on_another_thread_is_done() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        use std::sync::Arc;
+        struct Slow(Arc<AtomicBool>);
+        impl Drop for Slow {
+            fn drop(&mut self) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                self.0.store(true, SeqCst);
+            }
+        }
+        let q = Arc::new(TrackedQueue::new(8, Some(1)));
+        let a = q.lock().push(true);
+        let dropped = Arc::new(AtomicBool::new(false));
+        q.release(a, Box::new(Slow(Arc::clone(&dropped))));
+        assert!(q.holds_grave(a) && !q.holds_grave(a + 1));
+        let poller = std::thread::spawn({
+            let q = Arc::clone(&q);
+            move || q.complete(a, wc(1))
+        });
+        while q.is_pending(a) {
+            std::thread::yield_now();
+        }
+        // Complete now; its buffer's drop may still be running on the poller.
+        while q.holds_grave(a) {
+            std::thread::yield_now();
+        }
+        assert!(dropped.load(SeqCst), "no longer held only once dropped");
+        poller.join().unwrap();
     }
 
     /// Wakes (and counts) a future's task.
