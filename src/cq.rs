@@ -301,14 +301,11 @@ pub(crate) struct FailedCq {
 
 impl FailedCq {
     pub(crate) fn find(ctx: &ContextInner, cq: crate::event::HandleId) -> FailedCq {
-        let cqs: Vec<_> = ctx
-            .cqs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter_map(Weak::upgrade)
-            .filter(|c| crate::event::HandleId::of(c.cq.as_ptr()) == cq)
-            .collect();
+        // Upgraded under the context's lock, compared and dropped after it: a handle dropped
+        // here may be the last of its CQ, whose destroy waits for its events' acknowledgement,
+        // which another reader of events may be about to give from this very function.
+        let live: Vec<_> = ctx.cqs.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade).collect();
+        let cqs: Vec<_> = live.into_iter().filter(|c| crate::event::HandleId::of(c.cq.as_ptr()) == cq).collect();
         let qps = cqs
             .iter()
             .flat_map(|c| c.routes.lock().routes.iter().filter_map(|r| r.qp.upgrade()).collect::<Vec<_>>())
