@@ -1714,7 +1714,10 @@ impl Connection {
         &self.qp
     }
 
-    /// The connected QP, exclusively (for lanes).
+    /// The connected QP, exclusively (for lanes). A QP put in its place (`mem::swap`,
+    /// `mem::replace`) becomes the connection's: [`disconnect`](Self::disconnect) and the drop
+    /// then move that one to ERR, and the QP taken out stays connected as it is, a QP of the
+    /// program's like any other.
     pub fn qp_mut(&mut self) -> &mut Qp<RC, RTS> {
         &mut self.qp
     }
