@@ -5,7 +5,8 @@
 //!
 //! - [`Mw<Type1>`] is bound with `ibv_bind_mw` ([`Scope::bind_mw`](crate::scope::Scope::bind_mw))
 //!   and unbound by a zero-length bind ([`Scope::unbind_mw`](crate::scope::Scope::unbind_mw)) or
-//!   deallocation. It cannot be zero-based nor invalidated by LOCAL_INV / SEND_WITH_INV
+//!   deallocation; a bound one may be bound again, to another range, without an unbind
+//!   ([`Scope::rebind_mw`](crate::scope::Scope::rebind_mw)). It cannot be zero-based nor invalidated by LOCAL_INV / SEND_WITH_INV
 //!   (IBTA o10-36.2.2, o10-37.2.26).
 //! - [`Mw<Type2>`] is bound with a BIND_MW work request ([`BindMw`](crate::wr::BindMw)) and
 //!   invalidated by LOCAL_INV ([`LocalInv`](crate::wr::LocalInv)), by a peer's SEND_WITH_INV
@@ -16,7 +17,8 @@
 //! [`BoundMw`], which only a successful bind completion produces; ibv_bind_mw(3) NOTES allow the
 //! rkey to travel before that only "using a send request on the same QP", which is
 //! [`Scope::advertise_window`](crate::scope::Scope::advertise_window). A failed bind hands the
-//! window back unbound, with its previous rkey restored. A [`BoundMw`] borrows its region, so the
+//! window back as it was (unbound, or for a rebind bound to its old range), with its previous
+//! rkey restored. A [`BoundMw`] borrows its region, so the
 //! region cannot be dropped (deregistered) while a window is bound to it (ibv_reg_mr(3):
 //! "ibv_dereg_mr() fails if any memory window is still bound to this MR").
 #![allow(unsafe_code)]
@@ -400,6 +402,11 @@ impl<'m, K: MwType, R: WindowRights> BoundMw<'m, K, R> {
     pub(crate) fn mw_mut(&mut self) -> &mut Mw<K> {
         &mut self.mw
     }
+
+    /// Writes the binding's rkey back into the window (an unbind the provider refused).
+    pub(crate) fn restore_rkey(&mut self) {
+        self.mw.set_raw_rkey(self.rkey);
+    }
 }
 
 /// The invalidations of one live binding's rkey, noted as receive completions are decoded
@@ -738,11 +745,37 @@ impl<K: MwType, R> fmt::Debug for PendingBind<'_, K, R> {
 )]
 pub trait BindCompleted {}
 
-impl<K: MwType, R: WindowRights> PendingBind<'_, K, R> {
-    /// What the scope's `advertise_window` sends: address, length and the new rkey.
-    pub(crate) fn advert(&self) -> WindowAdvert {
-        let base = if R::ZERO_BASED { 0 } else { self.addr };
-        WindowAdvert { addr: base, len: self.len, rkey: self.new_rkey, zero_based: R::ZERO_BASED, rights: R::REMOTE }
+/// A window bind in flight, which [`Scope::advertise_window`] may send to the peer before its
+/// completion: a bind ([`PendingBind`], of `Scope::bind_mw` or a `BindMw` work request) or a
+/// rebind ([`PendingRebind`]). Sealed.
+///
+/// [`Scope::advertise_window`]: crate::scope::Scope::advertise_window
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a window bind in flight",
+    label = "not the token of a bind",
+    note = "ibv_bind_mw(3) NOTES: only the new rkey of a bind may be sent on the bind's QP before its completion; pass the token of `Scope::bind_mw`, `Scope::rebind_mw` or a `BindMw` work request"
+)]
+pub trait BindInFlight: crate::scope::Completes {
+    /// What `advertise_window` sends: address, length and the new rkey.
+    #[doc(hidden)]
+    fn advert(&self) -> WindowAdvert;
+}
+
+/// The advertisement of a window of rights `R` over `len` bytes at `addr` under `rkey`.
+fn advert_of<R: WindowRights>(addr: u64, len: u64, rkey: u32) -> WindowAdvert {
+    let base = if R::ZERO_BASED { 0 } else { addr };
+    WindowAdvert { addr: base, len, rkey, zero_based: R::ZERO_BASED, rights: R::REMOTE }
+}
+
+impl<K: MwType, R: WindowRights> BindInFlight for PendingBind<'_, K, R> {
+    fn advert(&self) -> WindowAdvert {
+        advert_of::<R>(self.addr, self.len, self.new_rkey)
+    }
+}
+
+impl<K: MwType, R0: WindowRights, R: WindowRights> BindInFlight for PendingRebind<'_, '_, K, R0, R> {
+    fn advert(&self) -> WindowAdvert {
+        advert_of::<R>(self.addr, self.len, self.new_rkey)
     }
 }
 

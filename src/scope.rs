@@ -30,8 +30,8 @@ use crate::ah::Ah;
 use crate::error::{Error, Result};
 use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSource, Mr};
 use crate::mw::{
-    BindCompleted, BoundByVerb, BoundMw, InvalidationWatch, Mw, MwType, PendingBind, PendingRebind, PendingUnbind,
-    RegionBorrow, UnboundByVerb,
+    BindCompleted, BindInFlight, BoundByVerb, BoundMw, InvalidationWatch, Mw, MwType, PendingBind, PendingRebind,
+    PendingUnbind, RegionBorrow, UnboundByVerb,
 };
 use crate::qp::{Qp, QpShared, QueueRef, Refused};
 use crate::queue::{Take, TrackedQueue};
@@ -796,7 +796,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// failed bind hands the window back as bound to it. On success [`Scope::wait`] hands
     /// back the window bound to the new range, with the new rkey; on failure the window as it
     /// was (its old rkey restored; whether a failed bind left the old binding usable is the
-    /// device's, so the old region stays borrowed by it until an unbind or its drop).
+    /// device's, so the old region stays borrowed by it until an unbind or its drop). A failed
+    /// bind that ran on the device all the same (a flushed one may have) leaves the window on
+    /// the new range, whose borrow ends with the scope: as after a failed [`Scope::bind_mw`],
+    /// deregistering that region then fails while the window lives, and the region's memory is
+    /// leaked rather than freed (borrowed memory: the process aborts). Unbind or drop the
+    /// window first.
     ///
     /// # Errors
     /// Returns the bound window with a [`PostError`], as for [`Scope::bind_mw`].
@@ -874,12 +879,16 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             send_flags: sys::IBV_SEND_SIGNALED,
             bind_info: sys::ibv_mw_bind_info { mr: bound.region_ptr(), addr: 0, length: 0, mw_access_flags: 0 },
         };
+        let mut bound = bound;
         // SAFETY: the window is owned by `bound`, which moves into the token; the region it names
         // is borrowed by `bound` for 'm, which outlives 'scope.
         let seq = match unsafe { qp.shared.bind_mw(bound.mw().as_ptr(), &mut bind, self.id) } {
             Ok(seq) => seq,
-            Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(bound) }),
-            Err(Refused { error, kept: Some(seq) }) => {
+            Err(refused) => {
+                // As a refused bind: the window's rkey is what it was (whatever the provider did).
+                bound.restore_rkey();
+                let Refused { error, kept } = refused;
+                let Some(seq) = kept else { return Err(PostError { error, wr: Some(bound) }) };
                 self.keep_refused(QueueRef::Send(&qp.shared), seq, Some(Box::new(bound.into_mw())), None);
                 return Err(PostError { error, wr: None });
             }
@@ -898,16 +907,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// [`Error::QueueFull`]; [`Error::Verb`] with `ibv_post_send`.
     ///
     /// See ibv_bind_mw(3), ibv_post_send(3).
-    pub fn advertise_window<T, S, K, R>(
+    pub fn advertise_window<T, S, B>(
         &'scope self,
         qp: &'scope Qp<T, S>,
-        bind: &Token<'scope, PendingBind<'_, K, R>>,
+        bind: &Token<'scope, B>,
     ) -> Result<Token<'scope, ()>>
     where
         T: SupportsSend + Unaddressed,
         S: CanPostSend,
-        K: MwType,
-        R: WindowRights,
+        B: BindInFlight,
     {
         if !matches!(bind.guard.posted.q, QueueRef::Send(q) if std::ptr::eq(q, &*qp.shared)) {
             return Err(Error::invalid(
@@ -1263,6 +1271,18 @@ impl<'m, K: MwType, R: WindowRights> Token<'_, PendingBind<'m, K, R>> {
     pub fn rkey(&self) -> u32
     where
         PendingBind<'m, K, R>: BindCompleted,
+    {
+        self.buffers.advert().rkey
+    }
+}
+
+impl<'o, 'm, K: MwType, R0: WindowRights, R: WindowRights> Token<'_, PendingRebind<'o, 'm, K, R0, R>> {
+    /// Not available, as for a bind ([`Token::rkey`](Token#method.rkey) of a
+    /// [`PendingBind`]): the new rkey comes with the [`BoundMw`] a successful completion
+    /// yields, or goes to the peer with [`Scope::advertise_window`].
+    pub fn rkey(&self) -> u32
+    where
+        PendingRebind<'o, 'm, K, R0, R>: BindCompleted,
     {
         self.buffers.advert().rkey
     }

@@ -243,7 +243,8 @@ impl<W> AddressedFor<UD> for To<'_, W> {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` already has a destination",
     label = "a second `.to(...)` on a request that has one",
-    note = "ibv_post_send(3): a UD work request carries one destination (wr.ud.ah, wr.ud.remote_qpn, wr.ud.remote_qkey): call `.to(&ah, remote_qpn, remote_qkey)` once"
+    note = "ibv_post_send(3): a UD work request carries one destination (wr.ud.ah, wr.ud.remote_qpn, wr.ud.remote_qkey): call `.to(&ah, remote_qpn, remote_qkey)` once",
+    note = "in generic code, a request type that gets its destination here needs the bound `Undirected`"
 )]
 pub trait Undirected: SendRequest {}
 impl<W: Undirected> Undirected for Unsignaled<W> {}

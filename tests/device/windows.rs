@@ -238,27 +238,39 @@ fn zero_length_rebind_of_a_type1_window_revokes_it() {
 }
 
 /// A bound type 1 window bound again (`rebind_mw`, no unbind first) to another region with
-/// other rights: the new rkey reaches the new range only, and the old rkey stops working.
+/// other rights, advertised to the peer before the rebind's completion (a send after it on the
+/// same QP): the advertised rkey is the new one, reaches the new range only, and the old rkey
+/// stops working.
 #[test]
 fn rebinding_a_bound_type1_window_moves_it_and_revokes_the_old_rkey() {
     let r = window_rig();
     let other = r.pd.alloc_mr(4096, access::WINDOW_BINDABLE).unwrap();
     let mw = r.pd.alloc_mw::<Type1>().unwrap();
-    let (old, new) = scope(|s| {
+    let mut rbuf = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let (old, advert, new) = scope(|s| {
         let t = s.bind_mw(&r.p.b, mw, &r.target, 0, 1024, window::WRITE).unwrap();
         let bound = s.wait(t, WAIT).unwrap().1.expect("bind");
         let old = bound.remote(..).unwrap();
         assert_eq!(write_status(&r, old, 64), WcStatus::Success, "the first binding works");
+        let rt = s.post_recv(&r.p.a, wr::Recv::new(rbuf.slice_mut(..).unwrap())).unwrap();
         let t = s.rebind_mw(&r.p.b, bound, &other, 2048, 1024, window::READ_WRITE).unwrap();
+        let adv = s.advertise_window(&r.p.b, &t).unwrap();
         let (c, rebound) = s.wait(t, WAIT).unwrap();
         assert_eq!((c.status(), c.opcode()), (WcStatus::Success, WcOpcode::BindMw), "{c:?}");
         let rebound = rebound.expect("rebind succeeded");
         assert_eq!(rebound.len(), 1024);
-        (old, rebound)
+        assert!(s.wait(adv, WAIT).unwrap().0.is_success());
+        let (c, buf) = s.wait(rt, WAIT).unwrap();
+        assert!(c.is_success() && c.byte_len() as usize == WindowAdvert::LEN, "{c:?}");
+        let mut bytes = [0u8; WindowAdvert::LEN];
+        buf.read_volatile_into(&mut bytes);
+        (old, WindowAdvert::decode(&bytes).unwrap(), rebound)
     })
     .unwrap();
     assert_ne!(new.rkey(), old.rkey(), "a rebind gives a new rkey");
-    assert_eq!(write_status(&r, new.remote(0..256).unwrap(), 256), WcStatus::Success);
+    assert_eq!((advert.rkey, advert.len), (new.rkey(), 1024), "the advert names the new binding");
+    let remote = advert.remote::<window::ReadWrite>().unwrap();
+    assert_eq!(write_status(&r, remote.slice(0, 256).unwrap(), 256), WcStatus::Success);
     let mut landed = vec![0u8; 256];
     other.read_volatile_into(2048, &mut landed).unwrap();
     assert_eq!(landed, &r.src.as_slice()[..256], "the new binding's range received the bytes");

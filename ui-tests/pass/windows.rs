@@ -25,6 +25,7 @@ fn check(
         let bound = s.wait(t, T)?.1.map_err(|_| typed_verbs::Error::QpBroken { qp_num: 0 })?;
         // Type 1 bound again while bound, to another region with other rights, then unbound.
         let t = s.rebind_mw(uc, bound, host, 64, 64, window::READ_WRITE)?;
+        let _adv = s.advertise_window(uc, &t)?;
         let bound = match s.wait(t, T)?.1 {
             Ok(rebound) => rebound,
             Err(_still_bound_to_read_host) => return Err(typed_verbs::Error::QpBroken { qp_num: 0 }),
