@@ -1,16 +1,18 @@
-//! Races of the awaited completions that a real device cannot be made to produce on demand,
-//! run deterministically over a fake device (test only) under the real `CqShared`,
-//! `ChannelShared`, `QpShared`, `SrqShared` and `OwnedCompletion` code: a completion that
-//! lands between a future's poll and its arming, a QP attached to a shared receive queue at
-//! the instant a future registers its waker, and wakers that panic inside a dispatch or a
-//! future's own poll.
+//! Races that a real device cannot be made to produce on demand, run deterministically over a
+//! fake device (test only) under the real `CqShared`, `ChannelShared`, `QpShared`, `SrqShared`,
+//! `OwnedCompletion`, scope and lane code: a completion that lands between a future's poll and
+//! its arming, a QP attached to a shared receive queue at the instant a future registers its
+//! waker, wakers that panic inside a dispatch or a future's own poll; and, with a provider
+//! whose posts the tests take or refuse as they say, scopes, owned tokens and lanes sharing a
+//! QP while its completions land in an order the test chooses.
 //!
 //! The fake: an `ibv_context` whose `ops.poll_cq` / `ops.req_notify_cq` are this module's
 //! functions (what `CqShared` calls, as it calls a provider's), a completion channel whose
 //! descriptor is a pipe the fake writes `ib_uverbs_comp_event_desc`s into (what the real
 //! `ibv_get_cq_event` reads), and an arming that, as the verbs say, makes only the next
-//! completion added after it produce one event. Nothing here is ever dropped that would call
-//! a destroy verb on a fake object (leaked on purpose).
+//! completion added after it produce one event. Its other operations succeed and do nothing
+//! (a QP's modify and destroy). The context and the CQs are never destroyed (leaked on
+//! purpose).
 #![allow(unsafe_code)]
 
 use std::collections::VecDeque;
@@ -23,14 +25,20 @@ use std::task::{Context as Cx, Poll, RawWaker, RawWakerVTable, Wake, Waker};
 
 use typed_verbs_sys as sys;
 
+use crate::access::RemoteAll;
 use crate::channel::CompChannel;
 use crate::cq::CqShared;
 use crate::device::ContextInner;
+use crate::mr::{LocalBuf, LocalBufMut, OdpTag, RemoteSlice};
 use crate::owned::{OwnedCompletion, OwnedToken};
 use crate::pd::PdInner;
-use crate::qp::{QpShared, QueueArc};
-use crate::queue::RECV_BIT;
+use crate::qp::{Qp, QpShared, QueueArc};
+use crate::queue::{LANE_BIT, RECV_BIT};
+use crate::scope::{scope, scope_with_timeout};
 use crate::srq::SrqShared;
+use crate::transport::{RC, RTS};
+use crate::wr::{Read, Recv, SendRequest, Write};
+use std::time::Duration;
 
 type Hook = Box<dyn FnOnce() + Send>;
 
@@ -105,8 +113,12 @@ unsafe extern "C" fn fake_arm(cq: *mut sys::ibv_cq, _solicited: i32) -> i32 {
     0
 }
 
-/// Every private operation of the fake context (`ibv_get_cq_event` calls `cq_event`).
-extern "C" fn noop() {}
+/// Every private operation of the fake context, succeeding (`ibv_get_cq_event` calls
+/// `cq_event`; `ibv_modify_qp`, a drain's forced ERR and RESET, calls `modify_qp`;
+/// `ibv_destroy_qp` and `ibv_destroy_srq` their destroys).
+extern "C" fn noop() -> i32 {
+    0
+}
 
 pub(crate) struct World {
     ctxp: *mut sys::ibv_context,
@@ -136,7 +148,7 @@ impl World {
             let vctx: &'static mut sys::verbs_context = Box::leak(Box::new(std::mem::zeroed()));
             // `get_ops(ctx)` (what the real `ibv_get_cq_event` calls `cq_event` through) is the
             // private ops behind `priv`: every word a no-op function, wherever `cq_event` is.
-            let ops: &'static mut [usize; 8192] = Box::leak(Box::new([noop as extern "C" fn() as usize; 8192]));
+            let ops: &'static mut [usize; 8192] = Box::leak(Box::new([noop as extern "C" fn() -> i32 as usize; 8192]));
             vctx.priv_ = (ops as *mut [usize; 8192]).cast();
             vctx.context.ops.poll_cq = Some(fake_poll);
             vctx.context.ops.req_notify_cq = Some(fake_arm);
@@ -198,20 +210,34 @@ impl World {
         cq: &Arc<CqShared>,
         srq: Option<Arc<SrqShared>>,
     ) -> Arc<QpShared> {
-        // SAFETY: all-zero is a valid `ibv_qp` (pointers null); leaked, never destroyed.
-        let raw: &'static mut sys::ibv_qp = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
-        raw.qp_num = qp_num;
-        let qp = QpShared::fake(NonNull::from(raw), qp_num, depth, cq, Arc::clone(&self.pd), srq);
+        let qp = QpShared::fake(self.raw_qp(qp_num), qp_num, depth, cq, Arc::clone(&self.pd), srq);
         std::mem::forget(Arc::clone(&qp));
         qp
     }
 
+    /// A leaked `ibv_qp` of the fake context: its verbs (modify, destroy) reach the context's
+    /// no-op operations, which succeed.
+    fn raw_qp(&'static self, qp_num: u32) -> NonNull<sys::ibv_qp> {
+        // SAFETY: all-zero is a valid `ibv_qp` (pointers null).
+        let raw: &'static mut sys::ibv_qp = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
+        raw.qp_num = qp_num;
+        raw.context = self.ctxp;
+        NonNull::from(raw)
+    }
+
     pub(crate) fn srq(&'static self, max_wr: u32) -> Arc<SrqShared> {
-        // SAFETY: all-zero is a valid `ibv_srq`; leaked, never destroyed.
-        let raw: &'static mut sys::ibv_srq = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
-        let s = SrqShared::fake(NonNull::from(raw), max_wr, Arc::clone(&self.pd));
+        let s = self.destroyable_srq(max_wr);
         std::mem::forget(Arc::clone(&s));
         s
+    }
+
+    /// A fake SRQ whose last `Arc` destroys it (the destroy reaches the fake's no-op
+    /// operations, which succeed).
+    fn destroyable_srq(&'static self, max_wr: u32) -> Arc<SrqShared> {
+        // SAFETY: all-zero is a valid `ibv_srq`; leaked.
+        let raw: &'static mut sys::ibv_srq = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
+        raw.context = self.ctxp;
+        SrqShared::fake(NonNull::from(raw), max_wr, Arc::clone(&self.pd))
     }
 }
 
@@ -801,4 +827,399 @@ fn a_parked_buffer_whose_drop_panics_in_a_dispatch_leaves_no_cq_unserved() {
     assert_eq!((cf.get(), cg.get()), (1, 1), "both CQs' futures woken");
     assert!(poll(&mut f, &wf).is_ready() && poll(&mut g, &wg).is_ready());
     assert!(fa.armed.load(SeqCst) && fb.armed.load(SeqCst), "both CQs armed again");
+}
+
+// The fake provider's posts: scopes, owned tokens and lanes posting through the real code, the
+// provider taking or refusing each post as the test says, and the device completing what the
+// test lands in the fake CQ.
+
+/// What the fake provider answers to a post.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    Accept,
+    /// Refuses, naming the request at this index of the list in `bad_wr` (the ones before it
+    /// are taken).
+    RefuseAt(usize),
+    /// Refuses after taking the whole list, `bad_wr` left NULL (rxe's failed doorbell).
+    RefuseNull,
+}
+
+/// The provider's side of one fake QP.
+#[derive(Default)]
+struct FakeQp {
+    /// The answers to the next posts, in order (then `Accept`).
+    answers: VecDeque<Answer>,
+    /// `(wr_id, signaled)` of every send request taken.
+    sends: Vec<(u64, bool)>,
+    /// The `wr_id` of every receive taken.
+    recvs: Vec<u64>,
+}
+
+/// The fake QPs, by the address of their `ibv_qp`.
+static FAKE_QPS: Mutex<Vec<(usize, FakeQp)>> = Mutex::new(Vec::new());
+
+fn with_fake_qp<R>(qp: *mut sys::ibv_qp, f: impl FnOnce(&mut FakeQp) -> R) -> R {
+    let mut all = FAKE_QPS.lock().unwrap_or_else(|e| e.into_inner());
+    let i = match all.iter().position(|(a, _)| *a == qp as usize) {
+        Some(i) => i,
+        None => {
+            all.push((qp as usize, FakeQp::default()));
+            all.len() - 1
+        }
+    };
+    f(&mut all[i].1)
+}
+
+/// The fake provider's `ibv_post_send`: takes the list, or refuses it as told.
+///
+/// # Safety
+/// As `ibv_post_send` is called: `wr` starts a valid list, `bad` is a valid out-pointer.
+unsafe extern "C" fn fake_send(
+    qp: *mut sys::ibv_qp,
+    wr: *mut sys::ibv_send_wr,
+    bad: *mut *mut sys::ibv_send_wr,
+) -> i32 {
+    let mut list = Vec::new();
+    let mut p = wr;
+    while !p.is_null() {
+        list.push(p);
+        // SAFETY: `p` is a request of the caller's valid list.
+        p = unsafe { (*p).next };
+    }
+    with_fake_qp(qp, |f| {
+        let answer = f.answers.pop_front().unwrap_or(Answer::Accept);
+        let taken = match answer {
+            Answer::RefuseAt(i) => i,
+            Answer::Accept | Answer::RefuseNull => list.len(),
+        };
+        for &w in &list[..taken] {
+            // SAFETY: as above.
+            let w = unsafe { &*w };
+            f.sends.push((w.wr_id, w.send_flags & sys::IBV_SEND_SIGNALED != 0));
+        }
+        let (named, ret) = match answer {
+            Answer::Accept => return 0,
+            Answer::RefuseAt(i) => (list[i], libc::ENOMEM),
+            Answer::RefuseNull => (std::ptr::null_mut(), libc::EINVAL),
+        };
+        // SAFETY: `bad` is the caller's valid out-pointer.
+        unsafe { *bad = named };
+        ret
+    })
+}
+
+/// The fake provider's `ibv_post_recv` of one receive: takes it, or refuses it as told.
+///
+/// # Safety
+/// As `ibv_post_recv` is called with one request.
+unsafe extern "C" fn fake_recv(
+    qp: *mut sys::ibv_qp,
+    wr: *mut sys::ibv_recv_wr,
+    bad: *mut *mut sys::ibv_recv_wr,
+) -> i32 {
+    with_fake_qp(qp, |f| {
+        let (named, ret) = match f.answers.pop_front().unwrap_or(Answer::Accept) {
+            Answer::Accept => {
+                // SAFETY: `wr` is the caller's valid request.
+                f.recvs.push(unsafe { (*wr).wr_id });
+                return 0;
+            }
+            Answer::RefuseAt(_) => (wr, libc::ENOMEM),
+            Answer::RefuseNull => (std::ptr::null_mut(), libc::EINVAL),
+        };
+        // SAFETY: `bad` is the caller's valid out-pointer.
+        unsafe { *bad = named };
+        ret
+    })
+}
+
+impl World {
+    /// A QP over the fake device whose posts [`fake_send`] and [`fake_recv`] take, and whose
+    /// verbs succeed. Its last `Arc` destroys it.
+    fn posting_qp(
+        &'static self,
+        qp_num: u32,
+        depth: u32,
+        cq: &Arc<CqShared>,
+        srq: Option<Arc<SrqShared>>,
+    ) -> Arc<QpShared> {
+        let raw = self.raw_qp(qp_num);
+        QpShared::fake_with_posts(raw, qp_num, depth, cq, Arc::clone(&self.pd), srq, fake_send, fake_recv)
+    }
+
+    /// An RC QP in RTS of [`World::posting_qp`], typed, with its shared part; never destroyed.
+    fn rc_qp(&'static self, qp_num: u32, depth: u32, cq: &Arc<CqShared>) -> (Qp<RC, RTS>, Arc<QpShared>) {
+        let shared = self.posting_qp(qp_num, depth, cq, None);
+        std::mem::forget(Arc::clone(&shared));
+        (Qp::from_fake(Arc::clone(&shared)), shared)
+    }
+
+    fn local(&self, addr: u64, len: u32) -> LocalBuf<'static> {
+        LocalBuf::from_parts(addr, len, 7, OdpTag::default(), self.pd.id())
+    }
+
+    fn local_mut(&self, addr: u64, len: u32) -> LocalBufMut<'static> {
+        LocalBufMut::from_parts(addr, len, 7, OdpTag::default(), self.pd.id())
+    }
+}
+
+fn remote() -> RemoteSlice<RemoteAll> {
+    RemoteSlice::new(0x9000, 4096, 0x55)
+}
+
+fn wc_of(qp_num: u32, wr_id: u64, status: u32, opcode: u32) -> sys::ibv_wc {
+    sys::ibv_wc { wr_id, status, opcode, qp_num, byte_len: 8, ..Default::default() }
+}
+
+/// `(wr_id, signaled)` of every send request the provider took from `qp`.
+fn sends(qp: &QpShared) -> Vec<(u64, bool)> {
+    with_fake_qp(qp.as_ptr(), |f| f.sends.clone())
+}
+
+fn answer_next(qp: &QpShared, a: Answer) {
+    with_fake_qp(qp.as_ptr(), |f| f.answers.push_back(a));
+}
+
+/// A scope whose own request is signaled and in flight ends while an owned unsignaled request
+/// (another owner on the same QP) sits at the tail of the send queue: its drain waits for its
+/// own completion, and the QP stays usable. (A drain that took the queue's uncovered tail for
+/// its own would give up at the first empty poll, force the QP to ERR and RESET and return
+/// `QpBroken`.)
+#[test]
+fn a_scope_waits_for_its_own_request_past_another_owners_unsignaled_tail() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (qp, shared) = w.rc_qp(0x500, 16, &cq);
+    let started = std::time::Instant::now();
+    let mut device = None;
+    let r = scope(|s| {
+        let t = s.post_send(&qp, Write::new(w.local(0x1000, 64), remote())).expect("posted");
+        let (seq, signaled) = sends(&shared)[0];
+        assert!(signaled);
+        drop(t);
+        let owned = qp.post_send_owned(Write::new(w.local(0x2000, 64), remote()).unsignaled()).expect("owned");
+        assert!(!sends(&shared)[1].1, "an unsignaled tail");
+        // The device completes the scope's request 50 ms later.
+        device = Some(std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            fake.complete(wc_of(0x500, seq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_WRITE));
+        }));
+        owned
+    });
+    device.unwrap().join().unwrap();
+    let owned = r.expect("the scope's own request completed");
+    assert!(started.elapsed() >= Duration::from_millis(50), "it waited for the completion");
+    assert!(shared.check_usable().is_ok(), "the QP was not reset");
+    assert_eq!(shared.outstanding(), (1, 0), "the owned request alone is outstanding");
+    drop(owned);
+}
+
+/// Scope A ends with its signaled request in flight while scope B (another thread) has just
+/// posted an unsignaled request after it: A waits for its own completion, B's next (signaled)
+/// post is taken and its completion completes B's first request. (A drain that took B's tail
+/// for its own would reset the QP under B, failing A with `QpBroken` and refusing B's next
+/// post.)
+#[test]
+fn a_scope_ending_leaves_another_scopes_unsignaled_run_alone() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (qp, shared) = w.rc_qp(0x560, 16, &cq);
+    let a_posted = std::sync::Barrier::new(2);
+    let b_posted = std::sync::Barrier::new(2);
+    let a_done = std::sync::Barrier::new(2);
+    std::thread::scope(|ts| {
+        let b = ts.spawn(|| {
+            scope(|s| {
+                a_posted.wait();
+                let t = s.post_send(&qp, Write::new(w.local(0x2000, 8), remote()).unsignaled()).expect("B posts");
+                b_posted.wait();
+                a_done.wait();
+                let next = s.post_send(&qp, Write::new(w.local(0x3000, 8), remote())).map_err(|e| e.error)?;
+                let (seq, signaled) = *sends(&shared).last().unwrap();
+                assert!(signaled);
+                fake.complete(wc_of(0x560, seq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_WRITE));
+                let first = s.wait(t, Duration::from_secs(5)).map_err(|e| e.error)?.0;
+                let last = s.wait(next, Duration::from_secs(5)).map_err(|e| e.error)?.0;
+                Ok::<_, crate::Error>((first.is_success(), last.is_success()))
+            })
+        });
+        let mut device = None;
+        let a = scope(|s| {
+            let t = s.post_send(&qp, Write::new(w.local(0x1000, 8), remote())).expect("A posts");
+            let (seq, signaled) = sends(&shared)[0];
+            assert!(signaled);
+            a_posted.wait();
+            b_posted.wait();
+            assert_eq!(sends(&shared).len(), 2, "B's unsignaled request after A's");
+            drop(t);
+            device = Some(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                fake.complete(wc_of(0x560, seq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_WRITE));
+            }));
+        });
+        device.unwrap().join().unwrap();
+        a_done.wait();
+        let b = b.join().unwrap();
+        assert!(a.is_ok(), "{a:?}");
+        assert_eq!(b.expect("B's scope").expect("B's requests"), (true, true));
+    });
+    assert!(shared.check_usable().is_ok());
+}
+
+/// A lane's request is complete only through a completion of the lane: a completion whose
+/// `wr_id` is the same number without `LANE_BIT` (a scope's or owned request's) leaves it
+/// pending, and a receive completion carrying the send lane's number (with `RECV_BIT`) is the
+/// receive lane's. `Prepared::into_inner` and `PreparedRecv::received` answer only then.
+#[test]
+fn lane_numbers_do_not_collide_with_the_books_numbers() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (mut qp, shared) = w.rc_qp(0x510, 8, &cq);
+    let r = scope(|s| {
+        let (mut lane, mut rlane) = s.lanes(&mut qp).expect("lanes");
+        let mut read = lane.prepare(Read::new(w.local_mut(0x1000, 64), remote())).expect("prepared");
+        let tok = lane.post(&mut read).expect("posted");
+        let seq = sends(&shared).last().unwrap().0;
+        assert_eq!(seq & LANE_BIT, LANE_BIT);
+        fake.complete(wc_of(0x510, seq & !LANE_BIT, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_READ));
+        cq.take_all().unwrap();
+        let read = read.into_inner().expect_err("outstanding: the device may still write the READ's destination");
+        assert_eq!(lane.outstanding(), 1);
+        let mut rcv = rlane.prepare(Recv::new(w.local_mut(0x3000, 64))).expect("prepared");
+        let rtok = rlane.post(&mut rcv).expect("posted");
+        let rseq = with_fake_qp(shared.as_ptr(), |f| *f.recvs.last().unwrap());
+        assert_eq!(rseq & (RECV_BIT | LANE_BIT), RECV_BIT | LANE_BIT);
+        assert!(rcv.received().is_none());
+        // Another poller than the lane takes the receive's completion: kept for the lane.
+        fake.complete(wc_of(0x510, rseq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV));
+        cq.take_all().unwrap();
+        assert_eq!(lane.outstanding(), 1, "a receive completion completed a send");
+        assert!(rcv.received().is_some());
+        assert!(rlane.wait(rtok, Duration::from_secs(1)).expect("kept").is_success());
+        fake.complete(wc_of(0x510, seq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_READ));
+        assert!(lane.wait(tok, Duration::from_secs(1)).expect("completes").is_success());
+        read.into_inner().expect("complete");
+    });
+    assert!(r.is_ok(), "{r:?}");
+    assert!(shared.check_usable().is_ok());
+}
+
+/// A post list the provider refuses without naming a request (rxe's doorbell) counts every
+/// request posted and none covered, so the lane's requests stay outstanding (nothing is
+/// handed back) until a later signaled request covers them; one that names request k counts
+/// exactly the k before it.
+#[test]
+fn a_lanes_refused_post_list_keeps_what_may_be_queued() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (mut qp, shared) = w.rc_qp(0x520, 16, &cq);
+    let r = scope(|s| {
+        let mut lane = s.send_lane(&mut qp).expect("lane");
+        let wrs: Vec<_> = (0..4).map(|i| Read::new(w.local_mut(0x1000 + i * 64, 64), remote())).collect();
+        let mut list = lane.prepare_list(wrs, 2).expect("list");
+        answer_next(&shared, Answer::RefuseNull);
+        lane.post_list(&mut list).expect_err("refused");
+        assert_eq!(lane.outstanding(), 4, "every request of the list may be queued");
+        let mut list = list.into_inner().expect_err("nothing handed back while they may be queued");
+        answer_next(&shared, Answer::RefuseAt(3));
+        lane.post_list(&mut list).expect_err("refused at 3");
+        assert_eq!(lane.outstanding(), 7, "three more taken");
+        let mut one = lane.prepare(Write::new(w.local(0x5000, 8), remote())).expect("prepared");
+        let tok = lane.post(&mut one).expect("posted");
+        let last = sends(&shared).last().unwrap().0;
+        fake.complete(wc_of(0x520, last, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_WRITE));
+        lane.wait(tok, Duration::from_secs(1)).expect("completes");
+        assert_eq!(lane.outstanding(), 0);
+        list.into_inner().expect("all complete");
+    });
+    assert!(r.is_ok(), "{r:?}");
+}
+
+/// A late flush of an earlier lane's request on the QP (after the scope's forced reset, which
+/// that lane's unsignaled tail caused) completes nothing of the next lane.
+#[test]
+fn a_late_flush_of_an_earlier_lane_completes_nothing_of_the_next() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (mut qp, shared) = w.rc_qp(0x530, 8, &cq);
+    let r = scope_with_timeout(Duration::from_millis(300), |s| {
+        let mut lane = s.send_lane(&mut qp).expect("lane");
+        let mut wr = lane.prepare(Write::new(w.local(0x1000, 8), remote())).expect("prepared");
+        lane.post_unsignaled(&mut wr).expect("posted");
+    });
+    assert!(matches!(r, Err(crate::Error::QpBroken { .. })), "{r:?}");
+    let old = sends(&shared).last().unwrap().0;
+    // The program resets the QP (what `Qp::reset` does to the books).
+    shared.fake_after_reset();
+    let r = scope(|s| {
+        let mut lane = s.send_lane(&mut qp).expect("lane");
+        let mut wr = lane.prepare(Read::new(w.local_mut(0x2000, 8), remote())).expect("prepared");
+        let tok = lane.post(&mut wr).expect("posted");
+        let new = sends(&shared).last().unwrap().0;
+        assert!(new > old);
+        fake.complete(wc_of(0x530, old, sys::IBV_WC_WR_FLUSH_ERR, 0));
+        cq.take_all().unwrap();
+        assert_eq!(lane.outstanding(), 1);
+        let wr = wr.into_inner().expect_err("still outstanding");
+        fake.complete(wc_of(0x530, new, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_READ));
+        assert!(lane.wait(tok, Duration::from_secs(1)).expect("completes").is_success());
+        wr.into_inner().expect("done");
+    });
+    assert!(r.is_ok(), "{r:?}");
+}
+
+/// A buffer whose drop the test sees.
+struct Sentinel(Arc<AtomicBool>);
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+/// An SRQ receive whose owned token was dropped keeps its buffer while the SRQ may still
+/// hand it to a QP: through the drop of the program's SRQ handle and of the QP, until the
+/// SRQ's own destroy (its last `Arc`, which the QP held).
+#[test]
+fn an_srq_receive_of_a_dropped_token_is_kept_until_the_srq_is_destroyed() {
+    let w = World::new();
+    let (cq, _) = w.cq();
+    let srq = w.destroyable_srq(4);
+    let qp = w.posting_qp(0x540, 4, &cq, Some(Arc::clone(&srq)));
+    let seq = srq.rq.lock().push(true);
+    let freed = Arc::new(AtomicBool::new(false));
+    drop(OwnedToken::new(QueueArc::Srq(Arc::clone(&srq)), seq, Sentinel(Arc::clone(&freed)), None));
+    assert!(!freed.load(SeqCst), "a dropped token freed an SRQ buffer the device may still write");
+    drop(srq);
+    assert!(!freed.load(SeqCst));
+    let weak = Arc::downgrade(qp.srq.as_ref().unwrap());
+    drop(qp);
+    assert!(weak.upgrade().is_none(), "SRQ destroyed");
+    assert!(freed.load(SeqCst), "released once the SRQ is destroyed");
+}
+
+/// An SRQ receive consumed by a QP destroyed before its completion is polled stays parked
+/// until that completion is routed (to the SRQ, through the CQ's list of retired QPs); a
+/// completion of the same number from a QP of another SRQ releases nothing of this one.
+#[test]
+fn an_srq_receive_of_a_destroyed_qp_is_released_by_its_routed_completion() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let srq = w.srq(4);
+    let other_srq = w.srq(4);
+    let qp = w.posting_qp(0x550, 4, &cq, Some(Arc::clone(&srq)));
+    let other = w.posting_qp(0x551, 4, &cq, Some(Arc::clone(&other_srq)));
+    let seq = srq.rq.lock().push(true);
+    assert_eq!(other_srq.rq.lock().push(true), seq, "both SRQs number from 0");
+    let freed = Arc::new(AtomicBool::new(false));
+    drop(OwnedToken::new(QueueArc::Srq(Arc::clone(&srq)), seq, Sentinel(Arc::clone(&freed)), None));
+    fake.complete(recv_wc(0x551, seq, sys::IBV_WC_SUCCESS));
+    cq.take_all().unwrap();
+    assert!(!freed.load(SeqCst), "another SRQ's completion released this SRQ's buffer");
+    assert!(srq.rq.is_pending(seq));
+    fake.complete(recv_wc(0x550, seq, sys::IBV_WC_SUCCESS));
+    drop(qp);
+    assert!(!freed.load(SeqCst));
+    cq.take_all().unwrap();
+    assert!(freed.load(SeqCst), "released by its routed completion");
+    std::mem::forget(other);
 }

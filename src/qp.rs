@@ -1775,6 +1775,8 @@ impl QpShared {
         self.after_reset();
     }
 
+    /// A fake QP (test only) over the fake device of `async_races`, whose posts fail: the
+    /// tests book its requests without posting.
     pub(crate) fn fake(
         qp: NonNull<sys::ibv_qp>,
         qp_num: u32,
@@ -1799,12 +1801,29 @@ impl QpShared {
         ) -> i32 {
             -1
         }
-        let caps = QpCaps { max_send_wr: depth, max_recv_wr: depth, ..QpCaps::default() };
+        QpShared::fake_with_posts(qp, qp_num, depth, cq, pd, srq, no_send, no_recv)
+    }
+
+    /// A fake QP (test only) whose provider posts are `send` and `recv` (the tests' own
+    /// functions), with room for 4 scatter/gather entries and 64 bytes inline.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn fake_with_posts(
+        qp: NonNull<sys::ibv_qp>,
+        qp_num: u32,
+        depth: u32,
+        cq: &Arc<CqShared>,
+        pd: Arc<PdInner>,
+        srq: Option<Arc<SrqShared>>,
+        send: PostSendFn,
+        recv: PostRecvFn,
+    ) -> Arc<QpShared> {
+        let caps =
+            QpCaps { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 };
         let shared = Arc::new_cyclic(|me| QpShared {
             me: me.clone(),
             qp,
-            post_send_fn: no_send,
-            post_recv_fn: no_recv,
+            post_send_fn: send,
+            post_recv_fn: recv,
             qp_num,
             caps,
             send_cq: Arc::clone(cq),
@@ -1827,6 +1846,14 @@ impl QpShared {
             None => register(0).expect("fake register"),
         }
         shared
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+impl<T: Transport, S: QpState> Qp<T, S> {
+    /// A typed handle over a fake QP (test only; never dropped: it would destroy the fake).
+    pub(crate) fn from_fake(shared: Arc<QpShared>) -> Self {
+        Qp { shared, _type: PhantomData }
     }
 }
 

@@ -190,6 +190,12 @@ impl WorkQueue {
         self.index(seq).is_some_and(|i| matches!(self.slots[i].0, Slot::Pending { .. }))
     }
 
+    /// Whether request `seq` is pending and may never complete by itself (see
+    /// [`WorkQueue::has_uncovered`]).
+    fn is_uncovered(&self, seq: u64) -> bool {
+        self.index(seq).is_some_and(|i| matches!(self.slots[i].0, Slot::Pending { covered: false, .. }))
+    }
+
     /// Whether a pending request may never complete by itself: one the provider refused after
     /// it may have queued it. Nothing but a reset settles it.
     pub(crate) fn has_uncovered(&self) -> bool {
@@ -666,6 +672,18 @@ impl Book {
         match self {
             Book::Send(b) => b.is_pending(seq),
             Book::Recv(q) => q.is_pending(seq),
+        }
+    }
+
+    /// Whether request `seq` is pending and no completion will come for it: not a completion
+    /// of its own, nor of a later request of the queue. A send request at or after the last
+    /// signaled one (an unsignaled tail, or a refused request that may have been queued); a
+    /// refused receive ([`WorkQueue::has_uncovered`]). Another request's uncovered tail does
+    /// not make `seq` uncovered.
+    pub(crate) fn is_uncovered(&self, seq: u64) -> bool {
+        match self {
+            Book::Send(b) => b.is_pending(seq) && seq >= b.covered,
+            Book::Recv(q) => q.is_uncovered(seq),
         }
     }
 
@@ -1458,6 +1476,12 @@ impl TrackedQueue {
         self.wq.lock().outstanding().saturating_add(lane)
     }
 
+    /// Whether request `seq` (of the book, not of a lane) is pending and may never complete by
+    /// itself ([`Book::is_uncovered`]).
+    pub(crate) fn is_uncovered(&self, seq: u64) -> bool {
+        self.wq.lock().is_uncovered(seq)
+    }
+
     /// Whether something outstanding on this queue may never complete by itself
     /// ([`WorkQueue::has_uncovered`], and the lane's unsignaled tail).
     pub(crate) fn has_uncovered_tail(&self) -> bool {
@@ -1727,7 +1751,10 @@ mod tests {
         let a = q.push(true);
         let b = q.push(false);
         assert!(q.has_uncovered());
+        // Only the tail itself is uncovered: `a`'s own completion will come.
+        assert!(!q.is_uncovered(a) && q.is_uncovered(b));
         q.force_flush(7);
+        assert!(!q.is_uncovered(b), "complete");
         assert_eq!(q.outstanding(), 0);
         assert!(!q.has_uncovered());
         for s in [a, b] {
@@ -2236,6 +2263,7 @@ mod tests {
         let refused = rq.push_owned(false, 0);
         let after = rq.push_owned(true, 0);
         assert!(rq.has_uncovered());
+        assert!(!rq.is_uncovered(ok) && rq.is_uncovered(refused) && !rq.is_uncovered(after));
         assert!(rq.complete(ok, wc(1)));
         assert!(rq.complete(after, wc(1)));
         assert!(rq.has_uncovered() && rq.is_pending(refused));

@@ -1165,8 +1165,10 @@ fn foreign_capability(qp: &QpShared) -> Error {
 fn wait_until_done(p: &Posted<'_>, deadline: Instant) -> bool {
     let q = p.q.tracked();
     // An unsignaled request at the tail of the send queue, or a request the provider refused
-    // after it may have queued it, never completes on its own.
-    let uncovered = || q.has_uncovered_tail();
+    // after it may have queued it, never completes on its own. Only the scope's own request
+    // counts: another owner's uncovered tail (an owned request, another scope's run) is
+    // theirs, and a request before it completes all the same.
+    let uncovered = || q.is_uncovered(p.seq);
     drain_until(p.q, deadline, || q.is_pending(p.seq), uncovered)
 }
 
