@@ -1223,3 +1223,90 @@ fn an_srq_receive_of_a_destroyed_qp_is_released_by_its_routed_completion() {
     assert!(freed.load(SeqCst), "released by its routed completion");
     std::mem::forget(other);
 }
+
+/// A QP broken by a CQ error (`Context::next_async_event` on `IBV_EVENT_CQ_ERR` calls
+/// `mark_broken`) refuses to open a lane and refuses scope and owned posts with `QpBroken`,
+/// before the provider sees them; a lane opened before goes on posting to the provider, as a C
+/// program would (its fast path reads no flag), and its requests complete as the device says.
+#[test]
+fn a_broken_qp_refuses_new_lanes_and_an_open_lane_posts_on() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (mut qp, shared) = w.rc_qp(0x570, 8, &cq);
+    let broken = |e: &crate::Error| matches!(e, crate::Error::QpBroken { qp_num: 0x570 });
+    let r = scope(|s| {
+        let mut lane = s.send_lane(&mut qp).expect("lane");
+        let mut wr = lane.prepare(Write::new(w.local(0x1000, 8), remote())).expect("prepared");
+        shared.mark_broken();
+        let tok = lane.post(&mut wr).expect("the open lane posts on");
+        let (seq, _) = *sends(&shared).last().unwrap();
+        fake.complete(wc_of(0x570, seq, sys::IBV_WC_WR_FLUSH_ERR, sys::IBV_WC_RDMA_WRITE));
+        let c = lane.wait(tok, Duration::from_secs(1)).expect("completes");
+        assert_eq!(c.status(), crate::wc::WcStatus::WrFlushErr);
+    });
+    assert!(r.is_ok(), "nothing outstanding: {r:?}");
+    let r = scope(|s| assert!(broken(&s.send_lane(&mut qp).expect_err("refused"))));
+    assert!(r.is_ok(), "{r:?}");
+    let r = scope(|s| assert!(broken(&s.recv_lane(&mut qp).expect_err("refused"))));
+    assert!(r.is_ok(), "{r:?}");
+    let r = scope(|s| {
+        let e = s.post_send(&qp, Write::new(w.local(0x2000, 8), remote())).expect_err("refused");
+        assert!(broken(&e.error) && e.wr.is_some(), "handed back");
+    });
+    assert!(r.is_ok(), "{r:?}");
+    let e = qp.post_send_owned(Write::new(w.local(0x3000, 8), remote())).expect_err("refused");
+    assert!(broken(&e.error));
+    assert_eq!(sends(&shared).len(), 1, "the provider saw only the open lane's post");
+}
+
+/// A receive-lane post the provider refuses naming it in `bad_wr` was not queued: it is not
+/// posted, the buffer is free at once, and the scope ends without waiting or breaking the QP.
+/// One the provider refuses without naming it (rxe's doorbell) may have been queued: it stays
+/// posted until it completes. (A refused receive kept outstanding would make the drain wait its
+/// whole timeout, then break the QP.) A send lane counts every refused request as posted and
+/// uncovered, and its next signaled request covers them.
+#[test]
+fn a_receive_the_provider_names_as_refused_is_not_posted_by_a_lane() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (mut qp, shared) = w.rc_qp(0x580, 8, &cq);
+    let started = std::time::Instant::now();
+    let r = scope_with_timeout(Duration::from_secs(3), |s| {
+        let (mut lane, mut rlane) = s.lanes(&mut qp).expect("lanes");
+        let mut rcv = rlane.prepare(Recv::new(w.local_mut(0x1000, 64))).expect("prepared");
+        answer_next(&shared, Answer::RefuseAt(0));
+        rlane.post(&mut rcv).expect_err("refused, bad_wr names it");
+        assert_eq!(rlane.outstanding(), 0);
+        assert!(rcv.received().is_some(), "the device was never given the buffer");
+        // Posted again, taken: the same number.
+        let rtok = rlane.post(&mut rcv).expect("posted");
+        let rseq = with_fake_qp(shared.as_ptr(), |f| f.recvs[0]);
+        assert_eq!(rseq, RECV_BIT | LANE_BIT, "the refused number was not used");
+        fake.complete(wc_of(0x580, rseq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV));
+        assert!(rlane.wait(rtok, Duration::from_secs(1)).expect("completes").is_success());
+        // A receive refused without a name stays posted until it completes.
+        answer_next(&shared, Answer::RefuseNull);
+        rlane.post(&mut rcv).expect_err("refused");
+        assert_eq!(rlane.outstanding(), 1);
+        assert!(rcv.received().is_none(), "possibly queued");
+        fake.complete(wc_of(0x580, rseq + 1, sys::IBV_WC_WR_FLUSH_ERR, sys::IBV_WC_RECV));
+        cq.take_all().unwrap();
+        assert_eq!(rlane.outstanding(), 0);
+        let mut wr = lane.prepare(Write::new(w.local(0x2000, 8), remote())).expect("prepared");
+        // A send lane does not read `bad_wr`: both count as posted, uncovered.
+        answer_next(&shared, Answer::RefuseAt(0));
+        lane.post(&mut wr).expect_err("refused, bad_wr names it");
+        answer_next(&shared, Answer::RefuseNull);
+        lane.post_unsignaled(&mut wr).expect_err("refused");
+        assert_eq!(lane.outstanding(), 2);
+        let tok = lane.post(&mut wr).expect("posted");
+        let (seq, signaled) = *sends(&shared).last().unwrap();
+        assert!(signaled && seq == LANE_BIT + 2);
+        fake.complete(wc_of(0x580, seq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_WRITE));
+        assert!(lane.wait(tok, Duration::from_secs(1)).expect("completes").is_success());
+        assert_eq!(lane.outstanding(), 0, "the signaled request covered the refused ones");
+    });
+    assert!(r.is_ok(), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "the drain waited for nothing");
+    assert!(shared.check_usable().is_ok());
+}

@@ -281,7 +281,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Errors
     /// - [`Error::InvalidArgument`] if the send queue still has outstanding requests posted
     ///   otherwise (owned tokens): collect them first;
-    /// - [`Error::QpBroken`] if the QP was forced to RESET and not reset since.
+    /// - [`Error::QpBroken`] if the QP refuses posts (forced to RESET by a drain, or its CQ
+    ///   reported an error) and was not reset since. Only the opening looks: a CQ error
+    ///   reported while the lane is open does not stop its posts (the fast path reads no
+    ///   flag); they go to the provider as a C program's would.
     pub fn send_lane<T: Transport, S: CanPostSend>(
         &'scope self,
         qp: &'scope mut Qp<T, S>,
@@ -297,7 +300,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Errors
     /// - [`Error::InvalidArgument`] if the QP takes its receives from a shared receive queue, or
     ///   its receive queue still has outstanding requests posted otherwise (collect them first);
-    /// - [`Error::QpBroken`] if the QP was forced to RESET and not reset since.
+    /// - [`Error::QpBroken`] if the QP refuses posts (forced to RESET by a drain, or its CQ
+    ///   reported an error) and was not reset since. Only the opening looks: a CQ error
+    ///   reported while the lane is open does not stop its posts (the fast path reads no
+    ///   flag); they go to the provider as a C program's would.
     pub fn recv_lane<T: HasRecvQueue, S: CanPostRecv>(
         &'scope self,
         qp: &'scope mut Qp<T, S>,
@@ -454,7 +460,9 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     /// # Errors
     /// - [`Error::InvalidArgument`] if `wr` was prepared for another QP;
     /// - [`Error::QueueFull`] when the send queue is full of outstanding requests;
-    /// - [`Error::Verb`] with `ibv_post_send` and its errno.
+    /// - [`Error::Verb`] with `ibv_post_send` and its errno. The request counts as posted with
+    ///   no completion promised (rxe queues a request before its doorbell fails): unless a
+    ///   later signaled request covers it, the scope's drain flushes and resets the QP.
     ///
     /// See ibv_post_send(3).
     #[doc(alias = "ibv_post_send")]
@@ -738,7 +746,9 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     /// The provider refused request `seq`. It stays recorded as posted and uncovered: a
     /// provider may have queued it before failing (rxe's doorbell), and nothing promises a
     /// completion for it, so the scope's drain flushes and resets the QP unless a later
-    /// signaled request covers it. (`bad_wr` is not read: providers need not write it.)
+    /// signaled request covers it. (`bad_wr` is not read, so the post stores nothing for it:
+    /// providers need not write it, and a later signaled request covers a send that was not
+    /// queued as well.)
     #[cold]
     fn refused(&self, seq: u64, ret: i32) -> Error {
         let what =
@@ -878,7 +888,10 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
     /// # Errors
     /// - [`Error::InvalidArgument`] if `wr` was prepared for another QP;
     /// - [`Error::QueueFull`] when the receive queue is full of outstanding requests;
-    /// - [`Error::Verb`] with `ibv_post_recv` and its errno.
+    /// - [`Error::Verb`] with `ibv_post_recv` and its errno. A receive the provider names in
+    ///   `bad_wr` was not queued, and `wr` is as before the call; one it does not name may have
+    ///   been, and counts as posted (its buffer is handed out once it completes or the QP is
+    ///   reset).
     ///
     /// See ibv_post_recv(3).
     #[doc(alias = "ibv_post_recv")]
@@ -895,29 +908,36 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         // Recorded before the post: a poller on another thread may see the completion at once.
         book.posting(seq);
         wr.raw.wr.wr_id = seq | RECV_BIT;
-        let mut bad = std::mem::MaybeUninit::<*mut sys::ibv_recv_wr>::uninit();
+        let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: `raw_qp` is the live QP (borrowed for 'scope) and `post_fn` its provider's
         // ibv_post_recv. The request was built by `prepare` for this QP: `sg_list` points into
         // the same box, `next` is null, and the buffer is borrowed for at least 'scope
         // (`L: 'scope`; never owned: `Reusable`). The scope does not return before this
         // request completed or the QP was reset (its drain covers the lane's queue, which the
         // lane registered when it opened). `bad` is a valid out-pointer, written on failure.
-        let ret = unsafe { (self.post_fn)(self.raw_qp.as_ptr(), &mut wr.raw.wr, bad.as_mut_ptr()) };
+        let ret = unsafe { (self.post_fn)(self.raw_qp.as_ptr(), &mut wr.raw.wr, &mut bad) };
         if ret != 0 {
-            // Possibly queued (see `SendLane::refused`): it stays posted, and the buffer is
-            // not handed out by `received` before the receive completes or the QP is reset.
-            wr.last = Some(seq);
-            return Err(Error::from_ret(
-                crate::Verb::PostRecv,
-                format!(
-                    "QP {:#x}, lane receive {seq} (possibly queued: kept until a flush or reset)",
-                    self.qp.qp_num()
-                ),
-                ret,
-            ));
+            return Err(self.refused(wr, seq, std::ptr::eq(bad, &wr.raw.wr), ret));
         }
         wr.last = Some(seq);
         Ok(RecvToken { qp: self.qp, seq, _scope: PhantomData })
+    }
+
+    /// The provider refused receive `seq`, `wr`'s post. Named in `bad_wr` (`named`): not
+    /// queued, not posted, and `wr` stays as it was (its last post, if any, is still the one
+    /// that counts). Otherwise possibly queued (see `SendLane::refused`): it stays posted, and
+    /// the buffer is not handed out by `received` before the receive completes or the QP is
+    /// reset.
+    #[cold]
+    fn refused<L>(&self, wr: &mut PreparedRecv<'scope, L>, seq: u64, named: bool, ret: i32) -> Error {
+        let what = if named {
+            self.qp.rq.lane.unpost(seq);
+            format!("QP {:#x}, lane receive {seq} (not queued)", self.qp.qp_num())
+        } else {
+            wr.last = Some(seq);
+            format!("QP {:#x}, lane receive {seq} (possibly queued: kept until a flush or reset)", self.qp.qp_num())
+        };
+        Error::from_ret(crate::Verb::PostRecv, what, ret)
     }
 
     /// The queue has room for request number `next`: returns it, or [`Error::QueueFull`].
