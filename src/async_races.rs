@@ -1310,3 +1310,24 @@ fn a_receive_the_provider_names_as_refused_is_not_posted_by_a_lane() {
     assert!(started.elapsed() < Duration::from_secs(2), "the drain waited for nothing");
     assert!(shared.check_usable().is_ok());
 }
+
+/// A receive lane forgotten (`mem::forget`: its drop, which closes it, never runs) closes with
+/// its scope: the next scope's receives on the QP are taken. They were refused
+/// (`InvalidArgument`, a receive lane open) until another lane opened and was dropped.
+#[test]
+fn a_forgotten_receive_lane_closes_with_its_scope() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (mut qp, shared) = w.rc_qp(0x590, 8, &cq);
+    let r = scope(|s| {
+        std::mem::forget(s.recv_lane(&mut qp).expect("lane"));
+    });
+    assert!(r.is_ok(), "{r:?}");
+    let r = scope(|s| {
+        let t = s.post_recv(&qp, Recv::new(w.local_mut(0x1000, 8))).expect("taken");
+        let seq = with_fake_qp(shared.as_ptr(), |f| *f.recvs.last().unwrap());
+        fake.complete(wc_of(0x590, seq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV));
+        assert!(s.wait(t, Duration::from_secs(1)).expect("completes").0.is_success());
+    });
+    assert!(r.is_ok(), "{r:?}");
+}

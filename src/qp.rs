@@ -788,6 +788,13 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// `ibv_modify_qp` to RESET, allowed from every state (also after the QP went to ERR).
     /// Outstanding work requests are gone from the device afterwards.
     ///
+    /// On a QP that takes its receives from a shared receive queue, a receive the QP had
+    /// taken from the SRQ (a message arriving) and not completed may get no completion when the
+    /// QP is reset from RTR or RTS: it stays counted in the SRQ's depth, and its buffer held,
+    /// until the SRQ is destroyed. Move the QP to ERR first ([`Qp::to_error`]) and wait for
+    /// [`AsyncEvent::LastWqeReached`](crate::event::AsyncEvent::LastWqeReached) and the flushes it
+    /// announces.
+    ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_modify_qp`; the QP is handed back in its old state.
     ///

@@ -990,6 +990,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         if !state.is_forced(qp) && !wait_lane_drained(q, state.deadline) {
             state.force(qp);
         }
+        if let QueueRef::Recv(_) = q {
+            // A receive lane of this scope, even one forgotten (`mem::forget`: its drop, which
+            // closes it, never ran), cannot be used after the scope (it borrows the QP for
+            // 'scope, exclusively: no other scope posts on the queue while it is open), so
+            // scope and owned receives may be posted again.
+            q.tracked().lane.set_open(false);
+        }
     }
 }
 
