@@ -1270,6 +1270,8 @@ impl TrackedQueue {
         if self.waker_count.load(Ordering::Acquire) > 0 {
             self.wake_completed();
         }
+        // Woken outside the locks, the CQ's routing lock included (`DeferWakes`): a waker may
+        // run code of its executor, which may poll. A dropped grave's panic comes out here too.
         wake_kept();
     }
 
@@ -1279,8 +1281,9 @@ impl TrackedQueue {
         self.grave_count.load(Ordering::Acquire) > 0 && lock(&self.graves).iter().any(|(s, _)| *s == seq)
     }
 
-    /// Wakes (and forgets) the wakers of every request that is no longer outstanding. At most
-    /// one waker per outstanding request is registered, so this is bounded by the depth.
+    /// Keeps (and forgets) the wakers of every request that is no longer outstanding, to be
+    /// woken by the caller's [`wake_kept`], outside the locks. At most one waker per outstanding
+    /// request is registered, so this is bounded by the depth.
     fn wake_completed(&self) {
         {
             let mut wakers = lock(&self.wakers);
@@ -1301,9 +1304,6 @@ impl TrackedQueue {
             }
             self.waker_count.store(wakers.len(), Ordering::Release);
         }
-        // Woken outside the locks, the CQ's routing lock included (`DeferWakes`): a waker may
-        // run code of its executor, which may poll.
-        wake_kept();
     }
 
     /// A future waits for request `seq`: `waker` is woken once a poll records its completion
@@ -1353,7 +1353,7 @@ impl TrackedQueue {
                 keep(w);
             }
         }
-        // Woken outside the locks, as in `wake_completed`.
+        // Woken outside the locks, as in `after_complete`.
         wake_kept();
     }
 

@@ -314,6 +314,21 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         PostError { error: refused.error, wr: None }
     }
 
+    /// The [`PostError`] of a refused bind, rebind or unbind of the window `wr` holds: `wr`
+    /// back if the request was certainly not posted, otherwise the window kept with the queue
+    /// ([`Scope::keep_refused`]) and nothing handed back.
+    fn refused_window<W, K: crate::mw::MwType>(
+        &'scope self,
+        qp: &'scope QpShared,
+        refused: Refused,
+        wr: W,
+        window: impl FnOnce(W) -> Mw<K>,
+    ) -> PostError<W> {
+        let Some(seq) = refused.kept else { return PostError { error: refused.error, wr: Some(wr) } };
+        self.keep_refused(QueueRef::Send(qp), seq, Some(Box::new(window(wr))), None);
+        PostError { error: refused.error, wr: None }
+    }
+
     /// `ibv_post_send` of `wr` on `qp`, which must be in RTS; the opcode must be valid for the
     /// QP's transport, and a UD send must name its destination (compile-time).
     ///
@@ -714,11 +729,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // outlives 'scope, and `scope` drains before returning.
         let posted = match unsafe { self.post_bind_raw::<T, S, K, MA, R>(qp, &mut mw, mr, offset, len, send_flags) } {
             Ok(posted) => posted,
-            Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(mw) }),
-            Err(Refused { error, kept: Some(seq) }) => {
-                self.keep_refused(QueueRef::Send(&qp.shared), seq, Some(Box::new(mw)), None);
-                return Err(PostError { error, wr: None });
-            }
+            Err(refused) => return Err(self.refused_window(&qp.shared, refused, mw, |mw| mw)),
         };
         let pending = PendingBind {
             watch: InvalidationWatch::of(&mw, posted.new_rkey),
@@ -837,11 +848,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             self.post_bind_raw::<T, S, K, MA, R>(qp, bound.mw_mut(), mr, offset, len, sys::IBV_SEND_SIGNALED)
         } {
             Ok(posted) => posted,
-            Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(bound) }),
-            Err(Refused { error, kept: Some(seq) }) => {
-                self.keep_refused(QueueRef::Send(&qp.shared), seq, Some(Box::new(bound.into_mw())), None);
-                return Err(PostError { error, wr: None });
-            }
+            Err(refused) => return Err(self.refused_window(&qp.shared, refused, bound, BoundMw::into_mw)),
         };
         let pending = PendingRebind::new(bound, mr.raw(), posted.new_rkey, posted.addr, len);
         Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq: posted.seq }, None, pending))
@@ -887,10 +894,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Err(refused) => {
                 // As a refused bind: the window's rkey is what it was (whatever the provider did).
                 bound.restore_rkey();
-                let Refused { error, kept } = refused;
-                let Some(seq) = kept else { return Err(PostError { error, wr: Some(bound) }) };
-                self.keep_refused(QueueRef::Send(&qp.shared), seq, Some(Box::new(bound.into_mw())), None);
-                return Err(PostError { error, wr: None });
+                return Err(self.refused_window(&qp.shared, refused, bound, BoundMw::into_mw));
             }
         };
         let new_rkey = Some(bound.mw().raw_rkey());
