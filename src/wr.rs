@@ -203,6 +203,7 @@ pub trait SendRequest: sealed::Sealed + Sized {
     /// The destination of a UD send: an address handle, the remote QP number and its Q_Key.
     /// The address handle stays borrowed until the request completes. A request has one
     /// destination: `.to` on a request that already has one does not compile ([`Undirected`]).
+    /// A `remote_qpn` beyond 24 bits is refused when posting ([`Error::InvalidArgument`]).
     fn to(self, ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> To<'_, Self>
     where
         Self: Undirected,
@@ -857,7 +858,9 @@ impl<'m, K: BoundByWr, MA: AccessSet, R: WindowOn<MA>> BindMw<'m, K, MA, R> {
     ///
     /// The window type (type 2 only), and the window's rights against the region's (MW_BIND;
     /// LOCAL_WRITE for a writable or atomic window) are checked at compile time. The range must
-    /// lie inside the region and be non-empty, and the window must belong to the region's PD:
+    /// lie inside the region and be non-empty, the window must belong to the region's PD, and
+    /// a zero-based window granting remote atomics must start on an 8-byte boundary (an
+    /// atomic's target is checked aligned as the peer addresses it, from the window's start):
     /// checked when posting ([`Error::InvalidArgument`], the request handed back).
     pub fn new(mw: Mw<K>, mr: &'m Mr<MA>, offset: u64, len: u64, access: R) -> Self {
         let _ = access;
@@ -887,6 +890,16 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
     }
     fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
         check_window_range("ibv_post_send (BIND_MW)", self.offset, self.len, self.mr.len() as u64)?;
+        let start = self.mr.addr() + self.offset;
+        let zero_based_atomics = sys::IBV_ACCESS_ZERO_BASED | sys::IBV_ACCESS_REMOTE_ATOMIC;
+        if R::BITS & zero_based_atomics == zero_based_atomics && start % 8 != 0 {
+            // Atomic targets are checked 8-byte aligned as the peer addresses them: from the
+            // window's start, which must then be aligned too.
+            return Err(Error::invalid(
+                "ibv_post_send (BIND_MW)",
+                format!("a zero-based window granting remote atomics starts at {start:#x}, not on an 8-byte boundary"),
+            ));
+        }
         if !self.mw.same_pd(self.mr.pd()) {
             return Err(Error::invalid(
                 "ibv_post_send (BIND_MW)",
@@ -925,6 +938,13 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
     }
 }
 impl<K: MwType, MA: AccessSet, R: WindowRights, T: SupportsBindMw> SendWr<T> for BindMw<'_, K, MA, R> {}
+
+/// A UD destination's QP number does not fit in the 24 bits of the wire's (a device would send
+/// the datagram to the QP its low 24 bits name).
+#[cold]
+fn bad_remote_qpn(qpn: u32) -> Error {
+    Error::invalid("ibv_post_send", format!("remote_qpn = {qpn:#x} does not fit in 24 bits"))
+}
 
 pub(crate) fn check_window_range(what: &'static str, offset: u64, len: u64, mr_len: u64) -> Result<()> {
     if len == 0 {
@@ -1160,6 +1180,9 @@ wrapper!(Checksummed<W, T: Transport>, |_s, raw| { raw.wr.send_flags |= sys::IBV
 wrapper!(
     To<'a, W>,
     |s, raw| {
+        if s.remote_qpn >> 24 != 0 {
+            return Err(bad_remote_qpn(s.remote_qpn));
+        }
         raw.wr.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
             ah: s.ah.as_ptr(),
             remote_qpn: s.remote_qpn,

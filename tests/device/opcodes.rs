@@ -293,6 +293,16 @@ fn ud_send_and_send_imm_through_an_address_handle() {
         let (r1, r2) = rbuf.slice_mut(..).unwrap().split_at(512).unwrap();
         let rt1 = s.post_recv(&b, wr::Recv::new(r1)).unwrap();
         let rt2 = s.post_recv(&b, wr::Recv::new(r2)).unwrap();
+        // A QP number beyond the wire's 24 bits (whose low 24 bits name `b`) is refused before
+        // the provider sees it: rxe would deliver the datagram to `b`.
+        let e =
+            s.post_send(&a, wr::Send::new(src.slice(..200).unwrap()).to(&ah, eb.qp_num | 1 << 24, QKEY)).unwrap_err();
+        assert!(
+            matches!(&e.error, Error::InvalidArgument { reason, .. } if reason.contains("24 bits")),
+            "{:?}",
+            e.error
+        );
+        assert!(e.wr.is_some(), "handed back");
         let t1 = s.post_send(&a, wr::Send::new(src.slice(..200).unwrap()).to(&ah, eb.qp_num, QKEY)).unwrap();
         let t2 = s.post_send(&a, wr::SendImm::new(src.slice(200..).unwrap(), 0xfeed).to(&ah, eb.qp_num, QKEY)).unwrap();
         for t in [t1, t2] {

@@ -321,6 +321,47 @@ fn zero_based_type2_window_addresses_by_offset() {
     assert_eq!(target_bytes(&r, 2048 + 100, 200), &r.src.as_slice()[..200]);
 }
 
+/// A zero-based window granting remote atomics must start on an 8-byte boundary: the library
+/// checks an atomic's target aligned as the peer addresses it, an offset from the window's
+/// start. At offset 4 the bind is refused before the provider sees it (the window handed
+/// back); at offset 8 it binds, and the peer's FETCH_AND_ADD at window offset 8 lands on the
+/// aligned word 16 bytes into the region.
+#[test]
+fn a_zero_based_window_granting_atomics_must_start_aligned() {
+    let r = window_rig();
+    let target = r.pd.alloc_mr(4096, access::FULL).unwrap();
+    let qp_rights = Access::NONE.remote_write().remote_read().remote_atomic();
+    let p = rc_pair(&r.pd, &r.cq, &r.cq, qp_rights, QpCaps::default());
+    let mw = r.pd.alloc_mw::<Type2>().unwrap();
+    let mw = scope(|s| {
+        let e = s.post_send(&p.b, BindMw::new(mw, &target, 4, 64, window::ALL.zero_based())).unwrap_err();
+        assert!(
+            matches!(&e.error, Error::InvalidArgument { reason, .. } if reason.contains("8-byte")),
+            "{:?}",
+            e.error
+        );
+        e.wr.expect("handed back").into_window()
+    })
+    .unwrap();
+    let bound = scope(|s| {
+        let t = s.post_send(&p.b, BindMw::new(mw, &target, 8, 64, window::ALL.zero_based())).unwrap();
+        s.wait(t, WAIT).unwrap().1.expect("an aligned zero-based bind")
+    })
+    .unwrap();
+    let mut old = r.pd.alloc_mr(8, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let t =
+            s.post_send(&p.a, wr::FetchAdd::new(old.slice_mut(..).unwrap(), bound.remote(8..16).unwrap(), 5)).unwrap();
+        let (c, _) = s.wait(t, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+    })
+    .unwrap();
+    let mut word = [0u8; 8];
+    target.read_volatile_into(16, &mut word).unwrap();
+    assert_eq!(u64::from_ne_bytes(word), 5);
+    assert_eq!(old.as_slice(), &0u64.to_ne_bytes());
+}
+
 #[test]
 fn a_window_advertised_on_the_binding_qp_is_usable_by_the_peer() {
     let r = window_rig();
