@@ -53,6 +53,9 @@ pub(crate) struct FakeCq {
     /// Runs inside the next `ibv_req_notify_cq`, before the arming takes effect: what happens
     /// meanwhile on other threads / on the wire.
     on_arm: Mutex<Option<Hook>>,
+    /// Other queues keep the CQ busy: a poll that finds no entry gets completions of a QP
+    /// number nothing registered instead (routed nowhere), never an empty CQ.
+    busy: AtomicBool,
 }
 
 // SAFETY: `raw` is the address of a leaked `ibv_cq`, only written into the event descriptor;
@@ -88,6 +91,9 @@ unsafe extern "C" fn fake_poll(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_w
     // SAFETY: per this function's contract.
     let f = unsafe { &*((*cq).cq_context as *const FakeCq) };
     let mut e = f.entries.lock().unwrap();
+    if e.is_empty() && f.busy.load(SeqCst) {
+        e.extend(std::iter::repeat_n(send_wc(0x7fff, 0, sys::IBV_WC_SUCCESS), n as usize));
+    }
     let mut i = 0;
     while i < n && !e.is_empty() {
         // SAFETY: `i < n`, within the caller's array.
@@ -189,6 +195,7 @@ impl World {
                 event_fd: self.write_fd,
                 raw,
                 on_arm: Mutex::new(None),
+                busy: AtomicBool::new(false),
             }));
             raw.cq_context = (fake as *const FakeCq).cast_mut().cast();
             let cq = CqShared::fake(
@@ -1330,4 +1337,51 @@ fn a_forgotten_receive_lane_closes_with_its_scope() {
         assert!(s.wait(t, Duration::from_secs(1)).expect("completes").0.is_success());
     });
     assert!(r.is_ok(), "{r:?}");
+}
+
+/// A receive-lane post refused without a name (`bad_wr` NULL: it may have been queued) is the
+/// last receive of the lane: no completion is promised for it, so the scope's drain gives up at
+/// once and resets the QP, as for a scope receive refused the same way, rather than wait its
+/// whole timeout and then the flush's.
+#[test]
+fn a_receive_lanes_unnamed_refusal_at_its_tail_does_not_hold_the_drain() {
+    let w = World::new();
+    let (cq, _) = w.cq();
+    let (mut qp, shared) = w.rc_qp(0x5a0, 8, &cq);
+    let started = std::time::Instant::now();
+    let r = scope_with_timeout(Duration::from_secs(3), |s| {
+        let mut rlane = s.recv_lane(&mut qp).expect("lane");
+        let mut p = rlane.prepare(Recv::new(w.local_mut(0x1000, 64))).expect("prepared");
+        answer_next(&shared, Answer::RefuseNull);
+        rlane.post(&mut p).expect_err("refused, bad_wr NULL");
+        assert_eq!(rlane.outstanding(), 1, "possibly queued");
+        assert!(p.received().is_none());
+    });
+    assert!(matches!(r, Err(crate::Error::QpBroken { .. })), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "the drain waited {:?}", started.elapsed());
+}
+
+/// A CQ that other queues keep busy never comes back empty: a wait, and a scope's drain, still
+/// end at their deadlines: the clock is read every `BUSY_CLOCK_EVERY` polls that found
+/// completions too. (Read only after an empty poll, it would never be read here.)
+#[test]
+fn waits_and_drains_end_at_their_deadline_on_a_busy_cq() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (qp, _shared) = w.rc_qp(0x5b0, 8, &cq);
+    fake.busy.store(true, SeqCst);
+    let started = std::time::Instant::now();
+    let mut waited = Duration::ZERO;
+    let r = scope_with_timeout(Duration::from_millis(100), |s| {
+        let t = s.post_send(&qp, Write::new(w.local(0x1000, 8), remote())).expect("posted");
+        let e = s.wait(t, Duration::from_millis(100)).expect_err("nothing completes it");
+        assert!(matches!(e.error, crate::Error::Timeout { .. }), "{:?}", e.error);
+        waited = started.elapsed();
+    });
+    let drained = started.elapsed();
+    fake.busy.store(false, SeqCst);
+    assert!(waited < Duration::from_secs(2), "the wait took {waited:?}");
+    assert!(matches!(r, Err(crate::Error::QpBroken { .. })), "{r:?}");
+    // The drain's 100 ms, then the flush's own bounded wait (5 s).
+    assert!(drained < Duration::from_secs(8), "the drain took {drained:?}");
 }

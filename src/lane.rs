@@ -844,6 +844,10 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                     return Err(LaneWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
                 n if n < 0 => return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token }),
+                _ if idle.busy() && !self.qp.sq.lane.is_done(token.seq) => {
+                    let what = format!("the completion of lane request {} on QP {:#x}", token.seq, self.qp.qp_num());
+                    return Err(LaneWaitError { error: Error::Timeout { what, after: timeout }, token });
+                }
                 _ => {}
             }
         }
@@ -934,6 +938,7 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
             self.qp.rq.lane.unpost(seq);
             format!("QP {:#x}, lane receive {seq} (not queued)", self.qp.qp_num())
         } else {
+            self.qp.rq.lane.refused_unnamed(seq);
             wr.last = Some(seq);
             format!("QP {:#x}, lane receive {seq} (possibly queued: kept until a flush or reset)", self.qp.qp_num())
         };
@@ -1076,6 +1081,10 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
                     return Err(RecvWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
                 n if n < 0 => return Err(RecvWaitError { error: qp.recv_cq.poll_failed(n), token }),
+                _ if idle.busy() => {
+                    let what = format!("the completion of lane receive {} on QP {:#x}", token.seq, qp.qp_num());
+                    return Err(RecvWaitError { error: Error::Timeout { what, after: timeout }, token });
+                }
                 _ => {}
             }
         }

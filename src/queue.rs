@@ -676,7 +676,7 @@ impl Book {
     }
 
     /// Whether request `seq` is pending and no completion will come for it: not a completion
-    /// of its own, nor of a later request of the queue. A send request at or after the last
+    /// of its own, nor of a later request of the queue. A send request after the last
     /// signaled one (an unsignaled tail, or a refused request that may have been queued); a
     /// refused receive ([`WorkQueue::has_uncovered`]). Another request's uncovered tail does
     /// not make `seq` uncovered.
@@ -750,6 +750,9 @@ pub(crate) struct LaneBook {
     kept: Mutex<Vec<(u64, Completion)>>,
     /// A receive lane is open ([`LaneBook::set_open`]).
     open: AtomicBool,
+    /// Receive lane: one past the last receive the provider refused without naming it (it may
+    /// have been queued, and nothing promises it a completion); 0 for none.
+    refused: AtomicU64,
 }
 
 /// What [`LaneBook::take_kept`] found.
@@ -784,6 +787,7 @@ impl LaneBook {
             first_error: AtomicU64::new(u64::MAX),
             kept: Mutex::new(Vec::new()),
             open: AtomicBool::new(false),
+            refused: AtomicU64::new(0),
         }
     }
 
@@ -797,6 +801,7 @@ impl LaneBook {
         self.first_error.store(u64::MAX, Ordering::Release);
         // Nothing below is outstanding: the new lane's first run starts here.
         self.covered.store(posted, Ordering::Release);
+        self.refused.store(0, Ordering::Release);
         lock(&self.kept).clear();
         Some(posted)
     }
@@ -949,9 +954,9 @@ impl LaneBook {
         self.posted.load(Ordering::Acquire).saturating_sub(self.done.load(Ordering::Acquire))
     }
 
-    /// A receive lane is open on the queue (set when it opens, cleared when it is dropped; a
-    /// forgotten lane leaves it set): the lane alone posts receives then, since it counts the
-    /// queue's depth by itself.
+    /// A receive lane is open on the queue (set when it opens, cleared when it is dropped or,
+    /// for a forgotten lane, when its scope's drain ends): the lane alone posts receives then,
+    /// since it counts the queue's depth by itself.
     pub(crate) fn set_open(&self, open: bool) {
         self.open.store(open, Ordering::Release);
     }
@@ -967,6 +972,20 @@ impl LaneBook {
     pub(crate) fn has_uncovered_tail(&self) -> bool {
         let posted = self.posted.load(Ordering::Acquire);
         self.done.load(Ordering::Acquire) < posted && self.covered.load(Ordering::Acquire) < posted
+    }
+
+    /// Receive lane: the provider refused receive `seq` without naming it, so it stays posted
+    /// (it may have been queued) with no completion promised.
+    pub(crate) fn refused_unnamed(&self, seq: u64) {
+        self.refused.store(seq + 1, Ordering::Release);
+    }
+
+    /// Receive lane: whether the last receive posted is outstanding and was refused without a
+    /// name: no completion is promised for it. (A receive accepted after it is promised one,
+    /// and receives complete in order, so its completion settles the refused one too.)
+    pub(crate) fn has_refused_tail(&self) -> bool {
+        let posted = self.posted.load(Ordering::Acquire);
+        self.done.load(Ordering::Acquire) < posted && self.refused.load(Ordering::Acquire) == posted
     }
 
     /// The QP was reset: nothing is outstanding on the device; what had not completed failed.
@@ -1485,8 +1504,10 @@ impl TrackedQueue {
     /// Whether something outstanding on this queue may never complete by itself
     /// ([`WorkQueue::has_uncovered`], and the lane's unsignaled tail).
     pub(crate) fn has_uncovered_tail(&self) -> bool {
-        // A receive lane has no "covered" mark: every receive completes on its own.
-        self.wq.lock().has_uncovered() || (self.ordered && self.lane.has_uncovered_tail())
+        // A receive lane's receives complete on their own, but for one the provider refused
+        // without naming it.
+        let lane = if self.ordered { self.lane.has_uncovered_tail() } else { self.lane.has_refused_tail() };
+        self.wq.lock().has_uncovered() || lane
     }
 
     /// Releases `held`, memory (or a window) that request `seq` names, by the one rule of

@@ -10,8 +10,8 @@
 //! `scope` waits for the device first.
 //!
 //! Draining at the end of the scope: every request still outstanding is awaited (polling its
-//! CQ) for at most the drain timeout. If that runs out, or if the send queue ends with an
-//! unsignaled request that no completion will ever cover, the QP is moved to ERR (flushing
+//! CQ) for at most the drain timeout. If that runs out, or if one of the scope's requests is
+//! an unsignaled one that no completion will ever cover, the QP is moved to ERR (flushing
 //! everything), and if even the flush does not arrive, to RESET, after which the device no
 //! longer touches any buffer. The scope then reports [`Error::QpBroken`].
 #![allow(unsafe_code)]
@@ -200,8 +200,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///
 /// # Errors
 /// [`Error::QpBroken`] if a QP had to be forced to RESET to reclaim the buffers (its
-/// outstanding requests did not complete within the drain timeout, or its send queue ended
-/// with an unsignaled request). `f`'s result is lost in that case.
+/// outstanding requests did not complete within the drain timeout, or one of the scope's own
+/// requests was an unsignaled one at the tail of the send queue, or one that the provider
+/// refused and may have queued, which no completion covers). `f`'s result is lost in that
+/// case.
 pub fn scope<'env, F, R>(f: F) -> Result<R>
 where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
@@ -619,7 +621,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 return Ok(token.finish(&c));
             }
             match polled {
-                Ok(0) if idle.expired() => {
+                Ok(n) if if n == 0 { idle.expired() } else { idle.busy() } => {
                     let what = format!("the completion of {}", p.q.describe(p.seq));
                     return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
@@ -1037,30 +1039,53 @@ pub(crate) enum Waiting {
 /// A busy-polling wait reads the clock once every this many empty polls.
 pub const SPIN_CLOCK_EVERY: u32 = 1024;
 
+/// Any wait reads the clock once every this many polls that found completions without ending
+/// it (a CQ other queues keep busy never comes back empty).
+pub(crate) const BUSY_CLOCK_EVERY: u32 = 64;
+
 /// `from + d`, saturating: a timeout too long to represent (e.g. `Duration::MAX`) waits about
 /// as long as the clock can count (a deadline decades away), instead of panicking.
 pub(crate) fn deadline_after(from: Instant, d: Duration) -> Instant {
     from.checked_add(d).or_else(|| from.checked_add(Duration::from_secs(u64::from(u32::MAX)))).unwrap_or(from)
 }
 
-/// The empty polls of one bounded wait: reads the clock only once a poll came back empty (and,
-/// spinning, only every [`SPIN_CLOCK_EVERY`] of them), yields the thread unless spinning.
-/// Every bounded poll loop of the library goes through it (the waits, the drain, the flushes).
+/// The polls of one bounded wait: reads the clock once a poll came back empty (and, spinning,
+/// only every [`SPIN_CLOCK_EVERY`] of them), yields the thread unless spinning, and reads it
+/// every [`BUSY_CLOCK_EVERY`] polls that found completions without ending the wait, so that a
+/// CQ kept busy by other queues cannot hold a wait past its deadline. Every bounded poll loop
+/// of the library goes through it (the waits, the drain, the flushes).
 pub(crate) struct Idle {
     how: Waiting,
     timeout: Duration,
     deadline: Option<Instant>,
     empty: u32,
+    busy: u32,
 }
 
 impl Idle {
     pub(crate) fn new(how: Waiting, timeout: Duration) -> Self {
-        Idle { how, timeout, deadline: None, empty: 0 }
+        Idle { how, timeout, deadline: None, empty: 0, busy: 0 }
     }
 
     /// A yielding wait that runs out at `deadline`, fixed by the caller.
     pub(crate) fn until(deadline: Instant) -> Self {
-        Idle { how: Waiting::Yield, timeout: Duration::ZERO, deadline: Some(deadline), empty: 0 }
+        Idle { how: Waiting::Yield, timeout: Duration::ZERO, deadline: Some(deadline), empty: 0, busy: 0 }
+    }
+
+    /// After a poll that found completions, none of which ended the wait: whether the wait has
+    /// run out of time (the clock read every [`BUSY_CLOCK_EVERY`] such polls; the deadline
+    /// counts from the first read, as in [`Idle::expired`]).
+    #[inline(always)]
+    pub(crate) fn busy(&mut self) -> bool {
+        self.busy = self.busy.wrapping_add(1);
+        self.busy % BUSY_CLOCK_EVERY == 0 && self.past_deadline()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn past_deadline(&mut self) -> bool {
+        let now = Instant::now();
+        now >= *self.deadline.get_or_insert(deadline_after(now, self.timeout))
     }
 
     /// After an empty poll: whether the wait has run out of time. The deadline counts from the
@@ -1199,9 +1224,11 @@ fn wait_graves_dropped(q: QueueRef<'_>, seqs: &[u64], deadline: Instant) {
 /// if so.
 fn wait_lane_drained(q: QueueRef<'_>, deadline: Instant) -> bool {
     let lane = &q.tracked().lane;
-    // Unsignaled requests at the tail of a send lane never complete on their own.
+    // Unsignaled requests at the tail of a send lane never complete on their own, nor does a
+    // receive the provider refused without naming it, last of a receive lane.
     let is_send = matches!(q, QueueRef::Send(_));
-    drain_until(q, deadline, || lane.outstanding() != 0, || is_send && lane.has_uncovered_tail())
+    let uncovered = || if is_send { lane.has_uncovered_tail() } else { lane.has_refused_tail() };
+    drain_until(q, deadline, || lane.outstanding() != 0, uncovered)
 }
 
 /// Polls `q` while `pending()`, until `deadline`; true once nothing is pending. While
@@ -1214,13 +1241,14 @@ fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, u
             return true;
         }
         if uncovered() {
-            if q.poll().unwrap_or(0) == 0 {
+            if q.poll().unwrap_or(0) == 0 || idle.busy() {
                 return !pending();
             }
             continue;
         }
         match q.poll() {
             Ok(0) | Err(_) if idle.expired() => return false,
+            Ok(n) if n > 0 && idle.busy() => return false,
             _ => {}
         }
     }
@@ -1246,6 +1274,9 @@ fn wait_flushed(qp: &QpShared, timeout: Duration, tail_grace: Option<Duration>) 
             return Ok((0, 0));
         }
         if QueueRef::Send(qp).poll()? + QueueRef::Recv(qp).poll()? != 0 {
+            if idle.busy() {
+                return Ok((sq, rq));
+            }
             continue;
         }
         // Without a grace (`Scope::flush`), the tail is not even looked at.
