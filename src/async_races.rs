@@ -56,6 +56,8 @@ pub(crate) struct FakeCq {
     /// Other queues keep the CQ busy: a poll that finds no entry gets completions of a QP
     /// number nothing registered instead (routed nowhere), never an empty CQ.
     busy: AtomicBool,
+    /// Calls of `poll_cq`.
+    polls: AtomicUsize,
 }
 
 // SAFETY: `raw` is the address of a leaked `ibv_cq`, only written into the event descriptor;
@@ -90,6 +92,7 @@ impl FakeCq {
 unsafe extern "C" fn fake_poll(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_wc) -> i32 {
     // SAFETY: per this function's contract.
     let f = unsafe { &*((*cq).cq_context as *const FakeCq) };
+    f.polls.fetch_add(1, SeqCst);
     let mut e = f.entries.lock().unwrap();
     if e.is_empty() && f.busy.load(SeqCst) {
         e.extend(std::iter::repeat_n(send_wc(0x7fff, 0, sys::IBV_WC_SUCCESS), n as usize));
@@ -196,6 +199,7 @@ impl World {
                 raw,
                 on_arm: Mutex::new(None),
                 busy: AtomicBool::new(false),
+                polls: AtomicUsize::new(0),
             }));
             raw.cq_context = (fake as *const FakeCq).cast_mut().cast();
             let cq = CqShared::fake(
@@ -1384,4 +1388,41 @@ fn waits_and_drains_end_at_their_deadline_on_a_busy_cq() {
     assert!(matches!(r, Err(crate::Error::QpBroken { .. })), "{r:?}");
     // The drain's 100 ms, then the flush's own bounded wait (5 s).
     assert!(drained < Duration::from_secs(8), "the drain took {drained:?}");
+}
+
+/// A spinning wait reads the clock only every `SPIN_CLOCK_EVERY` empty polls, the lanes' as
+/// the scope's (a wait with no time left polls that many times before it knows); the check
+/// for a busy CQ does not count empty polls.
+#[test]
+fn spinning_waits_read_the_clock_every_spin_clock_every_empty_polls() {
+    use crate::scope::SPIN_CLOCK_EVERY;
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (mut qp, _) = w.rc_qp(0x5c0, 8, &cq);
+    let (qp2, _) = w.rc_qp(0x5c1, 8, &cq);
+    let mut counts = (0, 0, 0);
+    let r = scope_with_timeout(Duration::from_millis(50), |s| {
+        let t = s.post_send(&qp2, Write::new(w.local(0x1000, 8), remote())).expect("posted");
+        let before = fake.polls.load(SeqCst);
+        let e = s.wait_spin(t, Duration::ZERO).expect_err("nothing completes it");
+        assert!(matches!(e.error, crate::Error::Timeout { .. }), "{:?}", e.error);
+        counts.0 = fake.polls.load(SeqCst) - before;
+        drop(e);
+        let (mut lane, mut rlane) = s.lanes(&mut qp).expect("lanes");
+        let mut wr = lane.prepare(Write::new(w.local(0x2000, 8), remote())).expect("prepared");
+        let tok = lane.post(&mut wr).expect("posted");
+        let before = fake.polls.load(SeqCst);
+        let e = lane.wait_spin(tok, Duration::ZERO).expect_err("nothing completes it");
+        assert!(matches!(e.error, crate::Error::Timeout { .. }), "{:?}", e.error);
+        counts.1 = fake.polls.load(SeqCst) - before;
+        let mut rcv = rlane.prepare(Recv::new(w.local_mut(0x3000, 64))).expect("prepared");
+        let rtok = rlane.post(&mut rcv).expect("posted");
+        let before = fake.polls.load(SeqCst);
+        let e = rlane.wait_spin(rtok, Duration::ZERO).expect_err("nothing completes it");
+        assert!(matches!(e.error, crate::Error::Timeout { .. }), "{:?}", e.error);
+        counts.2 = fake.polls.load(SeqCst) - before;
+    });
+    assert!(matches!(r, Err(crate::Error::QpBroken { .. })), "{r:?}");
+    let spin = SPIN_CLOCK_EVERY as usize;
+    assert!(counts.0 >= spin && counts.1 >= spin && counts.2 >= spin, "polls before the clock: {counts:?}");
 }

@@ -844,7 +844,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                     return Err(LaneWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
                 n if n < 0 => return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token }),
-                _ if idle.busy() && !self.qp.sq.lane.is_done(token.seq) => {
+                n if n > 0 && idle.busy() && !self.qp.sq.lane.is_done(token.seq) => {
                     let what = format!("the completion of lane request {} on QP {:#x}", token.seq, self.qp.qp_num());
                     return Err(LaneWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
@@ -1081,7 +1081,7 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
                     return Err(RecvWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
                 n if n < 0 => return Err(RecvWaitError { error: qp.recv_cq.poll_failed(n), token }),
-                _ if idle.busy() => {
+                n if n > 0 && idle.busy() => {
                     let what = format!("the completion of lane receive {} on QP {:#x}", token.seq, qp.qp_num());
                     return Err(RecvWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
