@@ -535,9 +535,9 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
     /// basis, and may silently ignore errors").
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a range outside the region (or above `u32::MAX`);
-    /// [`Error::Unsupported`] when the provider has no `advise_mr`; the verb's other failures
-    /// are ignored.
+    /// [`Error::InvalidArgument`] for a range outside the region, empty, or above `u32::MAX`
+    /// bytes; [`Error::Unsupported`] when the provider has no `advise_mr`; the verb's other
+    /// failures are ignored.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
@@ -545,16 +545,17 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
     where
         K: IsOdp,
     {
-        let buf = self.slice(range)?;
-        advise_best_effort(self.pd(), advice, buf.addr(), buf.len() as u32, self.lkey())
+        let (off, len) = range_of(range, self.len(), "ibv_advise_mr")?;
+        advise_best_effort(self.pd(), advice, self.addr() + off as u64, advise_len(len)?, self.lkey())
     }
 
     /// `ibv_advise_mr` with `IBV_ADVISE_MR_FLAG_FLUSH` (= `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`): prefetch `range` synchronously and
     /// report errors.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a range outside the region; [`Error::Unsupported`] when
-    /// the provider has no `advise_mr`; [`Error::Verb`] with `ibv_advise_mr` and its errno.
+    /// [`Error::InvalidArgument`] for a range outside the region, empty, or above `u32::MAX`
+    /// bytes; [`Error::Unsupported`] when the provider has no `advise_mr`; [`Error::Verb`] with
+    /// `ibv_advise_mr` and its errno.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
@@ -563,8 +564,23 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
         K: IsOdp,
     {
         let (off, len) = range_of(range, self.len(), "ibv_advise_mr")?;
-        let len = u32::try_from(len).map_err(|_| Error::invalid("ibv_advise_mr", "more than u32::MAX bytes"))?;
-        advise(self.pd(), advice, sys::IB_UVERBS_ADVISE_MR_FLAG_FLUSH, self.addr() + off as u64, len, self.lkey())
+        advise(
+            self.pd(),
+            advice,
+            sys::IB_UVERBS_ADVISE_MR_FLAG_FLUSH,
+            self.addr() + off as u64,
+            advise_len(len)?,
+            self.lkey(),
+        )
+    }
+}
+
+/// The length of a prefetch of a region's range: 1 to `u32::MAX` bytes (an empty range names
+/// nothing, and a zero length is what some devices read as 2 GiB in a scatter/gather entry).
+fn advise_len(len: usize) -> Result<u32> {
+    match u32::try_from(len) {
+        Ok(l) if l > 0 => Ok(l),
+        _ => Err(Error::invalid("ibv_advise_mr", format!("{len} bytes: a prefetch takes 1..={} bytes", u32::MAX))),
     }
 }
 

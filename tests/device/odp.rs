@@ -191,6 +191,10 @@ fn odp_refusals_are_typed() {
     let mr = pd.alloc_mr_odp(64 * 1024, access::LOCAL_RW, &cap).unwrap();
     let sync = mr.prefetch_sync(.., Prefetch::Write);
     let best_effort = mr.prefetch(0..4096, Prefetch::Read);
+    // An empty range names nothing to prefetch: refused before the provider sees it.
+    for r in [mr.prefetch(4..4, Prefetch::Write), mr.prefetch_sync(0..0, Prefetch::Write)] {
+        assert!(matches!(&r, Err(Error::InvalidArgument { reason, .. }) if reason.contains("1..=")), "{r:?}");
+    }
     if is_soft_roce(&ctx) {
         // The rxe provider has no advise_mr (rdma-core 44): the verb returns EOPNOTSUPP, which
         // both forms report as the device lacking the feature.
