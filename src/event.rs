@@ -483,12 +483,18 @@ impl fmt::Debug for AsyncEvents {
 
 impl AsFd for AsyncEvents {
     /// The descriptor to register for readability: a duplicate of the context's `async_fd`.
+    ///
+    /// Never read it yourself: an event read from the descriptor rather than taken by the
+    /// library (`ibv_get_async_event`) is never acknowledged, and destroying its QP, CQ or SRQ
+    /// then waits for that acknowledgement forever (ibv_get_async_event(3)): dropping the
+    /// object's last handle hangs.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 }
 
 impl AsRawFd for AsyncEvents {
+    /// As [`AsyncEvents::as_fd`]: never read it yourself.
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }

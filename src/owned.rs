@@ -13,7 +13,12 @@
 //! - a token dropped while its request is outstanding hands its buffers to the QP, which keeps
 //!   them until the request completes (they are released by a later poll) or until the device
 //!   is done with the QP (reset or destroy);
-//! - the QP itself is destroyed only when the `Qp` and every token are gone.
+//! - the QP itself is destroyed only when the `Qp` and every token are gone. One exception
+//!   keeps it longer: a type 2 window whose dropped bind token is parked with the very QP the
+//!   binding holds keeps that QP (and its CQs) alive until a poll of its send CQ releases the
+//!   window; if nothing polls that CQ again, the QP is leaked rather than destroyed under the
+//!   window. Wait for a bind's token (or poll the CQ, e.g. [`Cq::progress`](crate::cq::Cq::progress))
+//!   before dropping the QP's last handles.
 //!
 //! # Awaiting a token
 //!
