@@ -839,12 +839,9 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                 LaneResult::Pending => {}
             }
             match self.qp.send_cq.poll_for_lane(self.qp) {
-                0 if idle.expired() => {
-                    let what = format!("the completion of lane request {} on QP {:#x}", token.seq, self.qp.qp_num());
-                    return Err(LaneWaitError { error: Error::Timeout { what, after: timeout }, token });
-                }
                 n if n < 0 => return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token }),
-                n if n > 0 && idle.busy() && !self.qp.sq.lane.is_done(token.seq) => {
+                // A busy poll may have completed the request (recorded, not handed over).
+                n if idle.after_poll(n as usize) && (n == 0 || !self.qp.sq.lane.is_done(token.seq)) => {
                     let what = format!("the completion of lane request {} on QP {:#x}", token.seq, self.qp.qp_num());
                     return Err(LaneWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
@@ -1076,12 +1073,8 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
             }
             look = n > 0;
             match n {
-                0 if idle.expired() => {
-                    let what = format!("the completion of lane receive {} on QP {:#x}", token.seq, qp.qp_num());
-                    return Err(RecvWaitError { error: Error::Timeout { what, after: timeout }, token });
-                }
                 n if n < 0 => return Err(RecvWaitError { error: qp.recv_cq.poll_failed(n), token }),
-                n if n > 0 && idle.busy() => {
+                n if idle.after_poll(n as usize) => {
                     let what = format!("the completion of lane receive {} on QP {:#x}", token.seq, qp.qp_num());
                     return Err(RecvWaitError { error: Error::Timeout { what, after: timeout }, token });
                 }

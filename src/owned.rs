@@ -155,7 +155,7 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
                 return Ok(self.finish(c));
             }
             match polled {
-                Ok(n) if if n == 0 { idle.expired() } else { idle.busy() } => {
+                Ok(n) if idle.after_poll(n) => {
                     let what = format!("the completion of owned {}", q.describe(self.seq));
                     return Err(OwnedWaitError { error: Error::Timeout { what, after: timeout }, token: self });
                 }

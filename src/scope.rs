@@ -621,7 +621,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 return Ok(token.finish(&c));
             }
             match polled {
-                Ok(n) if if n == 0 { idle.expired() } else { idle.busy() } => {
+                Ok(n) if idle.after_poll(n) => {
                     let what = format!("the completion of {}", p.q.describe(p.seq));
                     return Err(WaitError { error: Error::Timeout { what, after: timeout }, token });
                 }
@@ -1081,6 +1081,17 @@ impl Idle {
         self.busy % BUSY_CLOCK_EVERY == 0 && self.past_deadline()
     }
 
+    /// After a poll that found `n` completions without ending the wait: [`Idle::expired`] if
+    /// it found none, [`Idle::busy`] otherwise.
+    #[inline(always)]
+    pub(crate) fn after_poll(&mut self, n: usize) -> bool {
+        if n == 0 {
+            self.expired()
+        } else {
+            self.busy()
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn past_deadline(&mut self) -> bool {
@@ -1247,8 +1258,8 @@ fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, u
             continue;
         }
         match q.poll() {
-            Ok(0) | Err(_) if idle.expired() => return false,
-            Ok(n) if n > 0 && idle.busy() => return false,
+            Ok(n) if idle.after_poll(n) => return false,
+            Err(_) if idle.expired() => return false,
             _ => {}
         }
     }
