@@ -418,11 +418,20 @@ pub trait Transitions: crate::transport::HasRecvQueue {
     type RtsAttr: TransitionAttr;
 }
 
-fn check_bits(what: &str, v: u32, bits: u32) -> Result<()> {
+/// Refuses `v` (the field `what` of verb `verb`'s attributes) when it does not fit in `bits`
+/// bits, as the wire's fields (QP numbers, PSNs) and the timers' encodings.
+#[inline(always)]
+pub(crate) fn check_bits(verb: &'static str, what: &'static str, v: u32, bits: u32) -> Result<()> {
     if v >> bits != 0 {
-        return Err(Error::invalid("ibv_modify_qp", format!("{what} = {v:#x} does not fit in {bits} bits")));
+        return Err(too_wide(verb, what, v, bits));
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn too_wide(verb: &'static str, what: &str, v: u32, bits: u32) -> Error {
+    Error::invalid(verb, format!("{what} = {v:#x} does not fit in {bits} bits"))
 }
 
 /// RESET → INIT of RC and UC QPs.
@@ -531,9 +540,9 @@ impl RcRtr {
 impl sealed::Sealed for RcRtr {}
 impl TransitionAttr for RcRtr {
     fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
-        check_bits("dest_qp_num", self.dest_qp_num, 24)?;
-        check_bits("rq_psn", self.rq_psn, 24)?;
-        check_bits("min_rnr_timer", self.min_rnr_timer.into(), 5)?;
+        check_bits("ibv_modify_qp", "dest_qp_num", self.dest_qp_num, 24)?;
+        check_bits("ibv_modify_qp", "rq_psn", self.rq_psn, 24)?;
+        check_bits("ibv_modify_qp", "min_rnr_timer", self.min_rnr_timer.into(), 5)?;
         a.path_mtu = self.path_mtu.to_raw();
         a.dest_qp_num = self.dest_qp_num;
         a.rq_psn = self.rq_psn;
@@ -575,8 +584,8 @@ impl UcRtr {
 impl sealed::Sealed for UcRtr {}
 impl TransitionAttr for UcRtr {
     fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
-        check_bits("dest_qp_num", self.dest_qp_num, 24)?;
-        check_bits("rq_psn", self.rq_psn, 24)?;
+        check_bits("ibv_modify_qp", "dest_qp_num", self.dest_qp_num, 24)?;
+        check_bits("ibv_modify_qp", "rq_psn", self.rq_psn, 24)?;
         a.path_mtu = self.path_mtu.to_raw();
         a.dest_qp_num = self.dest_qp_num;
         a.rq_psn = self.rq_psn;
@@ -625,10 +634,10 @@ impl RcRts {
 impl sealed::Sealed for RcRts {}
 impl TransitionAttr for RcRts {
     fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
-        check_bits("sq_psn", self.sq_psn, 24)?;
-        check_bits("timeout", self.timeout.into(), 5)?;
-        check_bits("retry_cnt", self.retry_cnt.into(), 3)?;
-        check_bits("rnr_retry", self.rnr_retry.into(), 3)?;
+        check_bits("ibv_modify_qp", "sq_psn", self.sq_psn, 24)?;
+        check_bits("ibv_modify_qp", "timeout", self.timeout.into(), 5)?;
+        check_bits("ibv_modify_qp", "retry_cnt", self.retry_cnt.into(), 3)?;
+        check_bits("ibv_modify_qp", "rnr_retry", self.rnr_retry.into(), 3)?;
         a.sq_psn = self.sq_psn;
         a.timeout = self.timeout;
         a.retry_cnt = self.retry_cnt;
@@ -652,7 +661,7 @@ pub struct SqPsn {
 impl sealed::Sealed for SqPsn {}
 impl TransitionAttr for SqPsn {
     fn fill(&self, a: &mut sys::ibv_qp_attr) -> Result<u32> {
-        check_bits("sq_psn", self.sq_psn, 24)?;
+        check_bits("ibv_modify_qp", "sq_psn", self.sq_psn, 24)?;
         a.sq_psn = self.sq_psn;
         Ok(sys::IBV_QP_SQ_PSN)
     }

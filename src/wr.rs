@@ -914,7 +914,7 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
             rkey: inc_rkey(self.mw.raw_rkey()),
             bind_info: sys::ibv_mw_bind_info {
                 mr: self.mr.as_ptr(),
-                addr: self.mr.addr() + self.offset,
+                addr: start,
                 length: self.len,
                 mw_access_flags: R::BITS,
             },
@@ -938,13 +938,6 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
     }
 }
 impl<K: MwType, MA: AccessSet, R: WindowRights, T: SupportsBindMw> SendWr<T> for BindMw<'_, K, MA, R> {}
-
-/// A UD destination's QP number does not fit in the 24 bits of the wire's (a device would send
-/// the datagram to the QP its low 24 bits name).
-#[cold]
-fn bad_remote_qpn(qpn: u32) -> Error {
-    Error::invalid("ibv_post_send", format!("remote_qpn = {qpn:#x} does not fit in 24 bits"))
-}
 
 pub(crate) fn check_window_range(what: &'static str, offset: u64, len: u64, mr_len: u64) -> Result<()> {
     if len == 0 {
@@ -1180,9 +1173,9 @@ wrapper!(Checksummed<W, T: Transport>, |_s, raw| { raw.wr.send_flags |= sys::IBV
 wrapper!(
     To<'a, W>,
     |s, raw| {
-        if s.remote_qpn >> 24 != 0 {
-            return Err(bad_remote_qpn(s.remote_qpn));
-        }
+        // A QP number beyond the wire's 24 bits: a device would send the datagram to the QP
+        // its low 24 bits name.
+        crate::qp::check_bits("ibv_post_send", "remote_qpn", s.remote_qpn, 24)?;
         raw.wr.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
             ah: s.ah.as_ptr(),
             remote_qpn: s.remote_qpn,
