@@ -1390,6 +1390,27 @@ fn waits_and_drains_end_at_their_deadline_on_a_busy_cq() {
     assert!(drained < Duration::from_secs(8), "the drain took {drained:?}");
 }
 
+/// On a CQ that other queues keep busy, the forced flush of a QP whose only outstanding
+/// request is an unsignaled tail ends at the tail's grace, not at the flush's own bound: the
+/// polls that take other queues' completions count as empty for this QP.
+#[test]
+fn a_forced_flush_on_a_busy_cq_ends_at_the_tails_grace() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (qp, _shared) = w.rc_qp(0x5b8, 8, &cq);
+    fake.busy.store(true, SeqCst);
+    let started = std::time::Instant::now();
+    let r = scope(|s| {
+        let t = s.post_send(&qp, Write::new(w.local(0x1000, 8), remote()).unsignaled()).expect("posted");
+        drop(t);
+    });
+    let drained = started.elapsed();
+    fake.busy.store(false, SeqCst);
+    assert!(matches!(r, Err(crate::Error::QpBroken { .. })), "{r:?}");
+    // The tail's grace is 200 ms; the flush's own bound, 5 s.
+    assert!(drained < Duration::from_secs(2), "the drain took {drained:?}");
+}
+
 /// A spinning wait reads the clock only every `SPIN_CLOCK_EVERY` empty polls, the lanes' as
 /// the scope's (a wait with no time left polls that many times before it knows); the check
 /// for a busy CQ does not count empty polls.

@@ -1252,7 +1252,10 @@ fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, u
             return true;
         }
         if uncovered() {
-            if q.poll().unwrap_or(0) == 0 || idle.busy() {
+            // Polled while the polls take this queue's completions: one that took none (the
+            // CQ empty, or busy with other queues') ends the wait.
+            let before = q.tracked().outstanding();
+            if q.poll().unwrap_or(0) == 0 || q.tracked().outstanding() == before || idle.busy() {
                 return !pending();
             }
             continue;
@@ -1284,7 +1287,9 @@ fn wait_flushed(qp: &QpShared, timeout: Duration, tail_grace: Option<Duration>) 
         if sq == 0 && rq == 0 {
             return Ok((0, 0));
         }
-        if QueueRef::Send(qp).poll()? + QueueRef::Recv(qp).poll()? != 0 {
+        // A poll that took none of this QP's completions is an empty one here: on a CQ that
+        // other queues keep busy, the tail's grace still ends the wait.
+        if QueueRef::Send(qp).poll()? + QueueRef::Recv(qp).poll()? != 0 && qp.outstanding() != (sq, rq) {
             if idle.busy() {
                 return Ok((sq, rq));
             }
