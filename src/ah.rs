@@ -157,13 +157,17 @@ impl Pd {
     /// `ibv_create_ah`: an address handle for UD sends to the port described by `av`.
     ///
     /// # Errors
-    /// [`Error::Verb`] with `ibv_create_ah` and its errno (e.g. `EINVAL` for a GID index that
-    /// does not exist, `ENETUNREACH` when no route exists on RoCE).
+    /// - [`Error::InvalidArgument`] for a port the device does not have, or a global route's
+    ///   source GID index outside that port's GID table (checked before the provider sees
+    ///   them, as for a QP's address vector);
+    /// - [`Error::Verb`] with `ibv_create_ah` and its errno (e.g. `EINVAL` for an unused entry
+    ///   of the GID table, `ENETUNREACH` when no route exists on RoCE).
     ///
     /// See ibv_create_ah(3).
     #[doc(alias = "ibv_create_ah")]
     pub fn create_ah(&self, av: &AddressVector) -> Result<Ah> {
         let mut attr = av.to_raw();
+        crate::qp::check_address_vector(&self.inner.ctx, &attr, &|what| Error::invalid("ibv_create_ah", what))?;
         // SAFETY: the PD is alive; `attr` is a fully initialised attribute struct.
         let ah = unsafe { sys::ibv_create_ah(self.as_ptr(), &mut attr) };
         let ah = NonNull::new(ah).ok_or_else(|| Error::last_os(Verb::CreateAh, format!("{av:?}")))?;

@@ -1301,17 +1301,10 @@ impl QpShared {
         if mask & bounded == 0 {
             return Ok(());
         }
-        let ctx = crate::device::Context { inner: Arc::clone(&self.pd.ctx) };
         let dev = self.pd.ctx.attr();
         let invalid = |what: String| Error::invalid("ibv_modify_qp", format!("QP {:#x}: {what}", self.qp_num));
-        let port = |n: u8| -> Result<crate::device::PortAttr> {
-            if n == 0 || n > dev.phys_port_cnt() {
-                return Err(invalid(format!("port {n} does not exist (the device has {})", dev.phys_port_cnt())));
-            }
-            ctx.query_port(n)
-        };
         if mask & sys::IBV_QP_PORT != 0 {
-            let p = port(a.port_num)?;
+            let p = device_port(&self.pd.ctx, a.port_num, &invalid)?;
             if mask & sys::IBV_QP_PKEY_INDEX != 0 && u32::from(a.pkey_index) >= u32::from(p.pkey_tbl_len()) {
                 return Err(invalid(format!(
                     "P_Key index {} is outside port {}'s table of {}",
@@ -1322,15 +1315,7 @@ impl QpShared {
             }
         }
         if mask & sys::IBV_QP_AV != 0 {
-            let p = port(a.ah_attr.port_num)?;
-            let sgid = u32::from(a.ah_attr.grh.sgid_index);
-            if a.ah_attr.is_global != 0 && sgid >= p.gid_tbl_len() {
-                return Err(invalid(format!(
-                    "source GID index {sgid} is outside port {}'s table of {}",
-                    a.ah_attr.port_num,
-                    p.gid_tbl_len()
-                )));
-            }
+            check_address_vector(&self.pd.ctx, &a.ah_attr, &invalid)?;
         }
         if mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 && u32::from(a.max_rd_atomic) > dev.max_qp_init_rd_atom() {
             return Err(invalid(format!(
@@ -1682,6 +1667,39 @@ impl QpShared {
     pub(crate) fn outstanding(&self) -> (u32, u32) {
         (self.sq.outstanding(), self.rq.outstanding())
     }
+}
+
+/// Port `n` of `ctx`'s device, refused with `invalid` when the device has no such port.
+fn device_port(
+    ctx: &Arc<crate::device::ContextInner>,
+    n: u8,
+    invalid: &dyn Fn(String) -> Error,
+) -> Result<crate::device::PortAttr> {
+    let ports = ctx.attr().phys_port_cnt();
+    if n == 0 || n > ports {
+        return Err(invalid(format!("port {n} does not exist (the device has {ports})")));
+    }
+    crate::device::Context { inner: Arc::clone(ctx) }.query_port(n)
+}
+
+/// An address vector's port, and with a global route its source GID index, checked against
+/// `ctx`'s device before a provider indexes its tables by them (`ibv_modify_qp`'s `IBV_QP_AV`,
+/// `ibv_create_ah`); refused with `invalid`.
+pub(crate) fn check_address_vector(
+    ctx: &Arc<crate::device::ContextInner>,
+    av: &sys::ibv_ah_attr,
+    invalid: &dyn Fn(String) -> Error,
+) -> Result<()> {
+    let p = device_port(ctx, av.port_num, invalid)?;
+    let sgid = u32::from(av.grh.sgid_index);
+    if av.is_global != 0 && sgid >= p.gid_tbl_len() {
+        return Err(invalid(format!(
+            "source GID index {sgid} is outside port {}'s table of {}",
+            av.port_num,
+            p.gid_tbl_len()
+        )));
+    }
+    Ok(())
 }
 
 /// A post the provider (or the library's own checks) refused.

@@ -701,6 +701,34 @@ fn transition_attributes_beyond_the_devices_limits_are_refused_typed() {
     finish_in_range(&dev, a, b, rtr, &ea, &eb);
 }
 
+/// `ibv_create_ah` gets the same checks as a QP's address vector, before the provider indexes
+/// its tables by them: a port that does not exist (0, one past the last) and a source GID index
+/// outside the port's table are refused typed, naming `ibv_create_ah`; in range, the handle is
+/// made.
+#[test]
+fn address_vectors_beyond_the_devices_limits_are_refused_typed() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let dev = ctx.query_device().unwrap();
+    let port = ctx.query_port(PORT).unwrap();
+    let gid = ctx.query_gid(PORT, gid_index()).unwrap();
+    let by_ah = |e: &Error, what: &str| matches!(e, Error::InvalidArgument { verb, reason } if *verb == "ibv_create_ah" && reason.contains(what));
+    let e = pd.create_ah(&AddressVector::global(0, gid, gid_index())).expect_err("port 0");
+    assert!(by_ah(&e, "port 0 does not exist"), "{e:?}");
+    let past = dev.phys_port_cnt() + 1;
+    let e = pd.create_ah(&AddressVector::global(past, gid, gid_index())).expect_err("a port past the last");
+    assert!(by_ah(&e, &format!("port {past} does not exist")), "{e:?}");
+    match u8::try_from(port.gid_tbl_len()) {
+        Ok(beyond) => {
+            let e = pd.create_ah(&AddressVector::global(PORT, gid, beyond)).expect_err("source GID index");
+            assert!(by_ah(&e, "source GID index"), "{e:?}");
+        }
+        // A table of 256 entries or more (rxe's has 1024): no u8 index is outside it.
+        Err(_) => assert!(port.gid_tbl_len() >= 256, "{}", port.gid_tbl_len()),
+    }
+    assert!(pd.create_ah(&AddressVector::global(PORT, gid, gid_index())).is_ok(), "in range");
+}
+
 /// `e` is the typed refusal of a transition attribute, before the provider: `InvalidArgument`
 /// naming `ibv_modify_qp`, the reason mentioning `what`.
 fn refused(e: &Error, what: &str) -> bool {
