@@ -183,8 +183,16 @@ impl World {
         }
     }
 
-    /// A CQ reporting to the channel.
+    /// A CQ reporting to the channel (a handle leaked: never destroyed).
     pub(crate) fn cq(&'static self) -> (Arc<CqShared>, &'static FakeCq) {
+        let (cq, fake) = self.droppable_cq();
+        std::mem::forget(Arc::clone(&cq));
+        (cq, fake)
+    }
+
+    /// As [`World::cq`], the returned `Arc` the CQ's last handle: its drop destroys it (the
+    /// fake context's operations do nothing).
+    pub(crate) fn droppable_cq(&'static self) -> (Arc<CqShared>, &'static FakeCq) {
         // SAFETY: a zeroed `ibv_cq` (a valid value), leaked, pointing at the fake context and
         // channel and at its `FakeCq`, also leaked: `CqShared` calls the fake provider with it.
         unsafe {
@@ -208,7 +216,6 @@ impl World {
                 Some(Arc::clone(self.ch.shared())),
                 1 << 20,
             );
-            std::mem::forget(Arc::clone(&cq));
             self.ch.attach_fake(&cq);
             (cq, fake)
         }
@@ -1452,4 +1459,78 @@ fn spinning_waits_read_the_clock_every_spin_clock_every_empty_polls() {
     assert!(r.is_ok(), "{r:?}");
     let spin = SPIN_CLOCK_EVERY as usize;
     assert!(counts.0 >= spin && counts.1 >= spin && counts.2 >= spin, "polls before the clock: {counts:?}");
+}
+
+/// A future's own poll serves its CQ in bounded batches and hands the rest to the channel's
+/// next dispatch (`left_in`): 20 completions landed while it armed the CQ, so no event
+/// announces them. Another future's waker (H's, whose executor is gone) panics when the serving
+/// wakes it: the panic comes out of this poll only after the rest was handed on, so the next
+/// dispatch serves G, which waits on the same CQ (it saw the CQ armed and did not arm it) with
+/// its completion among those left.
+#[test]
+fn a_panicking_waker_in_a_futures_own_serving_strands_no_completion() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x6a1, 64, &cq, None);
+    let mut tokens: Vec<_> = (0..21).map(|_| post_send(&qp, true)).collect();
+    let f_token = tokens.pop().expect("request 20: never completes");
+    let g_token = tokens.pop().expect("request 19: among the 4 left");
+    let h_token = tokens.remove(0);
+    let g = Arc::new(Mutex::new(Some(g_token.into_future())));
+    let h = Arc::new(Mutex::new(Some(h_token.into_future())));
+    let g_wakes = Arc::new(Count::default());
+    {
+        let (g, h, g_wakes) = (Arc::clone(&g), Arc::clone(&h), Arc::clone(&g_wakes));
+        // While F arms the CQ: H and G start waiting (the CQ is armed: they do not arm it),
+        // then requests 0..20 complete (no event).
+        *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
+            std::thread::spawn(move || {
+                let hw = Waker::from(Arc::new(PanicWake));
+                assert!(poll(h.lock().unwrap().as_mut().unwrap(), &hw).is_pending(), "H waits");
+                let gw = Waker::from(g_wakes);
+                assert!(poll(g.lock().unwrap().as_mut().unwrap(), &gw).is_pending(), "G waits");
+            })
+            .join()
+            .unwrap();
+            for seq in 0..20 {
+                fake.complete(send_wc(0x6a1, seq, sys::IBV_WC_SUCCESS));
+            }
+        }));
+    }
+    let mut f = f_token.into_future();
+    let fw = Waker::from(Arc::new(Count::default()));
+    assert!(quiet(|| poll(&mut f, &fw)).is_err(), "H's waker panicked out of F's poll");
+    assert_eq!(fake.left(), 4, "requests 16..=19 are still in the CQ, no event pending");
+    // The executor drops the task that panicked; the channel's next dispatch serves the rest.
+    drop(f);
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!(g_wakes.get(), 1, "G woken by the dispatch: {d:?}, {} completions left in the CQ", fake.left());
+    assert_eq!(fake.left(), 0);
+    drop(tokens);
+}
+
+/// A shared receive queue's receive that QP B consumed, its completion still in B's CQ when
+/// the program drops B and then that CQ (one connection of several sharing the SRQ torn down):
+/// the CQ's drop takes the completion off first, so the receive completes in the SRQ's book and
+/// its future resolves, instead of staying pending (and holding a slot of the SRQ) for ever.
+#[test]
+fn an_srq_receive_completed_on_a_cq_dropped_after_its_qp_completes() {
+    let w = World::new();
+    let (cq_a, _fake_a) = w.cq();
+    let (cq_b, fake_b) = w.droppable_cq();
+    let srq = w.srq(4);
+    let _qp_a = w.qp(0x6b1, 4, &cq_a, Some(Arc::clone(&srq)));
+    let qp_b = w.posting_qp(0x6b2, 4, &cq_b, Some(Arc::clone(&srq)));
+    let (seq, token) = post_srq_recv(&srq);
+    fake_b.complete(recv_wc(0x6b2, seq, sys::IBV_WC_SUCCESS));
+    drop(qp_b);
+    drop(cq_b);
+    assert_eq!(srq.cqs().len(), 1, "the SRQ completes on cq_a only now");
+    assert!(!srq.rq.is_pending(seq), "complete in the SRQ's book; outstanding {}", srq.rq.outstanding());
+    let mut f = token.into_future();
+    let waker = Waker::from(Arc::new(Count::default()));
+    match poll(&mut f, &waker) {
+        Poll::Ready(Ok((c, _buf))) => assert!(c.is_success(), "{c:?}"),
+        other => panic!("the receive's future resolves at once: {other:?}"),
+    }
 }

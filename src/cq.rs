@@ -112,6 +112,15 @@ unsafe impl Sync for CqShared {}
 
 impl Drop for CqShared {
     fn drop(&mut self) {
+        // The completions of QPs destroyed since the last registration, still in the CQ, are
+        // taken off first: a shared receive queue's receive that such a QP consumed completes
+        // in the SRQ's book (destroyed with the CQ, it would stay pending for ever).
+        let retired = std::mem::take(&mut *self.retired());
+        if !retired.is_empty() {
+            // Dropped after the lock: the futures the drain wakes.
+            let _wakes = DeferWakes::new();
+            self.drain_retired(&mut self.routes.lock(), &retired);
+        }
         // SAFETY: every QP using this CQ holds an `Arc` to it, so none is left. A failure
         // (EBUSY) cannot be acted on in drop; ignored.
         let _ = unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };

@@ -59,7 +59,7 @@ use crate::ah::Ah;
 use crate::cq::CqShared;
 use crate::error::Error;
 use crate::qp::{Qp, QueueArc, QueueRef, Refused};
-use crate::queue::Take;
+use crate::queue::{DeferWakes, Take};
 use crate::scope::{post_raw, Completes, Idle, PostError, Waiting};
 use crate::sgl::Scatter;
 use crate::transport::{CanPostRecv, CanPostSend, HasRecvQueue, QpState, Transport};
@@ -499,6 +499,10 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             }
             wait_on(&mut this.waiting, WaitingOn::Several(new));
         }
+        // The futures the serving completes are woken once the rest of the CQ was handed on
+        // (`left_in`): a waker that panics then cannot leave completions in the CQ that no
+        // event will announce and no dispatch will take.
+        let wakes = DeferWakes::new();
         let served = this.waiting.as_slice().iter().try_fold(false, |more, cq| {
             #[cfg(feature = "tokio")]
             if let Some(ch) = &cq.channel {
@@ -506,10 +510,7 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             }
             cq.serve(crate::channel::SERVE_BATCHES).map(|(_, m)| more | m)
         });
-        let more = match served {
-            Ok(more) => more,
-            Err(error) => return Poll::Ready(Err(this.fail(error))),
-        };
+        let more = matches!(served, Ok(true));
         if more {
             // Bounded work per poll: the rest of the CQ goes to the channel's next dispatch.
             // This future may not poll again (it resolves now, or is dropped before its next
@@ -520,6 +521,11 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
                     ch.left_in(cq);
                 }
             }
+        }
+        // Before anything is taken for this future's result: a waker's panic leaves it intact.
+        drop(wakes);
+        if let Err(error) = served {
+            return Poll::Ready(Err(this.fail(error)));
         }
         if let Take::Done(c) = q.tracked().try_take(seq) {
             return Poll::Ready(Ok(this.finish(c)));
