@@ -40,6 +40,11 @@ use crate::pd::Pd;
 /// region is deregistered, when it drops the value or hands it back. `Send + Sync`: the region
 /// may be moved to, used from and dropped on any thread.
 ///
+/// The value's drop runs where the region's last handle goes, which may be inside a poll of a
+/// completion queue, with that queue's routing lock held (the poll that completes the last
+/// request of a chunk whose token was dropped). It must not poll, wait on or post to the
+/// library's queues: such a poll would wait for the lock its own thread holds.
+///
 /// # Safety
 /// An implementation promises, for every value of the type:
 /// - **Fixed memory.** [`stable_bytes`](StableBuffer::stable_bytes) returns the same memory
