@@ -154,6 +154,10 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
             if let Some(c) = mine {
                 return Ok(self.finish(c));
             }
+            // Before the deadline is looked at, as in `Scope::wait`.
+            if let Take::Done(c) = q.tracked().try_take(self.seq) {
+                return Ok(self.finish(c));
+            }
             match polled {
                 Ok(n) if idle.after_poll(n) => {
                     let what = format!("the completion of owned {}", q.describe(self.seq));
@@ -161,9 +165,6 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
                 }
                 Ok(_) => {}
                 Err(error) => return Err(OwnedWaitError { error, token: self }),
-            }
-            if let Take::Done(c) = q.tracked().try_take(self.seq) {
-                return Ok(self.finish(c));
             }
         }
     }

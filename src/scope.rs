@@ -620,6 +620,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             if let Some(c) = mine {
                 return Ok(token.finish(&c));
             }
+            // Before the deadline is looked at: a poll that found the time up may have recorded
+            // this request's completion (a later one's, covering it).
+            if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
+                return Ok(token.finish(&c));
+            }
             match polled {
                 Ok(n) if idle.after_poll(n) => {
                     let what = format!("the completion of {}", p.q.describe(p.seq));
@@ -627,9 +632,6 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 }
                 Ok(_) => {}
                 Err(error) => return Err(WaitError { error, token }),
-            }
-            if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
-                return Ok(token.finish(&c));
             }
         }
     }
