@@ -1293,7 +1293,8 @@ fn wait_flushed(qp: &QpShared, timeout: Duration, tail_grace: Option<Duration>) 
         // other queues keep busy, the tail's grace still ends the wait.
         if QueueRef::Send(qp).poll()? + QueueRef::Recv(qp).poll()? != 0 && qp.outstanding() != (sq, rq) {
             if idle.busy() {
-                return Ok((sq, rq));
+                // What the last poll left (it may have taken the last of them).
+                return Ok(qp.outstanding());
             }
             continue;
         }
