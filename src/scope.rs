@@ -1245,8 +1245,8 @@ fn wait_lane_drained(q: QueueRef<'_>, deadline: Instant) -> bool {
 }
 
 /// Polls `q` while `pending()`, until `deadline`; true once nothing is pending. While
-/// `uncovered()` (what is pending will never complete by itself), polls only until the CQ is
-/// empty.
+/// `uncovered()` (what is pending will never complete by itself), polls only until a poll
+/// takes none of the queue's completions (the CQ empty, or busy with other queues').
 fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, uncovered: impl Fn() -> bool) -> bool {
     let mut idle = Idle::until(deadline);
     loop {
@@ -1274,8 +1274,9 @@ fn drain_until(q: QueueRef<'_>, deadline: Instant, pending: impl Fn() -> bool, u
 /// `timeout` ran out. Returns what is left: the numbers of send and receive requests still
 /// outstanding.
 ///
-/// With `tail_grace`, gives up sooner: once that long has passed since the wait began, at an
-/// empty poll that leaves only an unsignaled send tail outstanding. A flush covers only the
+/// With `tail_grace`, gives up sooner: once that long has passed since the wait began, at a
+/// poll that took none of the QP's completions and leaves only an unsignaled send tail
+/// outstanding. A flush covers only the
 /// requests the device had not executed when the QP entered ERR, and it comes at once; a tail
 /// it had executed (no error: an error would have completed) never completes.
 ///
