@@ -408,16 +408,21 @@ fn a_waker_that_panics_in_dispatch_leaves_the_cq_armed_for_the_other_futures() {
 /// Makes the next arming of `fake`'s CQ, while it is under way (after the library's `armed`
 /// swap, before it takes effect): a future G on another thread starts waiting (it sees `armed`
 /// set, so it does not arm), then requests 0..20 of QP `qp_num` complete (before the arming
-/// took effect: no event).
+/// took effect: no event). With `h`, a future H starts waiting first, with a waker that panics.
 fn g_waits_then_20_land_while_armed(
     fake: &'static FakeCq,
     g: &Arc<Mutex<Option<OwnedCompletion<()>>>>,
     g_wakes: &Arc<Count>,
     qp_num: u32,
+    h: Option<&Arc<Mutex<Option<OwnedCompletion<()>>>>>,
 ) {
-    let (g, g_wakes) = (Arc::clone(g), Arc::clone(g_wakes));
+    let (g, g_wakes, h) = (Arc::clone(g), Arc::clone(g_wakes), h.map(Arc::clone));
     *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
         std::thread::spawn(move || {
+            if let Some(h) = h {
+                let hw = Waker::from(Arc::new(PanicWake));
+                assert!(poll(h.lock().unwrap().as_mut().unwrap(), &hw).is_pending(), "H waits");
+            }
             let waker = Waker::from(g_wakes);
             assert!(poll(g.lock().unwrap().as_mut().unwrap(), &waker).is_pending(), "G waits");
         })
@@ -454,7 +459,7 @@ fn a_future_resolving_with_completions_left_hands_the_cq_to_the_next_dispatch() 
     let mut f = tokens.remove(0).into_future(); // request 0
     let g = Arc::new(Mutex::new(Some(g_token.into_future())));
     let g_wakes = Arc::new(Count::default());
-    g_waits_then_20_land_while_armed(fake, &g, &g_wakes, 0x13);
+    g_waits_then_20_land_while_armed(fake, &g, &g_wakes, 0x13, None);
     let fw = Waker::from(Arc::new(Count::default()));
     match poll(&mut f, &fw) {
         Poll::Ready(Ok((c, ()))) => assert!(c.is_success()),
@@ -588,7 +593,7 @@ fn a_future_dropped_with_completions_left_does_not_strand_them() {
     let mut f = tokens.pop().unwrap().into_future(); // request 19
     let g = Arc::new(Mutex::new(Some(tokens.pop().unwrap().into_future()))); // request 18
     let g_wakes = Arc::new(Count::default());
-    g_waits_then_20_land_while_armed(fake, &g, &g_wakes, 0x14);
+    g_waits_then_20_land_while_armed(fake, &g, &g_wakes, 0x14, None);
     let f_wakes = Arc::new(Count::default());
     assert!(poll(&mut f, &Waker::from(Arc::clone(&f_wakes))).is_pending(), "F's is among the 4 left");
     assert_eq!(f_wakes.get(), 1, "F woke itself to poll the rest");
@@ -1474,38 +1479,17 @@ fn a_panicking_waker_in_a_futures_own_serving_strands_no_completion() {
     let qp = w.qp(0x6a1, 64, &cq, None);
     let mut tokens: Vec<_> = (0..21).map(|_| post_send(&qp, true)).collect();
     let f_token = tokens.pop().expect("request 20: never completes");
-    let g_token = tokens.pop().expect("request 19: among the 4 left");
-    let h_token = tokens.remove(0);
-    let g = Arc::new(Mutex::new(Some(g_token.into_future())));
-    let h = Arc::new(Mutex::new(Some(h_token.into_future())));
+    let g = Arc::new(Mutex::new(Some(tokens.pop().expect("request 19: among the 4 left").into_future())));
+    let h = Arc::new(Mutex::new(Some(tokens.remove(0).into_future())));
     let g_wakes = Arc::new(Count::default());
-    {
-        let (g, h, g_wakes) = (Arc::clone(&g), Arc::clone(&h), Arc::clone(&g_wakes));
-        // While F arms the CQ: H and G start waiting (the CQ is armed: they do not arm it),
-        // then requests 0..20 complete (no event).
-        *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
-            std::thread::spawn(move || {
-                let hw = Waker::from(Arc::new(PanicWake));
-                assert!(poll(h.lock().unwrap().as_mut().unwrap(), &hw).is_pending(), "H waits");
-                let gw = Waker::from(g_wakes);
-                assert!(poll(g.lock().unwrap().as_mut().unwrap(), &gw).is_pending(), "G waits");
-            })
-            .join()
-            .unwrap();
-            for seq in 0..20 {
-                fake.complete(send_wc(0x6a1, seq, sys::IBV_WC_SUCCESS));
-            }
-        }));
-    }
+    g_waits_then_20_land_while_armed(fake, &g, &g_wakes, 0x6a1, Some(&h));
     let mut f = f_token.into_future();
     let fw = Waker::from(Arc::new(Count::default()));
     assert!(quiet(|| poll(&mut f, &fw)).is_err(), "H's waker panicked out of F's poll");
     assert_eq!(fake.left(), 4, "requests 16..=19 are still in the CQ, no event pending");
     // The executor drops the task that panicked; the channel's next dispatch serves the rest.
     drop(f);
-    let d = w.ch.dispatch().unwrap();
-    assert_eq!(g_wakes.get(), 1, "G woken by the dispatch: {d:?}, {} completions left in the CQ", fake.left());
-    assert_eq!(fake.left(), 0);
+    the_next_dispatch_serves_the_4_left_and_g(w, &g, &g_wakes);
     drop(tokens);
 }
 
