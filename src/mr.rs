@@ -175,27 +175,30 @@ impl OdpTag {
         self.0 & Self::SOME != 0 && (self.0 as u32) & Self::IMPLICIT != 0
     }
 
-    /// Checks a buffer at `addr` that the device will write (a receive, an RDMA READ
-    /// destination, an atomic result): on a device whose ODP writes land at page starts, it
-    /// must start on a page boundary, so that the misplaced bytes stay inside it.
+    /// Checks a buffer at `addr` that the device will read (a SEND's or an RDMA WRITE's
+    /// source) or write (a receive, an RDMA READ destination, an atomic result): on a device
+    /// whose ODP path places each packet at its page's start, it must start on a page
+    /// boundary, so that the misplaced bytes stay inside it (a read from the page's start of a
+    /// buffer starting mid-page would send bytes lent elsewhere, which the program may be
+    /// writing).
     #[inline(always)]
-    pub(crate) fn check_device_write(self, addr: u64, verb: &'static str) -> Result<()> {
+    pub(crate) fn check_device_access(self, addr: u64, verb: &'static str) -> Result<()> {
         // Pinned memory, inline; ODP memory out of line.
         if self.get().is_none() {
             return Ok(());
         }
-        self.check_odp_device_write(addr, verb)
+        self.check_odp_device_access(addr, verb)
     }
 
     #[inline(never)]
-    fn check_odp_device_write(self, addr: u64, verb: &'static str) -> Result<()> {
+    fn check_odp_device_access(self, addr: u64, verb: &'static str) -> Result<()> {
         match self.get() {
             Some((_, ops)) if ops & Self::PAGE_STARTS != 0 && addr % page_size() as u64 != 0 => Err(Error::invalid(
                 verb,
                 format!(
-                    "this device's On-Demand Paging path writes each packet at its page's start \
-                         (OdpCaps::writes_land_at_page_starts): a buffer of ODP memory it writes must start \
-                         on a page boundary, not at {addr:#x}"
+                    "this device's On-Demand Paging path reads and writes each packet at its page's start \
+                         (OdpCaps::writes_land_at_page_starts): a buffer of ODP memory it reads or writes must \
+                         start on a page boundary, not at {addr:#x}"
                 ),
             )),
             _ => Ok(()),

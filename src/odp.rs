@@ -183,10 +183,11 @@ impl OdpCaps {
     }
 
     /// The device's ODP data path is known to ignore the offset of an access within its page:
-    /// each packet it writes into ODP memory lands at its page's start (Soft-RoCE, on every
-    /// kernel; DESIGN.md §9, "The test devices"). On such a device a buffer of ODP memory that
-    /// the device writes (a receive, an RDMA READ destination, an atomic result) must start on
-    /// a page boundary, which keeps every misplaced byte inside the buffer; a request naming
+    /// each packet it writes into ODP memory lands at its page's start, and each packet it
+    /// reads comes from there (Soft-RoCE, on every kernel; DESIGN.md §9, "The test devices").
+    /// On such a device a buffer of ODP memory that the device writes (a receive, an RDMA READ
+    /// destination, an atomic result) or reads (a SEND's or an RDMA WRITE's source) must start
+    /// on a page boundary, which keeps every misplaced byte inside the buffer; a request naming
     /// another is refused before the provider sees it.
     pub fn writes_land_at_page_starts(&self) -> bool {
         self.soft_roce

@@ -1213,7 +1213,7 @@ impl QpShared {
         &self,
         buf: &L,
     ) -> Result<crate::sgl::Collected<L::Sges>> {
-        let c = buf.collect("ibv_post_recv", true)?;
+        let c = buf.collect("ibv_post_recv")?;
         c.odp.check(T::QP_TYPE, T::NAME, sys::IBV_ODP_SUPPORT_RECV)?;
         if let Some(pd) = c.pd {
             self.check_pd("ibv_post_recv", "the receive buffer", pd)?;

@@ -99,8 +99,8 @@ pub trait Gather: sealed::Sealed + crate::scope::Completes {
     /// The entries, checked (`Collected::of`); a single entry takes a shorter path.
     #[doc(hidden)]
     #[inline(always)]
-    fn collect(&self, verb: &'static str, device_writes: bool) -> Result<Collected<Self::Sges>> {
-        Collected::of(self, verb, device_writes)
+    fn collect(&self, verb: &'static str) -> Result<Collected<Self::Sges>> {
+        Collected::of(self, verb)
     }
 }
 
@@ -127,11 +127,9 @@ impl<L: LocalSource> Gather for L {
     /// One entry: one PD, one ODP tag, at most `u32::MAX` bytes; `Collected::of`'s checks
     /// reduce to the ODP write placement.
     #[inline(always)]
-    fn collect(&self, verb: &'static str, device_writes: bool) -> Result<Collected<[sys::ibv_sge; 1]>> {
+    fn collect(&self, verb: &'static str) -> Result<Collected<[sys::ibv_sge; 1]>> {
         let (sge, odp) = (self.sge(), self.odp_tag());
-        if device_writes {
-            odp.check_device_write(sge.addr, verb)?;
-        }
+        odp.check_device_access(sge.addr, verb)?;
         // Some devices read a zero byte count as 2 GiB: an empty view is no entry.
         let num_sge = i32::from(sge.length != 0);
         Ok(Collected { sges: [sge], num_sge, odp, pd: Some(self.pd_id()) })
@@ -188,16 +186,15 @@ impl<S: SgeStore> Collected<S> {
         Collected { sges: S::empty(), num_sge: 0, odp: OdpTag::default(), pd: None }
     }
 
-    /// The entries of `list`, for `verb`; `device_writes`: the device writes them (a receive,
-    /// an RDMA READ destination, an atomic result), so each ODP entry must suit the device's
-    /// ODP write path ([`OdpTag::check_device_write`]).
+    /// The entries of `list`, for `verb`; each ODP entry must suit the device's ODP path
+    /// ([`OdpTag::check_device_access`]), whether the device reads or writes it.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if two entries belong to different protection domains, an
-    /// ODP entry the device writes is misplaced, or the entries total more than `u32::MAX`
-    /// bytes (one message's length, which the provider sums in 32 bits).
+    /// ODP entry is misplaced, or the entries total more than `u32::MAX` bytes (one message's
+    /// length, which the provider sums in 32 bits).
     #[inline(always)]
-    pub(crate) fn of<G: Gather<Sges = S> + ?Sized>(list: &G, verb: &'static str, device_writes: bool) -> Result<Self> {
+    pub(crate) fn of<G: Gather<Sges = S> + ?Sized>(list: &G, verb: &'static str) -> Result<Self> {
         let mut out = Self::none();
         let mut result = Ok(());
         let mut n = 0usize;
@@ -216,11 +213,9 @@ impl<S: SgeStore> Collected<S> {
                 }
                 _ => out.pd = Some(pd),
             }
-            if device_writes {
-                if let Err(e) = odp.check_device_write(sge.addr, verb) {
-                    result = Err(e);
-                    return;
-                }
+            if let Err(e) = odp.check_device_access(sge.addr, verb) {
+                result = Err(e);
+                return;
             }
             out.odp = if n == 0 { odp } else { out.odp.meet(odp) };
             // Some devices read a zero byte count as 2 GiB: an empty view is no entry.
@@ -315,7 +310,7 @@ mod tests {
         let pd = PdId::dummy();
         let list =
             (buf(0x1000, 10, pd), buf(0x2000, 0, pd), LocalBufMut::from_parts(0x3000, 5, 9, OdpTag::default(), pd));
-        let c = Collected::of(&list, "t", true).expect("one PD");
+        let c = Collected::of(&list, "t").expect("one PD");
         assert_eq!(c.num_sge, 2);
         let got: Vec<_> = c.used().iter().map(|s| (s.addr, s.length, s.lkey)).collect();
         assert_eq!(got, [(0x1000, 10, 7), (0x3000, 5, 9)]);
@@ -323,9 +318,9 @@ mod tests {
         assert_eq!(list.total_len(), 15);
         assert_eq!(c.pd, Some(pd));
         let arr = [buf(0x10, 1, pd), buf(0x20, 2, pd), buf(0x30, 3, pd)];
-        let c = Collected::of(&arr, "t", false).expect("one PD");
+        let c = Collected::of(&arr, "t").expect("one PD");
         assert_eq!(c.used().iter().map(|s| s.addr).collect::<Vec<_>>(), [0x10, 0x20, 0x30]);
-        let empty: Collected<[sys::ibv_sge; 2]> = Collected::of(&[buf(1, 0, pd), buf(2, 0, pd)], "t", false).unwrap();
+        let empty: Collected<[sys::ibv_sge; 2]> = Collected::of(&[buf(1, 0, pd), buf(2, 0, pd)], "t").unwrap();
         assert_eq!((empty.num_sge, empty.total_len()), (0, 0));
     }
 
@@ -336,7 +331,7 @@ mod tests {
     fn lists_beyond_u32_max_bytes_in_all_are_refused() {
         let pd = PdId::dummy();
         let sink = |addr, len| LocalBufMut::from_parts(addr, len, 9, OdpTag::default(), pd);
-        let r = Collected::of(&[sink(0x1000, u32::MAX), sink(0x2_0000_0000, 2)], "ibv_post_send", true);
+        let r = Collected::of(&[sink(0x1000, u32::MAX), sink(0x2_0000_0000, 2)], "ibv_post_send");
         assert!(
             matches!(r, Err(Error::InvalidArgument { verb: "ibv_post_send", .. })),
             "accepted: {:?}",
@@ -344,16 +339,16 @@ mod tests {
         );
         // 32 copies of one shared 128 MiB + 1 view: 2^32 + 32 bytes, which wraps to 32.
         let v = buf(0x1000, (1 << 27) + 1, pd);
-        let r = Collected::of(&[v; 32], "ibv_post_send", false);
+        let r = Collected::of(&[v; 32], "ibv_post_send");
         assert!(matches!(r, Err(Error::InvalidArgument { .. })), "accepted: {:?}", r.map(|c| c.total_len()));
-        let c = Collected::of(&[sink(0x1000, u32::MAX - 1), sink(0x2_0000_0000, 1)], "t", true).expect("u32::MAX");
+        let c = Collected::of(&[sink(0x1000, u32::MAX - 1), sink(0x2_0000_0000, 1)], "t").expect("u32::MAX");
         assert_eq!((c.num_sge, c.total_len()), (2, u64::from(u32::MAX)));
     }
 
     /// ODP in lists: a pinned entry adds nothing to an ODP entry's verification; two ODP
     /// entries keep only the operations both verified, and none if their transports differ;
-    /// every ODP entry the device writes is placed on its own (on a device whose ODP writes
-    /// land at page starts), whatever entry comes first.
+    /// every ODP entry is placed on its own (on a device whose ODP packets go to page
+    /// starts), whatever entry comes first.
     #[test]
     fn odp_lists_keep_only_what_every_entry_verified() {
         use crate::mr::page_size;
@@ -364,27 +359,31 @@ mod tests {
         let odp = |addr, len, t, ops| LocalBufMut::from_parts(addr, len, 5, OdpTag::verified(t, ops, true), pd);
         let pinned = |addr, len| LocalBufMut::from_parts(addr, len, 6, OdpTag::default(), pd);
         // Pinned + ODP(RC, SEND): a SEND on RC, not a WRITE, not on UD.
-        let c = Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, send)), "t", false).unwrap();
+        let c = Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, send)), "t").unwrap();
         assert!(c.odp.check(rc, "RC", send).is_ok());
         assert!(c.odp.check(rc, "RC", write).is_err());
         assert!(c.odp.check(ud, "UD", send).is_err());
         // ODP(RC, SEND|WRITE) + ODP(RC, SEND): SEND only.
-        let c = Collected::of(&[odp(page, 8, rc, send | write), odp(2 * page, 8, rc, send)], "t", false).unwrap();
+        let c = Collected::of(&[odp(page, 8, rc, send | write), odp(2 * page, 8, rc, send)], "t").unwrap();
         assert!(c.odp.check(rc, "RC", send).is_ok());
         assert!(c.odp.check(rc, "RC", write).is_err());
         // ODP(RC, SEND) + ODP(UD, SEND): nothing, on either transport.
-        let c = Collected::of(&[odp(page, 8, rc, send), odp(2 * page, 8, ud, send)], "t", false).unwrap();
+        let c = Collected::of(&[odp(page, 8, rc, send), odp(2 * page, 8, ud, send)], "t").unwrap();
         assert!(c.odp.check(rc, "RC", send).is_err() && c.odp.check(ud, "UD", send).is_err());
         // An empty ODP entry of another transport first is no entry: the rest decides.
-        let c = Collected::of(&[odp(page, 0, ud, send), odp(2 * page, 8, rc, send)], "t", false).unwrap();
+        let c = Collected::of(&[odp(page, 0, ud, send), odp(2 * page, 8, rc, send)], "t").unwrap();
         assert_eq!(c.num_sge, 1);
         assert!(c.odp.check(rc, "RC", send).is_ok() && c.odp.check(ud, "UD", send).is_err());
-        // A receive: the second ODP entry starts mid-page, behind a pinned and an aligned one.
-        let r = Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, recv), odp(2 * page + 8, 8, rc, recv)), "t", true);
-        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{:?}", r.map(|c| c.num_sge));
-        // The same list read by the device (a SEND source) may start anywhere.
-        assert!(Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, send), odp(2 * page + 8, 8, rc, send)), "t", false)
-            .is_ok());
+        // The second ODP entry starts mid-page, behind a pinned and an aligned one: refused
+        // whether the device writes the list (a receive) or reads it (a SEND's source).
+        for ops in [recv, send] {
+            let r = Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, ops), odp(2 * page + 8, 8, rc, ops)), "t");
+            assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{:?}", r.map(|c| c.num_sge));
+        }
+        // Pinned memory may start anywhere, and so may ODP memory of a device that places
+        // packets where they are aimed.
+        let aimed = LocalBufMut::from_parts(2 * page + 8, 8, 5, OdpTag::verified(rc, send, false), pd);
+        assert!(Collected::of(&(pinned(0x10, 8), odp(page, 8, rc, send), aimed), "t").is_ok());
     }
 
     /// The entries through the implicit ODP lkey take at most `IMPLICIT_MAX_OP` bytes in all
@@ -399,14 +398,13 @@ mod tests {
         let implicit = |addr, len| LocalBuf::from_parts(addr, len, 7, OdpTag::verified(rc, send, false).implicit(), pd);
         let explicit = |addr, len| LocalBuf::from_parts(addr, len, 8, OdpTag::verified(rc, send, false), pd);
         let pinned = |addr, len| LocalBuf::from_parts(addr, len, 9, OdpTag::default(), pd);
-        let r = Collected::of(&[implicit(0x1000, max), implicit(0x1000, max)], "ibv_post_send", false);
+        let r = Collected::of(&[implicit(0x1000, max), implicit(0x1000, max)], "ibv_post_send");
         assert!(matches!(r, Err(Error::InvalidArgument { verb: "ibv_post_send", .. })), "{:?}", r.map(|c| c.num_sge));
-        let r = Collected::of(&(implicit(0x1000, max / 2), implicit(0x1000, max / 2), implicit(0x1000, 1)), "t", false);
+        let r = Collected::of(&(implicit(0x1000, max / 2), implicit(0x1000, max / 2), implicit(0x1000, 1)), "t");
         assert!(r.is_err(), "one byte over, in three entries");
-        let c = Collected::of(&(implicit(0x1000, max / 2), implicit(0x1000, max / 2)), "t", false)
-            .expect("exactly the limit");
+        let c = Collected::of(&(implicit(0x1000, max / 2), implicit(0x1000, max / 2)), "t").expect("exactly the limit");
         assert_eq!(c.num_sge, 2);
-        let c = Collected::of(&(implicit(0x1000, max), explicit(0x1000, max), pinned(0x1000, max)), "t", false)
+        let c = Collected::of(&(implicit(0x1000, max), explicit(0x1000, max), pinned(0x1000, max)), "t")
             .expect("only the implicit entry counts");
         assert_eq!(c.num_sge, 3);
         assert!(c.odp.check(rc, "RC", send).is_ok(), "the implicit mark is no operation");
@@ -416,7 +414,7 @@ mod tests {
     #[test]
     fn foreign_entries_and_long_lists_are_refused() {
         let (a, b) = (PdId::dummy(), PdId::other_dummy());
-        let r = Collected::of(&[buf(0x1000, 8, a), buf(0x2000, 8, b)], "ibv_post_send", false);
+        let r = Collected::of(&[buf(0x1000, 8, a), buf(0x2000, 8, b)], "ibv_post_send");
         assert!(matches!(r, Err(Error::InvalidArgument { verb: "ibv_post_send", .. })), "{:?}", r.err());
         assert!(check_count("send", 1, 2, 2).is_ok());
         assert!(matches!(check_count("send", 1, 3, 2), Err(Error::TooManySges { n: 3, max: 2, .. })));

@@ -250,7 +250,7 @@ impl SrqShared {
     /// region in the SRQ's PD, the ODP rules of SRQ receives ([`SrqShared::check_odp_recv`])
     /// and the entries' placement on the device's ODP write path, at most `max_sge` entries.
     fn recv_sges<L: Scatter>(&self, buf: &L) -> Result<crate::sgl::Collected<L::Sges>> {
-        let c = buf.collect("ibv_post_srq_recv", true)?;
+        let c = buf.collect("ibv_post_srq_recv")?;
         if c.pd.is_some_and(|pd| pd != self.pd.id()) {
             return Err(Error::invalid(
                 "ibv_post_srq_recv",

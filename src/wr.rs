@@ -76,9 +76,7 @@ impl<S: SgeStore> RawSendWr<S> {
     /// As [`Collected::of`]: entries of different PDs, a misplaced ODP entry the device writes.
     #[inline(always)]
     fn local<G: Gather<Sges = S>>(&mut self, local: &G, op: u32) -> Result<()> {
-        // An RDMA READ's destination and an atomic's result are written by the device.
-        let device_writes = op & (sys::IBV_ODP_SUPPORT_READ | sys::IBV_ODP_SUPPORT_ATOMIC) != 0;
-        let c = local.collect("ibv_post_send", device_writes)?;
+        let c = local.collect("ibv_post_send")?;
         self.sges = c.sges;
         self.num_sge = c.num_sge;
         self.odp = c.odp;

@@ -215,12 +215,14 @@ fn odp_refusals_are_typed() {
     mr.deregister().map_err(|(e, _)| e).expect("ibv_dereg_mr");
 }
 
-/// Where the device's ODP writes land at page starts, the library keeps every buffer the device
-/// writes starting on a page boundary, so that no misplaced byte leaves it: a receive into a
-/// chunk that starts mid-page, an RDMA READ into a view 40 bytes into a page and an atomic
-/// result 8 bytes into one are refused before the provider sees them.
+/// Where the device's ODP path places each packet at its page's start, the library keeps every
+/// buffer the device writes or reads starting on a page boundary, so that no misplaced byte
+/// leaves it: a receive into a chunk that starts mid-page, an RDMA READ into a view 40 bytes
+/// into a page, an atomic result 8 bytes into one and a SEND from a view 40 bytes into one
+/// (read from the page's start, it would carry bytes lent elsewhere) are refused before the
+/// provider sees them; page-aligned, they are carried.
 #[test]
-fn odp_buffers_the_device_writes_start_on_page_boundaries_where_it_misplaces_writes() {
+fn odp_buffers_the_device_accesses_start_on_page_boundaries_where_it_misplaces_packets() {
     let ctx = open();
     let ops = OdpOps::SEND | OdpOps::RECV | OdpOps::READ | OdpOps::ATOMIC | OdpOps::SRQ_RECV;
     let Some(cap) = odp_cap::<RC>(&ctx, ops) else { return };
@@ -244,6 +246,20 @@ fn odp_buffers_the_device_writes_start_on_page_boundaries_where_it_misplaces_wri
     let e = srq.post_recv_owned(wr::Recv::new(second)).map(|_| ()).unwrap_err();
     assert!(refused(&e.error), "{:?}", e.error);
     let token = p.b.post_recv_owned(wr::Recv::new(first)).unwrap();
+    // A SEND's source: mid-page refused; at a page start (one packet), carried into the receive
+    // at a page start above.
+    let mut src = pd.alloc_mr_odp(4096, access::LOCAL_RW, &cap).unwrap();
+    src.as_mut_slice()[..1024].fill(0x5a);
+    scope(|s| {
+        let e = s.post_send(&p.a, wr::Send::new(src.slice(40..1064).unwrap())).map(|_| ()).unwrap_err();
+        assert!(refused(&e.error), "{:?}", e.error);
+        let t = s.post_send(&p.a, wr::Send::new(src.slice(..1024).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success(), "a page-aligned SEND source");
+    })
+    .unwrap();
+    let (c, first) = token.wait(WAIT).unwrap();
+    assert!(c.is_success() && c.byte_len() == 1024, "{c:?}");
+    assert_bytes(&first.as_slice()[..1024], &[0x5a; 1024], "the SEND from a page start");
     // The READ destination and the atomic result: mid-page refused.
     let target = pd.alloc_mr(4096, access::REMOTE_RW.remote_atomic()).unwrap();
     let mut local = pd.alloc_mr_odp(8192, access::LOCAL_RW, &cap).unwrap();
@@ -261,7 +277,6 @@ fn odp_buffers_the_device_writes_start_on_page_boundaries_where_it_misplaces_wri
         assert!(s.wait(t, WAIT).unwrap().0.is_success(), "a page-aligned READ destination");
     })
     .unwrap();
-    drop(token);
 }
 
 /// Every RC operation rxe reports on ODP memory, through regions whose pages nobody touched
