@@ -907,9 +907,10 @@ impl<'a> LocalBufMut<'a> {
 
     /// A read-only view borrowed from this one, for as long as `self` is borrowed.
     ///
-    /// It cannot be posted in a [scope](crate::scope): a post needs memory borrowed for the
-    /// whole scope, and this view lives only as long as the borrow of `self`. To send what was
-    /// received, post the view itself (`wr::Send::new(buf)`: a `LocalBufMut` is also memory the
+    /// A [scope](crate::scope) takes it only when `self` is borrowed for the whole scope (a
+    /// `LocalBufMut` declared outside the scope's closure): a post needs memory borrowed until
+    /// the scope ends, and this view lives only as long as the borrow of `self`, which then
+    /// lasts as long. To send what was received, post the view itself (`wr::Send::new(buf)`: a `LocalBufMut` is also memory the
     /// device may read), or turn it into a [`LocalBuf`] of the same lifetime with
     /// [`LocalBufMut::into_local`].
     pub fn as_local(&self) -> LocalBuf<'_> {
