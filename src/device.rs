@@ -922,6 +922,13 @@ impl<T> TsoCap<T> {
     pub fn max_tso(&self) -> u32 {
         self.max_tso
     }
+
+    /// A capability of `max_tso` bytes, as a device of context `ctx` would report it (for the
+    /// request checks' unit tests; no device in the tree has TSO).
+    #[cfg(test)]
+    pub(crate) fn reported(max_tso: u32, ctx: u64) -> Self {
+        TsoCap { max_tso, ctx, _t: PhantomData }
+    }
 }
 
 /// Transports on which `IBV_WR_TSO` exists (ibv_post_send(3) opcode table: UD, RAW_PACKET).

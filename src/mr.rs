@@ -1233,6 +1233,36 @@ impl<A: HasLocalWrite, K: MrKind> LocalSink for Chunk<A, K> {}
 mod tests {
     use super::*;
 
+    /// `range_of`, the bound of every view and of the volatile copies (whose `unsafe` reads
+    /// and writes rely on it): ranges that end at the region's end are taken, ranges that end
+    /// past it, run backwards or whose bounds saturate are refused.
+    #[test]
+    fn ranges_of_a_region_stay_inside_it() {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let len = 64;
+        let ok = |r: (Bound<usize>, Bound<usize>)| range_of(r, len, "t").ok();
+        assert_eq!(range_of(.., len, "t").ok(), Some((0, 64)));
+        assert_eq!(range_of(..=63, len, "t").ok(), Some((0, 64)));
+        assert_eq!(range_of(64..64, len, "t").ok(), Some((64, 0)), "an empty range at the end");
+        assert_eq!(range_of(10..20, len, "t").ok(), Some((10, 10)));
+        assert_eq!(ok((Excluded(9), Included(19))), Some((10, 10)));
+        for refused in [
+            range_of(..65, len, "t"),
+            range_of(..=64, len, "t"),
+            range_of(65..65, len, "t"),
+            #[allow(clippy::reversed_empty_ranges)]
+            range_of(5..4, len, "t"),
+            range_of(..=usize::MAX, len, "t"),
+            range_of((Excluded(usize::MAX), Unbounded), len, "t"),
+            range_of(usize::MAX - 1..usize::MAX, len, "t"),
+        ] {
+            assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
+        }
+        // The volatile copies' form: an offset whose end would overflow saturates, and is refused.
+        let r = range_of(usize::MAX - 3..(usize::MAX - 3).saturating_add(8), len, "t");
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    }
+
     #[test]
     fn a_remote_slice_whose_address_would_wrap_is_refused() {
         let r = RemoteSlice::<crate::access::RemoteRw>::from_wire(u64::MAX - 3, 16, 7);

@@ -1691,12 +1691,17 @@ pub(crate) fn check_address_vector(
     invalid: &dyn Fn(String) -> Error,
 ) -> Result<()> {
     let p = device_port(ctx, av.port_num, invalid)?;
+    check_sgid_index(av, p.gid_tbl_len(), invalid)
+}
+
+/// A global route's source GID index inside its port's table of `gid_tbl_len` entries (no
+/// index to check without a global route).
+fn check_sgid_index(av: &sys::ibv_ah_attr, gid_tbl_len: u32, invalid: &dyn Fn(String) -> Error) -> Result<()> {
     let sgid = u32::from(av.grh.sgid_index);
-    if av.is_global != 0 && sgid >= p.gid_tbl_len() {
+    if av.is_global != 0 && sgid >= gid_tbl_len {
         return Err(invalid(format!(
-            "source GID index {sgid} is outside port {}'s table of {}",
-            av.port_num,
-            p.gid_tbl_len()
+            "source GID index {sgid} is outside port {}'s table of {gid_tbl_len}",
+            av.port_num
         )));
     }
     Ok(())
@@ -1894,6 +1899,28 @@ impl<T: Transport, S: QpState> Qp<T, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A global route's source GID index must be inside its port's GID table (rxe's has 1024
+    /// entries, beyond any `u8` index: the device tests cannot reach the refusal); without a
+    /// global route there is no index to check.
+    #[test]
+    fn a_source_gid_index_outside_the_ports_table_is_refused() {
+        let invalid = |what: String| Error::invalid("ibv_create_ah", what);
+        let av = |index| {
+            let a = crate::ah::AddressVector::global(1, crate::device::Gid([0; 16]), index);
+            a.to_raw()
+        };
+        assert!(check_sgid_index(&av(15), 16, &invalid).is_ok());
+        let e = check_sgid_index(&av(16), 16, &invalid).expect_err("index 16 of a table of 16");
+        assert!(
+            matches!(&e, Error::InvalidArgument { verb: "ibv_create_ah", reason } if reason.contains("source GID index 16")),
+            "{e:?}"
+        );
+        assert!(check_sgid_index(&av(255), 1024, &invalid).is_ok());
+        let mut local = av(200);
+        local.is_global = 0;
+        assert!(check_sgid_index(&local, 16, &invalid).is_ok(), "no global route");
+    }
 
     /// A UC QP's INIT keeps REMOTE_WRITE alone of the rights it is given (READ and atomics
     /// would also make a device without atomics refuse it); RC's keeps them all.

@@ -1238,6 +1238,31 @@ mod tests {
         )
     }
 
+    /// A TSO request (ibv_post_send(3): `IBV_WR_TSO`, `tso.hdr_sz`, `tso.mss`) carries at most
+    /// `max_tso` payload bytes, in segments of a non-zero `mss`, behind a header of at most
+    /// 65535 bytes; each is checked in `build`, before the provider sees the request.
+    #[test]
+    fn tso_requests_keep_to_the_devices_max_tso_and_a_nonzero_mss() {
+        let cap = crate::device::TsoCap::<crate::transport::UD>::reported(4096, 1);
+        let pd = crate::pd::PdId::dummy();
+        let payload = |len| LocalBuf::from_parts(0x1000, len, 1, OdpTag::default(), pd);
+        let header = [0u8; 54];
+        let build = |len, hdr: &[u8], mss| {
+            let mut raw = RawSendWr::new();
+            Tso::new(payload(len), hdr, mss, cap).build(&mut raw).map(|()| raw)
+        };
+        let raw = build(4096, &header, 1460).expect("max_tso bytes");
+        assert_eq!((raw.wr.opcode, raw.num_sge, raw.used_sges()[0].length), (sys::IBV_WR_TSO, 1, 4096));
+        for (len, mss, why) in [(4097, 1460, "max_tso + 1"), (64, 0, "mss 0")] {
+            let e = build(len, &header, mss).map(|_| ()).expect_err(why);
+            assert!(matches!(&e, Error::InvalidArgument { verb: "ibv_post_send (TSO)", .. }), "{why}: {e:?}");
+        }
+        let long = vec![0u8; 65536];
+        let e = build(64, &long, 1460).map(|_| ()).expect_err("a header above 65535 bytes");
+        assert!(matches!(&e, Error::InvalidArgument { reason, .. } if reason.contains("65535")), "{e:?}");
+        assert!(build(64, &long[..65535], 1460).is_ok(), "a header of 65535 bytes");
+    }
+
     /// The atomic-argument rules of ibv_post_send(3) and the IBTA, as a table written by hand
     /// (not derived from `check_atomic`): the local result buffer is exactly 8 bytes at an
     /// 8-byte aligned address; the remote target is 8-byte aligned and holds at least the 8
