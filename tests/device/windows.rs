@@ -534,10 +534,15 @@ fn bind_arguments_the_device_would_refuse_are_typed_errors_before_posting() {
         let mw = e.wr.expect("refused before the provider").into_window();
         let e = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 0, window::WRITE)).expect_err("zero length");
         assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
-        // Window and region of different protection domains.
+        // Window and region of different protection domains: the region in another PD than
+        // the window and the QP, or the window in another PD than the region and the QP.
+        let pds = |e: &Error| matches!(e, Error::InvalidArgument { reason, .. } if reason.contains("different protection domains"));
         let mw = e.wr.expect("refused before the provider").into_window();
         let e = s.post_send(&r.p.b, BindMw::new(mw, &foreign, 0, 64, window::WRITE)).expect_err("other PD");
-        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        assert!(pds(&e.error), "{:?}", e.error);
+        let mw = other_pd.alloc_mw::<Type2>().unwrap();
+        let e = s.post_send(&r.p.b, BindMw::new(mw, &r.target, 0, 64, window::WRITE)).expect_err("window of another PD");
+        assert!(pds(&e.error), "{:?}", e.error);
         // Type 1 through ibv_bind_mw: the same checks.
         let mw1 = r.pd.alloc_mw::<Type1>().unwrap();
         let e = s.bind_mw(&r.p.b, mw1, &r.target, 0, 9000, window::READ).expect_err("outside");
@@ -545,7 +550,10 @@ fn bind_arguments_the_device_would_refuse_are_typed_errors_before_posting() {
         let e = s
             .bind_mw(&r.p.b, e.wr.expect("refused before the provider"), &foreign, 0, 64, window::READ)
             .expect_err("other PD");
-        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        assert!(pds(&e.error), "{:?}", e.error);
+        let mw1 = other_pd.alloc_mw::<Type1>().unwrap();
+        let e = s.bind_mw(&r.p.b, mw1, &r.target, 0, 64, window::READ).expect_err("window of another PD");
+        assert!(pds(&e.error), "{:?}", e.error);
     })
     .unwrap();
     // Nothing reached the device: the QP is still usable.
