@@ -1449,6 +1449,9 @@ impl QpShared {
         if self.broken.load(Ordering::Acquire) {
             return Err(self.unusable(book.depth()));
         }
+        // The lane's requests are 0 here whenever the types hold (a lane holds its QP `&mut`
+        // for the scope, whose drain empties it): counted all the same, a second guard of the
+        // depth the owners' ring and the CQ's reservation rely on.
         let Some(seq) = book.next_beside(self.sq.lane.outstanding()) else {
             return Err(self.unusable(book.depth()));
         };

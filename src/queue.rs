@@ -1615,6 +1615,20 @@ mod tests {
         }
     }
 
+    /// The send queue's room counts the requests of its lane still outstanding beside the
+    /// book's own: a post fits only while both together stay below the depth.
+    #[test]
+    fn a_send_queues_room_counts_its_lanes_outstanding_requests() {
+        let mut b = SendBook::new(8, 1);
+        for _ in 0..5 {
+            b.push_owned(true, 0);
+        }
+        assert_eq!(b.next_beside(0), Some(5));
+        assert_eq!(b.next_beside(2), Some(5), "5 + 2 below 8");
+        assert_eq!(b.next_beside(3), None, "5 + 3 fill the queue");
+        assert_eq!(b.next_beside(7), None);
+    }
+
     #[test]
     fn depth_is_enforced_and_freed_by_completion() {
         let mut q = send(2);
