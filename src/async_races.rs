@@ -1518,3 +1518,132 @@ fn an_srq_receive_completed_on_a_cq_dropped_after_its_qp_completes() {
         other => panic!("the receive's future resolves at once: {other:?}"),
     }
 }
+
+/// Async waits and tokio runtimes (`tokio` feature): a wait is served by the runtime whose task
+/// polls it, whatever the runtime that polled it first does (idle, shut down).
+#[cfg(feature = "tokio")]
+mod runtimes {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::task::Context as TaskContext;
+
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    fn multi_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+    }
+
+    /// Whether `f` is set within `d`.
+    fn set_within(f: &AtomicBool, d: Duration) -> bool {
+        let t = std::time::Instant::now();
+        while t.elapsed() < d && !f.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        f.load(SeqCst)
+    }
+
+    /// An owned token's future first polled (waiting) on runtime A, which then idles, alive,
+    /// and awaited on runtime B: B's driver serves it.
+    #[test]
+    fn a_future_moved_from_an_idle_runtime_to_another_is_served() {
+        let w = World::new();
+        let (cq, fake) = w.cq();
+        let qp = w.qp(0x6d1, 64, &cq, None);
+        let mut f = post_send(&qp, true).into_future();
+        let a = current_thread();
+        a.block_on(async {
+            let waker = Waker::from(Arc::new(Count::default()));
+            assert!(poll(&mut f, &waker).is_pending());
+        });
+        let b = multi_thread();
+        let done = Arc::new(AtomicBool::new(false));
+        let d = Arc::clone(&done);
+        b.spawn(async move {
+            assert!(f.await.is_ok());
+            d.store(true, SeqCst);
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        fake.complete(send_wc(0x6d1, 0, sys::IBV_WC_SUCCESS));
+        assert!(set_within(&done, Duration::from_secs(3)), "the moved future was never served");
+        drop(a);
+    }
+
+    /// Runtime A shut down while its driver and a future of it wait: a future of runtime B on
+    /// the same CQ is still served.
+    #[test]
+    fn a_runtime_shut_down_under_its_driver_leaves_another_runtimes_futures_served() {
+        let w = World::new();
+        let (cq, fake) = w.cq();
+        let qp = w.qp(0x6d2, 64, &cq, None);
+        let fa = post_send(&qp, true).into_future();
+        let fb = post_send(&qp, true).into_future();
+        let a = multi_thread();
+        let b = current_thread();
+        a.spawn(async move {
+            let _ = fa.await;
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let done = Arc::new(AtomicBool::new(false));
+        let d = Arc::clone(&done);
+        let th = std::thread::spawn(move || {
+            b.block_on(async move {
+                assert!(fb.await.is_ok());
+                d.store(true, SeqCst);
+            })
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        a.shutdown_timeout(Duration::from_secs(1));
+        fake.complete(send_wc(0x6d2, 1, sys::IBV_WC_SUCCESS));
+        assert!(set_within(&done, Duration::from_secs(3)), "B's future not served after A shut down");
+        th.join().unwrap();
+    }
+
+    /// `CompChannel::wait_async` first polled on runtime A (then idle), finished on runtime B:
+    /// registered again with B's reactor, it sees the armed CQ's event.
+    #[test]
+    fn a_channel_wait_moved_to_another_runtime_sees_the_event() {
+        let w = World::new();
+        let (cq, fake) = w.cq();
+        let cq = crate::cq::Cq { inner: Arc::clone(&cq) };
+        cq.req_notify(false).unwrap();
+        let ch = w.ch.clone();
+        let mut fut = Box::pin(async move { ch.wait_async().await.map(|_| ()) });
+        let a = current_thread();
+        a.block_on(async {
+            let waker = Waker::from(Arc::new(Count::default()));
+            assert!(fut.as_mut().poll(&mut TaskContext::from_waker(&waker)).is_pending());
+        });
+        fake.complete(send_wc(0x7ffe, 0, sys::IBV_WC_SUCCESS));
+        let got = multi_thread().block_on(async { tokio::time::timeout(Duration::from_secs(2), fut).await });
+        assert!(matches!(got, Ok(Ok(()))), "the wait moved to B: {got:?}");
+        drop(a);
+    }
+
+    /// `AsyncEvents` first polled on runtime A (then idle), awaited on runtime B: registered
+    /// again with B's reactor, it gets the pending event.
+    #[test]
+    fn async_events_moved_to_another_runtime_get_the_event() {
+        let w = World::new();
+        let mut fds = [0i32; 2];
+        // SAFETY: a valid out-array of two descriptors.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }, 0);
+        // SAFETY: the fake context is leaked, and this test's alone.
+        unsafe { (*w.ctx.ctx.as_ptr()).async_fd = fds[0] };
+        let ctx = crate::device::Context { inner: Arc::clone(&w.ctx) };
+        let mut events = ctx.async_events().unwrap();
+        let a = current_thread();
+        a.block_on(async {
+            let waker = Waker::from(Arc::new(Count::default()));
+            assert!(events.poll_next_event(&mut TaskContext::from_waker(&waker)).is_pending());
+        });
+        // One PORT_ACTIVE event of port 1 (`struct ib_uverbs_async_event_desc`).
+        let desc: [u32; 4] = [1, 0, sys::IBV_EVENT_PORT_ACTIVE, 0];
+        // SAFETY: writes the 16 bytes of `desc`.
+        assert_eq!(unsafe { libc::write(fds[1], desc.as_ptr().cast(), 16) }, 16);
+        let got = multi_thread().block_on(async { tokio::time::timeout(Duration::from_secs(2), events.next()).await });
+        assert!(matches!(got, Ok(Ok(crate::event::AsyncEvent::PortActive { port: 1 }))), "{got:?}");
+        drop(a);
+    }
+}

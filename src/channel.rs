@@ -30,6 +30,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+#[cfg(feature = "tokio")]
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use typed_verbs_sys as sys;
@@ -562,7 +564,7 @@ impl std::os::fd::AsFd for CompChannel {
 /// the panic hook prints tokio's message either way): no async wait of the library panics on
 /// either (device
 /// `async_hostile::async_waits_in_a_runtime_without_io_fail_typed`,
-/// `events::async_events_outside_a_runtime_or_after_its_runtime_are_typed_errors`).
+/// `events::async_events_outside_a_runtime_are_typed_errors_and_another_runtime_takes_over`).
 #[cfg(feature = "tokio")]
 pub(crate) fn register_readable(
     fd: std::os::fd::BorrowedFd<'_>,
@@ -590,15 +592,58 @@ pub(crate) fn register_readable(
     }
 }
 
+/// A descriptor's readability as the reactor of the runtime that polls it sees it: registered
+/// (a duplicate, [`register_readable`]) at the first poll, and again whenever a poll comes from
+/// a task of another runtime (a future moved between runtimes, a reader polled by another
+/// runtime's task), so that the runtime that polls is the one that wakes the task, whatever the
+/// first one does meanwhile (idle, blocked, shut down). A poll outside any runtime keeps the
+/// registration it has.
+#[cfg(feature = "tokio")]
+#[derive(Default)]
+pub(crate) struct Readable {
+    reg: Option<(tokio::runtime::Id, tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>)>,
+}
+
+#[cfg(feature = "tokio")]
+impl Readable {
+    /// Whether it is registered with a reactor.
+    pub(crate) fn is_registered(&self) -> bool {
+        self.reg.is_some()
+    }
+
+    /// Polls `fd`'s readability (`fd` is the same descriptor at every call), registering it
+    /// first where needed. On failure, what failed and its error.
+    pub(crate) fn poll_read_ready<'a>(
+        &'a mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<
+        std::result::Result<tokio::io::unix::AsyncFdReadyGuard<'a, std::os::fd::OwnedFd>, (&'static str, io::Error)>,
+    > {
+        let current = tokio::runtime::Handle::try_current().map(|h| h.id());
+        match (&self.reg, current) {
+            (Some((registered, _)), Ok(now)) if *registered == now => {}
+            // Outside a runtime: the registration it has.
+            (Some(_), Err(_)) => {}
+            (None, Err(e)) => return Poll::Ready(Err(("outside a tokio runtime", io::Error::other(e)))),
+            (_, Ok(now)) => match register_readable(fd) {
+                Ok(afd) => self.reg = Some((now, afd)),
+                Err(e) => return Poll::Ready(Err(e)),
+            },
+        }
+        match &self.reg {
+            Some((_, afd)) => afd.poll_read_ready(cx).map_err(|e| ("waiting for the descriptor", e)),
+            None => Poll::Ready(Err(("outside a tokio runtime", io::Error::other("nothing registered")))),
+        }
+    }
+}
+
 #[cfg(feature = "tokio")]
 impl ChannelShared {
-    /// Registers a duplicate of the channel's descriptor with the current tokio runtime's
-    /// reactor.
-    fn register_fd(&self) -> Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
-        use std::os::fd::BorrowedFd;
-        // SAFETY: the fd belongs to the channel, which `self` keeps open for this whole call.
-        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
-        register_readable(fd).map_err(|(what, e)| self.wait_error(what, e))
+    /// The channel's descriptor, borrowed.
+    fn borrowed_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the fd belongs to the channel, which stays open while `self` is borrowed.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) }
     }
 
     /// An async wait's failure at `what`, with its error.
@@ -624,7 +669,7 @@ impl ChannelShared {
         if d.tasks.iter().any(|t| t.runtime == runtime) {
             return Ok(());
         }
-        let afd = self.register_fd()?;
+        let afd = register_readable(self.borrowed_fd()).map_err(|(what, e)| self.wait_error(what, e))?;
         let gen = d.next_gen;
         d.next_gen += 1;
         d.tasks.push(DriverTask { gen, runtime, waker: None });
@@ -667,7 +712,6 @@ fn drive(
     afd: &tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
     cx: &mut std::task::Context<'_>,
 ) -> std::task::Poll<()> {
-    use std::task::Poll;
     // A readiness that was drained and cleared is looked at again at once (it registers the
     // waker); bounded, as a reactor may report readiness again and again.
     for _ in 0..4 {
@@ -748,16 +792,22 @@ impl CompChannel {
     /// See ibv_get_cq_event(3).
     #[doc(alias = "ibv_get_cq_event")]
     pub async fn wait_async(&self) -> Result<CqEvent> {
-        let afd = self.inner.register_fd()?;
-        loop {
-            let mut guard = afd.readable().await.map_err(|e| self.inner.wait_error("waiting for the channel fd", e))?;
-            match self.try_get(false)? {
-                Got::Event(ev) => return Ok(ev),
-                Got::Stale => {}
+        let mut readable = Readable::default();
+        std::future::poll_fn(|cx| loop {
+            let mut guard = match readable.poll_read_ready(self.inner.borrowed_fd(), cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(guard)) => guard,
+                Poll::Ready(Err((what, e))) => return Poll::Ready(Err(self.inner.wait_error(what, e))),
+            };
+            match self.try_get(false) {
+                Ok(Got::Event(ev)) => return Poll::Ready(Ok(ev)),
+                Ok(Got::Stale) => {}
                 // Drained: only now may the readiness be cleared (edge-triggered reactor).
-                Got::Nothing => guard.clear_ready(),
+                Ok(Got::Nothing) => guard.clear_ready(),
+                Err(e) => return Poll::Ready(Err(e)),
             }
-        }
+        })
+        .await
     }
 }
 

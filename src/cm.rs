@@ -398,19 +398,30 @@ impl RawId {
     /// The asynchronous [`next_event`](Self::next_event): waits for the channel's descriptor
     /// with tokio's reactor. Cancel-safe: an event is read (and acknowledged) only in the poll
     /// that resolves the future, and the caller handles it in that same poll.
+    /// The descriptor is registered with the reactor of the runtime whose task polls the
+    /// future, again if a task of another runtime polls it (`channel::Readable`).
     #[cfg(feature = "tokio")]
     async fn next_event_async(&self, what: impl Fn() -> String) -> Result<Event> {
-        let afd = self.register(&what)?;
-        loop {
-            let mut guard = afd.readable().await.map_err(|e| {
-                Error::verb(Verb::GetCmEvent, format!("{}: waiting for the channel's descriptor", what()), e)
-            })?;
-            match self.try_event(&what)? {
-                Some(event) => return Ok(event),
+        use std::task::Poll;
+        let mut readable = crate::channel::Readable::default();
+        std::future::poll_fn(|cx| loop {
+            // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
+            let mut guard = match readable.poll_read_ready(fd, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(guard)) => guard,
+                Poll::Ready(Err((doing, e))) => {
+                    return Poll::Ready(Err(Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e)))
+                }
+            };
+            match self.try_event(&what) {
+                Ok(Some(event)) => return Poll::Ready(Ok(event)),
                 // Drained: only now may the readiness be cleared (edge-triggered reactor).
-                None => guard.clear_ready(),
+                Ok(None) => guard.clear_ready(),
+                Err(e) => return Poll::Ready(Err(e)),
             }
-        }
+        })
+        .await
     }
 
     /// Waits for `want`, the outcome of `step`: any other event is an error.
@@ -1272,18 +1283,19 @@ impl Connecting {
     /// See rdma_connect(3), rdma_establish(3).
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_connect")]
-    pub fn connect_async(self, param: &ConnParam) -> impl std::future::Future<Output = Result<Connection>> + '_ {
-        // Still in its guard when the future exists: an unpolled future dropped flushes it too
-        // (device `cm_hostile::async_waits::connect_and_accept_futures_dropped_before_their_first_poll_hand_the_receives_back_flushed`).
+    pub async fn connect_async(self, param: &ConnParam) -> Result<Connection> {
+        // The QP is in its guard when the future exists: an unpolled future dropped flushes it
+        // too (device `cm_hostile::async_waits::connect_and_accept_futures_dropped_before_their_first_poll_hand_the_receives_back_flushed`).
+        // `self` is kept whole until the wait is over: its fields drop in their order, the QP
+        // moved to ERR before the identifier is destroyed.
+        let check = self.raw.runtime_check(|| format!("{}: the ConnectResponse event", Verb::Connect));
+        or_flush!(check, self.qp.take());
+        or_flush!(Self::start(&self.raw, self.qp.qp(), param), self.qp.take());
+        let reply = self.raw.expect_async(Verb::Connect, CmEvent::ConnectResponse).await;
         let Connecting { raw: id, qp: held } = self;
-        async move {
-            or_flush!(id.runtime_check(|| format!("{}: the ConnectResponse event", Verb::Connect)), held.take());
-            or_flush!(Self::start(&id, held.qp(), param), held.take());
-            let reply = id.expect_async(Verb::Connect, CmEvent::ConnectResponse).await;
-            let qp = held.take();
-            let reply = or_flush!(reply, qp);
-            Self::finish(id, qp, param, reply)
-        }
+        let qp = held.take();
+        let reply = or_flush!(reply, qp);
+        Self::finish(id, qp, param, reply)
     }
 
     /// `rdma_connect` with `param` naming `qp`.
@@ -1647,18 +1659,16 @@ impl Accepting {
     /// See rdma_accept(3).
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_accept")]
-    pub fn accept_async(self) -> impl std::future::Future<Output = Result<Connection>> {
-        // Still in its guard when the future exists, as in `Connecting::connect_async`.
-        let Accepting { raw, qp: held, param, private_data } = self;
-        async move {
-            or_flush!(raw.runtime_check(|| format!("{}: the Established event", Verb::Accept)), held.take());
-            let (id, qp, private_data) = Self::start(Accepting { raw, qp: held, param, private_data })?;
-            let held = FlushOnDrop(Some(qp));
-            let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
-            let qp = held.take();
-            or_flush!(established, qp);
-            Ok(Connection { raw: id, qp, private_data })
-        }
+    pub async fn accept_async(self) -> Result<Connection> {
+        // In its guard when the future exists, kept whole as in `Connecting::connect_async`;
+        // then `held`, declared after `id`, drops before it.
+        or_flush!(self.raw.runtime_check(|| format!("{}: the Established event", Verb::Accept)), self.qp.take());
+        let (id, qp, private_data) = Self::start(self)?;
+        let held = FlushOnDrop(Some(qp));
+        let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
+        let qp = held.take();
+        or_flush!(established, qp);
+        Ok(Connection { raw: id, qp, private_data })
     }
 
     /// The QP to RTS and `rdma_accept` (the QP flushed on failure).

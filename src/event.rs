@@ -402,8 +402,8 @@ impl Context {
     /// `async_fd` to register for readability. The context's `async_fd` is set non-blocking.
     ///
     /// Creating one needs no runtime; with the `tokio` feature, `AsyncEvents::next` and
-    /// `AsyncEvents::poll_next_event` register it with the tokio runtime they are first polled
-    /// in.
+    /// `AsyncEvents::poll_next_event` register it with the tokio runtime whose task polls them
+    /// (again when a task of another runtime does).
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_get_async_event` and the errno of fcntl(2) or of duplicating
@@ -422,7 +422,7 @@ impl Context {
         let fd = fd.try_clone_to_owned().map_err(|e| err("duplicating async_fd", e))?;
         Ok(AsyncEvents {
             #[cfg(feature = "tokio")]
-            reactor: None,
+            reactor: crate::channel::Readable::default(),
             fd,
             ctx: self.clone(),
         })
@@ -438,8 +438,8 @@ impl Context {
 /// # With tokio (`tokio` feature)
 /// `next` resolves with the next event (`while let Ok(ev) = events.next().await`);
 /// `poll_next_event` is the same as a poll function. The descriptor is
-/// registered with the reactor of the runtime it is first polled in (it stays bound to that
-/// runtime). Bound each wait with the runtime's timer, `tokio::time::timeout(d, events.next())`:
+/// registered with the reactor of the runtime whose task polls it, again when a task of another
+/// runtime polls. Bound each wait with the runtime's timer, `tokio::time::timeout(d, events.next())`:
 /// both are cancel-safe, since an event is read and acknowledged only inside the one poll that
 /// returns it, so a future dropped while pending loses no event.
 ///
@@ -462,10 +462,10 @@ impl Context {
 #[doc(alias = "ibv_get_async_event")]
 #[doc(alias = "ibv_ack_async_event")]
 pub struct AsyncEvents {
-    /// The registration of a duplicate of `fd` with a tokio reactor, made at the first poll
-    /// (the duplicate is the `AsyncFd`'s own, closed when it is dropped).
+    /// The registration of a duplicate of `fd` with the reactor of the runtime that polls
+    /// (the duplicate is the registration's own, closed when it is dropped).
     #[cfg(feature = "tokio")]
-    reactor: Option<tokio::io::unix::AsyncFd<OwnedFd>>,
+    reactor: crate::channel::Readable,
     /// A duplicate of the context's `async_fd` (the same open file, non-blocking).
     fd: OwnedFd,
     ctx: Context,
@@ -476,7 +476,7 @@ impl fmt::Debug for AsyncEvents {
         let mut d = f.debug_struct("AsyncEvents");
         d.field("device", &self.ctx.inner.name).field("fd", &self.fd.as_raw_fd());
         #[cfg(feature = "tokio")]
-        d.field("registered", &self.reactor.is_some());
+        d.field("registered", &self.reactor.is_registered());
         d.finish()
     }
 }
@@ -528,8 +528,8 @@ impl AsyncEvents {
     /// (read and acknowledged with `ibv_ack_async_event` in this call), or `Pending` with `cx`'s
     /// waker registered for the descriptor's readability with tokio's reactor.
     ///
-    /// The first call registers the descriptor with the current runtime's reactor; later calls
-    /// must come from tasks of a runtime while that one is alive. Nothing is kept between
+    /// The first call registers the descriptor with the current runtime's reactor, and so does
+    /// a call from a task of another runtime than the last registration's. Nothing is kept between
     /// calls, so abandoning a pending poll loses no event. `&mut self`: one task polls one
     /// reader (the reactor keeps the waker of the last poll only); give each task its own
     /// [`Context::async_events`].
@@ -538,7 +538,8 @@ impl AsyncEvents {
     /// [`Error::Verb`] with `ibv_get_async_event` when there is no tokio runtime or it has no
     /// I/O driver (built without `enable_io`; the latter needs unwinding: tokio panics there,
     /// which aborts under `panic = "abort"`), when the descriptor cannot be registered with the
-    /// reactor or the reactor reports an error (its runtime shut down), or when the read fails.
+    /// reactor or the reactor reports an error (polled outside any runtime after the runtime
+    /// it was registered with shut down), or when the read fails.
     ///
     /// See ibv_get_async_event(3).
     #[doc(alias = "ibv_get_async_event")]
@@ -546,19 +547,11 @@ impl AsyncEvents {
         let name = &self.ctx.inner.name;
         let err =
             |what: &str, e: io::Error| Error::verb(Verb::GetAsyncEvent, format!("{what} (async events of {name})"), e);
-        let afd = match self.reactor {
-            Some(ref afd) => afd,
-            None => {
-                // A duplicate of `fd` (the same open file); outside a runtime, or in one
-                // without I/O, an error rather than tokio's panic.
-                let afd = crate::channel::register_readable(self.fd.as_fd()).map_err(|(what, e)| err(what, e))?;
-                self.reactor.insert(afd)
-            }
-        };
         loop {
-            let mut guard = match afd.poll_read_ready(cx) {
+            // Outside a runtime, or in one without I/O, an error rather than tokio's panic.
+            let mut guard = match self.reactor.poll_read_ready(self.fd.as_fd(), cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(r) => r.map_err(|e| err("waiting for async_fd", e))?,
+                Poll::Ready(r) => r.map_err(|(what, e)| err(what, e))?,
             };
             match try_get(&self.ctx)? {
                 Some(ev) => return Poll::Ready(Ok(ev)),
