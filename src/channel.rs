@@ -611,9 +611,34 @@ impl Readable {
         self.reg.is_some()
     }
 
-    /// Polls `fd`'s readability (`fd` is the same descriptor at every call), registering it
-    /// first where needed. On failure, what failed and its error.
-    pub(crate) fn poll_read_ready<'a>(
+    /// Takes what `read` reads off `fd` (the same descriptor at every call), waiting for the
+    /// reactor to report it readable: `Some` resolves; `None` (drained) clears the readiness,
+    /// which only then is safe (edge-triggered reactor), and waits again. A registration or
+    /// reactor failure is `fail(what failed, its error)`.
+    pub(crate) fn poll_read<T, E>(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        cx: &mut std::task::Context<'_>,
+        mut read: impl FnMut() -> std::result::Result<Option<T>, E>,
+        fail: impl Fn(&'static str, io::Error) -> E,
+    ) -> Poll<std::result::Result<T, E>> {
+        loop {
+            let mut guard = match self.poll_read_ready(fd, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(guard)) => guard,
+                Poll::Ready(Err((what, e))) => return Poll::Ready(Err(fail(what, e))),
+            };
+            match read() {
+                Ok(Some(v)) => return Poll::Ready(Ok(v)),
+                Ok(None) => guard.clear_ready(),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// Polls `fd`'s readability, registering it first where needed. On failure, what failed
+    /// and its error.
+    fn poll_read_ready<'a>(
         &'a mut self,
         fd: std::os::fd::BorrowedFd<'_>,
         cx: &mut std::task::Context<'_>,
@@ -792,22 +817,17 @@ impl CompChannel {
     /// See ibv_get_cq_event(3).
     #[doc(alias = "ibv_get_cq_event")]
     pub async fn wait_async(&self) -> Result<CqEvent> {
-        let mut readable = Readable::default();
-        std::future::poll_fn(|cx| loop {
-            let mut guard = match readable.poll_read_ready(self.inner.borrowed_fd(), cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(guard)) => guard,
-                Poll::Ready(Err((what, e))) => return Poll::Ready(Err(self.inner.wait_error(what, e))),
-            };
-            match self.try_get(false) {
-                Ok(Got::Event(ev)) => return Poll::Ready(Ok(ev)),
-                Ok(Got::Stale) => {}
-                // Drained: only now may the readiness be cleared (edge-triggered reactor).
-                Ok(Got::Nothing) => guard.clear_ready(),
-                Err(e) => return Poll::Ready(Err(e)),
+        // An event of a CQ gone meanwhile is skipped.
+        let read = || loop {
+            match self.try_get(false)? {
+                Got::Event(ev) => return Ok(Some(ev)),
+                Got::Stale => {}
+                Got::Nothing => return Ok(None),
             }
-        })
-        .await
+        };
+        let mut readable = Readable::default();
+        let fail = |what, e| self.inner.wait_error(what, e);
+        std::future::poll_fn(|cx| readable.poll_read(self.inner.borrowed_fd(), cx, read, fail)).await
     }
 }
 

@@ -310,6 +310,14 @@ impl RawId {
         unsafe { (*self.channel.as_ptr()).fd }
     }
 
+    /// The channel's descriptor, borrowed.
+    #[cfg(feature = "tokio")]
+    fn borrowed_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the descriptor belongs to the channel, which stays open while `self` is
+        // borrowed.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) }
+    }
+
     /// The next event if one is pending (the descriptor is non-blocking): what it carried,
     /// copied, and the event acknowledged. `None` when there is none yet.
     fn try_event(&self, what: &impl Fn() -> String) -> Result<Option<Event>> {
@@ -389,9 +397,7 @@ impl RawId {
     /// reactor; outside a runtime, or in one without I/O, the error (`channel::register_readable`).
     #[cfg(feature = "tokio")]
     fn register(&self, what: impl FnOnce() -> String) -> Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
-        // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
-        crate::channel::register_readable(fd)
+        crate::channel::register_readable(self.borrowed_fd())
             .map_err(|(doing, e)| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e))
     }
 
@@ -402,26 +408,9 @@ impl RawId {
     /// future, again if a task of another runtime polls it (`channel::Readable`).
     #[cfg(feature = "tokio")]
     async fn next_event_async(&self, what: impl Fn() -> String) -> Result<Event> {
-        use std::task::Poll;
         let mut readable = crate::channel::Readable::default();
-        std::future::poll_fn(|cx| loop {
-            // SAFETY: the descriptor belongs to the channel, which `self` keeps open for this call.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
-            let mut guard = match readable.poll_read_ready(fd, cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(guard)) => guard,
-                Poll::Ready(Err((doing, e))) => {
-                    return Poll::Ready(Err(Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e)))
-                }
-            };
-            match self.try_event(&what) {
-                Ok(Some(event)) => return Poll::Ready(Ok(event)),
-                // Drained: only now may the readiness be cleared (edge-triggered reactor).
-                Ok(None) => guard.clear_ready(),
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        })
-        .await
+        let fail = |doing, e| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e);
+        std::future::poll_fn(|cx| readable.poll_read(self.borrowed_fd(), cx, || self.try_event(&what), fail)).await
     }
 
     /// Waits for `want`, the outcome of `step`: any other event is an error.

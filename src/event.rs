@@ -547,18 +547,9 @@ impl AsyncEvents {
         let name = &self.ctx.inner.name;
         let err =
             |what: &str, e: io::Error| Error::verb(Verb::GetAsyncEvent, format!("{what} (async events of {name})"), e);
-        loop {
-            // Outside a runtime, or in one without I/O, an error rather than tokio's panic.
-            let mut guard = match self.reactor.poll_read_ready(self.fd.as_fd(), cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(r) => r.map_err(|(what, e)| err(what, e))?,
-            };
-            match try_get(&self.ctx)? {
-                Some(ev) => return Poll::Ready(Ok(ev)),
-                // Drained: only now may the readiness be cleared (edge-triggered reactor).
-                None => guard.clear_ready(),
-            }
-        }
+        // Outside a runtime, or in one without I/O, an error rather than tokio's panic.
+        let ctx = &self.ctx;
+        self.reactor.poll_read(self.fd.as_fd(), cx, || try_get(ctx), err)
     }
 
     /// `ibv_get_async_event`, awaited (`tokio` feature): resolves with the next asynchronous
