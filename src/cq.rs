@@ -38,6 +38,9 @@ pub(crate) struct CqShared {
     cqe: u32,
     /// The device reports `wc_flags` in the kernel's numbering (see [`WcFlagsQuirk`]).
     quirk: WcFlagsQuirk,
+    /// `ctx.tag`, the device's tag every decoded completion carries, read without following
+    /// `ctx` on the data path.
+    dev_tag: u16,
     pub(crate) ctx: Arc<ContextInner>,
     /// The completion channel the CQ reports to, kept alive as long as the CQ.
     pub(crate) channel: Option<Arc<crate::channel::ChannelShared>>,
@@ -177,6 +180,7 @@ impl Context {
             poll_fn,
             cqe: u32::try_from(granted).unwrap_or(cqe),
             quirk: if dev.is_soft_roce() { WcFlagsQuirk::KernelNumbering } else { WcFlagsQuirk::None },
+            dev_tag: self.inner.tag,
             ctx: Arc::clone(&self.inner),
             channel: keep,
             armed: AtomicBool::new(false),
@@ -801,7 +805,7 @@ impl CqShared {
     /// Decodes one polled completion.
     #[inline(always)]
     fn decode(&self, wc: &sys::ibv_wc) -> Completion {
-        Completion::from_raw(wc, self.quirk, self.ctx.tag)
+        Completion::from_raw(wc, self.quirk, self.dev_tag)
     }
 
     /// Routes one polled completion to its work queue; `known` is a QP the caller holds;
@@ -904,6 +908,7 @@ impl CqShared {
             poll_fn,
             cqe,
             quirk: WcFlagsQuirk::None,
+            dev_tag: ctx.tag,
             ctx,
             channel,
             armed: AtomicBool::new(false),

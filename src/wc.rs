@@ -171,16 +171,22 @@ pub enum CompletionSource {
 /// `Default` is an all-zero placeholder (for arrays that
 /// [`Cq::poll_into`](crate::cq::Cq::poll_into) fills).
 //
-// The fields from `status` to `raw_flags` are those of `struct ibv_wc` (`raw_flags` is its
-// `wc_flags`), in its order and as the provider wrote them: taking a completion off the CQ is
-// a copy, and the typed values (and the flags in libibverbs' numbering) are built only when
-// asked for. Small (48 bytes), so that it moves cheaply through the waits' return values.
-// After them, `serial_and_device` orders the invalidations the library decoded (see
-// `Completion::invalidation_serial`) and names the device that decoded it
+// Laid out as `struct ibv_wc`: `serial_and_device` where it has `wr_id`, then its fields from
+// `status` to `dlid_path_bits` in its order and as the provider wrote them (`raw_flags` is its
+// `wc_flags`), then two bytes of what was its padding. The compiler then takes a completion
+// off the CQ as one block copy rather than a load and a store per field, and the typed values
+// (and the flags in libibverbs' numbering) are built only when asked for. Small (48 bytes), so that it moves cheaply through
+// the waits' return values. `serial_and_device` orders the invalidations the library decoded
+// (see `Completion::invalidation_serial`) and names the device that decoded it
 // (`Completion::device_tag`).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Completion {
+    /// `serial << 16 | tag`: for a receive that invalidated an rkey (`IBV_WC_WITH_INV`), its
+    /// place among every such completion the process decoded (from 1), 0 for any other; above
+    /// the tag of the device whose CQ decoded it (`ContextInner::tag`), 0 for a completion the
+    /// library made (implied, a forced reset's).
+    serial_and_device: u64,
     status: u32,
     opcode: u32,
     vendor_err: u32,
@@ -199,11 +205,6 @@ pub struct Completion {
     pub(crate) source: CompletionSource,
     /// The numbering of `raw_flags`: [`WcFlagsQuirk::fix`] gives libibverbs'.
     flags_quirk: WcFlagsQuirk,
-    /// `serial << 16 | tag`: for a receive that invalidated an rkey (`IBV_WC_WITH_INV`), its
-    /// place among every such completion the process decoded (from 1), 0 for any other; above
-    /// the tag of the device whose CQ decoded it (`ContextInner::tag`), 0 for a completion the
-    /// library made (implied, a forced reset's).
-    serial_and_device: u64,
 }
 
 /// How many invalidating receive completions the process has decoded: the last one's
@@ -235,6 +236,12 @@ pub(crate) fn invalidations_so_far() -> u64 {
 
 // A copy of the `ibv_wc` fields it keeps, moved by value through the waits: keep it small.
 static_assertions::const_assert!(std::mem::size_of::<Completion>() <= 48);
+// The layout decoding relies on (see above): the same offsets as `ibv_wc`.
+static_assertions::const_assert!(std::mem::size_of::<Completion>() == std::mem::size_of::<sys::ibv_wc>());
+static_assertions::const_assert!(std::mem::offset_of!(Completion, status) == std::mem::offset_of!(sys::ibv_wc, status));
+static_assertions::const_assert!(
+    std::mem::offset_of!(Completion, dlid_path_bits) == std::mem::offset_of!(sys::ibv_wc, dlid_path_bits)
+);
 
 impl Default for Completion {
     fn default() -> Self {
