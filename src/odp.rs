@@ -74,6 +74,11 @@ pub struct OdpCaps {
 }
 
 /// Transports with ODP capability bits. Sealed by `Transport`.
+#[diagnostic::on_unimplemented(
+    message = "the device reports no On-Demand Paging capabilities for {Self} queue pairs",
+    label = "ODP capabilities exist for RC, UC, UD and XRC_SEND only",
+    note = "ibv_query_device_ex(3): odp_caps.per_transport_caps has rc_odp_caps, uc_odp_caps and ud_odp_caps, and xrc_odp_caps beside them; a capability is checked for one of those transports"
+)]
 pub trait OdpTransport: Transport {
     /// This transport's bits in `caps`.
     #[doc(hidden)]

@@ -37,8 +37,7 @@ use crate::qp::{Qp, QpShared, QueueRef, Refused};
 use crate::queue::{Take, TrackedQueue};
 use crate::sgl::Scatter;
 use crate::transport::{
-    CanPostRecv, CanPostSend, HasRecvQueue, QpState, SupportsBindMw, SupportsFence, SupportsSend, Transport,
-    Unaddressed,
+    AdvertisesWindows, CanPostRecv, CanPostSend, HasRecvQueue, QpState, SupportsBindMw, SupportsFence, Transport,
 };
 use crate::wc::Completion;
 use crate::wr::{
@@ -921,7 +920,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         bind: &Token<'scope, B>,
     ) -> Result<Token<'scope, ()>>
     where
-        T: SupportsSend + Unaddressed,
+        T: AdvertisesWindows,
         S: CanPostSend,
         B: BindInFlight,
     {

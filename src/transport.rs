@@ -296,3 +296,17 @@ impl Unaddressed for RC {}
 impl Unaddressed for UC {}
 impl Unaddressed for XRC_SEND {}
 impl Unaddressed for RAW_PACKET {}
+
+/// Transports on which a window's rkey can be advertised before its bind completed
+/// ([`Scope::advertise_window`](crate::scope::Scope::advertise_window)): the send goes on the
+/// bind's own QP, so the transport binds windows (UC, RC, XRC_SEND), and the send needs no
+/// destination.
+#[diagnostic::on_unimplemented(
+    message = "a window is advertised on the queue pair its bind went through, and binding a memory window is not valid on a {Self} queue pair",
+    label = "not a QP a window can be bound through",
+    note = "ibv_bind_mw(3): \"The QP Transport Service Type must be either UC, RC or XRC_SEND for bind operations\"; the NOTES allow the new rkey to travel before the bind's completion only in a send on the bind's QP"
+)]
+pub trait AdvertisesWindows: SupportsBindMw + SupportsSend + Unaddressed {}
+impl AdvertisesWindows for RC {}
+impl AdvertisesWindows for UC {}
+impl AdvertisesWindows for XRC_SEND {}

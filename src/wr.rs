@@ -286,7 +286,7 @@ pub trait AllowsSolicited: SendRequest {}
 /// Requests whose payload is copied into the work queue entry (`IBV_SEND_INLINE`), so that the
 /// memory is released when the post returns.
 #[diagnostic::on_unimplemented(
-    message = "IBV_SEND_INLINE is valid only for Send and RDMA Write; `{Self}` is not an inline request",
+    message = "`{Self}` is not an inline request: IBV_SEND_INLINE is valid only for Send and RDMA Write, whose inline forms are the `Inline*` requests",
     label = "not an inline request",
     note = "ibv_post_send(3): \"IBV_SEND_INLINE Send data in given gather list as inline data in a send WQE. Valid only for Send and RDMA Write.\"",
     note = "use InlineSend, InlineSendImm, InlineSendInv, InlineWrite or InlineWriteImm"
