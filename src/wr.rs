@@ -1223,6 +1223,7 @@ impl<L> Recv<L> {
 mod tests {
     use super::*;
     use crate::mr::{LocalBuf, LocalBufMut};
+    use crate::test_util::assert_refused;
 
     /// A result buffer of `len` bytes at `addr` (lkey 1) and a remote range of `rlen` bytes at
     /// `raddr` (rkey 2).
@@ -1343,9 +1344,11 @@ mod tests {
         Read::new([sink(0x1000, 8), sink(0x2000, 8)], remote(16)).build(&mut raw).expect("16 bytes fit 16");
         assert_eq!((raw.num_sge, raw.wr.opcode), (2, sys::IBV_WR_RDMA_READ));
         let r = Read::new([sink(0x1000, 8), sink(0x2000, 9)], remote(16)).build(&mut RawSendWr::new());
-        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "17 bytes do not fit 16: {r:?}");
+        // 17 bytes do not fit 16.
+        assert_refused(r, "ibv_post_send (RDMA READ)", "bytes do not fit the remote range of");
         let r = Write::new((view(0x1000, 8), view(0x2000, 8)), remote(15)).build(&mut RawSendWr::new());
-        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "16 bytes do not fit 15: {r:?}");
+        // 16 bytes do not fit 15.
+        assert_refused(r, "ibv_post_send (RDMA WRITE)", "bytes do not fit the remote range of");
 
         let (a, b) = ([1u8; 5], [2u8; 7]);
         let w = InlineSend::gather([&a[..], &[], &b[..]]);
@@ -1355,7 +1358,8 @@ mod tests {
         assert_eq!(entries(&raw), [(a.as_ptr() as u64, 5, 0), (b.as_ptr() as u64, 7, 0)]);
         assert_ne!(raw.wr.send_flags & sys::IBV_SEND_INLINE, 0);
         let r = InlineWrite::gather([&a[..], &b[..]], remote(11)).build(&mut RawSendWr::new());
-        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "12 inline bytes do not fit 11: {r:?}");
+        // 12 inline bytes do not fit 11.
+        assert_refused(r, "ibv_post_send (inline RDMA WRITE)", "bytes do not fit the remote range of");
     }
 
     /// An RDMA READ scattered into entries of more than `u32::MAX` bytes in all (and a remote
@@ -1370,16 +1374,14 @@ mod tests {
         let remote = |len| RemoteSlice::<crate::access::RemoteAll>::new(0x9000, len, 2);
         let mut raw = RawSendWr::new();
         let r = Read::new([sink(0x1000, u32::MAX), sink(0x1_0000_1000, 2)], remote(1 << 33)).build(&mut raw);
-        assert!(
-            matches!(r, Err(Error::InvalidArgument { .. })),
-            "accepted: {} entries, {} bytes as the provider sums them",
-            raw.num_sge,
-            raw.used_sges().iter().fold(0u32, |n, s| n.wrapping_add(s.length))
-        );
+        let summed = raw.used_sges().iter().fold(0u32, |n, s| n.wrapping_add(s.length));
+        // What was accepted: the entries and the bytes as the provider sums them.
+        let r = r.map(|()| (raw.num_sge, summed));
+        assert_refused(r, "ibv_post_send", "one work request moves at most u32::MAX");
         let view = LocalBuf::from_parts(0x1000, (1 << 27) + 1, 3, OdpTag::default(), pd);
         let mut raw = RawSendWr::new();
         let r = Send::new([view; 32]).build(&mut raw);
-        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "accepted: {} entries", raw.num_sge);
+        assert_refused(r.map(|()| raw.num_sge), "ibv_post_send", "one work request moves at most u32::MAX");
     }
 
     /// A window range is accepted exactly when it has at least one byte and ends inside the

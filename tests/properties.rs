@@ -38,7 +38,16 @@ fn window_adverts_round_trip_and_garbage_never_panics() {
                 assert_eq!(bytes.len(), WindowAdvert::LEN);
                 assert_eq!(d.encode().as_slice(), bytes.as_slice());
             }
-            Err(e) => assert!(matches!(e, typed_verbs::Error::InvalidArgument { .. })),
+            // The length is checked first, then the flags byte: which refusal is known.
+            Err(e) => {
+                let why = if bytes.len() != WindowAdvert::LEN { "bytes, expected" } else { "unknown flags" };
+                assert!(
+                    matches!(&e, typed_verbs::Error::InvalidArgument { verb: "WindowAdvert::decode", reason }
+                        if reason.contains(why)),
+                    "{} bytes: expected the refusal for {why:?}, got {e:?}",
+                    bytes.len()
+                );
+            }
         }
         // The addressing mode must match the rights type, which asks no right not granted.
         let write = typed_verbs::sys::IBV_ACCESS_REMOTE_WRITE;

@@ -8,6 +8,30 @@ use typed_verbs::prelude::*;
 /// Generous: everything is slow under software emulation.
 pub const WAIT: Duration = Duration::from_secs(30);
 
+/// Asserts that `e` is the refusal a test means: [`Error::InvalidArgument`] of `verb` whose
+/// reason contains `reason_part` (a literal part of the check's message), not merely some
+/// refusal, which another check could have made. Prints the whole error otherwise.
+#[track_caller]
+pub fn assert_invalid(e: &Error, verb: &str, reason_part: &str) {
+    match e {
+        Error::InvalidArgument { verb: v, reason } if *v == verb && reason.contains(reason_part) => {}
+        other => panic!(
+            "expected Error::InvalidArgument {{ verb: {verb:?}, reason containing {reason_part:?} }}, got {other:?}"
+        ),
+    }
+}
+
+/// As [`assert_invalid`], for a result that must be that refusal; an `Ok` is printed.
+#[track_caller]
+pub fn assert_refused<T: std::fmt::Debug>(r: std::result::Result<T, Error>, verb: &str, reason_part: &str) {
+    match r {
+        Err(e) => assert_invalid(&e, verb, reason_part),
+        Ok(v) => panic!(
+            "expected Error::InvalidArgument {{ verb: {verb:?}, reason containing {reason_part:?} }}, accepted: {v:?}"
+        ),
+    }
+}
+
 /// The device under test: `$TYPED_VERBS_DEVICE`, else the first device present. Panics (the
 /// test fails) when there is none: device tests must never pass without a device.
 pub fn device_name() -> String {

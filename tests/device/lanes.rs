@@ -236,14 +236,16 @@ fn a_post_list_is_checked_whole_and_keeps_the_unsignaled_run_short() {
     scope(|s| {
         let mut lane = s.send_lane(&mut p.a).unwrap();
         let write = || wr::Write::new(src.slice(..).unwrap(), target.remote(..).unwrap());
-        let invalid = |e: typed_verbs::scope::PostError<Vec<_>>, n: usize| {
-            assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        let invalid = |e: typed_verbs::scope::PostError<Vec<_>>, n: usize, why: &str| {
+            assert_invalid(&e.error, "SendLane::prepare_list", why);
             assert_eq!(e.wr.expect("refused before the provider: handed back").len(), n, "the requests come back");
         };
-        invalid(lane.prepare_list(Vec::new(), 1).unwrap_err(), 0);
-        invalid(lane.prepare_list((0..depth + 1).map(|_| write()).collect(), 1).unwrap_err(), depth + 1);
-        invalid(lane.prepare_list(vec![write(), write()], 0).unwrap_err(), 2);
-        invalid(lane.prepare_list(vec![write(), write()], max_run + 1).unwrap_err(), 2);
+        invalid(lane.prepare_list(Vec::new(), 1).unwrap_err(), 0, "an empty post list");
+        let too_long = lane.prepare_list((0..depth + 1).map(|_| write()).collect(), 1).unwrap_err();
+        invalid(too_long, depth + 1, "requests on a send queue of");
+        let signal_every = "it must be 1 to";
+        invalid(lane.prepare_list(vec![write(), write()], 0).unwrap_err(), 2, signal_every);
+        invalid(lane.prepare_list(vec![write(), write()], max_run + 1).unwrap_err(), 2, signal_every);
 
         // max_run - 1 unsignaled posts, then a list of 4 signaled every 4: its first three
         // would make the run too long, so its first request is signaled too (2 completions).
@@ -635,11 +637,11 @@ fn a_request_prepared_on_one_lane_is_refused_by_another() {
         let mut wa = lane_a.prepare(wr::Write::new(src.slice(..64).unwrap(), target.remote(..64).unwrap())).unwrap();
         let mut wb = lane_b.prepare(wr::Write::new(src.slice(64..).unwrap(), target.remote(64..).unwrap())).unwrap();
         match lane_b.post(&mut wa) {
-            Err(Error::InvalidArgument { .. }) => {}
+            Err(e) => assert_invalid(&e, "send lane", "the request or token belongs to another lane than QP"),
             other => panic!("lane B posted lane A's request: {other:?}"),
         }
         match lane_b.post_unsignaled(&mut wa) {
-            Err(Error::InvalidArgument { .. }) => {}
+            Err(e) => assert_invalid(&e, "send lane", "the request or token belongs to another lane than QP"),
             other => panic!("lane B posted lane A's request unsignaled: {other:?}"),
         }
         assert_eq!((lane_a.outstanding(), lane_b.outstanding()), (0, 0), "nothing was posted");
@@ -648,7 +650,7 @@ fn a_request_prepared_on_one_lane_is_refused_by_another() {
         let ta = lane_a.post(&mut wa).unwrap();
         // A token of lane A is not lane B's either; it comes back, still valid.
         let e = lane_b.wait(ta, WAIT).expect_err("a token of another lane");
-        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        assert_invalid(&e.error, "send lane", "the request or token belongs to another lane than QP");
         let ta = e.token;
         let cb = lane_b.wait(tb, WAIT).unwrap();
         assert_eq!((cb.status(), cb.opcode(), cb.qp_num()), (WcStatus::Success, WcOpcode::RdmaWrite, b_qpn));

@@ -119,20 +119,28 @@ fn misaligned_atomics_are_refused_before_the_provider_sees_them() {
     let p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE.remote_atomic(), QpCaps::default());
     let target = r.pd.alloc_mr(64, access::REMOTE_ALL).unwrap();
     let mut result = r.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    let (bad_target, bad_result) = (
+        "the target must be 8 bytes at an 8-byte aligned address",
+        "the result buffer must be 8 bytes at an 8-byte aligned address",
+    );
     scope(|s| {
-        let whole = result.slice_mut(..).unwrap();
-        let e = s.post_send(&p.a, wr::FetchAdd::new(whole, target.remote(4..12).unwrap(), 1));
+        // A valid result word (8 bytes at the region's start): the misaligned target is what
+        // is refused (the result buffer is checked first).
+        let (word, tail) = result.slice_mut(..).unwrap().split_at(8).unwrap();
+        let e = s.post_send(&p.a, wr::FetchAdd::new(word, target.remote(4..12).unwrap(), 1));
         let e = e.expect_err("misaligned remote");
-        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
+        assert_invalid(&e.error, "ibv_post_send (atomic)", bad_target);
         // The request comes back with the error: its buffer is usable again.
-        let (_, rest) = e.wr.expect("refused before the provider: handed back").into_result().split_at(1).unwrap();
+        let word = e.wr.expect("refused before the provider: handed back").into_result();
+        let (_, rest) = tail.split_at(1).unwrap();
         let (odd, _) = rest.split_at(8).unwrap();
         let e = s.post_send(&p.a, wr::FetchAdd::new(odd, target.remote(0..8).unwrap(), 1));
         let e = e.expect_err("misaligned result");
-        assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
-        let (short, _) = e.wr.expect("refused before the provider: handed back").into_result().split_at(4).unwrap();
+        assert_invalid(&e.error, "ibv_post_send (atomic)", bad_result);
+        assert!(e.wr.is_some(), "refused before the provider: handed back");
+        let (short, _) = word.split_at(4).unwrap();
         let e = s.post_send(&p.a, wr::CompareSwap::new(short, target.remote(0..8).unwrap(), 0, 1));
-        assert!(matches!(e.expect_err("short result").error, Error::InvalidArgument { .. }));
+        assert_invalid(&e.expect_err("short result").error, "ibv_post_send (atomic)", bad_result);
     })
     .unwrap();
     assert_eq!(p.a.outstanding(), (0, 0));

@@ -202,10 +202,11 @@ fn an_srq_shared_by_two_qps() {
     assert_eq!(srq.outstanding(), 16);
     // Receiving on a QP that uses an SRQ is refused (post to the SRQ).
     let stray = pd.alloc_mr(64, access::LOCAL_RW).unwrap().into_chunks(64).unwrap().remove(0);
-    assert!(matches!(
-        r1.post_recv_owned(wr::Recv::new(stray)).map_err(|e| e.error),
-        Err(Error::InvalidArgument { .. })
-    ));
+    assert_refused(
+        r1.post_recv_owned(wr::Recv::new(stray)).map(drop).map_err(|e| e.error),
+        "ibv_post_recv",
+        "takes its receives from a shared receive queue; post to the SRQ",
+    );
     let mut src = pd.alloc_mr(64, access::LOCAL_READ).unwrap();
     for i in 0..8u8 {
         for (sender, tag) in [(&s1, 1u8), (&s2, 2u8)] {
@@ -250,7 +251,8 @@ fn an_armed_srq_limit_reports_srq_limit_reached() {
     let mut tokens: Vec<_> = chunks.into_iter().map(|c| srq.post_recv_owned(wr::Recv::new(c)).unwrap()).collect();
     // Fire when fewer than 4 receives remain posted.
     srq.arm_limit(4).unwrap();
-    assert!(matches!(srq.arm_limit(16), Err(Error::InvalidArgument { .. })), "the limit must be below max_wr");
+    // The limit must be below max_wr.
+    assert_refused(srq.arm_limit(16), "ibv_modify_srq", "is not below max_wr");
     let mut src = pd.alloc_mr(8, access::LOCAL_READ).unwrap();
     src.as_mut_slice().fill(1);
     for _ in 0..5 {
