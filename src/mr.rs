@@ -231,8 +231,13 @@ impl OdpTag {
     #[inline(never)]
     fn unverified(t: u32, ops: u32, transport: &str, op: u32) -> Error {
         let ops = ops & !(Self::PAGE_STARTS | Self::IMPLICIT);
+        let verb = if op & (sys::IBV_ODP_SUPPORT_RECV | sys::IBV_ODP_SUPPORT_SRQ_RECV) != 0 {
+            "ibv_post_recv"
+        } else {
+            "ibv_post_send"
+        };
         Error::invalid(
-            "ibv_post_send",
+            verb,
             format!(
                 "memory of an ODP region verified for QP type {t}, operations {ops:#x} (ibv_query_device_ex \
                      odp_caps) is used on a {transport} QP for operation {op:#x}, which was not verified"

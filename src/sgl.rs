@@ -364,6 +364,18 @@ mod tests {
         assert!(c.odp.check(rc, "RC", send).is_ok());
         assert!(c.odp.check(rc, "RC", write).is_err());
         assert!(c.odp.check(ud, "UD", send).is_err());
+        // The refusal names the verb the operation is posted with.
+        for (op, verb) in
+            [(write, "ibv_post_send"), (recv, "ibv_post_recv"), (sys::IBV_ODP_SUPPORT_SRQ_RECV, "ibv_post_recv")]
+        {
+            match c.odp.check(rc, "RC", op) {
+                Err(crate::Error::InvalidArgument { verb: v, reason }) => {
+                    assert_eq!(v, verb, "{reason}");
+                    assert!(reason.contains("is used on a RC QP for operation"), "{reason}");
+                }
+                other => panic!("operation {op:#x}: {other:?}"),
+            }
+        }
         // ODP(RC, SEND|WRITE) + ODP(RC, SEND): SEND only.
         let c = Collected::of(&[odp(page, 8, rc, send | write), odp(2 * page, 8, rc, send)], "t").unwrap();
         assert!(c.odp.check(rc, "RC", send).is_ok());

@@ -381,8 +381,7 @@ fn ud_odp_memory_carries_send_and_recv() {
     let rc = rc.to_init(&ConnectedInit::new(PORT, Access::NONE)).unwrap();
     let first = rbuf.into_chunks(64).unwrap().swap_remove(0);
     let e = rc.post_recv_owned(wr::Recv::new(first)).map(|_| ()).unwrap_err();
-    // The ODP transport check names `ibv_post_send` for receives too.
-    assert_invalid(&e.error, "ibv_post_send", "is used on a RC QP for operation");
+    assert_invalid(&e.error, "ibv_post_recv", "is used on a RC QP for operation");
 }
 
 /// Receives into ODP memory through a shared receive queue, as owned chunks of one ODP region;
