@@ -175,10 +175,10 @@ pub enum CompletionSource {
 // `status` to `dlid_path_bits` in its order and as the provider wrote them (`raw_flags` is its
 // `wc_flags`), then two bytes of what was its padding. The compiler then takes a completion
 // off the CQ as one block copy rather than a load and a store per field, and the typed values
-// (and the flags in libibverbs' numbering) are built only when asked for. Small (48 bytes), so that it moves cheaply through
-// the waits' return values. `serial_and_device` orders the invalidations the library decoded
-// (see `Completion::invalidation_serial`) and names the device that decoded it
-// (`Completion::device_tag`).
+// (and the flags in libibverbs' numbering) are built only when asked for. Small (48 bytes),
+// so that it moves cheaply through the waits' return values. `serial_and_device` orders the
+// invalidations the library decoded (see `Completion::invalidation_serial`) and names the
+// device that decoded it (`Completion::device_tag`).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Completion {
