@@ -306,6 +306,82 @@ fn rig_with(r: &WindowRig) -> WindowRig {
     WindowRig { ctx: r.ctx.clone(), pd: r.pd.clone(), cq: r.cq.clone(), p, target, src }
 }
 
+/// The next key of a type 1 window's rkey: rxe's `ibv_bind_mw` posts `ibv_inc_rkey` of the
+/// window's current rkey (its low "key" byte incremented), and the kernel takes that key.
+fn next_key(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
+/// A bind, a rebind and an unbind flushed because their QP went to ERR (a WRITE through a key
+/// no region has, the peer's access error): each hands its window back as the device still
+/// has it. The failed bind's window has its old rkey again; the failed rebind's and unbind's
+/// windows are still bound, with their rkeys, and reach their ranges from a fresh QP pair.
+/// The next binds and unbinds, on the fresh pair, take the key after the restored one.
+#[test]
+fn binds_flushed_by_a_qp_in_error_give_the_window_back_as_the_device_has_it() {
+    let r = window_rig();
+    let fresh = r.pd.alloc_mw::<Type1>().unwrap();
+    let stale = fresh.raw_rkey();
+    let [rebound, unbound] = [0, 1].map(|i| {
+        scope(|s| {
+            let mw = r.pd.alloc_mw::<Type1>().unwrap();
+            let t = s.bind_mw(&r.p.b, mw, &r.target, i * 1024, 1024, window::WRITE).unwrap();
+            s.wait(t, WAIT).unwrap().1.expect("bind")
+        })
+        .unwrap()
+    });
+    let rkeys = [rebound.rkey(), unbound.rkey()];
+    let nowhere = RemoteSlice::<access::RemoteRw>::from_wire(0x1000, 64, rkeys[0] ^ 0x00ff_ff00);
+    let (fresh, bound) = scope(|s| {
+        let w = s.post_send(&r.p.b, wr::Write::new(r.src.slice(..64).unwrap(), nowhere)).unwrap();
+        let (c, _) = s.wait(w, WAIT).unwrap();
+        assert_eq!(c.status(), WcStatus::RemAccessErr, "{c:?}");
+        // The binding QP is in ERR: everything posted on it now is flushed.
+        let t = s.bind_mw(&r.p.b, fresh, &r.target, 4096, 1024, window::WRITE).unwrap();
+        let (c, back) = s.wait(t, WAIT).unwrap();
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+        let fresh = back.expect_err("a flushed bind gives the window back unbound");
+        assert_eq!(fresh.raw_rkey(), stale, "a flushed bind restores the window's rkey");
+        let t = s.rebind_mw(&r.p.b, rebound, &r.target, 2048, 1024, window::READ_WRITE).unwrap();
+        let (c, back) = s.wait(t, WAIT).unwrap();
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+        let rebound = back.expect_err("a flushed rebind gives the window back as it was");
+        let t = s.unbind_mw(&r.p.b, unbound).unwrap();
+        let (c, back) = s.wait(t, WAIT).unwrap();
+        assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+        let unbound = back.expect_err("a flushed unbind gives the window back bound");
+        (fresh, [rebound, unbound])
+    })
+    .unwrap();
+    let r2 = rig_with(&r);
+    let remotes = [0, 1].map(|i| bound[i].remote(0..64).unwrap());
+    for (i, remote) in remotes.into_iter().enumerate() {
+        assert_eq!((remote.rkey(), bound[i].len()), (rkeys[i], 1024));
+        assert_eq!(write_status(&r2, remote, 64), WcStatus::Success, "window {i}: the old binding still works");
+        assert_eq!(target_bytes(&r, i * 1024, 64), &r2.src.as_slice()[..64], "window {i}");
+    }
+    let (fresh, unbound) = scope(|s| {
+        let t = s.bind_mw(&r2.p.b, fresh, &r.target, 4096, 1024, window::WRITE).unwrap();
+        let (c, fresh) = s.wait(t, WAIT).unwrap();
+        assert!(c.is_success(), "{c:?}");
+        let unbound = bound.map(|b| {
+            let t = s.unbind_mw(&r2.p.b, b).unwrap();
+            let (c, unbound) = s.wait(t, WAIT).unwrap();
+            assert!(c.is_success(), "{c:?}");
+            unbound.expect("unbind")
+        });
+        (fresh.expect("bind"), unbound)
+    })
+    .unwrap();
+    assert_eq!(fresh.rkey(), next_key(stale), "the bind after the flushed one takes the next key");
+    assert_eq!(write_status(&r2, fresh.remote(0..64).unwrap(), 64), WcStatus::Success);
+    for i in 0..2 {
+        assert_eq!(unbound[i].raw_rkey(), next_key(rkeys[i]), "window {i}: the unbind takes the next key");
+        // A pair each: the access error puts the writing QP in ERR.
+        assert_eq!(write_status(&rig_with(&r), remotes[i], 64), WcStatus::RemAccessErr, "window {i}: unbound");
+    }
+}
+
 #[test]
 fn zero_based_type2_window_addresses_by_offset() {
     let r = window_rig();
