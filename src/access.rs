@@ -302,6 +302,12 @@ pub struct ZeroBased;
 
 /// The rights behind an rkey: a region's [`Access`] set or a window's [`WindowAccess`].
 /// [`RemoteSlice`](crate::mr::RemoteSlice) is typed by them. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` are not rights an rkey can carry",
+    label = "neither a legal region access set nor a window's access",
+    note = "ibv_reg_mr(3): \"If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then IBV_ACCESS_LOCAL_WRITE must be set too.\" No region is registered with this set, so no rkey grants it",
+    note = "type a peer's region by the set it was registered with (`access::RemoteRw`, ...), a window by its rights (`access::window::Write`, ...)"
+)]
 pub trait RemoteRights: sealed::Sealed + Copy + Send + Sync + fmt::Debug + 'static {
     /// True when remote addresses are offsets from the start of a zero-based window.
     const ZERO_BASED: bool;

@@ -996,16 +996,19 @@ impl<A> fmt::Debug for RemoteSlice<A> {
     }
 }
 
-impl<A: RemoteRights> RemoteSlice<A> {
+impl<A> RemoteSlice<A> {
     /// A remote region (or window) described by a peer: `addr`, `len` and `rkey` as it sent
     /// them; `A` states the rights it granted (and, for windows, whether addresses are
     /// offsets from a zero-based window).
-    pub fn from_wire(addr: u64, len: u64, rkey: u32) -> Self {
+    pub fn from_wire(addr: u64, len: u64, rkey: u32) -> Self
+    where
+        // On the function, not the impl: a set no region can have is then reported with the
+        // rule it breaks (`LegalAccess`), not as a missing function.
+        A: RemoteRights,
+    {
         RemoteSlice { addr, len, rkey, _access: PhantomData }
     }
-}
 
-impl<A> RemoteSlice<A> {
     pub(crate) fn new(addr: u64, len: u64, rkey: u32) -> Self {
         RemoteSlice { addr, len, rkey, _access: PhantomData }
     }
