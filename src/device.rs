@@ -143,6 +143,12 @@ unsafe impl Send for ContextInner {}
 unsafe impl Sync for ContextInner {}
 
 impl ContextInner {
+    /// Why port `n` cannot be used: the device has no such port (`None` when it has).
+    pub(crate) fn missing_port(&self, n: u8) -> Option<String> {
+        let ports = self.attr.phys_port_cnt();
+        (n == 0 || n > ports).then(|| format!("port {n} does not exist on {} (ports are 1..={ports})", self.name))
+    }
+
     /// Refuses, for `verb`, what `wants` atomic operations on a device without them
     /// (`atomic_cap` `IBV_ATOMIC_NONE`; "IBV_ACCESS_REMOTE_ATOMIC ... (if supported)",
     /// ibv_reg_mr(3)): a region or QP granting remote atomics, an atomic request, a bind
@@ -381,14 +387,10 @@ impl Context {
     }
 
     pub(crate) fn check_port(&self, port: u8) -> Result<()> {
-        let ports = self.inner.attr.phys_port_cnt();
-        if port == 0 || port > ports {
-            return Err(Error::invalid(
-                "ibv_query_port",
-                format!("port {port} does not exist on {} (ports are 1..={ports})", self.inner.name),
-            ));
+        match self.inner.missing_port(port) {
+            Some(why) => Err(Error::invalid("ibv_query_port", why)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// `ibv_query_gid`: entry `index` of the GID table of port `port`. The index is a `u8`,

@@ -1678,9 +1678,8 @@ fn device_port(
     n: u8,
     invalid: &dyn Fn(String) -> Error,
 ) -> Result<crate::device::PortAttr> {
-    let ports = ctx.attr().phys_port_cnt();
-    if n == 0 || n > ports {
-        return Err(invalid(format!("port {n} does not exist (the device has {ports})")));
+    if let Some(why) = ctx.missing_port(n) {
+        return Err(invalid(why));
     }
     crate::device::Context { inner: Arc::clone(ctx) }.query_port(n)
 }
