@@ -9,7 +9,7 @@
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use typed_verbs_sys as sys;
@@ -253,47 +253,62 @@ impl Cq {
     }
 }
 
-/// The routing lock of a CQ: a test-and-set spin lock that yields the thread while another
-/// holds it. It is held only around one `ibv_poll_cq` and the routing of what that returned
-/// (or a route being added), like the providers' own CQ locks (`pthread_spin_lock` in rxe's
-/// and mlx5's `poll_cq`), so waits are short; taking and releasing it is one atomic exchange
-/// and one store, with no poisoning to check on every poll. A panic while it is held
-/// releases it (the guard's drop): the routes and the book-keeping they feed are consistent
-/// at every step.
+/// The routing lock of a CQ: a ticket lock that yields the thread while another holds it. It
+/// is held only around one `ibv_poll_cq` and the routing of what that returned (or a route
+/// being added), like the providers' own CQ locks (`pthread_spin_lock` in rxe's and mlx5's
+/// `poll_cq`), so each hold is short. Tickets make it fair: a thread that wants the lock gets
+/// it after the holders whose tickets came before its own, so a thread that releases the lock
+/// and takes it again at once (a `Cq::progress` loop, another queue's busy wait on a shared
+/// CQ) cannot keep a wait from its CQ, and from its deadline, for longer than one hold each.
+/// Taking and releasing it is one atomic add each, with no poisoning to check on every poll.
+/// A panic while it is held releases it (the guard's drop): the routes and the book-keeping
+/// they feed are consistent at every step.
 pub(crate) struct PollLock<T> {
-    locked: AtomicBool,
+    /// The next ticket to hand out.
+    next: AtomicU32,
+    /// The ticket that holds the lock (it is free when `serving == next`).
+    serving: AtomicU32,
     value: UnsafeCell<T>,
 }
 
 // SAFETY: the value is only reached through a `PollGuard`, and at most one guard exists at a
-// time (`locked`), so sharing the lock shares `T` between threads one at a time: `T: Send`.
+// time (the one whose ticket is `serving`), so sharing the lock shares `T` between threads one
+// at a time: `T: Send`.
 unsafe impl<T: Send> Sync for PollLock<T> {}
 
 impl<T> PollLock<T> {
     pub(crate) const fn new(value: T) -> Self {
-        PollLock { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
+        PollLock { next: AtomicU32::new(0), serving: AtomicU32::new(0), value: UnsafeCell::new(value) }
     }
 
     #[inline(always)]
     pub(crate) fn lock(&self) -> PollGuard<'_, T> {
-        if self.locked.swap(true, Ordering::Acquire) {
-            self.lock_contended();
+        // Tickets wrap: only equality is compared, and fewer than 2^32 threads wait at once.
+        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        if self.serving.load(Ordering::Acquire) != ticket {
+            self.lock_contended(ticket);
         }
         PollGuard { lock: self }
     }
 
     #[cold]
     #[inline(never)]
-    fn lock_contended(&self) {
+    fn lock_contended(&self, ticket: u32) {
         loop {
             for _ in 0..64 {
-                if !self.locked.load(Ordering::Relaxed) && !self.locked.swap(true, Ordering::Acquire) {
+                if self.serving.load(Ordering::Acquire) == ticket {
                     return;
                 }
                 std::hint::spin_loop();
             }
             std::thread::yield_now();
         }
+    }
+
+    /// How many threads hold or wait for the lock (the unit tests' view of the queue).
+    #[cfg(test)]
+    fn queued(&self) -> u32 {
+        self.next.load(Ordering::SeqCst).wrapping_sub(self.serving.load(Ordering::SeqCst))
     }
 }
 
@@ -342,8 +357,8 @@ pub(crate) struct PollGuard<'a, T> {
 impl<T> std::ops::Deref for PollGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: this guard holds the lock (`locked` set by its `lock`), so no other reference
-        // to the value exists until it is dropped.
+        // SAFETY: this guard holds the lock (its ticket is `serving`), so no other reference to
+        // the value exists until it is dropped.
         unsafe { &*self.lock.value.get() }
     }
 }
@@ -358,7 +373,8 @@ impl<T> std::ops::DerefMut for PollGuard<'_, T> {
 impl<T> Drop for PollGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.lock.locked.store(false, Ordering::Release);
+        // Only the holder moves `serving`: the next ticket holds the lock from here.
+        self.lock.serving.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -952,6 +968,31 @@ mod tests {
         let mut g = lock.lock();
         g.0 += 1;
         assert_eq!(g.0, 80_001);
+    }
+
+    /// A thread that releases the routing lock and takes it again at once (a polling loop)
+    /// comes after a thread that was already waiting for it: the wait of a thread sharing a
+    /// busy CQ is bounded by one hold of each thread ahead of it, not by their luck.
+    #[test]
+    fn the_poll_lock_goes_first_to_the_thread_that_waited_first() {
+        for round in 0..100 {
+            let lock = PollLock::new(Vec::new());
+            let held = lock.lock();
+            std::thread::scope(|t| {
+                let waiter = t.spawn(|| lock.lock().push("waiter"));
+                let start = std::time::Instant::now();
+                // The waiter has its ticket once two threads hold or wait for the lock.
+                while lock.queued() < 2 {
+                    assert!(start.elapsed() < std::time::Duration::from_secs(10), "round {round}: no waiter");
+                    std::thread::yield_now();
+                }
+                drop(held);
+                lock.lock().push("holder again");
+                waiter.join().unwrap();
+            });
+            assert_eq!(*lock.lock(), ["waiter", "holder again"], "round {round}");
+            assert_eq!(lock.queued(), 0, "round {round}: every guard released its ticket");
+        }
     }
 
     #[test]
