@@ -1647,3 +1647,6 @@ mod runtimes {
         drop(a);
     }
 }
+
+// Hostile providers and programs against the completion side.
+mod attack_tests;

@@ -29,6 +29,16 @@ enum Slot {
     Gone,
 }
 
+/// A request set aside pending ([`WorkQueue::set_aside`]): its number, its
+/// [`Slot::Pending`] fields and its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stuck {
+    seq: u64,
+    covered: bool,
+    abandoned: bool,
+    owner: u64,
+}
+
 /// What `try_take` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Take {
@@ -55,11 +65,17 @@ pub(crate) struct WorkQueue {
     /// front of `slots` while it grew past twice the depth: set aside (`compact`), so that one
     /// whose token was leaked does not keep every later slot in the book.
     aside: Vec<(u64, Completion, u64)>,
+    /// Requests (with their sequence numbers and owners) that stayed pending at the front of
+    /// `slots` while it grew past twice the depth: set aside as well (`compact`). A receive
+    /// that never completes (refused with no name and never queued; a shared receive queue's
+    /// receive consumed by a QP whose destroy took its completion off the CQ, as mlx5's does)
+    /// would otherwise keep every later slot in the book.
+    stuck: Vec<Stuck>,
 }
 
 impl WorkQueue {
     pub(crate) fn new(depth: u32) -> Self {
-        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0, aside: Vec::new() }
+        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0, aside: Vec::new(), stuck: Vec::new() }
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -102,7 +118,7 @@ impl WorkQueue {
     /// this queue.
     pub(crate) fn complete(&mut self, seq: u64, c: Completion) -> bool {
         let Some(idx) = self.index(seq) else {
-            return false;
+            return self.complete_stuck(seq, Some(c));
         };
         let Slot::Pending { abandoned, .. } = self.slots[idx].0 else {
             return false;
@@ -119,7 +135,7 @@ impl WorkQueue {
     #[inline]
     fn complete_taken(&mut self, seq: u64) -> bool {
         let Some(idx) = self.index(seq) else {
-            return false;
+            return self.complete_stuck(seq, None);
         };
         if !matches!(self.slots[idx].0, Slot::Pending { abandoned: false, .. }) {
             return false;
@@ -146,19 +162,51 @@ impl WorkQueue {
         }
     }
 
-    /// A completion set aside (`compact`), taken.
+    /// A completion set aside (`compact`), taken; a request set aside pending is still so.
     #[cold]
     fn take_aside(&mut self, seq: u64) -> Take {
+        if self.stuck(seq).is_some() {
+            return Take::Pending;
+        }
         match self.aside.iter().position(|a| a.0 == seq) {
             Some(i) => Take::Done(self.aside.swap_remove(i).1),
             None => Take::Unknown,
         }
     }
 
+    /// Where request `seq` is among those set aside pending (`stuck`).
+    #[cold]
+    fn stuck(&self, seq: u64) -> Option<usize> {
+        self.stuck.iter().position(|s| s.seq == seq)
+    }
+
+    /// [`WorkQueue::complete`] (`c`: its completion) or [`WorkQueue::complete_taken`] (`None`)
+    /// of a request set aside pending: its result, unless it is taken at once or abandoned,
+    /// joins the completions set aside. False (nothing changed) as theirs.
+    #[cold]
+    fn complete_stuck(&mut self, seq: u64, c: Option<Completion>) -> bool {
+        let Some(i) = self.stuck(seq) else {
+            return false;
+        };
+        let Stuck { abandoned, owner, .. } = self.stuck[i];
+        if abandoned && c.is_none() {
+            return false;
+        }
+        self.stuck.swap_remove(i);
+        self.outstanding -= 1;
+        if let (Some(c), false) = (c, abandoned) {
+            self.aside.push((seq, c, owner));
+        }
+        true
+    }
+
     /// Nobody will consume the result of `seq`: drop it now or on completion.
     pub(crate) fn abandon(&mut self, seq: u64) {
         let Some(idx) = self.index(seq) else {
-            let _ = self.take_aside(seq);
+            match self.stuck(seq) {
+                Some(i) => self.stuck[i].abandoned = true,
+                None => drop(self.take_aside(seq)),
+            }
             return;
         };
         match &mut self.slots[idx].0 {
@@ -173,13 +221,14 @@ impl WorkQueue {
     /// complete and uncollected).
     pub(crate) fn owned_by(&self, owner: u64) -> Vec<u64> {
         let aside = self.aside.iter().filter(|a| a.2 == owner).map(|a| a.0);
+        let stuck = self.stuck.iter().filter(|s| s.owner == owner).map(|s| s.seq);
         let slots = self
             .slots
             .iter()
             .enumerate()
             .filter(|(_, (slot, o))| *o == owner && *slot != Slot::Gone)
             .map(|(i, _)| self.base + i as u64);
-        let mut owned: Vec<u64> = aside.chain(slots).collect();
+        let mut owned: Vec<u64> = aside.chain(stuck).chain(slots).collect();
         // In posting order (the set-aside ones are not kept in order).
         owned.sort_unstable();
         owned
@@ -187,19 +236,26 @@ impl WorkQueue {
 
     /// True if `seq` is still outstanding on the device.
     pub(crate) fn is_pending(&self, seq: u64) -> bool {
-        self.index(seq).is_some_and(|i| matches!(self.slots[i].0, Slot::Pending { .. }))
+        match self.index(seq) {
+            Some(i) => matches!(self.slots[i].0, Slot::Pending { .. }),
+            None => self.stuck(seq).is_some(),
+        }
     }
 
     /// Whether request `seq` is pending and may never complete by itself (see
     /// [`WorkQueue::has_uncovered`]).
     fn is_uncovered(&self, seq: u64) -> bool {
-        self.index(seq).is_some_and(|i| matches!(self.slots[i].0, Slot::Pending { covered: false, .. }))
+        match self.index(seq) {
+            Some(i) => matches!(self.slots[i].0, Slot::Pending { covered: false, .. }),
+            None => self.stuck(seq).is_some_and(|i| !self.stuck[i].covered),
+        }
     }
 
     /// Whether a pending request may never complete by itself: one the provider refused after
     /// it may have queued it. Nothing but a reset settles it.
     pub(crate) fn has_uncovered(&self) -> bool {
         self.slots.iter().any(|(s, _)| matches!(s, Slot::Pending { covered: false, .. }))
+            || self.stuck.iter().any(|s| !s.covered)
     }
 
     /// The QP was reset: nothing is outstanding on the device any more. Every pending request
@@ -208,6 +264,11 @@ impl WorkQueue {
         for (s, _) in self.slots.iter_mut() {
             if let Slot::Pending { abandoned, .. } = *s {
                 *s = if abandoned { Slot::Gone } else { Slot::Done(Completion::forced_reset(qp_num)) };
+            }
+        }
+        for Stuck { seq, abandoned, owner, .. } in std::mem::take(&mut self.stuck) {
+            if !abandoned {
+                self.aside.push((seq, Completion::forced_reset(qp_num), owner));
             }
         }
         self.outstanding = 0;
@@ -231,17 +292,20 @@ impl WorkQueue {
     }
 
     /// The book grew past twice the depth behind a completion nobody collects (its token
-    /// leaked, or kept uncollected for long): the uncollected ones at its front are set aside,
-    /// or the book would keep every slot behind them, one more per receive, for as long as
-    /// they stay.
+    /// leaked, or kept uncollected for long) or a request that never completes: the ones at
+    /// its front are set aside (`aside`, `stuck`), or the book would keep every slot behind
+    /// them, one more per receive, for as long as they stay.
     #[cold]
     #[inline(never)]
     fn set_aside(&mut self) {
         while self.slots.len() > 2 * self.depth as usize {
             match self.slots.front() {
                 Some(&(Slot::Done(c), owner)) => self.aside.push((self.base, c, owner)),
+                Some(&(Slot::Pending { covered, abandoned }, owner)) => {
+                    self.stuck.push(Stuck { seq: self.base, covered, abandoned, owner })
+                }
                 Some((Slot::Gone, _)) => {}
-                _ => return,
+                None => return,
             }
             self.slots.pop_front();
             self.base += 1;
@@ -1754,6 +1818,52 @@ mod tests {
         assert_eq!(q.aside.len(), 1);
         q.abandon(other);
         assert!(q.aside.is_empty() && q.slots.is_empty());
+    }
+
+    /// A receive that stays pending at the front of the book (never queued, or consumed by a
+    /// QP whose destroy took its completion away) is set aside as well: later receives leave
+    /// the book, which stays within twice the depth, and the stuck one keeps every answer a
+    /// pending request gives (pending, uncovered, owned, completed once if it ever completes,
+    /// flushed by a reset, dropped when abandoned).
+    #[test]
+    fn a_receive_that_never_completes_does_not_keep_the_receives_after_it() {
+        let depth = 4;
+        let mut q = WorkQueue::new(depth);
+        let stuck = q.push_owned(false, 7);
+        let lost = q.push_owned(true, 8);
+        let late = q.push_owned(true, 9);
+        let cycle = |q: &mut WorkQueue| {
+            for _ in 0..3 * depth {
+                let r = q.push_owned(true, 0);
+                assert!(q.complete(r, wc(2)));
+                assert!(matches!(q.try_take(r), Take::Done(_)));
+                assert!(q.slots.len() <= 2 * depth as usize + 1, "the book grew to {}", q.slots.len());
+            }
+        };
+        for _ in 0..1_000 {
+            cycle(&mut q);
+        }
+        assert_eq!((q.outstanding(), q.stuck.len()), (3, 3));
+        assert!(q.is_pending(stuck) && q.is_uncovered(stuck) && q.has_uncovered());
+        assert!(q.is_pending(lost) && !q.is_uncovered(lost));
+        assert_eq!(q.try_take(stuck), Take::Pending);
+        assert_eq!((q.owned_by(7), q.owned_by(8)), (vec![stuck], vec![lost]));
+        // One completes late, with its own completion: kept for its token, once.
+        assert!(q.complete(late, wc(5)) && !q.complete(late, wc(6)));
+        assert_eq!(q.try_take(late), Take::Done(wc(5)));
+        assert_eq!(q.try_take(late), Take::Unknown);
+        // One given up: dropped when it completes, which its token's wait then cannot take.
+        q.abandon(lost);
+        assert!(!q.complete_taken(lost), "a token given up takes nothing");
+        assert!(q.complete(lost, wc(7)));
+        assert_eq!((q.try_take(lost), q.owned_by(8)), (Take::Unknown, vec![]));
+        assert_eq!(q.outstanding(), 1);
+        // A reset flushes the last one.
+        q.force_flush(0x11);
+        assert_eq!((q.outstanding(), q.stuck.len(), q.has_uncovered()), (0, 0, false));
+        assert!(matches!(q.try_take(stuck), Take::Done(c) if c.status() == crate::wc::WcStatus::WrFlushErr));
+        cycle(&mut q);
+        assert!(q.aside.is_empty() && q.stuck.is_empty());
     }
 
     #[test]
