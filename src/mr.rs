@@ -104,6 +104,27 @@ pub struct Odp;
 
 impl kind_sealed::Sealed for Pinned {}
 impl kind_sealed::Sealed for Odp {}
+
+/// Region kinds a memory window may be bound to: [`Pinned`] regions only. An ODP region's
+/// pages may be discarded and faulted in anew while it is registered
+/// ([`Mr::discard_pages`]), which a window's borrow of the region could not outlive. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "a memory window cannot be bound to an `{Self}` region: windows are bound to pinned regions only",
+    label = "an On-Demand Paging region",
+    note = "an ODP region's pages may be discarded (`Mr::discard_pages`) while a window would still expose them to peers",
+    note = "bind windows to a region from `Pd::alloc_mr` with LOCAL_WRITE and MW_BIND (`access::WINDOW_BINDABLE`)"
+)]
+pub trait WindowHost: MrKind + Sized {
+    /// The region, as the pinned region it is.
+    #[doc(hidden)]
+    fn pinned<A: AccessSet>(mr: &Mr<A, Self>) -> &Mr<A, Pinned>;
+}
+
+impl WindowHost for Pinned {
+    fn pinned<A: AccessSet>(mr: &Mr<A, Pinned>) -> &Mr<A, Pinned> {
+        mr
+    }
+}
 impl MrKind for Pinned {
     const EXTRA_ACCESS: u32 = 0;
 }

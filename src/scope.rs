@@ -28,7 +28,7 @@ use typed_verbs_sys as sys;
 use crate::access::{AccessSet, VirtuallyAddressed, WindowOn, WindowRights};
 use crate::ah::Ah;
 use crate::error::{Error, Result};
-use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSource, Mr};
+use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSource, Mr, WindowHost};
 use crate::mw::{
     BindCompleted, BindInFlight, BoundByVerb, BoundMw, InvalidationWatch, Mw, MwType, PendingBind, PendingRebind,
     PendingUnbind, RegionBorrow, UnboundByVerb,
@@ -653,11 +653,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// See ibv_bind_mw(3).
     #[doc(alias = "ibv_bind_mw")]
     #[allow(clippy::too_many_arguments)]
-    pub fn bind_mw<'m, T, S, K, MA, R>(
+    pub fn bind_mw<'m, T, S, K, MA, MK, R>(
         &'scope self,
         qp: &'scope Qp<T, S>,
         mw: Mw<K>,
-        mr: &'m Mr<MA>,
+        mr: &'m Mr<MA, MK>,
         offset: u64,
         len: u64,
         access: R,
@@ -667,10 +667,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         S: CanPostSend,
         K: BoundByVerb,
         MA: AccessSet,
+        MK: WindowHost,
         R: WindowOn<MA> + VirtuallyAddressed,
         'm: 'scope,
     {
-        self.post_bind(qp, mw, mr, offset, len, access, sys::IBV_SEND_SIGNALED)
+        self.post_bind(qp, mw, MK::pinned(mr), offset, len, access, sys::IBV_SEND_SIGNALED)
     }
 
     /// [`Scope::bind_mw`] with `IBV_SEND_FENCE` (RC only, compile-time): the bind waits for the
@@ -685,11 +686,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     #[doc(alias = "ibv_bind_mw")]
     #[doc(alias = "IBV_SEND_FENCE")]
     #[allow(clippy::too_many_arguments)]
-    pub fn bind_mw_fenced<'m, T, S, K, MA, R>(
+    pub fn bind_mw_fenced<'m, T, S, K, MA, MK, R>(
         &'scope self,
         qp: &'scope Qp<T, S>,
         mw: Mw<K>,
-        mr: &'m Mr<MA>,
+        mr: &'m Mr<MA, MK>,
         offset: u64,
         len: u64,
         access: R,
@@ -699,10 +700,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         S: CanPostSend,
         K: BoundByVerb,
         MA: AccessSet,
+        MK: WindowHost,
         R: WindowOn<MA> + VirtuallyAddressed,
         'm: 'scope,
     {
-        self.post_bind(qp, mw, mr, offset, len, access, sys::IBV_SEND_SIGNALED | sys::IBV_SEND_FENCE)
+        self.post_bind(qp, mw, MK::pinned(mr), offset, len, access, sys::IBV_SEND_SIGNALED | sys::IBV_SEND_FENCE)
     }
 
     /// The bind of [`Scope::bind_mw`] and [`Scope::bind_mw_fenced`], with `send_flags`.
@@ -823,11 +825,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// See ibv_bind_mw(3).
     #[doc(alias = "ibv_bind_mw")]
     #[allow(clippy::too_many_arguments)]
-    pub fn rebind_mw<'o, 'm, T, S, K, R0, MA, R>(
+    pub fn rebind_mw<'o, 'm, T, S, K, R0, MA, MK, R>(
         &'scope self,
         qp: &'scope Qp<T, S>,
         bound: BoundMw<'o, K, R0>,
-        mr: &'m Mr<MA>,
+        mr: &'m Mr<MA, MK>,
         offset: u64,
         len: u64,
         access: R,
@@ -838,11 +840,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         K: BoundByVerb,
         R0: WindowRights,
         MA: AccessSet,
+        MK: WindowHost,
         R: WindowOn<MA> + VirtuallyAddressed,
         'o: 'scope,
         'm: 'scope,
     {
         let _ = access;
+        let mr = MK::pinned(mr);
         let mut bound = bound;
         // SAFETY: the window is owned by `bound`, which moves into the token (or its window is
         // kept with the queue); both regions are borrowed for 'o and 'm, which outlive 'scope,

@@ -28,7 +28,7 @@ use crate::access::{AccessSet, HasRemoteAtomic, HasRemoteRead, HasRemoteWrite, W
 use crate::ah::Ah;
 use crate::device::{IpCsum, TsoCap, TsoTransport};
 use crate::error::{Error, Result};
-use crate::mr::{LocalSink, Mr, OdpTag, RemoteSlice};
+use crate::mr::{LocalSink, Mr, OdpTag, RemoteSlice, WindowHost};
 use crate::mw::{
     inc_rkey, BoundByWr, BoundMw, Invalidatable, Invalidated, InvalidationWatch, Mw, MwType, PendingBind,
     PendingUnbind, RegionBorrow,
@@ -860,9 +860,9 @@ impl<'m, K: BoundByWr, MA: AccessSet, R: WindowOn<MA>> BindMw<'m, K, MA, R> {
     /// a zero-based window granting remote atomics must start on an 8-byte boundary (an
     /// atomic's target is checked aligned as the peer addresses it, from the window's start):
     /// checked when posting ([`Error::InvalidArgument`], the request handed back).
-    pub fn new(mw: Mw<K>, mr: &'m Mr<MA>, offset: u64, len: u64, access: R) -> Self {
+    pub fn new<MK: WindowHost>(mw: Mw<K>, mr: &'m Mr<MA, MK>, offset: u64, len: u64, access: R) -> Self {
         let _ = access;
-        BindMw { mw, mr, offset, len, _rights: PhantomData }
+        BindMw { mw, mr: MK::pinned(mr), offset, len, _rights: PhantomData }
     }
 }
 
