@@ -1,11 +1,11 @@
 // ibv_bind_mw(3): type 1 windows are bound with ibv_bind_mw, not a BIND_MW work request.
-use typed_verbs::access::{self, window, Access};
+use typed_verbs::access::{self, window};
 use typed_verbs::mr::Mr;
-use typed_verbs::mw::{Mw, Type1, Type2};
+use typed_verbs::mw::{Mw, Type1};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
-use typed_verbs::transport::{RC, RTS, UD};
-use typed_verbs::wr::{BindMw, LocalInv};
+use typed_verbs::transport::{RC, RTS};
+use typed_verbs::wr::BindMw;
 
 fn f(qp: &Qp<RC, RTS>, mw: Mw<Type1>, mr: &Mr<access::WindowBindable>) {
     let _ = scope(|s| {

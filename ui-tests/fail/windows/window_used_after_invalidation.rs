@@ -1,10 +1,10 @@
 // An invalidated window is gone from the types: its bound state moved into the LOCAL_INV.
-use typed_verbs::access::{self, window, Access};
+use typed_verbs::access::{self, window};
 use typed_verbs::mr::Mr;
-use typed_verbs::mw::{Mw, Type1, Type2};
+use typed_verbs::mw::{Mw, Type2};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
-use typed_verbs::transport::{RC, RTS, UD};
+use typed_verbs::transport::{RC, RTS};
 use typed_verbs::wr::{BindMw, LocalInv};
 
 fn f(qp: &Qp<RC, RTS>, mw: Mw<Type2>, mr: &Mr<access::WindowBindable>) {

@@ -1,11 +1,10 @@
 // ibv_bind_mw(3): IBV_ACCESS_REMOTE_WRITE "Requires local write access to the MR".
 use typed_verbs::access::{self, window, Access};
 use typed_verbs::mr::Mr;
-use typed_verbs::mw::{Mw, Type1, Type2};
+use typed_verbs::mw::{Mw, Type1};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
-use typed_verbs::transport::{RC, RTS, UD};
-use typed_verbs::wr::{BindMw, LocalInv};
+use typed_verbs::transport::{RC, RTS};
 
 fn f(qp: &Qp<RC, RTS>, mw: Mw<Type1>, mr: &Mr<Access<(), (), (), (), access::MwBind>>) {
     let _ = scope(|s| {

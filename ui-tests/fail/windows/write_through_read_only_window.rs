@@ -1,11 +1,9 @@
 // A window's rights type what the peer may do: an RDMA WRITE needs a window with REMOTE_WRITE.
-use typed_verbs::access::{self, window, Access};
+use typed_verbs::access::{self, window};
 use typed_verbs::mr::Mr;
-use typed_verbs::mw::{Mw, Type1, Type2};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
-use typed_verbs::transport::{RC, RTS, UD};
-use typed_verbs::wr::{BindMw, LocalInv};
+use typed_verbs::transport::{RC, RTS};
 
 fn f(qp: &Qp<RC, RTS>, src: &Mr<access::LocalRead>, remote: typed_verbs::mr::RemoteSlice<window::Read>) {
     let _ = scope(|s| {

@@ -1,11 +1,10 @@
 // IBTA o10-36.2.2: a type 1 window cannot be zero-based.
-use typed_verbs::access::{self, window, Access};
+use typed_verbs::access::{self, window};
 use typed_verbs::mr::Mr;
-use typed_verbs::mw::{Mw, Type1, Type2};
+use typed_verbs::mw::{Mw, Type1};
 use typed_verbs::qp::Qp;
 use typed_verbs::scope::scope;
-use typed_verbs::transport::{RC, RTS, UD};
-use typed_verbs::wr::{BindMw, LocalInv};
+use typed_verbs::transport::{RC, RTS};
 
 fn f(qp: &Qp<RC, RTS>, mw: Mw<Type1>, mr: &Mr<access::WindowBindable>) {
     let _ = scope(|s| {
