@@ -112,7 +112,7 @@ impl kind_sealed::Sealed for Odp {}
     message = "a memory window cannot be bound to an `{Self}` region: windows are bound to pinned regions only",
     label = "an On-Demand Paging region",
     note = "an ODP region's pages may be discarded (`Mr::discard_pages`) while a window would still expose them to peers",
-    note = "bind windows to a region from `Pd::alloc_mr` with LOCAL_WRITE and MW_BIND (`access::WINDOW_BINDABLE`)"
+    note = "bind the window to a region from `Pd::alloc_mr` with LOCAL_WRITE and MW_BIND (`access::WINDOW_BINDABLE`), or give the peer the ODP region's own rkey (`Mr::remote`)"
 )]
 pub trait WindowHost: MrKind + Sized {
     /// The region, as the pinned region it is.

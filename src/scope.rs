@@ -639,8 +639,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// `access`, through `qp` (UC, RC or XRC_SEND, in RTS).
     ///
     /// Compile-time: the window is type 1 (type 2 windows are bound with a
-    /// [`BindMw`](crate::wr::BindMw) work request), the region has MW_BIND (and LOCAL_WRITE for a
-    /// writable or atomic window), the window is not zero-based, the transport allows binds.
+    /// [`BindMw`](crate::wr::BindMw) work request), the region is pinned, not On-Demand Paging
+    /// ([`WindowHost`]), the region has MW_BIND (and LOCAL_WRITE for a writable or atomic
+    /// window), the window is not zero-based, the transport allows binds.
     /// The region stays borrowed while the window is bound. The new rkey is only available from
     /// the [`BoundMw`] that [`Scope::wait`] returns on success.
     ///

@@ -854,8 +854,9 @@ impl<K: MwType, MA: AccessSet, R> std::fmt::Debug for BindMw<'_, K, MA, R> {
 impl<'m, K: BoundByWr, MA: AccessSet, R: WindowOn<MA>> BindMw<'m, K, MA, R> {
     /// Binds the type 2 window `mw` to `mr[offset..offset + len]` with rights `access`.
     ///
-    /// The window type (type 2 only), and the window's rights against the region's (MW_BIND;
-    /// LOCAL_WRITE for a writable or atomic window) are checked at compile time. The range must
+    /// The window type (type 2 only), the region's kind (pinned, not On-Demand Paging:
+    /// [`WindowHost`]), and the window's rights against the region's (MW_BIND; LOCAL_WRITE for
+    /// a writable or atomic window) are checked at compile time. The range must
     /// lie inside the region and be non-empty, the window must belong to the region's PD, and
     /// a zero-based window granting remote atomics must start on an 8-byte boundary (an
     /// atomic's target is checked aligned as the peer addresses it, from the window's start):
