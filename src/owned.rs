@@ -258,8 +258,10 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// state transitions.
     ///
     /// # Errors
-    /// Returns the request with a [`PostError`]: [`Error::QueueFull`], [`Error::QpBroken`],
-    /// [`Error::Verb`] with `ibv_post_recv`.
+    /// Returns the request with a [`PostError`]: [`Error::InvalidArgument`] for a buffer of
+    /// another PD or a QP whose receives come from an SRQ; [`Error::TooManySges`];
+    /// [`Error::Unsupported`] for ODP memory the transport cannot receive into;
+    /// [`Error::QueueFull`], [`Error::QpBroken`]; [`Error::Verb`] with `ibv_post_recv`.
     ///
     /// See ibv_post_recv(3).
     #[doc(alias = "ibv_post_recv")]

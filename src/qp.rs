@@ -823,6 +823,7 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// [`Error::Verb`] with `ibv_modify_qp`; the QP is handed back in its old state.
     ///
     /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
     pub fn to_error(self) -> TransitionResult<T, S, transport::ERR> {
         self.modify(&StateOnly)
     }

@@ -1056,7 +1056,7 @@ impl LaneBook {
     /// Called with the CQ's routing lock held, so no completion is recorded meanwhile (`done`
     /// cannot move under it). The failure is recorded before `done` moves, as `complete` does:
     /// a waiter that sees the new `done` then sees the failure too, never a success (the loom
-    /// model's reset scenario found the opposite order).
+    /// model's reset scenario checks this order).
     fn force_flush(&self) {
         let posted = self.posted.load(Ordering::Acquire);
         let done = self.done.load(Ordering::Acquire);

@@ -338,10 +338,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Returns the request with a [`PostError`]:
-    /// - [`Error::InvalidArgument`] for what the request's own checks reject (atomic alignment,
-    ///   sizes);
+    /// - [`Error::InvalidArgument`] for what the request's checks reject (atomic alignment,
+    ///   sizes, memory or an address handle of another PD, a capability of another context);
+    /// - [`Error::TooManySges`] above the QP's `max_send_sge`;
     /// - [`Error::Unsupported`] for an atomic request, or a bind granting remote atomics, on a
-    ///   device without atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`);
+    ///   device without atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`), or ODP memory the
+    ///   transport cannot use;
     /// - [`Error::InlineTooLarge`] for an inline payload above the QP's `max_inline_data`;
     /// - [`Error::QueueFull`] when the send queue is full of outstanding requests;
     /// - [`Error::QpBroken`] after a forced reset;
@@ -477,7 +479,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_modify_qp`; [`Error::Timeout`] if the flushes do not all
-    /// arrive (the scope's own drain then takes over).
+    /// arrive (the scope's own drain then takes over); a poll failure.
+    ///
+    /// See ibv_modify_qp(3).
+    #[doc(alias = "ibv_modify_qp")]
     pub fn flush<T: Transport, S: QpState>(&'scope self, qp: &'scope Qp<T, S>, timeout: Duration) -> Result<()> {
         qp.shared.force_state(sys::IBV_QPS_ERR)?;
         match wait_flushed(&qp.shared, timeout, None)? {
@@ -492,8 +497,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// `ibv_post_recv` of `wr` on `qp`, which must be in INIT, RTR or RTS (compile-time).
     ///
     /// # Errors
-    /// Returns the request with a [`PostError`]: [`Error::QueueFull`], [`Error::QpBroken`], or
-    /// [`Error::Verb`] with `ibv_post_recv` and its errno.
+    /// Returns the request with a [`PostError`]:
+    /// - [`Error::InvalidArgument`] for a buffer of another PD, a QP whose receives come from
+    ///   an SRQ, or while a receive lane is open on the QP;
+    /// - [`Error::TooManySges`] above the QP's `max_recv_sge`;
+    /// - [`Error::Unsupported`] for ODP memory the transport cannot receive into;
+    /// - [`Error::QueueFull`], [`Error::QpBroken`];
+    /// - [`Error::Verb`] with `ibv_post_recv` and its errno.
     ///
     /// See ibv_post_recv(3).
     #[doc(alias = "ibv_post_recv")]
@@ -649,7 +659,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// Returns the window with a [`PostError`]: [`Error::InvalidArgument`] for an empty range,
     /// a range outside the region or a window of another PD; [`Error::Unsupported`] for
     /// remote atomic rights on a device without atomic operations; [`Error::QueueFull`];
-    /// [`Error::Verb`] with `ibv_bind_mw` and its errno.
+    /// [`Error::QpBroken`] after a forced reset; [`Error::Verb`] with `ibv_bind_mw` and its
+    /// errno.
     ///
     /// See ibv_bind_mw(3).
     #[doc(alias = "ibv_bind_mw")]
@@ -919,6 +930,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// [`Error::QueueFull`]; [`Error::Verb`] with `ibv_post_send`.
     ///
     /// See ibv_bind_mw(3), ibv_post_send(3).
+    #[doc(alias = "ibv_post_send")]
     pub fn advertise_window<T, S, B>(
         &'scope self,
         qp: &'scope Qp<T, S>,
@@ -1129,7 +1141,9 @@ impl Idle {
 ///
 /// # Safety
 /// The memory `wr` names (other than an inline payload) must stay valid and untouched by the
-/// program until the request completes or the QP is reset.
+/// program until the request completes or the QP is reset, and the objects it points at (a UD
+/// destination's address handle; a type 2 bind's window and region) must stay alive until
+/// then.
 #[inline(always)]
 pub(crate) unsafe fn post_raw<T: Transport, S: QpState, W: SendRequest>(
     qp: &Qp<T, S>,

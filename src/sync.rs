@@ -1,5 +1,5 @@
-//! The synchronisation primitives of the pure book-keeping (`src/queue.rs`): std's, or loom's
-//! when the unit tests are built with `--cfg loom`, so that the loom model of the lanes'
+//! The synchronisation primitives of the pure book-keeping (`src/queue.rs`): std's atomics and
+//! mutexes and the crate's `PollLock`, or loom's when the unit tests are built with `--cfg loom`, so that the loom model of the lanes'
 //! protocol (`queue::loom_model`) explores every interleaving of the lane, the poller and a
 //! waiter. The normal build (and `--cfg loom` outside the unit tests) uses std's.
 
@@ -18,8 +18,8 @@ pub(crate) use std::sync::{
 
 /// The lock of a work queue's book ([`crate::queue::TrackedQueue`]): held only around a
 /// post (its provider call included) or a book update, never across a wait, so the CQs'
-/// routing lock serves ([`crate::cq`]'s `PollLock`: one atomic exchange to take, one store to
-/// release, no poisoning). Under loom, loom's mutex.
+/// routing lock serves ([`crate::cq`]'s `PollLock`: a ticket lock, one atomic add to take and one
+/// to release, no poisoning). Under loom, loom's mutex.
 #[cfg(all(loom, test))]
 pub(crate) struct Lock<T>(Mutex<T>);
 

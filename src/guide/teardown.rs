@@ -8,7 +8,7 @@
 //! | object | dropping it | if the destroy verb fails |
 //! |---|---|---|
 //! | [`Qp`](crate::qp::Qp) | `ibv_destroy_qp`, once the `Qp` and its owned tokens are gone (and a type 2 window whose dropped bind token it parks is released by a poll of its send CQ: until then the window holds the QP); buffers parked for dropped owned tokens are freed after it | they are leaked |
-//! | [`Mr`](crate::mr::Mr) | `ibv_dereg_mr`, then frees the memory it owns (or drops the caller's buffer) | the memory is leaked; over memory the region does not own (`with_registered`, `register_raw`) the process aborts |
+//! | [`Mr`](crate::mr::Mr) | `ibv_dereg_mr`, then frees the memory it owns (or drops the caller's buffer) | the memory is leaked; over memory the region does not own (`register_borrowed`, `with_registered`, `register_raw`) the process aborts |
 //! | [`Srq`](crate::srq::Srq) | `ibv_destroy_srq`, then frees its parked receives | they are leaked |
 //! | [`BoundMw`](crate::mw::BoundMw), [`Mw`](crate::mw::Mw) | `ibv_dealloc_mw` (revokes a bound window) | |
 //! | [`Connection`](crate::cm::Connection) | destroys the CM identifier (which disconnects), drops the QP | |

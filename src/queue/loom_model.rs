@@ -15,8 +15,8 @@
 //!
 //! (`scripts/test` runs it in its host stage. A separate target directory keeps the normal
 //! build's artifacts; `LOOM_MAX_PREEMPTIONS` bounds the search; without it loom explores every
-//! interleaving, which takes much longer.) The test `a_completion_racing_a_reset_...` found a
-//! race between a reset's flush and a poller, fixed by flushing under the routing lock.
+//! interleaving, which takes much longer.) The test `a_completion_racing_a_reset_...` checks
+//! that a reset's flush, taken under the routing lock, never moves a poller's `done` back.
 //!
 //! The scenarios of four threads that each take several locks (a reset racing a poller and a
 //! waiter, the lock-free take racing a reset or a dropped token: [`model_four_threads`]) are
@@ -362,7 +362,7 @@ fn loom_reset_after_the_poller_completes_everything() {
 /// routing lock ("load-then-store is enough"), so the reset's flush takes the same lock
 /// (`QpShared::flush_lanes_and_graves`): without it, a poller that passed `is_stale` before the
 /// reset stored its `done` after the reset's, moving `done` back below `posted` (the lane's
-/// later requests pending again on a reset QP; this model found it).
+/// later requests pending again on a reset QP).
 #[test]
 fn loom_a_completion_racing_a_reset_leaves_everything_done() {
     static REQS: [Req; 3] = [
