@@ -1281,6 +1281,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+#[cfg(test)]
+impl TrackedQueue {
+    /// The slots a receive queue's book holds (`None` for a send queue's).
+    pub(crate) fn recv_slots(&self) -> Option<usize> {
+        match &*self.lock() {
+            Book::Recv(w) => Some(w.slots.len()),
+            Book::Send(_) => None,
+        }
+    }
+}
+
 impl TrackedQueue {
     /// The book of a send queue (`Some(qp_num)`: completions imply the earlier requests'), or
     /// of a receive queue or a shared receive queue (`None`).
