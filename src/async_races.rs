@@ -320,6 +320,11 @@ struct Hooked {
 static HOOKED: RawWakerVTable = RawWakerVTable::new(h_clone, h_wake, h_wake_by_ref, h_drop);
 // The vtable's functions: `p` is always an `Arc<Hooked>` turned into a raw pointer by
 // `hooked` or `h_clone`, owning one count (the waker's).
+
+/// The waker's clone: runs the hook once, then adds a count.
+///
+/// # Safety
+/// `p` is a waker's pointer from `hooked` or `h_clone`: an `Arc<Hooked>` owning one count.
 unsafe fn h_clone(p: *const ()) -> RawWaker {
     // SAFETY: see above; the count is given back with `forget` below.
     let a = unsafe { Arc::from_raw(p.cast::<Hooked>()) };
@@ -331,15 +336,27 @@ unsafe fn h_clone(p: *const ()) -> RawWaker {
     std::mem::forget(a);
     RawWaker::new(Arc::into_raw(b).cast(), &HOOKED)
 }
+/// The waker's wake: counts it and releases the waker's count.
+///
+/// # Safety
+/// `p` is a waker's pointer from `hooked` or `h_clone` (an `Arc<Hooked>`), owning one count, which this call consumes.
 unsafe fn h_wake(p: *const ()) {
     // SAFETY: see above; `wake` consumes the waker's count.
     let a = unsafe { Arc::from_raw(p.cast::<Hooked>()) };
     a.count.fetch_add(1, SeqCst);
 }
+/// The waker's wake by reference: counts it.
+///
+/// # Safety
+/// `p` is a waker's pointer from `hooked` or `h_clone` (an `Arc<Hooked>`), borrowed for the call.
 unsafe fn h_wake_by_ref(p: *const ()) {
     // SAFETY: see above; borrowed while the waker lives.
     unsafe { (*p.cast::<Hooked>()).count.fetch_add(1, SeqCst) };
 }
+/// The waker's drop: releases its count.
+///
+/// # Safety
+/// `p` is a waker's pointer from `hooked` or `h_clone` (an `Arc<Hooked>`), owning one count, which this call consumes.
 unsafe fn h_drop(p: *const ()) {
     // SAFETY: see above; the waker's count is released.
     drop(unsafe { Arc::from_raw(p.cast::<Hooked>()) });

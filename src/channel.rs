@@ -301,9 +301,9 @@ impl CompChannel {
         self.inner.fd
     }
 
-    /// Waits at most `timeout` for the next completion event on this channel: poll(2) on the
-    /// channel's file descriptor, then `ibv_get_cq_event`, then `ibv_ack_cq_events` for that one
-    /// event, before returning which CQ fired.
+    /// `ibv_get_cq_event`, bounded: waits at most `timeout` for the next completion event on this
+    /// channel: poll(2) on the channel's file descriptor, then `ibv_get_cq_event`, then
+    /// `ibv_ack_cq_events` for that one event, before returning which CQ fired.
     ///
     /// Only CQs armed with [`Cq::req_notify`] produce events. Several threads may wait on one
     /// channel; each event goes to one of them. An event for a CQ that is being dropped is
@@ -792,9 +792,9 @@ fn drive(
 
 #[cfg(feature = "tokio")]
 impl CompChannel {
-    /// The asynchronous [`wait`](Self::wait): resolves with the next completion event on this
-    /// channel (`ibv_get_cq_event`, acknowledged with `ibv_ack_cq_events` before it resolves),
-    /// waiting for the channel's file descriptor with tokio's reactor
+    /// `ibv_get_cq_event`, awaited: the asynchronous [`wait`](Self::wait), resolving with the next
+    /// completion event on this channel (`ibv_get_cq_event`, acknowledged with `ibv_ack_cq_events`
+    /// before it resolves), waiting for the channel's file descriptor with tokio's reactor
     /// ([`AsyncFd`](tokio::io::unix::AsyncFd)) instead of a blocked thread.
     ///
     /// Must be awaited within a tokio runtime with I/O enabled. Bound it with the runtime's

@@ -741,9 +741,9 @@ impl<T: CmTransport> CmId<Idle, T> {
         Ok(CmId { raw: self.raw, _state: PhantomData })
     }
 
-    /// The asynchronous [`resolve_addr`](Self::resolve_addr) (`tokio` feature): the CM reports
-    /// the outcome within `timeout` (`ADDR_ERROR` after it). Dropping the future destroys the
-    /// identifier.
+    /// `rdma_resolve_addr`, awaited: the asynchronous [`resolve_addr`](Self::resolve_addr) (`tokio`
+    /// feature): the CM reports the outcome within `timeout` (`ADDR_ERROR` after it). Dropping the
+    /// future destroys the identifier.
     ///
     /// # Errors
     /// As [`resolve_addr`](Self::resolve_addr) (no [`Error::Timeout`]: bound it with
@@ -797,8 +797,9 @@ impl<T: CmTransport> CmId<AddrResolved, T> {
         Ok(CmId { raw: self.raw, _state: PhantomData })
     }
 
-    /// The asynchronous [`resolve_route`](Self::resolve_route) (`tokio` feature): the CM
-    /// reports the outcome within `timeout`. Dropping the future destroys the identifier.
+    /// `rdma_resolve_route`, awaited: the asynchronous [`resolve_route`](Self::resolve_route)
+    /// (`tokio` feature): the CM reports the outcome within `timeout`. Dropping the future destroys
+    /// the identifier.
     ///
     /// # Errors
     /// As [`resolve_route`](Self::resolve_route), without [`Error::Timeout`].
@@ -833,9 +834,10 @@ impl<T: CmTransport> CmId<RouteResolved, T> {
 }
 
 impl CmId<RouteResolved, RC> {
-    /// Moves `qp` (the program's own, on [`CmId::device_name`]'s device) to INIT with the
-    /// CM's attributes, granting `access`: receives may be posted on it now
-    /// ([`Connecting::qp`], owned receives), before [`Connecting::connect`] asks the peer.
+    /// `rdma_init_qp_attr` and `ibv_modify_qp`: moves `qp` (the program's own, on
+    /// [`CmId::device_name`]'s device) to INIT with the CM's attributes, granting `access`:
+    /// receives may be posted on it now ([`Connecting::qp`], owned receives), before
+    /// [`Connecting::connect`] asks the peer.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a QP of another device; [`Error::Verb`] with
@@ -848,7 +850,7 @@ impl CmId<RouteResolved, RC> {
         Ok(Connecting { raw: self.raw, qp: FlushOnDrop(Some(qp)) })
     }
 
-    /// [`CmId::prepare`] then [`Connecting::connect`]: connects `qp` to the peer.
+    /// `rdma_connect` of the program's own `qp`: [`CmId::prepare`] then [`Connecting::connect`].
     ///
     /// # Errors
     /// As those two.
@@ -865,7 +867,8 @@ impl CmId<RouteResolved, RC> {
         self.prepare(qp, access)?.connect(param, timeout)
     }
 
-    /// [`CmId::prepare`] then [`Connecting::connect_async`] (`tokio` feature).
+    /// `rdma_connect` of the program's own `qp`, awaited: [`CmId::prepare`] then
+    /// [`Connecting::connect_async`] (`tokio` feature).
     ///
     /// # Errors
     /// As those two.
@@ -892,10 +895,10 @@ impl sealed::Sealed for RouteResolved {}
 impl Bound for RouteResolved {}
 
 impl<S: Bound> CmId<S, UD> {
-    /// Moves `qp` (the program's own UD QP, on [`CmId::device_name`]'s device) RESET → INIT
-    /// with the CM's port, P_Key index and Q_Key, then RTR and RTS: ready to receive the
-    /// service's (or the multicast group's) datagrams and to send once
-    /// [`CmId::resolve_peer`] (or [`CmId::join_multicast`]) has the address. One UD QP may
+    /// `rdma_init_qp_attr` and `ibv_modify_qp` for a UD QP: moves `qp` (the program's own, on
+    /// [`CmId::device_name`]'s device) RESET → INIT with the CM's port, P_Key index and Q_Key, then
+    /// RTR and RTS: ready to receive the service's (or the multicast group's) datagrams and to send
+    /// once [`CmId::resolve_peer`] (or [`CmId::join_multicast`]) has the address. One UD QP may
     /// serve any number of peers.
     ///
     /// # Errors
@@ -952,11 +955,11 @@ impl CmId<AddrResolved, UD> {
         finish_join(membership, e, qp, pd)
     }
 
-    /// The asynchronous [`join_multicast`](Self::join_multicast) (`tokio` feature): waits for
-    /// the `MULTICAST_JOIN` event with tokio's reactor. Cancel-safe in the sense of the other
-    /// async waits (an event is read only in the poll that resolves the future); dropping the
-    /// future while it waits leaves the group and destroys the identifier. Bound it with
-    /// `tokio::time::timeout`.
+    /// `rdma_join_multicast`, awaited: the asynchronous [`join_multicast`](Self::join_multicast)
+    /// (`tokio` feature): waits for the `MULTICAST_JOIN` event with tokio's reactor. Cancel-safe in
+    /// the sense of the other async waits (an event is read only in the poll that resolves the
+    /// future); dropping the future while it waits leaves the group and destroys the identifier.
+    /// Bound it with `tokio::time::timeout`.
     ///
     /// # Errors
     /// As [`join_multicast`](Self::join_multicast), without [`Error::Timeout`], and
@@ -1069,8 +1072,8 @@ impl McGroup<'_> {
         self.gid
     }
 
-    /// Detaches the QP and leaves the group, saying whether both succeeded (dropping the
-    /// membership does the same and ignores failures).
+    /// `ibv_detach_mcast` and `rdma_leave_multicast`: detaches the QP and leaves the group, saying
+    /// whether both succeeded (dropping the membership does the same and ignores failures).
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_detach_mcast` or `rdma_leave_multicast` and its errno.
@@ -1120,8 +1123,9 @@ impl CmId<RouteResolved, UD> {
         peer(pd, self.raw.expect(Verb::Connect, CmEvent::Established, timeout)?)
     }
 
-    /// The asynchronous [`resolve_peer`](Self::resolve_peer) (`tokio` feature). Dropping the
-    /// future destroys the identifier.
+    /// `rdma_connect` to a UD service, awaited: the asynchronous
+    /// [`resolve_peer`](Self::resolve_peer) (`tokio` feature). Dropping the future destroys the
+    /// identifier.
     ///
     /// # Errors
     /// As [`resolve_peer`](Self::resolve_peer), without [`Error::Timeout`] (the CM gives up
@@ -1260,10 +1264,10 @@ impl Connecting {
         Self::finish(id, qp, param, reply)
     }
 
-    /// The asynchronous [`connect`](Self::connect) (`tokio` feature): the CM gives up on a peer
-    /// that does not answer by itself (`UNREACHABLE` or `CONNECT_ERROR`); bound it with
-    /// `tokio::time::timeout`. Dropping the future before it is done (while it waits, or
-    /// before it was ever polled) moves the QP to ERR (receives posted on it come back flushed)
+    /// `rdma_connect`, awaited: the asynchronous [`connect`](Self::connect) (`tokio` feature): the
+    /// CM gives up on a peer that does not answer by itself (`UNREACHABLE` or `CONNECT_ERROR`);
+    /// bound it with `tokio::time::timeout`. Dropping the future before it is done (while it waits,
+    /// or before it was ever polled) moves the QP to ERR (receives posted on it come back flushed)
     /// and destroys the identifier.
     ///
     /// # Errors
@@ -1370,13 +1374,16 @@ impl<T: CmTransport> CmListener<T> {
         Ok(CmListener { raw, _transport: PhantomData })
     }
 
-    /// The local port it listens on.
+    /// `rdma_get_src_port`: the local port it listens on (in host byte order).
+    ///
+    /// See rdma_get_src_port(3).
+    #[doc(alias = "rdma_get_src_port")]
     pub fn port(&self) -> u16 {
         // SAFETY: the identifier is alive and bound; the port comes in network byte order.
         u16::from_be(unsafe { sys::rdma_get_src_port(self.raw.ptr()) })
     }
 
-    /// Waits at most `timeout` for the next connection request.
+    /// `rdma_get_cm_event`, bounded: waits at most `timeout` for the next connection request.
     ///
     /// # Errors
     /// [`Error::Timeout`]; [`Error::Cm`] for another event on the listener (e.g.
@@ -1388,9 +1395,9 @@ impl<T: CmTransport> CmListener<T> {
         self.request(self.raw.expect(Verb::Listen, CmEvent::ConnectRequest, timeout)?)
     }
 
-    /// The asynchronous [`next_request`](Self::next_request) (`tokio` feature): cancel-safe (a
-    /// request is read only in the poll that resolves the future, and adopted in that poll),
-    /// so it may race a timeout or a shutdown signal in `tokio::select!`.
+    /// `rdma_get_cm_event`, awaited: the asynchronous [`next_request`](Self::next_request) (`tokio`
+    /// feature): cancel-safe (a request is read only in the poll that resolves the future, and
+    /// adopted in that poll), so it may race a timeout or a shutdown signal in `tokio::select!`.
     ///
     /// # Errors
     /// As [`next_request`](Self::next_request), without [`Error::Timeout`].
@@ -1537,11 +1544,11 @@ impl ConnRequest<RC> {
         (self.responder_resources, self.initiator_depth)
     }
 
-    /// Moves `qp` (the program's own, on the request's device) to INIT, granting `access`, and
-    /// RTR with the CM's attributes (taking as many READ/atomic requests of the peer at once
-    /// as `param`'s responder resources, which the accept tells the peer): receives may be
-    /// posted on it now ([`Accepting::qp`], owned receives), before [`Accepting::accept`] lets
-    /// the peer send.
+    /// `rdma_init_qp_attr` and `ibv_modify_qp`: moves `qp` (the program's own, on the request's
+    /// device) to INIT, granting `access`, and RTR with the CM's attributes (taking as many
+    /// READ/atomic requests of the peer at once as `param`'s responder resources, which the accept
+    /// tells the peer): receives may be posted on it now ([`Accepting::qp`], owned receives),
+    /// before [`Accepting::accept`] lets the peer send.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a QP of another device; [`Error::Verb`] with
@@ -1556,7 +1563,8 @@ impl ConnRequest<RC> {
         Ok(Accepting { raw: self.raw, qp: FlushOnDrop(Some(qp)), param, private_data: self.private_data })
     }
 
-    /// [`ConnRequest::prepare`] then [`Accepting::accept`]: accepts the request on `qp`.
+    /// `rdma_accept` on the program's own `qp`: [`ConnRequest::prepare`] then
+    /// [`Accepting::accept`].
     ///
     /// # Errors
     /// As those two.
@@ -1573,7 +1581,8 @@ impl ConnRequest<RC> {
         self.prepare(qp, access, param.clone())?.accept(timeout)
     }
 
-    /// [`ConnRequest::prepare`] then [`Accepting::accept_async`] (`tokio` feature).
+    /// `rdma_accept` on the program's own `qp`, awaited: [`ConnRequest::prepare`] then
+    /// [`Accepting::accept_async`] (`tokio` feature).
     ///
     /// # Errors
     /// As those two.
@@ -1637,10 +1646,10 @@ impl Accepting {
         Ok(Connection { raw: id, qp, private_data })
     }
 
-    /// The asynchronous [`accept`](Self::accept) (`tokio` feature); bound it with
-    /// `tokio::time::timeout`. Dropping the future before it is done (while it waits, or
-    /// before it was ever polled) moves the QP to ERR (receives posted on it come back flushed)
-    /// and destroys the identifier (an unanswered request is refused).
+    /// `rdma_accept`, awaited: the asynchronous [`accept`](Self::accept) (`tokio` feature); bound
+    /// it with `tokio::time::timeout`. Dropping the future before it is done (while it waits, or
+    /// before it was ever polled) moves the QP to ERR (receives posted on it come back flushed) and
+    /// destroys the identifier (an unanswered request is refused).
     ///
     /// # Errors
     /// As [`accept`](Self::accept), without [`Error::Timeout`].

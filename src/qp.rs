@@ -1008,10 +1008,10 @@ impl<T: Transport, S: QpState> Qp<T, S> {
 }
 
 impl Qp<RC, RESET> {
-    /// RESET → INIT → RTR → RTS towards `peer`, from `me` (this QP's endpoint on `link`, from
-    /// [`Qp::local_endpoint`]), granting the peer `access`: the transitions every RC program
-    /// writes, along [`Qp::path_to`]'s path (the port's active MTU, a GRH from `link`'s GID),
-    /// with [`Qp::<RC, INIT>::connect_path`]'s timers.
+    /// `ibv_modify_qp`, RESET → INIT → RTR → RTS towards `peer`, from `me` (this QP's endpoint on
+    /// `link`, from [`Qp::local_endpoint`]), granting the peer `access`: the transitions every RC
+    /// program writes, along [`Qp::path_to`]'s path (the port's active MTU, a GRH from `link`'s
+    /// GID), with [`Qp::<RC, INIT>::connect_path`]'s timers.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `me` is not this QP's endpoint, or for out-of-range
@@ -1034,9 +1034,9 @@ impl Qp<RC, RESET> {
 }
 
 impl Qp<RC, transport::INIT> {
-    /// INIT → RTR → RTS towards `peer` along `path`, from `me` (this QP's endpoint): the
-    /// attributes the rdma-core examples use, one outstanding RDMA READ/atomic each way, RNR
-    /// NAK timer code 12, ACK timeout code 14, 7 retries and 7 RNR retries. For a QP whose
+    /// `ibv_modify_qp`, INIT → RTR → RTS towards `peer` along `path`, from `me` (this QP's
+    /// endpoint): the attributes the rdma-core examples use, one outstanding RDMA READ/atomic each
+    /// way, RNR NAK timer code 12, ACK timeout code 14, 7 retries and 7 RNR retries. For a QP whose
     /// receives were posted in INIT, before the endpoints were exchanged (as the pingpong tools
     /// do), or a path of the program's choosing (`-g`, `-m`, `-l` of the C tools).
     ///
@@ -1054,8 +1054,8 @@ impl Qp<RC, transport::INIT> {
 }
 
 impl Qp<UC, RESET> {
-    /// RESET → INIT → RTR → RTS towards `peer`, as [`Qp::<RC, RESET>::connect`] for UC (no
-    /// acknowledgements, so no timeouts or retries).
+    /// `ibv_modify_qp`, RESET → INIT → RTR → RTS towards `peer`, as [`Qp::<RC, RESET>::connect`]
+    /// for UC (no acknowledgements, so no timeouts or retries).
     ///
     /// # Errors
     /// As [`Qp::<RC, RESET>::connect`].
@@ -1076,7 +1076,8 @@ impl Qp<UC, RESET> {
 }
 
 impl Qp<UC, transport::INIT> {
-    /// INIT → RTR → RTS towards `peer` along `path`, as [`Qp::<RC, INIT>::connect_path`] for UC.
+    /// `ibv_modify_qp`, INIT → RTR → RTS towards `peer` along `path`, as
+    /// [`Qp::<RC, INIT>::connect_path`] for UC.
     ///
     /// # Errors
     /// As [`Qp::<RC, INIT>::connect_path`].

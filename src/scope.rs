@@ -473,9 +473,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         }
     }
 
-    /// Moves `qp` to ERR so that every outstanding request completes with
-    /// `IBV_WC_WR_FLUSH_ERR`, and waits at most `timeout` for those completions. Use it to end a
-    /// scope that still has receives posted; reset the QP afterwards to use it again.
+    /// `ibv_modify_qp` of `qp` to ERR, so that every outstanding request completes with
+    /// `IBV_WC_WR_FLUSH_ERR`, then a wait of at most `timeout` for those completions. Use it to end
+    /// a scope that still has receives posted; reset the QP afterwards to use it again.
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_modify_qp`; [`Error::Timeout`] if the flushes do not all
@@ -517,9 +517,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.post_recv_on::<T, L>(&qp.shared, wr)
     }
 
-    /// [`Scope::post_recv`] on the QP of a [`SendLane`](crate::lane::SendLane): the lane owns
-    /// the send queue, the receive queue stays open to the scope (a ping-pong sends with the
-    /// lane and receives here).
+    /// `ibv_post_recv` on the QP of a [`SendLane`](crate::lane::SendLane), as [`Scope::post_recv`]:
+    /// the lane owns the send queue, the receive queue stays open to the scope (a ping-pong sends
+    /// with the lane and receives here).
     ///
     /// # Errors
     /// As for [`Scope::post_recv`]; [`Error::InvalidArgument`] while a receive lane is open on
@@ -686,10 +686,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.post_bind(qp, mw, MK::pinned(mr), offset, len, access, sys::IBV_SEND_SIGNALED)
     }
 
-    /// [`Scope::bind_mw`] with `IBV_SEND_FENCE` (RC only, compile-time): the bind waits for the
-    /// RDMA READs and atomics that `qp` itself posted before it to complete. It does not wait
-    /// for the peer's operations through the window (a READ the peer issues is the peer's
-    /// request, not this QP's).
+    /// `ibv_bind_mw` with `IBV_SEND_FENCE`: [`Scope::bind_mw`], fenced (RC only, compile-time): the
+    /// bind waits for the RDMA READs and atomics that `qp` itself posted before it to complete. It
+    /// does not wait for the peer's operations through the window (a READ the peer issues is the
+    /// peer's request, not this QP's).
     ///
     /// # Errors
     /// As for [`Scope::bind_mw`].
@@ -920,10 +920,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         Ok(self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, None, PendingUnbind { bound, new_rkey }))
     }
 
-    /// Sends the window of a bind still in flight to the peer, the one way ibv_bind_mw(3) NOTES
-    /// allow before the bind's completion: "a send after a bind request on the same QP \[is\]
-    /// always ordered". Posts an inline SEND of a [`WindowAdvert`](crate::mw::WindowAdvert) (21 bytes; the QP needs
-    /// `max_inline_data >= 21`) on `qp`, which must be the QP the bind was posted on.
+    /// `ibv_post_send` of a window's advertisement: sends the window of a bind still in flight to
+    /// the peer, the one way ibv_bind_mw(3) NOTES allow before the bind's completion: "a send after
+    /// a bind request on the same QP \[is\] always ordered". Posts an inline SEND of a
+    /// [`WindowAdvert`](crate::mw::WindowAdvert) (21 bytes; the QP needs `max_inline_data >= 21`)
+    /// on `qp`, which must be the QP the bind was posted on.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `qp` is not the QP of the bind; [`Error::InlineTooLarge`];
