@@ -47,6 +47,10 @@ pub(crate) struct FakeCq {
     entries: Mutex<VecDeque<sys::ibv_wc>>,
     /// Armed at the device: the next completion added produces one event.
     armed: AtomicBool,
+    /// The last arming asked for solicited completions only: as a provider that keeps the last
+    /// arming's command (mlx5's doorbell), the next completion produces an event only if it is
+    /// solicited (here: an error completion, which always is).
+    solicited_only: AtomicBool,
     arms: AtomicUsize,
     event_fd: i32,
     raw: *mut sys::ibv_cq,
@@ -69,8 +73,9 @@ unsafe impl Sync for FakeCq {}
 impl FakeCq {
     /// The device adds a completion.
     pub(crate) fn complete(&self, wc: sys::ibv_wc) {
+        let solicited = wc.status != sys::IBV_WC_SUCCESS;
         self.entries.lock().unwrap().push_back(wc);
-        if self.armed.swap(false, SeqCst) {
+        if (solicited || !self.solicited_only.load(SeqCst)) && self.armed.swap(false, SeqCst) {
             let desc: u64 = self.raw as u64;
             // SAFETY: writes the 8 bytes of `desc` (an `ib_uverbs_comp_event_desc`'s
             // `cq_handle`, the handle the real `ibv_get_cq_event` reads back as the CQ) into the
@@ -110,7 +115,7 @@ unsafe extern "C" fn fake_poll(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_w
 ///
 /// # Safety
 /// `cq` is one of [`World::cq`]'s.
-unsafe extern "C" fn fake_arm(cq: *mut sys::ibv_cq, _solicited: i32) -> i32 {
+unsafe extern "C" fn fake_arm(cq: *mut sys::ibv_cq, solicited: i32) -> i32 {
     // SAFETY: per this function's contract.
     let f = unsafe { &*((*cq).cq_context as *const FakeCq) };
     let hook = f.on_arm.lock().unwrap().take();
@@ -118,6 +123,7 @@ unsafe extern "C" fn fake_arm(cq: *mut sys::ibv_cq, _solicited: i32) -> i32 {
         h();
     }
     f.arms.fetch_add(1, SeqCst);
+    f.solicited_only.store(solicited != 0, SeqCst);
     f.armed.store(true, SeqCst);
     0
 }
@@ -202,6 +208,7 @@ impl World {
             let fake: &'static FakeCq = Box::leak(Box::new(FakeCq {
                 entries: Mutex::new(VecDeque::new()),
                 armed: AtomicBool::new(false),
+                solicited_only: AtomicBool::new(false),
                 arms: AtomicUsize::new(0),
                 event_fd: self.write_fd,
                 raw,
@@ -389,6 +396,38 @@ fn a_waiting_future_is_woken_by_dispatch() {
     let d = w.ch.dispatch().unwrap();
     assert_eq!((d.events, d.completions), (1, 1));
     assert_eq!(wake.get(), 1);
+    match poll(&mut f, &waker) {
+        Poll::Ready(Ok((c, ()))) => assert!(c.is_success()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The program arms a CQ that a future waits on for solicited completions only
+/// (`Cq::req_notify(true)`). On a provider that keeps the last arming (the fake, as mlx5's
+/// doorbell), that replaces the library's arming for any completion: the library counts its
+/// arming gone, and the channel's next dispatch serves the CQ and arms it for any completion
+/// again, so the future's send completion, which is not solicited, still produces the event
+/// that wakes it. (Before, the library kept counting the CQ armed: no event came, and the
+/// future was never woken.)
+#[test]
+fn a_solicited_only_arming_by_the_program_does_not_strand_a_waiting_future() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x1f, 64, &cq, None);
+    let mut f = post_send(&qp, true).into_future();
+    let wake = Arc::new(Count::default());
+    let waker = Waker::from(Arc::clone(&wake));
+    assert!(poll(&mut f, &waker).is_pending());
+    assert_eq!(fake.arms.load(SeqCst), 1, "armed once, for any completion");
+    crate::cq::Cq { inner: Arc::clone(&cq) }.req_notify(true).unwrap();
+    assert!(fake.solicited_only.load(SeqCst), "the program's arming replaced the library's");
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!((d.events, d.completions), (0, 0), "the CQ served without an event: nothing in it");
+    assert!(fake.armed.load(SeqCst) && !fake.solicited_only.load(SeqCst), "armed for any completion again");
+    fake.complete(send_wc(0x1f, 0, sys::IBV_WC_SUCCESS));
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!((d.events, d.completions), (1, 1), "the send completion produced the event");
+    assert_eq!(wake.get(), 1, "the future is woken");
     match poll(&mut f, &waker) {
         Poll::Ready(Ok((c, ()))) => assert!(c.is_success()),
         other => panic!("{other:?}"),

@@ -263,6 +263,13 @@ impl Cq {
     /// event, re-arm, then poll until the CQ is empty. Arming a CQ that has no channel does
     /// nothing observable.
     ///
+    /// Futures waiting on the CQ ([`OwnedToken`](crate::owned::OwnedToken) awaited) need it
+    /// armed for any completion. A provider may keep only the last arming (mlx5 writes the
+    /// doorbell's command), so after a solicited-only arming the library counts its own arming
+    /// gone: if futures wait, the channel's next dispatch (the tokio driver's) serves the CQ and
+    /// arms it for any completion again, which then also produces the events the program asked
+    /// for.
+    ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_req_notify_cq` and its errno.
     ///
@@ -277,6 +284,11 @@ impl Cq {
                 format!("{} CQ on {}", if solicited_only { "solicited-only" } else { "any" }, self.device_name()),
                 ret,
             ));
+        }
+        if solicited_only {
+            if let Some(ch) = &self.inner.channel {
+                ch.arming_replaced(&self.inner);
+            }
         }
         Ok(())
     }
@@ -396,6 +408,14 @@ impl ChannelShared {
             return;
         }
         self.serve_next(cq, !from_dispatch);
+    }
+
+    /// The program armed `cq` itself for solicited completions only ([`Cq::req_notify`]),
+    /// which may have replaced an arming made for the futures waiting on it: as after an event
+    /// read elsewhere, the arming counts as used up and, if futures wait, the next dispatch
+    /// serves the CQ (polls it and arms it for any completion).
+    pub(crate) fn arming_replaced(&self, cq: &Arc<CqShared>) {
+        self.event_for(cq, false);
     }
 
     /// Queues `cq` to be served by the next [`CompChannel::dispatch`], and with `wake_drivers`
