@@ -176,8 +176,12 @@ pub trait SendRequest: sealed::Sealed + Sized {
     }
 
     /// Clears `IBV_SEND_SIGNALED`: no completion of its own; the request is known complete
-    /// when a later signaled request of the same send queue completes.
-    fn unsignaled(self) -> Unsignaled<Self> {
+    /// when a later signaled request of the same send queue completes. Not for a window bind
+    /// ([`MaySkipCompletion`]).
+    fn unsignaled(self) -> Unsignaled<Self>
+    where
+        Self: MaySkipCompletion,
+    {
         Unsignaled(self)
     }
     /// Sets `IBV_SEND_FENCE` (RC only): wait for prior RDMA READ and atomic requests first.
@@ -255,6 +259,28 @@ impl<W: AddressedFor<UD>> AddressedFor<UD> for Fenced<W> {}
 impl<W: AddressedFor<UD>> AddressedFor<UD> for Solicited<W> {}
 impl<W: AddressedFor<UD>, T: Transport> AddressedFor<UD> for Checksummed<W, T> {}
 
+/// A request that may go without a completion of its own ([`SendRequest::unsignaled`]): every
+/// request but a window bind ([`BindMw`]). ibv_bind_mw(3) NOTES: "the user should keep a copy
+/// of the old R_key, and fix the mw structure if the subsequent CQE for the bind operation
+/// indicates a failure": the bound window is handed back by the bind's own completion. An
+/// unsignaled bind has none; if its QP is then flushed or reset (another scope's drain may
+/// force it), the library could not tell a bind that ran from one that did not, and would hand
+/// the window back unbound while the device holds it bound.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be unsignaled: a window bind needs its own completion",
+    label = "`.unsignaled()` on a window bind",
+    note = "ibv_bind_mw(3) NOTES: \"the user should keep a copy of the old R_key, and fix the mw structure if the subsequent CQE for the bind operation indicates a failure\": the library hands the bound window back from the bind's own completion",
+    note = "post the bind without `.unsignaled()`; `Scope::wait` on its token returns the `BoundMw`"
+)]
+pub trait MaySkipCompletion: SendRequest {}
+impl<W: MaySkipCompletion> MaySkipCompletion for Unsignaled<W> {}
+impl<W: MaySkipCompletion> MaySkipCompletion for Fenced<W> {}
+impl<W: MaySkipCompletion> MaySkipCompletion for Solicited<W> {}
+impl<W: MaySkipCompletion, T: Transport> MaySkipCompletion for Checksummed<W, T> {}
+impl<W: MaySkipCompletion> MaySkipCompletion for To<'_, W> {}
+impl<L: Gather, T: TsoTransport> MaySkipCompletion for Tso<'_, L, T> {}
+impl<K: MwType, R: WindowRights> MaySkipCompletion for LocalInv<'_, K, R> {}
+
 /// Requests whose opcode the ibv_post_send(3) opcode table does not allow on UD: nothing to
 /// address there (see [`AddressedFor`]); posting them on UD fails [`SendWr<UD>`].
 macro_rules! not_on_ud {
@@ -271,6 +297,7 @@ not_on_ud! {
     ['d, A, const N: usize] InlineWrite<'d, A, N>;
     ['d, A, const N: usize] InlineWriteImm<'d, A, N>;
     [L] SendInv<L>;
+    ['d, const N: usize] InlineSendInv<'d, N>;
     ['m, K: MwType, MA: AccessSet, R] BindMw<'m, K, MA, R>;
     ['m, K: MwType, R] LocalInv<'m, K, R>;
 }
@@ -568,6 +595,7 @@ macro_rules! request {
     ([$($gen:tt)*] $ty:ty, $bufs:ty, $sges:ty, |$s:ident, $raw:ident| $build:block, |$s2:ident| $into:expr $(, inline: |$s3:ident| $len:expr)? $(, atomics: $atomics:expr)? $(, invalidates: |$s4:ident| $rkey:expr)?) => {
         impl<$($gen)*> sealed::Sealed for $ty {}
         impl<$($gen)*> Undirected for $ty {}
+        impl<$($gen)*> MaySkipCompletion for $ty {}
         impl<$($gen)*> SendRequest for $ty {
             type Buffers = $bufs;
             type Sges = $sges;
