@@ -403,12 +403,12 @@ fn a_waiting_future_is_woken_by_dispatch() {
 }
 
 /// The program arms a CQ that a future waits on for solicited completions only
-/// (`Cq::req_notify(true)`). On a provider that keeps the last arming (the fake, as mlx5's
-/// doorbell), that replaces the library's arming for any completion: the library counts its
-/// arming gone, and the channel's next dispatch serves the CQ and arms it for any completion
-/// again, so the future's send completion, which is not solicited, still produces the event
-/// that wakes it. (Before, the library kept counting the CQ armed: no event came, and the
-/// future was never woken.)
+/// (`Cq::req_notify(true)`). On a provider that keeps the last arming (the fake), that replaces
+/// the library's arming for any completion: the library counts its arming gone and, futures
+/// waiting, serves the CQ in the same call, which arms it for any completion again, so the
+/// future's send completion, which is not solicited, still produces the event that wakes it,
+/// with no dispatch in between. (Before, the library kept counting the CQ armed: no event came,
+/// and the future was never woken.)
 #[test]
 fn a_solicited_only_arming_by_the_program_does_not_strand_a_waiting_future() {
     let w = World::new();
@@ -420,9 +420,7 @@ fn a_solicited_only_arming_by_the_program_does_not_strand_a_waiting_future() {
     assert!(poll(&mut f, &waker).is_pending());
     assert_eq!(fake.arms.load(SeqCst), 1, "armed once, for any completion");
     crate::cq::Cq { inner: Arc::clone(&cq) }.req_notify(true).unwrap();
-    assert!(fake.solicited_only.load(SeqCst), "the program's arming replaced the library's");
-    let d = w.ch.dispatch().unwrap();
-    assert_eq!((d.events, d.completions), (0, 0), "the CQ served without an event: nothing in it");
+    assert_eq!(fake.arms.load(SeqCst), 3, "the program's arming, then the library's again");
     assert!(fake.armed.load(SeqCst) && !fake.solicited_only.load(SeqCst), "armed for any completion again");
     fake.complete(send_wc(0x1f, 0, sys::IBV_WC_SUCCESS));
     let d = w.ch.dispatch().unwrap();
@@ -432,6 +430,28 @@ fn a_solicited_only_arming_by_the_program_does_not_strand_a_waiting_future() {
         Poll::Ready(Ok((c, ()))) => assert!(c.is_success()),
         other => panic!("{other:?}"),
     }
+}
+
+/// The same arming with no future waiting arms nothing more, and leaves the next future that
+/// waits to arm the CQ for any completion itself.
+#[test]
+fn a_solicited_only_arming_with_no_future_waiting_leaves_the_arming_to_the_next_one() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x1e, 64, &cq, None);
+    crate::cq::Cq { inner: Arc::clone(&cq) }.req_notify(true).unwrap();
+    assert_eq!(fake.arms.load(SeqCst), 1, "the program's arming alone");
+    assert!(fake.solicited_only.load(SeqCst));
+    let mut f = post_send(&qp, true).into_future();
+    let wake = Arc::new(Count::default());
+    let waker = Waker::from(Arc::clone(&wake));
+    assert!(poll(&mut f, &waker).is_pending());
+    assert_eq!(fake.arms.load(SeqCst), 2, "the waiting future armed the CQ");
+    assert!(!fake.solicited_only.load(SeqCst), "for any completion");
+    fake.complete(send_wc(0x1e, 0, sys::IBV_WC_SUCCESS));
+    let d = w.ch.dispatch().unwrap();
+    assert_eq!((d.events, d.completions), (1, 1));
+    assert_eq!(wake.get(), 1, "the future is woken");
 }
 
 /// A waker that panics inside `CompChannel::dispatch` (future H's) comes out of it only once

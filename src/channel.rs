@@ -264,14 +264,17 @@ impl Cq {
     /// nothing observable.
     ///
     /// Futures waiting on the CQ ([`OwnedToken`](crate::owned::OwnedToken) awaited) need it
-    /// armed for any completion. A provider may keep only the last arming (mlx5 writes the
-    /// doorbell's command), so after a solicited-only arming the library counts its own arming
-    /// gone: if futures wait, the channel's next dispatch (the tokio driver's) serves the CQ and
-    /// arms it for any completion again, which then also produces the events the program asked
-    /// for.
+    /// armed for any completion, and nothing in the verbs says whether a solicited-only arming
+    /// leaves an earlier arming for any completion in force (rxe keeps it; a provider may keep
+    /// the last one). So after a solicited-only arming the library counts its own arming gone:
+    /// if futures wait, this call serves the CQ at once (polls it, routing what it finds, and
+    /// arms it for any completion again) and queues it for the channel's next dispatch. While
+    /// futures wait on the CQ, its events are the library's: [`CompChannel::dispatch`] (the
+    /// tokio driver's) reads them, so the program's arming is superseded.
     ///
     /// # Errors
-    /// [`Error::Verb`] with `ibv_req_notify_cq` and its errno.
+    /// [`Error::Verb`] with `ibv_req_notify_cq` and its errno, or with `ibv_poll_cq` when the
+    /// CQ is served.
     ///
     /// See ibv_req_notify_cq(3).
     #[doc(alias = "ibv_req_notify_cq")]
@@ -288,6 +291,11 @@ impl Cq {
         if solicited_only {
             if let Some(ch) = &self.inner.channel {
                 ch.arming_replaced(&self.inner);
+                // Armed for any completion again now, whatever executor (or none) dispatches
+                // the channel: what lands from here on produces an event.
+                if self.inner.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                    self.inner.serve(1)?;
+                }
             }
         }
         Ok(())

@@ -270,7 +270,7 @@ impl<W: AddressedFor<UD>, T: Transport> AddressedFor<UD> for Checksummed<W, T> {
     message = "`{Self}` cannot be unsignaled: a window bind needs its own completion",
     label = "`.unsignaled()` on a window bind",
     note = "ibv_bind_mw(3) NOTES: \"the user should keep a copy of the old R_key, and fix the mw structure if the subsequent CQE for the bind operation indicates a failure\": the library hands the bound window back from the bind's own completion",
-    note = "post the bind without `.unsignaled()`; `Scope::wait` on its token returns the `BoundMw`"
+    note = "post the bind without `.unsignaled()`; `Scope::wait` on its token returns the `BoundMw`, or the window back if the bind failed"
 )]
 pub trait MaySkipCompletion: SendRequest {}
 impl<W: MaySkipCompletion> MaySkipCompletion for Unsignaled<W> {}
