@@ -47,9 +47,9 @@ pub(crate) struct FakeCq {
     entries: Mutex<VecDeque<sys::ibv_wc>>,
     /// Armed at the device: the next completion added produces one event.
     armed: AtomicBool,
-    /// The last arming asked for solicited completions only: as a provider that keeps the last
-    /// arming's command (mlx5's doorbell), the next completion produces an event only if it is
-    /// solicited (here: an error completion, which always is).
+    /// The last arming asked for solicited completions only: as on a provider that keeps the
+    /// last arming's kind, the next completion produces an event only if it is solicited (here:
+    /// an error completion, which always is).
     solicited_only: AtomicBool,
     arms: AtomicUsize,
     event_fd: i32,

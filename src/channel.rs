@@ -290,12 +290,7 @@ impl Cq {
         }
         if solicited_only {
             if let Some(ch) = &self.inner.channel {
-                ch.arming_replaced(&self.inner);
-                // Armed for any completion again now, whatever executor (or none) dispatches
-                // the channel: what lands from here on produces an event.
-                if self.inner.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-                    self.inner.serve(1)?;
-                }
+                ch.arming_replaced(&self.inner)?;
             }
         }
         Ok(())
@@ -421,9 +416,18 @@ impl ChannelShared {
     /// The program armed `cq` itself for solicited completions only ([`Cq::req_notify`]),
     /// which may have replaced an arming made for the futures waiting on it: as after an event
     /// read elsewhere, the arming counts as used up and, if futures wait, the next dispatch
-    /// serves the CQ (polls it and arms it for any completion).
-    pub(crate) fn arming_replaced(&self, cq: &Arc<CqShared>) {
+    /// serves the CQ. If futures wait, the CQ is also served now (polled, armed for any
+    /// completion, polled again), whatever executor (or none) dispatches the channel, so that
+    /// what lands from here on produces an event.
+    ///
+    /// # Errors
+    /// A failed poll or arming of the CQ.
+    pub(crate) fn arming_replaced(&self, cq: &Arc<CqShared>) -> Result<()> {
         self.event_for(cq, false);
+        if cq.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            cq.serve(1)?;
+        }
+        Ok(())
     }
 
     /// Queues `cq` to be served by the next [`CompChannel::dispatch`], and with `wake_drivers`
