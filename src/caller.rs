@@ -28,7 +28,7 @@ use std::ptr::NonNull;
 
 use crate::access::{AccessSet, HasLocalWrite, LegalAccess, NoPeerAccess, PeerCannotWrite};
 use crate::error::{Error, Result};
-use crate::mr::{Backing, CallerBuffer, LocalBufMut, Mr, OdpTag, Pinned};
+use crate::mr::{region_sealed, Backing, CallerBuffer, LocalBufMut, Mr, OdpTag, Pinned, WindowRegion};
 use crate::pd::Pd;
 
 /// An owned buffer whose memory may be registered with the device for as long as the value
@@ -111,6 +111,14 @@ pub struct Registered<A: AccessSet, B: StableBuffer> {
     _buffer: PhantomData<B>,
 }
 
+impl<A: AccessSet, B: StableBuffer> region_sealed::Sealed for Registered<A, B> {}
+impl<A: AccessSet, B: StableBuffer> WindowRegion for Registered<A, B> {
+    type Access = A;
+    fn window_region(&self) -> &Mr<A, Pinned> {
+        &self.mr
+    }
+}
+
 impl<A: AccessSet, B: StableBuffer> Deref for Registered<A, B> {
     type Target = Mr<A>;
     fn deref(&self) -> &Mr<A> {
@@ -190,6 +198,14 @@ pub struct BorrowedMr<'a, A: AccessSet> {
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
+impl<A: AccessSet> region_sealed::Sealed for BorrowedMr<'_, A> {}
+impl<A: AccessSet> WindowRegion for BorrowedMr<'_, A> {
+    type Access = A;
+    fn window_region(&self) -> &Mr<A, Pinned> {
+        &self.mr
+    }
+}
+
 impl<A: AccessSet> Deref for BorrowedMr<'_, A> {
     type Target = Mr<A>;
     fn deref(&self) -> &Mr<A> {
@@ -239,6 +255,14 @@ impl<'a, A: AccessSet> BorrowedMr<'a, A> {
 pub struct ScopedMr<'id, A: AccessSet> {
     mr: Mr<A>,
     _brand: PhantomData<fn(&'id ()) -> &'id ()>,
+}
+
+impl<A: AccessSet> region_sealed::Sealed for ScopedMr<'_, A> {}
+impl<A: AccessSet> WindowRegion for ScopedMr<'_, A> {
+    type Access = A;
+    fn window_region(&self) -> &Mr<A, Pinned> {
+        &self.mr
+    }
 }
 
 impl<A: AccessSet> Deref for ScopedMr<'_, A> {

@@ -120,6 +120,38 @@ pub trait WindowHost: MrKind + Sized {
     fn pinned<A: AccessSet>(mr: &Mr<A, Self>) -> &Mr<A, Pinned>;
 }
 
+/// What a memory window may be bound to: a pinned [`Mr`], or a region of memory the caller
+/// owns, which dereferences to one ([`Registered`](crate::caller::Registered),
+/// [`BorrowedMr`](crate::caller::BorrowedMr), [`ScopedMr`](crate::caller::ScopedMr)). Not the
+/// implicit ODP region: it has a valid lkey only, its rkey is invalid, and it is limited to local
+/// access. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "a memory window cannot be bound to `{Self}`: a window is bound to a registered region (`Mr`)",
+    label = "not a region a window can be bound to",
+    note = "the implicit ODP region \"only has a valid lkey, whereas its rkey is invalid\" and \"is limited to local access permissions\" (vendor ODP manual, Registering ODP Implicit MR): no window can expose it to a peer",
+    note = "bind the window to a region from `Pd::alloc_mr` with LOCAL_WRITE and MW_BIND (`access::WINDOW_BINDABLE`), or to memory you own registered with `Pd::register`"
+)]
+pub trait WindowRegion: region_sealed::Sealed {
+    /// The region's access rights.
+    type Access: AccessSet;
+    /// The region, as the pinned region it is.
+    #[doc(hidden)]
+    fn window_region(&self) -> &Mr<Self::Access, Pinned>;
+}
+
+pub(crate) mod region_sealed {
+    pub trait Sealed {}
+}
+
+impl<A: AccessSet, K: WindowHost> region_sealed::Sealed for Mr<A, K> {}
+impl<A: AccessSet, K: WindowHost> WindowRegion for Mr<A, K> {
+    type Access = A;
+    #[inline(always)]
+    fn window_region(&self) -> &Mr<A, Pinned> {
+        K::pinned(self)
+    }
+}
+
 impl WindowHost for Pinned {
     fn pinned<A: AccessSet>(mr: &Mr<A, Pinned>) -> &Mr<A, Pinned> {
         mr

@@ -106,6 +106,36 @@ impl BoundByWr for Type2 {}
 pub trait Invalidatable: MwType {}
 impl Invalidatable for Type2 {}
 
+/// An unbound memory window, what a bind request takes: an [`Mw`]. A bound window
+/// ([`BoundMw`]) is not one: a type 2 window is invalidated before it is bound again
+/// (IBTA o10-37.2.30). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an unbound memory window: a window bind takes an unbound `Mw`",
+    label = "not an unbound window",
+    note = "IBTA o10-37.2.30: a type 2 window must be invalidated before it is bound again: post `wr::LocalInv::new` for the bound window (or let the peer's SEND_WITH_INV invalidate it); its successful completion hands the `Mw` back",
+    note = "a bound type 1 window is bound again with `Scope::rebind_mw`"
+)]
+pub trait UnboundWindow: unbound_sealed::Sealed {
+    /// The window's type.
+    type Kind: MwType;
+    /// The window.
+    #[doc(hidden)]
+    fn into_unbound(self) -> Mw<Self::Kind>;
+}
+
+mod unbound_sealed {
+    pub trait Sealed {}
+}
+
+impl<K: MwType> unbound_sealed::Sealed for Mw<K> {}
+impl<K: MwType> UnboundWindow for Mw<K> {
+    type Kind = K;
+    #[inline(always)]
+    fn into_unbound(self) -> Mw<K> {
+        self
+    }
+}
+
 pub(crate) struct MwInner {
     mw: NonNull<sys::ibv_mw>,
     pd: Arc<PdInner>,

@@ -28,7 +28,7 @@ use typed_verbs_sys as sys;
 use crate::access::{AccessSet, VirtuallyAddressed, WindowOn, WindowRights};
 use crate::ah::Ah;
 use crate::error::{Error, Result};
-use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSource, Mr, WindowHost};
+use crate::mr::{Chunk, LocalBuf, LocalBufMut, LocalSource, Mr, WindowRegion};
 use crate::mw::{
     BindCompleted, BindInFlight, BoundByVerb, BoundMw, InvalidationWatch, Mw, MwType, PendingBind, PendingRebind,
     PendingUnbind, RegionBorrow, UnboundByVerb,
@@ -649,8 +649,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// `access`, through `qp` (UC, RC or XRC_SEND, in RTS).
     ///
     /// Compile-time: the window is type 1 (type 2 windows are bound with a
-    /// [`BindMw`](crate::wr::BindMw) work request), the region is pinned, not On-Demand Paging
-    /// ([`WindowHost`]), the region has MW_BIND (and LOCAL_WRITE for a writable or atomic
+    /// [`BindMw`](crate::wr::BindMw) work request), the region is a [`WindowRegion`]: pinned,
+    /// not On-Demand Paging ([`WindowHost`](crate::mr::WindowHost)), and it has MW_BIND (and LOCAL_WRITE for a writable or atomic
     /// window), the window is not zero-based, the transport allows binds.
     /// The region stays borrowed while the window is bound. The new rkey is only available from
     /// the [`BoundMw`] that [`Scope::wait`] returns on success.
@@ -665,11 +665,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// See ibv_bind_mw(3).
     #[doc(alias = "ibv_bind_mw")]
     #[allow(clippy::too_many_arguments)]
-    pub fn bind_mw<'m, T, S, K, MA, MK, R>(
+    pub fn bind_mw<'m, T, S, K, H, R>(
         &'scope self,
         qp: &'scope Qp<T, S>,
         mw: Mw<K>,
-        mr: &'m Mr<MA, MK>,
+        mr: &'m H,
         offset: u64,
         len: u64,
         access: R,
@@ -678,12 +678,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         T: SupportsBindMw,
         S: CanPostSend,
         K: BoundByVerb,
-        MA: AccessSet,
-        MK: WindowHost,
-        R: WindowOn<MA> + VirtuallyAddressed,
+        H: WindowRegion + ?Sized,
+        R: WindowOn<H::Access> + VirtuallyAddressed,
         'm: 'scope,
     {
-        self.post_bind(qp, mw, MK::pinned(mr), offset, len, access, sys::IBV_SEND_SIGNALED)
+        self.post_bind(qp, mw, mr.window_region(), offset, len, access, sys::IBV_SEND_SIGNALED)
     }
 
     /// `ibv_bind_mw` with `IBV_SEND_FENCE`: [`Scope::bind_mw`], fenced (RC only, compile-time): the
@@ -698,11 +697,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     #[doc(alias = "ibv_bind_mw")]
     #[doc(alias = "IBV_SEND_FENCE")]
     #[allow(clippy::too_many_arguments)]
-    pub fn bind_mw_fenced<'m, T, S, K, MA, MK, R>(
+    pub fn bind_mw_fenced<'m, T, S, K, H, R>(
         &'scope self,
         qp: &'scope Qp<T, S>,
         mw: Mw<K>,
-        mr: &'m Mr<MA, MK>,
+        mr: &'m H,
         offset: u64,
         len: u64,
         access: R,
@@ -711,12 +710,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         T: SupportsBindMw + SupportsFence,
         S: CanPostSend,
         K: BoundByVerb,
-        MA: AccessSet,
-        MK: WindowHost,
-        R: WindowOn<MA> + VirtuallyAddressed,
+        H: WindowRegion + ?Sized,
+        R: WindowOn<H::Access> + VirtuallyAddressed,
         'm: 'scope,
     {
-        self.post_bind(qp, mw, MK::pinned(mr), offset, len, access, sys::IBV_SEND_SIGNALED | sys::IBV_SEND_FENCE)
+        self.post_bind(qp, mw, mr.window_region(), offset, len, access, sys::IBV_SEND_SIGNALED | sys::IBV_SEND_FENCE)
     }
 
     /// The bind of [`Scope::bind_mw`] and [`Scope::bind_mw_fenced`], with `send_flags`.
@@ -837,11 +835,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// See ibv_bind_mw(3).
     #[doc(alias = "ibv_bind_mw")]
     #[allow(clippy::too_many_arguments)]
-    pub fn rebind_mw<'o, 'm, T, S, K, R0, MA, MK, R>(
+    pub fn rebind_mw<'o, 'm, T, S, K, R0, H, R>(
         &'scope self,
         qp: &'scope Qp<T, S>,
         bound: BoundMw<'o, K, R0>,
-        mr: &'m Mr<MA, MK>,
+        mr: &'m H,
         offset: u64,
         len: u64,
         access: R,
@@ -851,20 +849,19 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         S: CanPostSend,
         K: BoundByVerb,
         R0: WindowRights,
-        MA: AccessSet,
-        MK: WindowHost,
-        R: WindowOn<MA> + VirtuallyAddressed,
+        H: WindowRegion + ?Sized,
+        R: WindowOn<H::Access> + VirtuallyAddressed,
         'o: 'scope,
         'm: 'scope,
     {
         let _ = access;
-        let mr = MK::pinned(mr);
+        let mr = mr.window_region();
         let mut bound = bound;
         // SAFETY: the window is owned by `bound`, which moves into the token (or its window is
         // kept with the queue); both regions are borrowed for 'o and 'm, which outlive 'scope,
         // and `scope` drains before returning.
         let posted = match unsafe {
-            self.post_bind_raw::<T, S, K, MA, R>(qp, bound.mw_mut(), mr, offset, len, sys::IBV_SEND_SIGNALED)
+            self.post_bind_raw::<T, S, K, H::Access, R>(qp, bound.mw_mut(), mr, offset, len, sys::IBV_SEND_SIGNALED)
         } {
             Ok(posted) => posted,
             Err(refused) => return Err(self.refused_window(&qp.shared, refused, bound, BoundMw::into_mw)),

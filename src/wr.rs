@@ -28,10 +28,10 @@ use crate::access::{AccessSet, HasRemoteAtomic, HasRemoteRead, HasRemoteWrite, W
 use crate::ah::Ah;
 use crate::device::{IpCsum, TsoCap, TsoTransport};
 use crate::error::{Error, Result};
-use crate::mr::{LocalSink, Mr, OdpTag, RemoteSlice, WindowHost};
+use crate::mr::{LocalSink, Mr, OdpTag, RemoteSlice, WindowRegion};
 use crate::mw::{
     inc_rkey, BoundByWr, BoundMw, Invalidatable, Invalidated, InvalidationWatch, Mw, MwType, PendingBind,
-    PendingUnbind, RegionBorrow,
+    PendingUnbind, RegionBorrow, UnboundWindow,
 };
 use crate::sgl::{Gather, Scatter, SgeStore};
 use crate::transport::{
@@ -882,16 +882,21 @@ impl<K: MwType, MA: AccessSet, R> std::fmt::Debug for BindMw<'_, K, MA, R> {
 impl<'m, K: BoundByWr, MA: AccessSet, R: WindowOn<MA>> BindMw<'m, K, MA, R> {
     /// Binds the type 2 window `mw` to `mr[offset..offset + len]` with rights `access`.
     ///
-    /// The window type (type 2 only), the region's kind (pinned, not On-Demand Paging:
-    /// [`WindowHost`]), and the window's rights against the region's (MW_BIND; LOCAL_WRITE for
-    /// a writable or atomic window) are checked at compile time. The range must
+    /// The window (unbound: [`UnboundWindow`]; type 2 only), the region (a [`WindowRegion`]:
+    /// pinned, not On-Demand Paging, [`WindowHost`](crate::mr::WindowHost)), and the window's
+    /// rights against the region's (MW_BIND; LOCAL_WRITE for a writable or atomic window) are
+    /// checked at compile time. The range must
     /// lie inside the region and be non-empty, the window must belong to the region's PD, and
     /// a zero-based window granting remote atomics must start on an 8-byte boundary (an
     /// atomic's target is checked aligned as the peer addresses it, from the window's start):
     /// checked when posting ([`Error::InvalidArgument`], the request handed back).
-    pub fn new<MK: WindowHost>(mw: Mw<K>, mr: &'m Mr<MA, MK>, offset: u64, len: u64, access: R) -> Self {
+    pub fn new<W, H>(mw: W, mr: &'m H, offset: u64, len: u64, access: R) -> Self
+    where
+        W: UnboundWindow<Kind = K>,
+        H: WindowRegion<Access = MA> + ?Sized,
+    {
         let _ = access;
-        BindMw { mw, mr: MK::pinned(mr), offset, len, _rights: PhantomData }
+        BindMw { mw: mw.into_unbound(), mr: mr.window_region(), offset, len, _rights: PhantomData }
     }
 }
 

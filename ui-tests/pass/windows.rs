@@ -1,6 +1,7 @@
-// Memory windows: every allowed combination compiles (type 1 via ibv_bind_mw, rebound while bound, fenced on RC, type 2 via BIND_MW, invalidation paths).
+// Memory windows: every allowed combination compiles (type 1 via ibv_bind_mw, rebound while bound, fenced on RC, type 2 via BIND_MW, invalidation paths, windows on memory the caller owns).
 use std::time::Duration;
 use typed_verbs::access::{self, window};
+use typed_verbs::caller::Registered;
 use typed_verbs::mr::{Mr, RemoteSlice};
 use typed_verbs::mw::{Mw, Type1, Type2, WindowAdvert};
 use typed_verbs::qp::Qp;
@@ -18,6 +19,8 @@ fn check(
     host: &Mr<access::WindowBindable>,
     read_host: &Mr<typed_verbs::access::Access<(), (), (), (), access::MwBind>>,
     src: &Mr<access::LocalRead>,
+    owned: &Registered<access::WindowBindable, Vec<u8>>,
+    more: (Mw<Type1>, Mw<Type2>),
 ) -> typed_verbs::Result<()> {
     scope(|s| -> typed_verbs::Result<()> {
         // Type 1: bind (read-only windows on a region without LOCAL_WRITE are fine), unbind.
@@ -43,6 +46,9 @@ fn check(
             let _inv = s.post_send(rc, SendInv::new(src.slice(..8)?, bound.rkey()))?;
             let _l = s.post_send(rc, LocalInv::new(bound))?;
         }
+        // Memory the caller owns hosts windows of both types, as an `Mr` does.
+        let _t1 = s.bind_mw(rc, more.0, owned, 0, 64, window::READ_WRITE)?;
+        let _t2 = s.post_send(rc, BindMw::new(more.1, owned, 64, 64, window::READ))?;
         let _peer: RemoteSlice<window::ReadWrite> = WindowAdvert::decode(&[0; WindowAdvert::LEN])?.remote()?;
         Ok(())
     })?
