@@ -6,6 +6,8 @@ use typed_verbs::mr::Mr;
 use typed_verbs::pd::Pd;
 
 fn borrowed(pd: &Pd, buf: &mut [u8], other: Mr<access::LocalRw>) -> typed_verbs::Result<Mr<access::LocalRw>> {
+    // `mut` as the attempt needs it (unused only because the attempt fails).
+    #[allow(unused_mut)]
     let mut mr = pd.register_borrowed(buf, access::LOCAL_RW)?;
     Ok(std::mem::replace(&mut *mr, other))
 }
