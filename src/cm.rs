@@ -44,6 +44,48 @@ mod sealed {
     pub trait Sealed {}
 }
 
+/// A QP the connection manager readies itself: a `T` QP in RESET, [`Qp<T, RESET>`]. The CM
+/// moves it through INIT, RTR and RTS with the attributes it negotiated (rdma_init_qp_attr(3)).
+/// Sealed.
+#[diagnostic::on_unimplemented(
+    message = "the connection manager takes a `Qp<{T}, RESET>`, which it readies itself, not `{Self}`",
+    label = "not a `Qp<{T}, RESET>`",
+    note = "rdma_init_qp_attr(3): the CM moves the QP through INIT, RTR and RTS itself, with the attributes it negotiated (port, P_Key index, Q_Key or path and PSNs); a QP of another transport cannot carry the connection, and a QP already modified would keep attributes the CM did not choose",
+    note = "create a `Qp<{T}, RESET>` for it (`Pd::create_qp`), or reset yours first (`Qp::reset`)"
+)]
+pub trait CmReadies<T: Transport>: sealed::Sealed {
+    /// The QP.
+    #[doc(hidden)]
+    fn into_reset(self) -> Qp<T, RESET>;
+}
+impl<T: Transport> sealed::Sealed for Qp<T, RESET> {}
+impl<T: Transport> CmReadies<T> for Qp<T, RESET> {
+    fn into_reset(self) -> Qp<T, RESET> {
+        self
+    }
+}
+
+/// A UD QP the CM has readied, [`Qp<UD, RTS>`]: what a SIDR reply names
+/// ([`ConnRequest::accept`] on `UD`) and what a multicast group is attached to
+/// ([`CmId::join_multicast`]). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a UD QP in RTS, which the connection manager needs here",
+    label = "not a UD QP in RTS",
+    note = "a SIDR reply names a QP that takes the peer's datagrams at once; a multicast member answers the group, with the group's Q_Key",
+    note = "ready a UD QP in RESET with `CmId::ready_qp` or `ConnRequest::ready_qp` (RTS, with the CM's Q_Key)"
+)]
+pub trait ReadyUd: sealed::Sealed {
+    /// The QP.
+    #[doc(hidden)]
+    fn ready_ud(&self) -> &Qp<UD, RTS>;
+}
+impl sealed::Sealed for Qp<UD, RTS> {}
+impl ReadyUd for Qp<UD, RTS> {
+    fn ready_ud(&self) -> &Qp<UD, RTS> {
+        self
+    }
+}
+
 /// A transport the connection manager sets up: [`RC`] (port space `RDMA_PS_TCP`, a
 /// connection) or [`UD`] (`RDMA_PS_UDP`: a service ID resolved to the peer's QP number and
 /// Q_Key). Sealed.
@@ -845,8 +887,8 @@ impl CmId<RouteResolved, RC> {
     ///
     /// See rdma_init_qp_attr(3).
     #[doc(alias = "rdma_init_qp_attr")]
-    pub fn prepare<A: AccessSet>(self, qp: Qp<RC, RESET>, access: A) -> Result<Connecting> {
-        let qp = self.raw.qp_to_init(qp, qp_access_flags(access))?;
+    pub fn prepare<A: AccessSet>(self, qp: impl CmReadies<RC>, access: A) -> Result<Connecting> {
+        let qp = self.raw.qp_to_init(qp.into_reset(), qp_access_flags(access))?;
         Ok(Connecting { raw: self.raw, qp: FlushOnDrop(Some(qp)) })
     }
 
@@ -859,7 +901,7 @@ impl CmId<RouteResolved, RC> {
     #[doc(alias = "rdma_connect")]
     pub fn connect<A: AccessSet>(
         self,
-        qp: Qp<RC, RESET>,
+        qp: impl CmReadies<RC>,
         access: A,
         param: &ConnParam,
         timeout: Duration,
@@ -878,7 +920,7 @@ impl CmId<RouteResolved, RC> {
     #[doc(alias = "rdma_connect")]
     pub async fn connect_async<A: AccessSet>(
         self,
-        qp: Qp<RC, RESET>,
+        qp: impl CmReadies<RC>,
         access: A,
         param: &ConnParam,
     ) -> Result<Connection> {
@@ -907,8 +949,8 @@ impl<S: Bound> CmId<S, UD> {
     ///
     /// See rdma_init_qp_attr(3).
     #[doc(alias = "rdma_init_qp_attr")]
-    pub fn ready_qp(&self, qp: Qp<UD, RESET>) -> Result<Qp<UD, RTS>> {
-        self.raw.ud_qp_to_rts(qp)
+    pub fn ready_qp(&self, qp: impl CmReadies<UD>) -> Result<Qp<UD, RTS>> {
+        self.raw.ud_qp_to_rts(qp.into_reset())
     }
 
     /// The Q_Key the CM gives this identifier's UD QPs (`RDMA_UDP_QKEY`), as
@@ -946,10 +988,11 @@ impl CmId<AddrResolved, UD> {
     pub fn join_multicast<'q>(
         self,
         group: IpAddr,
-        qp: &'q Qp<UD, RTS>,
+        qp: &'q impl ReadyUd,
         pd: &Pd,
         timeout: Duration,
     ) -> Result<McGroup<'q>> {
+        let qp = qp.ready_ud();
         let membership = self.start_join(group, qp, pd)?;
         let e = membership.raw.expect(Verb::JoinMulticast, CmEvent::MulticastJoin, timeout)?;
         finish_join(membership, e, qp, pd)
@@ -970,7 +1013,8 @@ impl CmId<AddrResolved, UD> {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_join_multicast")]
     #[doc(alias = "ibv_attach_mcast")]
-    pub async fn join_multicast_async<'q>(self, group: IpAddr, qp: &'q Qp<UD, RTS>, pd: &Pd) -> Result<McGroup<'q>> {
+    pub async fn join_multicast_async<'q>(self, group: IpAddr, qp: &'q impl ReadyUd, pd: &Pd) -> Result<McGroup<'q>> {
+        let qp = qp.ready_ud();
         self.raw.runtime_check(|| format!("{}: joining {group}", Verb::JoinMulticast))?;
         let membership = self.start_join(group, qp, pd)?;
         let e = membership.raw.expect_async(Verb::JoinMulticast, CmEvent::MulticastJoin).await?;
@@ -1494,8 +1538,8 @@ impl ConnRequest<UD> {
     ///
     /// # Errors
     /// As [`CmId::ready_qp`].
-    pub fn ready_qp(&self, qp: Qp<UD, RESET>) -> Result<Qp<UD, RTS>> {
-        self.raw.ud_qp_to_rts(qp)
+    pub fn ready_qp(&self, qp: impl CmReadies<UD>) -> Result<Qp<UD, RTS>> {
+        self.raw.ud_qp_to_rts(qp.into_reset())
     }
 
     /// The Q_Key the CM gives UD QPs for this request (`RDMA_UDP_QKEY`), which the peer's
@@ -1520,7 +1564,8 @@ impl ConnRequest<UD> {
     ///
     /// See rdma_accept(3).
     #[doc(alias = "rdma_accept")]
-    pub fn accept(self, qp: &Qp<UD, RTS>, private_data: &[u8]) -> Result<()> {
+    pub fn accept(self, qp: &impl ReadyUd, private_data: &[u8]) -> Result<()> {
+        let qp = qp.ready_ud();
         self.raw.check_device(qp.device_name())?;
         let (theirs, ours) = (self.raw.qkey()?, qp.qkey()?);
         if theirs != ours {
@@ -1558,8 +1603,8 @@ impl ConnRequest<RC> {
     ///
     /// See rdma_init_qp_attr(3).
     #[doc(alias = "rdma_init_qp_attr")]
-    pub fn prepare<A: AccessSet>(self, qp: Qp<RC, RESET>, access: A, param: ConnParam) -> Result<Accepting> {
-        let qp = self.raw.qp_to_rtr(qp, qp_access_flags(access), &param)?;
+    pub fn prepare<A: AccessSet>(self, qp: impl CmReadies<RC>, access: A, param: ConnParam) -> Result<Accepting> {
+        let qp = self.raw.qp_to_rtr(qp.into_reset(), qp_access_flags(access), &param)?;
         Ok(Accepting { raw: self.raw, qp: FlushOnDrop(Some(qp)), param, private_data: self.private_data })
     }
 
@@ -1573,7 +1618,7 @@ impl ConnRequest<RC> {
     #[doc(alias = "rdma_accept")]
     pub fn accept<A: AccessSet>(
         self,
-        qp: Qp<RC, RESET>,
+        qp: impl CmReadies<RC>,
         access: A,
         param: &ConnParam,
         timeout: Duration,
@@ -1592,7 +1637,7 @@ impl ConnRequest<RC> {
     #[doc(alias = "rdma_accept")]
     pub async fn accept_async<A: AccessSet>(
         self,
-        qp: Qp<RC, RESET>,
+        qp: impl CmReadies<RC>,
         access: A,
         param: &ConnParam,
     ) -> Result<Connection> {
