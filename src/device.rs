@@ -116,8 +116,8 @@ pub struct Context {
 pub(crate) struct ContextInner {
     pub(crate) ctx: NonNull<sys::ibv_context>,
     pub(crate) name: String,
-    /// The device's tag ([`DeviceTags`]): the same for every open context of the device, and
-    /// no other open device has it. The completions of this context's CQs that invalidated an
+    /// The device's tag ([`DeviceTags`]): the same for every context of the device, and no
+    /// other device the process opened has it. The completions of this context's CQs that invalidated an
     /// rkey carry it, and windows are watched under it: rkeys are the device's (rxe's
     /// invalidation looks the rkey up among all the device's windows, whatever the QP's
     /// context or PD), so only that device's windows take them, all of its contexts' windows
@@ -238,23 +238,22 @@ impl Drop for ContextInner {
         // none is left when it is dropped. A failure cannot be acted on; it is ignored rather
         // than panicking in drop.
         let _ = unsafe { sys::ibv_close_device(self.ctx.as_ptr()) };
-        DeviceTags::give_back(self.tag);
     }
 }
 
-/// The tags of the devices that have open contexts ([`ContextInner::tag`]): one per device,
-/// shared by its open contexts, reused once the device's last context is closed. (A completion
-/// of a device whose tag was given back cannot unbind a window of a later device with the same
-/// tag: it was decoded before that window's bind.)
+/// The tags of the devices the process has opened ([`ContextInner::tag`]): one per device,
+/// shared by its contexts and kept after they are closed (a later context of the same device
+/// takes it again), never given to another device. So a completion names the device that
+/// decoded it for as long as it is kept: one of a device whose contexts are all closed cannot
+/// pass for a completion of another device (`Pd::create_ah_from_wc`, `BoundMw::invalidated_by`).
 struct DeviceTags {
-    next: u32,
-    free: Vec<u16>,
-    /// The devices with open contexts: identity, tag, number of open contexts.
-    open: Vec<(DeviceIdentity, u16, usize)>,
+    /// The devices opened so far: the tag of `known[i]` is `i + 1`.
+    known: Vec<DeviceIdentity>,
 }
 
 /// Which device of the machine a context is of: the kernel's index of the device
-/// (`ibv_get_device_index`), or its name where the kernel does not report an index.
+/// (`ibv_get_device_index`, which a device created anew does not share with an earlier one), or
+/// its name where the kernel does not report an index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum DeviceIdentity {
     Index(u32),
@@ -263,38 +262,26 @@ enum DeviceIdentity {
 
 /// Tags start at 1: 0 is the tag of no device (`Completion::device_tag` of a completion the
 /// library made).
-static DEVICE_TAGS: std::sync::Mutex<DeviceTags> =
-    std::sync::Mutex::new(DeviceTags { next: 1, free: Vec::new(), open: Vec::new() });
+static DEVICE_TAGS: std::sync::Mutex<DeviceTags> = std::sync::Mutex::new(DeviceTags { known: Vec::new() });
 
 impl DeviceTags {
-    /// The tag of the device `id` for one more open context; `None` when 65,535 devices have
-    /// open contexts.
+    /// The tag of the device `id`; `None` once 65,535 other devices have been opened.
     fn take(id: DeviceIdentity) -> Option<u16> {
         let mut t = DEVICE_TAGS.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, tag, contexts)) = t.open.iter_mut().find(|(open, ..)| *open == id) {
-            *contexts += 1;
-            return Some(*tag);
-        }
-        let tag = match t.free.pop() {
-            Some(tag) => tag,
+        let at = match t.known.iter().position(|known| *known == id) {
+            Some(at) => at,
             None => {
-                let tag = u16::try_from(t.next).ok()?;
-                t.next += 1;
-                tag
+                t.known.push(id);
+                t.known.len() - 1
             }
         };
-        t.open.push((id, tag, 1));
-        Some(tag)
-    }
-
-    /// One context of the device tagged `tag` is closed.
-    fn give_back(tag: u16) {
-        let mut t = DEVICE_TAGS.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(at) = t.open.iter().position(|&(_, open, _)| open == tag) else { return };
-        t.open[at].2 -= 1;
-        if t.open[at].2 == 0 {
-            t.open.swap_remove(at);
-            t.free.push(tag);
+        match u16::try_from(at + 1) {
+            Ok(tag) => Some(tag),
+            Err(_) => {
+                // Not kept: the device has no tag.
+                t.known.pop();
+                None
+            }
         }
     }
 }
@@ -327,14 +314,12 @@ impl Context {
             });
         };
         let Some(tag) = DeviceTags::take(dev.identity(name)) else {
-            return Err(Error::invalid("ibv_open_device", "65,535 devices have open contexts in this process"));
+            return Err(Error::invalid("ibv_open_device", "65,535 other devices were opened in this process"));
         };
         // SAFETY: `dev` is a device of the live list `list`.
         let ctx = unsafe { sys::ibv_open_device(dev.dev) };
         let Some(ctx) = NonNull::new(ctx) else {
-            let e = Error::last_os(Verb::OpenDevice, format!("device {name}"));
-            DeviceTags::give_back(tag);
-            return Err(e);
+            return Err(Error::last_os(Verb::OpenDevice, format!("device {name}")));
         };
         let cqs = std::sync::Mutex::new(Vec::new());
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -986,20 +971,18 @@ mod tests {
     }
 
     #[test]
-    fn device_tags_are_shared_by_a_devices_contexts_unique_among_devices_and_reused_once_closed() {
+    fn device_tags_are_shared_by_a_devices_contexts_and_never_given_to_another_device() {
         // Identities no device of a test machine has.
         let (x, y) = (DeviceIdentity::Name("tag-test-x".into()), DeviceIdentity::Index(u32::MAX));
         let (a, b) = (DeviceTags::take(x.clone()).unwrap(), DeviceTags::take(y.clone()).unwrap());
         assert_ne!(a, b, "two devices");
         assert!(a != 0 && b != 0, "0 is no device's tag");
         assert_eq!(DeviceTags::take(x.clone()), Some(a), "a second context of x");
-        DeviceTags::give_back(a);
-        assert_eq!(DeviceTags::take(x.clone()), Some(a), "x still has a context open");
-        DeviceTags::give_back(a);
-        DeviceTags::give_back(a);
+        // Whatever of x is closed meanwhile (closing gives nothing back), a device opened later
+        // has a tag of its own: a completion x decoded cannot pass for one of it.
         let z = DeviceTags::take(DeviceIdentity::Name("tag-test-z".into())).unwrap();
-        assert_ne!(z, b, "y is still open");
-        DeviceTags::give_back(b);
-        DeviceTags::give_back(z);
+        assert!(z != a && z != b, "z, opened after x and y: {z} against {a} and {b}");
+        assert_eq!(DeviceTags::take(x), Some(a), "x opened again");
+        assert_eq!(DeviceTags::take(y), Some(b), "y opened again");
     }
 }
