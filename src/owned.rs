@@ -242,7 +242,7 @@ impl<T: Transport, S: QpState> Qp<T, S> {
             Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(wr) }),
             Err(Refused { error, kept: Some(seq) }) => {
                 // Possibly queued: kept with the queue, under the same rule as a dropped token.
-                let held = (wr.address_handle().cloned(), wr.into_buffers());
+                let held = (wr.address_handle().cloned(), wr.into_buffers(crate::scope::INTERNAL));
                 self.shared.sq.release(seq, Box::new(held));
                 // No token will take its completion.
                 self.shared.sq.abandon(seq);
@@ -250,7 +250,12 @@ impl<T: Transport, S: QpState> Qp<T, S> {
             }
         };
         let keep = wr.address_handle().cloned();
-        Ok(OwnedToken::new(QueueArc::Send(Arc::clone(&self.shared)), seq, wr.into_buffers(), keep))
+        Ok(OwnedToken::new(
+            QueueArc::Send(Arc::clone(&self.shared)),
+            seq,
+            wr.into_buffers(crate::scope::INTERNAL),
+            keep,
+        ))
     }
 
     /// `ibv_post_recv` of a receive into owned memory (a [`Chunk`](crate::mr::Chunk) of a

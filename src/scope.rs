@@ -311,7 +311,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     fn refused_send<W: SendRequest>(&'scope self, qp: &'scope QpShared, refused: Refused, wr: W) -> PostError<W> {
         let Some(seq) = refused.kept else { return PostError { error: refused.error, wr: Some(wr) } };
         let ah = wr.address_handle().cloned();
-        self.keep_refused(QueueRef::Send(qp), seq, wr.into_buffers().into_parked(INTERNAL), ah);
+        self.keep_refused(QueueRef::Send(qp), seq, wr.into_buffers(INTERNAL).into_parked(INTERNAL), ah);
         PostError { error: refused.error, wr: None }
     }
 
@@ -371,7 +371,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             Err(refused) => return Err(self.refused_send(&qp.shared, refused, wr)),
         };
         let keep = wr.address_handle().cloned();
-        Ok(self.token_touched(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers()))
+        Ok(self.token_touched(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers(INTERNAL)))
     }
 
     /// `ibv_post_send` of an inline request (`IBV_SEND_INLINE`: Send and RDMA Write only,
@@ -460,7 +460,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             .map(|(seq, wr)| {
                 wr.posted_on(PostedOn(&qp.shared));
                 let keep = wr.address_handle().cloned();
-                self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers())
+                self.token(Posted { q: QueueRef::Send(&qp.shared), seq }, keep, wr.into_buffers(INTERNAL))
             })
             .collect();
         match err {
@@ -1431,7 +1431,7 @@ pub trait Completes: sealed::Sealed {
     fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>>;
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
     /// The proof that a caller of [`Completes`](super::Completes)' methods is the library:
     /// public in a private module, with a private field, so no program can name or make it.

@@ -114,9 +114,11 @@ pub trait SendRequest: sealed::Sealed + Sized {
     /// Fills the raw work request, validating what can only be checked at run time.
     #[doc(hidden)]
     fn build(&self, raw: &mut RawSendWr<Self::Sges>) -> Result<()>;
-    /// Gives up the memory views.
+    /// Gives up the memory views (a bind's: starts watching for the new rkey's invalidation,
+    /// which only a posted bind may do). Only the library can call it
+    /// ([`Completes`](crate::scope::Completes)' proof).
     #[doc(hidden)]
-    fn into_buffers(self) -> Self::Buffers;
+    fn into_buffers(self, _: crate::scope::sealed::Internal) -> Self::Buffers;
     /// The inline payload length, for inline requests (checked against `max_inline_data`).
     #[doc(hidden)]
     fn inline_len(&self) -> Option<usize> {
@@ -623,7 +625,7 @@ macro_rules! request {
                 $build
                 Ok(())
             }
-            fn into_buffers(self) -> $bufs {
+            fn into_buffers(self, _: crate::scope::sealed::Internal) -> $bufs {
                 let $s2 = self;
                 $into
             }
@@ -953,7 +955,7 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
         };
         Ok(())
     }
-    fn into_buffers(self) -> Self::Buffers {
+    fn into_buffers(self, _: crate::scope::sealed::Internal) -> Self::Buffers {
         let old_rkey = self.mw.raw_rkey();
         let new_rkey = inc_rkey(old_rkey);
         PendingBind {
@@ -1016,7 +1018,7 @@ impl<'m, K: MwType, R: WindowRights> SendRequest for LocalInv<'m, K, R> {
         raw.wr.__bindgen_anon_1.invalidate_rkey = self.bound.rkey();
         Ok(())
     }
-    fn into_buffers(self) -> Self::Buffers {
+    fn into_buffers(self, _: crate::scope::sealed::Internal) -> Self::Buffers {
         PendingUnbind { bound: self.bound, new_rkey: None }
     }
     /// A second invalidation of one binding is refused: rxe (Linux 6.12 and 6.18) takes it for
@@ -1099,7 +1101,7 @@ impl<L: Gather, T: TsoTransport> SendRequest for Tso<'_, L, T> {
         raw.local(&self.payload, sys::IBV_ODP_SUPPORT_SEND)?;
         Ok(())
     }
-    fn into_buffers(self) -> L {
+    fn into_buffers(self, _: crate::scope::sealed::Internal) -> L {
         self.payload
     }
     fn capabilities_of(&self, ctx: u64) -> bool {
@@ -1150,8 +1152,8 @@ macro_rules! wrapper {
                 $extra
                 Ok(())
             }
-            fn into_buffers(self) -> W::Buffers {
-                self.$inner.into_buffers()
+            fn into_buffers(self, internal: crate::scope::sealed::Internal) -> W::Buffers {
+                self.$inner.into_buffers(internal)
             }
             fn inline_len(&self) -> Option<usize> {
                 self.$inner.inline_len()
