@@ -1398,7 +1398,8 @@ impl QpShared {
         }
     }
 
-    /// The QP refuses posts until the program resets it (its CQ reported an error).
+    /// The QP refuses posts until the program resets it (its CQ reported an error, or a scope
+    /// moved it to ERR: `Scope::flush`).
     pub(crate) fn mark_broken(&self) {
         self.broken.store(true, Ordering::Release);
     }

@@ -475,7 +475,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 
     /// `ibv_modify_qp` of `qp` to ERR, so that every outstanding request completes with
     /// `IBV_WC_WR_FLUSH_ERR`, then a wait of at most `timeout` for those completions. Use it to end
-    /// a scope that still has receives posted; reset the QP afterwards to use it again.
+    /// a scope that still has receives posted; reset the QP afterwards to use it again: until
+    /// then it refuses posts ([`Error::QpBroken`]), as its type still names the state it had.
     ///
     /// # Errors
     /// [`Error::Verb`] with `ibv_modify_qp`; [`Error::Timeout`] if the flushes do not all
@@ -485,6 +486,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     #[doc(alias = "ibv_modify_qp")]
     pub fn flush<T: Transport, S: QpState>(&'scope self, qp: &'scope Qp<T, S>, timeout: Duration) -> Result<()> {
         qp.shared.force_state(sys::IBV_QPS_ERR)?;
+        // The type still says the state the QP had: posts are refused until the program resets
+        // it (`Qp::reset` clears the mark).
+        qp.shared.mark_broken();
         match wait_flushed(&qp.shared, timeout, None)? {
             (0, 0) => Ok(()),
             (sq, rq) => {

@@ -31,7 +31,7 @@
 //!   fill would keep it waiting until its drain timeout and break the QP
 //!   ([`Error::QpBroken`](crate::Error::QpBroken)); [`Scope::flush`](crate::scope::Scope::flush)
 //!   moves the QP to ERR and collects the flushed receives instead. Reset the QP to use it
-//!   again.
+//!   again: until then it refuses posts.
 //!
 //! ```no_run
 //! use std::time::Duration;
