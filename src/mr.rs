@@ -92,6 +92,12 @@ pub trait MrKind: kind_sealed::Sealed + Send + Sync + 'static {
 }
 
 mod kind_sealed {
+    /// Sealed: only the library's own types implement the public traits built on it.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
+        label = "not one of the library's own types",
+        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
+    )]
     pub trait Sealed {}
 }
 
@@ -140,6 +146,12 @@ pub trait WindowRegion: region_sealed::Sealed {
 }
 
 pub(crate) mod region_sealed {
+    /// Sealed: only the library's own types implement the public traits built on it.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
+        label = "not one of the library's own types",
+        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
+    )]
     pub trait Sealed {}
 }
 
@@ -1218,6 +1230,12 @@ impl<A: AccessSet, K: MrKind> Chunk<A, K> {
 }
 
 pub(crate) mod local_sealed {
+    /// Sealed: only the library's own types implement the public traits built on it.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
+        label = "not one of the library's own types",
+        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
+    )]
     pub trait Sealed {}
 }
 
