@@ -175,6 +175,7 @@ impl World {
             let ctx = Arc::new(ContextInner {
                 ctx: NonNull::new(ctxp).unwrap(),
                 name: "fake0".into(),
+                identity: crate::device::DeviceIdentity::Name("fake0".into()),
                 tag: u16::MAX,
                 id: 0,
                 cqs: Mutex::new(Vec::new()),

@@ -35,6 +35,7 @@ use typed_verbs_sys as sys;
 
 use crate::access::{qp_access_flags, AccessSet};
 use crate::ah::{AddressVector, Ah};
+use crate::device::{ContextInner, DeviceIdentity};
 use crate::error::{Error, Result, Verb};
 use crate::pd::Pd;
 use crate::qp::{CmAttr, Qp, SqPsn, UdRtr};
@@ -485,7 +486,7 @@ impl RawId {
     /// Moves `qp` (of the identifier's device) RESET → INIT with the CM's attributes, granting
     /// `access` (`qp_access_flags` bits).
     fn qp_to_init(&self, qp: Qp<RC, RESET>, access: u32) -> Result<Qp<RC, INIT>> {
-        self.check_device(qp.device_name())?;
+        self.check_device(qp.device())?;
         let mut init = self.qp_attr(sys::IBV_QPS_INIT)?;
         init.attr.qp_access_flags = access;
         init.mask |= sys::IBV_QP_ACCESS_FLAGS;
@@ -531,17 +532,30 @@ impl RawId {
 
     /// Refuses an object (a QP, a PD) of another device than the one the identifier is bound
     /// to: `device` is the object's.
-    fn check_device(&self, device: &str) -> Result<()> {
-        match self.device_name() {
-            Some(name) if name == device => Ok(()),
-            name => Err(Error::invalid(
+    fn check_device(&self, device: &ContextInner) -> Result<()> {
+        match self.device_identity() {
+            Some((identity, _)) if identity == device.identity => Ok(()),
+            found => Err(Error::invalid(
                 "rdma_connect",
                 format!(
-                    "the QP or PD is of device {device}, the identifier's address is on {}",
-                    name.as_deref().unwrap_or("no device")
+                    "the QP or PD is of device {}, the identifier's address is on {}",
+                    device.name,
+                    found.map_or_else(|| "no device".to_owned(), |(_, name)| name)
                 ),
             )),
         }
+    }
+
+    /// Which device the identifier is bound to, if any yet, and its name: by the kernel's index
+    /// of the device where it reports one, as a context's
+    /// ([`ContextInner::identity`](crate::device::ContextInner)), so a device created anew under
+    /// the name of an earlier one is another device.
+    fn device_identity(&self) -> Option<(DeviceIdentity, String)> {
+        let name = self.device_name()?;
+        // SAFETY: as in `device_name`, which found `verbs` and its device non-null; the
+        // identifier (and librdmacm's context) is alive for the call.
+        let index = unsafe { sys::ibv_get_device_index((*(*self.ptr()).verbs).device) };
+        Some((DeviceIdentity::of(index, &name), name))
     }
 
     /// The Q_Key the CM gives UD QPs of this identifier (`rdma_init_qp_attr` to INIT:
@@ -558,7 +572,7 @@ impl RawId {
     /// index and Q_Key, then RTR and RTS (send PSN 0), as librdmacm readies the UD QPs it
     /// creates itself.
     fn ud_qp_to_rts(&self, qp: Qp<UD, RESET>) -> Result<Qp<UD, RTS>> {
-        self.check_device(qp.device_name())?;
+        self.check_device(qp.device())?;
         let init = self.qp_attr(sys::IBV_QPS_INIT)?;
         let qp: Qp<UD, INIT> = qp.cm_modify(&init)?;
         let qp = qp.to_rtr(&UdRtr)?;
@@ -1032,8 +1046,8 @@ impl CmId<AddrResolved, UD> {
         if !group.is_multicast() {
             return Err(Error::invalid("rdma_join_multicast", format!("{group} is not a multicast address")));
         }
-        self.raw.check_device(qp.device_name())?;
-        self.raw.check_device(pd.device_name())?;
+        self.raw.check_device(qp.device())?;
+        self.raw.check_device(pd.device())?;
         let mut addr = RawAddr::new(SocketAddr::new(group, 0));
         // SAFETY: the identifier is alive and bound (its address resolved); the address is
         // valid for the call (librdmacm copies it); no context pointer.
@@ -1192,7 +1206,7 @@ impl CmId<RouteResolved, UD> {
     }
 
     fn start_resolve_peer(&self, pd: &Pd, private_data: &[u8]) -> Result<()> {
-        self.raw.check_device(pd.device_name())?;
+        self.raw.check_device(pd.device())?;
         let mut raw = ud_param(private_data, 0, UD_CONNECT_PRIVATE, "rdma_connect")?;
         // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
         // points at live across the call (librdmacm copies them).
@@ -1572,7 +1586,7 @@ impl ConnRequest<UD> {
     #[doc(alias = "rdma_accept")]
     pub fn accept(self, qp: &impl ReadyUd, private_data: &[u8]) -> Result<()> {
         let qp = qp.ready_ud();
-        self.raw.check_device(qp.device_name())?;
+        self.raw.check_device(qp.device())?;
         let (theirs, ours) = (self.raw.qkey()?, qp.qkey()?);
         if theirs != ours {
             return Err(Error::invalid(

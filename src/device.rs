@@ -93,10 +93,7 @@ impl RawDevice<'_> {
     fn identity(&self, name: &str) -> DeviceIdentity {
         // SAFETY: `dev` is a device of a live list.
         let index = unsafe { sys::ibv_get_device_index(self.dev) };
-        match u32::try_from(index) {
-            Ok(index) => DeviceIdentity::Index(index),
-            Err(_) => DeviceIdentity::Name(name.to_owned()),
-        }
+        DeviceIdentity::of(index, name)
     }
 
     fn info(&self) -> DeviceInfo {
@@ -116,6 +113,9 @@ pub struct Context {
 pub(crate) struct ContextInner {
     pub(crate) ctx: NonNull<sys::ibv_context>,
     pub(crate) name: String,
+    /// Which device of the machine the context is of (what the connection manager's device is
+    /// compared with: `cm::RawId::check_device`).
+    pub(crate) identity: DeviceIdentity,
     /// The device's tag ([`DeviceTags`]): the same for every context of the device, and no
     /// other device the process opened has it. The completions of this context's CQs that invalidated an
     /// rkey carry it, and windows are watched under it: rkeys are the device's (rxe's
@@ -255,9 +255,20 @@ struct DeviceTags {
 /// (`ibv_get_device_index`, which a device created anew does not share with an earlier one), or
 /// its name where the kernel does not report an index.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum DeviceIdentity {
+pub(crate) enum DeviceIdentity {
     Index(u32),
     Name(String),
+}
+
+impl DeviceIdentity {
+    /// The identity of the device whose `ibv_get_device_index` is `index` (negative where the
+    /// kernel reports none) and whose name is `name`.
+    pub(crate) fn of(index: i32, name: &str) -> Self {
+        match u32::try_from(index) {
+            Ok(index) => DeviceIdentity::Index(index),
+            Err(_) => DeviceIdentity::Name(name.to_owned()),
+        }
+    }
 }
 
 /// Tags start at 1: 0 is the tag of no device (`Completion::device_tag` of a completion the
@@ -313,7 +324,8 @@ impl Context {
                 available: list.iter().map(|d| d.name()).collect(),
             });
         };
-        let Some(tag) = DeviceTags::take(dev.identity(name)) else {
+        let identity = dev.identity(name);
+        let Some(tag) = DeviceTags::take(identity.clone()) else {
             return Err(Error::invalid("ibv_open_device", "65,535 other devices were opened in this process"));
         };
         // SAFETY: `dev` is a device of the live list `list`.
@@ -325,8 +337,8 @@ impl Context {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let attr = DeviceAttr { raw: sys::ibv_device_attr::default(), ctx: id };
-        let mut inner = ContextInner { ctx, name: name.to_owned(), tag, id, cqs, attr };
-        // (On failure `inner`'s drop closes the device and gives its tag back.)
+        let mut inner = ContextInner { ctx, name: name.to_owned(), identity, tag, id, cqs, attr };
+        // (On failure `inner`'s drop closes the device.)
         inner.attr = inner.query_device()?;
         Ok(Context { inner: Arc::new(inner) })
     }

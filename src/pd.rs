@@ -102,6 +102,11 @@ impl Pd {
     }
 
     /// The context the PD was allocated in.
+    pub(crate) fn device(&self) -> &crate::device::ContextInner {
+        &self.inner.ctx
+    }
+
+    /// The context the PD was allocated in.
     pub(crate) fn context_ptr(&self) -> *mut sys::ibv_context {
         self.inner.ctx.ctx.as_ptr()
     }

@@ -918,9 +918,9 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         self.modify(attr)
     }
 
-    /// The name of the device the QP was created on.
-    pub(crate) fn device_name(&self) -> &str {
-        &self.shared.pd.ctx.name
+    /// The context the QP was created in.
+    pub(crate) fn device(&self) -> &crate::device::ContextInner {
+        &self.shared.pd.ctx
     }
 
     /// The attributes of the device the QP was created on (as read when its context was
