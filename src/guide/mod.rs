@@ -20,6 +20,7 @@
 //! | [`shared_receive_queues`] | shared receive queues |
 //! | [`completions`] | completions, errors, recovery, events |
 //! | [`teardown`] | what dropping does, and when to tear down by hand |
+//! | [`refusals`] | the misuses rustc words itself, and the rule behind each |
 //!
 //! The names most programs need come from [`prelude`](crate::prelude); the examples also
 //! `use typed_verbs::wr;` and spell work requests `wr::Write::new(...)`.
@@ -34,6 +35,7 @@ pub mod connect;
 pub mod memory;
 pub mod on_demand_paging;
 pub mod posting;
+pub mod refusals;
 pub mod shared_receive_queues;
 pub mod teardown;
 pub mod ud;
