@@ -100,9 +100,10 @@ unsafe impl StableBuffer for memmap2::MmapMut {
 /// the buffer `B`, owned until [`Registered::deregister`] hands it back.
 ///
 /// A region like any other: it dereferences to [`Mr<A>`] (views, `remote`, `as_slice` where no
-/// peer can write, volatile copies, window binds; [`Registered::into_mr`] for
-/// [`Mr::into_chunks`]). The buffer itself is not reachable while it is registered (no `&B`,
-/// no `&mut B`): its bytes are the region's, under the region's rules.
+/// peer can write, volatile copies; [`Registered::into_mr`] for [`Mr::into_chunks`]), and
+/// windows are bound to it as to an `Mr` ([`WindowRegion`]). The buffer itself is not
+/// reachable while it is registered (no `&B`, no `&mut B`): its bytes are the region's, under
+/// the region's rules.
 ///
 /// Dropping it deregisters the region and then drops the buffer; if the deregistration fails,
 /// the buffer is leaked with the registration rather than released under the device.
@@ -244,8 +245,8 @@ impl<'a, A: AccessSet> BorrowedMr<'a, A> {
 /// the handle the closure receives, branded with the call's own lifetime `'id`.
 ///
 /// It dereferences to [`Mr<A>`] for shared access: views (`slice`), `remote`, `as_slice` where
-/// no peer can write, volatile reads, window binds (`Scope::bind_mw`, `BindMw::new` take
-/// `&Mr`). [`ScopedMr::slice_mut`], [`ScopedMr::as_mut_slice`] and
+/// no peer can write, volatile reads; windows are bound to it as to an `Mr` (`Scope::bind_mw`,
+/// `BindMw::new` take a [`WindowRegion`]). [`ScopedMr::slice_mut`], [`ScopedMr::as_mut_slice`] and
 /// [`ScopedMr::write_volatile_from`] take `&mut self`. No `&mut Mr` is handed out, and the
 /// brand `'id` (invariant, a fresh lifetime per call) makes the handles of two nested calls
 /// different types, so a registration cannot be swapped out of its call. Views borrow the

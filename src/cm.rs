@@ -72,7 +72,7 @@ impl<T: Transport> CmReadies<T> for Qp<T, RESET> {
     }
 }
 
-/// A UD QP the CM has readied, [`Qp<UD, RTS>`]: what a SIDR reply names
+/// A UD QP the CM has readied, [`Qp<UD, RTS>`] (or a reference or `Arc` of one): what a SIDR reply names
 /// ([`ConnRequest::accept`] on `UD`) and what a multicast group is attached to
 /// ([`CmId::join_multicast`]). Sealed.
 #[diagnostic::on_unimplemented(
@@ -90,6 +90,18 @@ impl sealed::Sealed for Qp<UD, RTS> {}
 impl ReadyUd for Qp<UD, RTS> {
     fn ready_ud(&self) -> &Qp<UD, RTS> {
         self
+    }
+}
+impl<Q: ReadyUd + ?Sized> sealed::Sealed for &Q {}
+impl<Q: ReadyUd + ?Sized> ReadyUd for &Q {
+    fn ready_ud(&self) -> &Qp<UD, RTS> {
+        (**self).ready_ud()
+    }
+}
+impl<Q: ReadyUd + ?Sized> sealed::Sealed for std::sync::Arc<Q> {}
+impl<Q: ReadyUd + ?Sized> ReadyUd for std::sync::Arc<Q> {
+    fn ready_ud(&self) -> &Qp<UD, RTS> {
+        (**self).ready_ud()
     }
 }
 

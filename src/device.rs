@@ -246,6 +246,10 @@ impl Drop for ContextInner {
 /// takes it again), never given to another device. So a completion names the device that
 /// decoded it for as long as it is kept: one of a device whose contexts are all closed cannot
 /// pass for a completion of another device (`Pd::create_ah_from_wc`, `BoundMw::invalidated_by`).
+/// Devices are told apart by the kernel's index, which a device created anew does not share
+/// with an earlier one; where the kernel reports none, by name (a device created anew under an
+/// earlier one's name is then the same device). A process that opens 65,535 devices (devices
+/// created anew count each time) can open no other: `Context::open` refuses it, typed.
 struct DeviceTags {
     /// The devices opened so far: the tag of `known[i]` is `i + 1`.
     known: Vec<DeviceIdentity>,
@@ -311,7 +315,9 @@ impl Context {
     ///   has that name;
     /// - [`Error::Verb`] with `ibv_open_device` if opening fails, or with `ibv_query_device`
     ///   if the device's attributes cannot be read (the context keeps them: the library's
-    ///   checks compare with its limits and capabilities).
+    ///   checks compare with its limits and capabilities);
+    /// - [`Error::InvalidArgument`] once the process has opened 65,535 other devices (each
+    ///   device keeps the tag its completions carry for the process's life).
     ///
     /// See ibv_open_device(3).
     #[doc(alias = "ibv_open_device")]

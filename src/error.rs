@@ -237,9 +237,9 @@ pub enum Error {
         /// The private data the peer sent with its reject (empty if none).
         private_data: Vec<u8>,
     },
-    /// The QP was moved out of the state its type names by the library (to RESET by a scope
-    /// that could not drain it, to ERR by [`Scope::flush`](crate::scope::Scope::flush) or after
-    /// its CQ reported an error), and must be reset and reconnected before it is used again.
+    /// The QP refuses posts: the library moved it out of the state its type names (to RESET by
+    /// a scope that could not drain it, to ERR by [`Scope::flush`](crate::scope::Scope::flush)),
+    /// or its CQ reported an error. It must be reset (and reconnected) before it is used again.
     QpBroken {
         /// The QP number.
         qp_num: u32,
@@ -357,7 +357,7 @@ impl fmt::Display for Error {
             Error::QpBroken { qp_num } => {
                 write!(
                     f,
-                    "QP {qp_num:#x} was forced to RESET or ERR (a scope's drain or flush, or a CQ error); reset and reconnect it"
+                    "QP {qp_num:#x} refuses posts: a scope's drain or flush moved it to RESET or ERR, or its CQ reported an error; reset and reconnect it"
                 )
             }
             Error::NoCompletionChannel { what } => write!(

@@ -126,15 +126,15 @@ pub trait WindowHost: MrKind + Sized {
     fn pinned<A: AccessSet>(mr: &Mr<A, Self>) -> &Mr<A, Pinned>;
 }
 
-/// What a memory window may be bound to: a pinned [`Mr`], or a region of memory the caller
-/// owns, which dereferences to one ([`Registered`](crate::caller::Registered),
-/// [`BorrowedMr`](crate::caller::BorrowedMr), [`ScopedMr`](crate::caller::ScopedMr)). Not the
-/// implicit ODP region: it has a valid lkey only, its rkey is invalid, and it is limited to local
-/// access. Sealed.
+/// What a memory window may be bound to: a pinned [`Mr`], a region of memory the caller owns
+/// ([`Registered`](crate::caller::Registered), [`ScopedMr`](crate::caller::ScopedMr); a
+/// [`BorrowedMr`](crate::caller::BorrowedMr) is one too, but has no MW_BIND, so no window's
+/// rights fit it), or a reference, `Box` or `Arc` of one. Not the implicit ODP region: it has a
+/// valid lkey only, its rkey is invalid, and it is limited to local access. Sealed.
 #[diagnostic::on_unimplemented(
     message = "a memory window cannot be bound to `{Self}`: a window is bound to a registered region (`Mr`)",
     label = "not a region a window can be bound to",
-    note = "the implicit ODP region \"only has a valid lkey, whereas its rkey is invalid\" and \"is limited to local access permissions\" (vendor ODP manual, Registering ODP Implicit MR): no window can expose it to a peer",
+    note = "the implicit ODP region (`ImplicitMr`) is none: it \"only has a valid lkey, whereas its rkey is invalid\" and \"is limited to local access permissions\" (vendor ODP manual, Registering ODP Implicit MR), so no window can expose it to a peer",
     note = "bind the window to a region from `Pd::alloc_mr` with LOCAL_WRITE and MW_BIND (`access::WINDOW_BINDABLE`), or to memory you own registered with `Pd::register`"
 )]
 pub trait WindowRegion: region_sealed::Sealed {
@@ -163,6 +163,22 @@ impl<A: AccessSet, K: WindowHost> WindowRegion for Mr<A, K> {
         K::pinned(self)
     }
 }
+
+/// A region behind a reference, a `Box` or an `Arc`: the window borrows that handle, which
+/// keeps the region alive and unchanged for as long.
+macro_rules! window_region_through {
+    ($($ty:ty),*) => {$(
+        impl<H: WindowRegion + ?Sized> region_sealed::Sealed for $ty {}
+        impl<H: WindowRegion + ?Sized> WindowRegion for $ty {
+            type Access = H::Access;
+            #[inline(always)]
+            fn window_region(&self) -> &Mr<H::Access, Pinned> {
+                (**self).window_region()
+            }
+        }
+    )*};
+}
+window_region_through!(&H, &mut H, Box<H>, std::sync::Arc<H>);
 
 impl WindowHost for Pinned {
     fn pinned<A: AccessSet>(mr: &Mr<A, Pinned>) -> &Mr<A, Pinned> {

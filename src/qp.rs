@@ -1354,16 +1354,23 @@ impl QpShared {
         self.pd.ctx.tag
     }
 
-    /// Moves the QP to ERR (flushes) or RESET (quiesce) while draining a scope.
+    /// Moves the QP to ERR (flushes: `Scope::flush`, a scope's drain) or RESET (quiesce).
     ///
-    /// A forced RESET leaves the QP refusing posts (`broken`) until the program resets it
-    /// itself. It holds both queues' locks across the transition, and the posting paths check
-    /// `broken` under them: no post is in flight during the reset, and every post after it is
-    /// refused before the provider sees it. (Lanes post without these locks, but a lane lives
+    /// Either leaves the QP refusing posts (`broken`) until the program resets it itself (a
+    /// failed move to ERR leaves the mark as it was: the QP is still in its state). It holds
+    /// both queues' locks across the transition, and the posting paths check `broken` under
+    /// them: no post is in flight during the transition, and every post after it is refused
+    /// before the provider sees it. (Lanes post without these locks, but a lane lives
     /// inside its scope's closure, and a forced reset happens in the scope's drain, after it.)
     pub(crate) fn force_state(&self, state: sys::ibv_qp_state) -> Result<()> {
         if state != sys::IBV_QPS_RESET {
-            return self.modify(state, &StateOnly, "(draining)", "ERR");
+            let (_sq, _rq) = (self.sq.lock(), self.rq.lock());
+            let was = self.broken.swap(true, Ordering::AcqRel);
+            let moved = self.modify(state, &StateOnly, "(draining)", "ERR");
+            if moved.is_err() {
+                self.broken.store(was, Ordering::Release);
+            }
+            return moved;
         }
         // As in `after_reset`: woken once the flush is done.
         let _wakes = crate::queue::DeferWakes::new();
@@ -1404,8 +1411,7 @@ impl QpShared {
         }
     }
 
-    /// The QP refuses posts until the program resets it (its CQ reported an error, or a scope
-    /// moved it to ERR: `Scope::flush`).
+    /// The QP refuses posts until the program resets it (its CQ reported an error).
     pub(crate) fn mark_broken(&self) {
         self.broken.store(true, Ordering::Release);
     }

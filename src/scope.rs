@@ -346,7 +346,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///   transport cannot use;
     /// - [`Error::InlineTooLarge`] for an inline payload above the QP's `max_inline_data`;
     /// - [`Error::QueueFull`] when the send queue is full of outstanding requests;
-    /// - [`Error::QpBroken`] after a forced reset;
+    /// - [`Error::QpBroken`] after a forced reset or a [`Scope::flush`], until the QP is reset;
     /// - [`Error::Verb`] with `ibv_post_send` and its errno.
     ///
     /// See ibv_post_send(3).
@@ -485,10 +485,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// See ibv_modify_qp(3).
     #[doc(alias = "ibv_modify_qp")]
     pub fn flush<T: Transport, S: QpState>(&'scope self, qp: &'scope Qp<T, S>, timeout: Duration) -> Result<()> {
+        // The type still says the state the QP had: from the move on, posts are refused until
+        // the program resets it (`Qp::reset` clears the mark).
         qp.shared.force_state(sys::IBV_QPS_ERR)?;
-        // The type still says the state the QP had: posts are refused until the program resets
-        // it (`Qp::reset` clears the mark).
-        qp.shared.mark_broken();
         match wait_flushed(&qp.shared, timeout, None)? {
             (0, 0) => Ok(()),
             (sq, rq) => {
@@ -663,7 +662,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// Returns the window with a [`PostError`]: [`Error::InvalidArgument`] for an empty range,
     /// a range outside the region or a window of another PD; [`Error::Unsupported`] for
     /// remote atomic rights on a device without atomic operations; [`Error::QueueFull`];
-    /// [`Error::QpBroken`] after a forced reset; [`Error::Verb`] with `ibv_bind_mw` and its
+    /// [`Error::QpBroken`] after a forced reset or a flush; [`Error::Verb`] with `ibv_bind_mw` and its
     /// errno.
     ///
     /// See ibv_bind_mw(3).

@@ -54,6 +54,24 @@ fn check(
     })?
 }
 
+// A region behind a reference, a `Box` or an `Arc` hosts windows as the region does.
+fn through_handles(
+    rc: &Qp<RC, RTS>,
+    uc: &Qp<UC, RTS>,
+    mws: (Mw<Type1>, Mw<Type2>, Mw<Type2>),
+    by_ref: &&Mr<access::WindowBindable>,
+    boxed: &Box<Mr<access::WindowBindable>>,
+    shared: &std::sync::Arc<Mr<access::WindowBindable>>,
+) -> typed_verbs::Result<()> {
+    scope(|s| -> typed_verbs::Result<()> {
+        let _t1 = s.bind_mw(uc, mws.0, by_ref, 0, 64, window::READ)?;
+        let _t2 = s.post_send(rc, BindMw::new(mws.1, boxed, 0, 64, window::READ))?;
+        let _t3 = s.post_send(rc, BindMw::new(mws.2, shared, 0, 64, window::READ_WRITE))?;
+        Ok(())
+    })?
+}
+
 fn main() {
     let _ = check;
+    let _ = through_handles;
 }
