@@ -42,13 +42,7 @@ use crate::qp::{CmAttr, Qp, SqPsn, UdRtr};
 use crate::transport::{Transport, INIT, RC, RESET, RTR, RTS, UD};
 
 mod sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
 }
 
 /// A QP the connection manager readies itself: a `T` QP in RESET, [`Qp<T, RESET>`]. The CM

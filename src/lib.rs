@@ -37,6 +37,20 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+/// A module's private supertrait `Sealed`: public traits built on it cannot be implemented
+/// outside the library, and an attempt reads why.
+macro_rules! sealed_trait {
+    () => {
+        /// Sealed: only the library's own types implement the public traits built on it.
+        #[diagnostic::on_unimplemented(
+            message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
+            label = "not one of the library's own types",
+            note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
+        )]
+        pub trait Sealed {}
+    };
+}
+
 pub mod access;
 pub mod ah;
 pub mod caller;

@@ -92,13 +92,7 @@ pub trait MrKind: kind_sealed::Sealed + Send + Sync + 'static {
 }
 
 mod kind_sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
 }
 
 /// Marker: pages pinned at registration (plain `ibv_reg_mr`).
@@ -146,13 +140,7 @@ pub trait WindowRegion: region_sealed::Sealed {
 }
 
 pub(crate) mod region_sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
 }
 
 impl<A: AccessSet, K: WindowHost> region_sealed::Sealed for Mr<A, K> {}
@@ -1246,13 +1234,7 @@ impl<A: AccessSet, K: MrKind> Chunk<A, K> {
 }
 
 pub(crate) mod local_sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
 }
 
 /// Memory the local device may read for a work request (a send or RDMA WRITE source):

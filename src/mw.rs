@@ -40,13 +40,7 @@ use crate::qp::QpShared;
 use crate::wc::Completion;
 
 mod sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
 }
 
 /// A memory window type. Sealed; implemented by [`Type1`] and [`Type2`].
@@ -130,13 +124,7 @@ pub trait UnboundWindow: unbound_sealed::Sealed {
 }
 
 mod unbound_sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
 }
 
 impl<K: MwType> unbound_sealed::Sealed for Mw<K> {}

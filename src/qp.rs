@@ -385,13 +385,7 @@ impl<Q> From<TransitionError<Q>> for Error {
 pub type TransitionResult<T, From, To> = std::result::Result<Qp<T, To>, TransitionError<Qp<T, From>>>;
 
 mod sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
 }
 
 /// The attributes of one state transition of one transport.

@@ -1435,13 +1435,7 @@ pub trait Completes: sealed::Sealed {
 }
 
 pub(crate) mod sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
     /// The proof that a caller of [`Completes`](super::Completes)' methods is the library:
     /// public in a private module, with a private field, so no program can name or make it.
     pub struct Internal(pub(super) ());

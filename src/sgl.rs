@@ -41,13 +41,7 @@ use crate::mr::{LocalSink, LocalSource, OdpTag};
 use crate::pd::PdId;
 
 mod sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
 }
 
 /// The storage of a request's scatter/gather entries: `[ibv_sge; N]`, sized by the request's

@@ -61,13 +61,7 @@ use core::fmt;
 use typed_verbs_sys as sys;
 
 mod sealed {
-    /// Sealed: only the library's own types implement the public traits built on it.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot implement this trait: it is sealed, implemented by typed-verbs' own types only",
-        label = "not one of the library's own types",
-        note = "the library's checks and its soundness argument rely on knowing every implementation (DESIGN.md)"
-    )]
-    pub trait Sealed {}
+    sealed_trait!();
 }
 
 /// A queue-pair transport service type. Sealed; implemented by the five markers.
