@@ -380,7 +380,8 @@ fn killing_the_c_server_mid_transfer_fails_our_client_within_its_timeout() {
     let send_timed_out = soft_roce && timed_out("send");
     let recv_timed_out = timed_out("receive");
     assert!(send_failed || send_timed_out || recv_timed_out, "unexpected failure: {err_line}");
-    assert!(err_line.contains("forced to RESET"), "{err_line}");
+    // Then the scope's drain forced the QP to RESET: `Error::QpBroken`, which says it refuses posts.
+    assert!(err_line.contains("refuses posts"), "{err_line}");
     assert!(took < bound, "{took:?}");
 }
 
