@@ -282,9 +282,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// - [`Error::InvalidArgument`] if the send queue still has outstanding requests posted
     ///   otherwise (owned tokens): collect them first;
     /// - [`Error::QpBroken`] if the QP refuses posts (forced to RESET by a drain, moved to ERR by
-    ///   `Scope::flush`, or its CQ reported an error) and was not reset since. Only the opening looks: a CQ error
-    ///   reported while the lane is open does not stop its posts (the fast path reads no
-    ///   flag); they go to the provider as a C program's would.
+    ///   `Scope::flush`, or its CQ reported an error) and was not reset since. Only the
+    ///   opening looks: a CQ error reported while the lane is open does not stop its posts (the
+    ///   fast path reads no flag); they go to the provider as a C program's would.
     pub fn send_lane<T: Transport, S: CanPostSend>(
         &'scope self,
         qp: &'scope mut Qp<T, S>,
@@ -301,9 +301,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// - [`Error::InvalidArgument`] if the QP takes its receives from a shared receive queue, or
     ///   its receive queue still has outstanding requests posted otherwise (collect them first);
     /// - [`Error::QpBroken`] if the QP refuses posts (forced to RESET by a drain, moved to ERR by
-    ///   `Scope::flush`, or its CQ reported an error) and was not reset since. Only the opening looks: a CQ error
-    ///   reported while the lane is open does not stop its posts (the fast path reads no
-    ///   flag); they go to the provider as a C program's would.
+    ///   `Scope::flush`, or its CQ reported an error) and was not reset since. Only the
+    ///   opening looks: a CQ error reported while the lane is open does not stop its posts (the
+    ///   fast path reads no flag); they go to the provider as a C program's would.
     pub fn recv_lane<T: HasRecvQueue, S: CanPostRecv>(
         &'scope self,
         qp: &'scope mut Qp<T, S>,

@@ -1349,8 +1349,9 @@ impl TrackedQueue {
         if self.grave_count.load(Ordering::Acquire) > 0 {
             let mut graves = lock(&self.graves);
             // Dropped under the graves' lock, so that whoever takes it next sees them gone
-            // (`holds_grave`); a drop that panics (a program's buffer) does not cut the poll's
-            // routing short: its panic comes out once the routing is done (`drop_deferring`).
+            // (`holds_settled_grave`); a drop that panics (a program's buffer) does not cut the
+            // poll's routing short: its panic comes out once the routing is done
+            // (`drop_deferring`).
             let mut i = 0;
             while i < graves.len() {
                 if self.is_pending(graves[i].0) {
@@ -1371,8 +1372,17 @@ impl TrackedQueue {
 
     /// Whether what a dropped token of request `seq` held is still kept (not yet dropped by
     /// the poll that completed it, on another thread maybe).
+    #[cfg(test)]
     pub(crate) fn holds_grave(&self, seq: u64) -> bool {
         self.grave_count.load(Ordering::Acquire) > 0 && lock(&self.graves).iter().any(|(s, _)| *s == seq)
+    }
+
+    /// Whether something a dropped token held is still kept although its request is no longer
+    /// outstanding: the poll that completed it drops it just after, maybe on another thread,
+    /// under the graves' lock, which this takes, so a drop in progress is waited out. (The count
+    /// is stored after the drops, so a count of 0 means none is in progress.)
+    pub(crate) fn holds_settled_grave(&self) -> bool {
+        self.grave_count.load(Ordering::Acquire) > 0 && lock(&self.graves).iter().any(|(s, _)| !self.is_pending(*s))
     }
 
     /// Keeps (and forgets) the wakers of every request that is no longer outstanding, to be

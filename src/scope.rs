@@ -653,8 +653,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// Compile-time: the window is type 1 (type 2 windows are bound with a
     /// [`BindMw`](crate::wr::BindMw) work request), the region is a [`WindowRegion`]: pinned,
-    /// not On-Demand Paging ([`WindowHost`](crate::mr::WindowHost)), and it has MW_BIND (and LOCAL_WRITE for a writable or atomic
-    /// window), the window is not zero-based, the transport allows binds.
+    /// not On-Demand Paging ([`WindowHost`](crate::mr::WindowHost)), and it has MW_BIND (and
+    /// LOCAL_WRITE for a writable or atomic window), the window is not zero-based, the transport
+    /// allows binds.
     /// The region stays borrowed while the window is bound. The new rkey is only available from
     /// the [`BoundMw`] that [`Scope::wait`] returns on success.
     ///
@@ -1007,7 +1008,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             }
         }
         if !state.is_forced(qp) {
-            wait_graves_dropped(q, &mine, state.deadline);
+            wait_graves_dropped(q, state.deadline);
         }
         for seq in mine {
             q.tracked().abandon(seq);
@@ -1240,14 +1241,17 @@ fn wait_until_done(p: &Posted<'_>, deadline: Instant) -> bool {
     drain_until(p.q, deadline, || q.is_pending(p.seq), uncovered)
 }
 
-/// Waits (at most until `deadline`) until what the dropped tokens of `seqs` held is dropped:
-/// the poll that completed them drops it just after, maybe on another thread, and the scope
-/// must not return before (the program may deregister a region a parked window is bound to
-/// next: `ibv_dereg_mr` would fail while the window is allocated). Nothing to wait for without
-/// parked buffers, the usual case.
-fn wait_graves_dropped(q: QueueRef<'_>, seqs: &[u64], deadline: Instant) {
+/// Waits until what dropped tokens held is dropped for every request of `q` that completed:
+/// the poll that completed one drops it just after, maybe on another thread, and the scope must
+/// not return before (the program may deregister a region a parked window is bound to next:
+/// `ibv_dereg_mr` would fail while the window is allocated). That covers the scope's requests
+/// whichever thread polled them, those it waited for and those completed before the drain
+/// looked at the queue (no longer the scope's to find: an abandoned request's completion is not
+/// stored). It looks at least once, which waits out a drop in progress, then until `deadline`.
+/// Nothing to wait for without parked buffers, the usual case.
+fn wait_graves_dropped(q: QueueRef<'_>, deadline: Instant) {
     let q = q.tracked();
-    while q.parked() > 0 && seqs.iter().any(|&s| q.holds_grave(s)) && Instant::now() < deadline {
+    while q.holds_settled_grave() && Instant::now() < deadline {
         std::thread::yield_now();
     }
 }
@@ -1581,5 +1585,64 @@ mod tests {
         assert!((0..2 * SPIN_CLOCK_EVERY).all(|_| !spinning.expired()));
         let mut until = Idle::until(far);
         assert!(!until.expired());
+    }
+
+    /// What a dropped token held, standing for a parked window: its drop (`ibv_dealloc_mw`, a
+    /// system call) takes a while, and it records when it is done.
+    #[cfg(not(loom))]
+    struct SlowDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+    #[cfg(not(loom))]
+    impl Drop for SlowDrop {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(300));
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[cfg(not(loom))]
+    impl sealed::Sealed for SlowDrop {}
+
+    #[cfg(not(loom))]
+    impl Completes for SlowDrop {
+        type Output = ();
+        fn complete(self, _: &Completion, _: sealed::Internal) {}
+        fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
+            Some(Box::new(self))
+        }
+    }
+
+    /// A scope's request whose token was dropped (its window parked with the queue), completed
+    /// by another thread's poll before the drain looks at the queue: the drain no longer finds
+    /// the request (an abandoned request's completion is not stored), and must still not return
+    /// before the poller has dropped what the token held, or the program could deregister the
+    /// region of a window that is still allocated.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_scope_returns_only_after_another_threads_poll_dropped_what_its_dropped_token_held() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        use std::sync::Arc;
+        let w = crate::async_races::World::new();
+        let (cq, fake) = w.cq();
+        let qp = w.qp(0x7a0, 16, &cq, None);
+        let dropped = Arc::new(AtomicBool::new(false));
+        let mut poller = None;
+        let ended = scope(|s| {
+            // Posted as `QpShared::bind_mw` records a bind, its token dropped before the completion.
+            let seq = qp.sq.lock().push_owned(true, s.id);
+            let t = s.token(Posted { q: QueueRef::Send(&qp), seq }, None, SlowDrop(Arc::clone(&dropped)));
+            drop(t);
+            fake.complete(crate::async_races::send_wc(0x7a0, seq, sys::IBV_WC_SUCCESS));
+            let cq = Arc::clone(&cq);
+            poller = Some(std::thread::spawn(move || cq.poll_and_route().map(drop)));
+            // The poll recorded the completion; it may still be dropping the parked value.
+            while qp.sq.is_pending(seq) {
+                std::thread::yield_now();
+            }
+        });
+        let done = dropped.load(SeqCst);
+        poller.expect("spawned").join().expect("the poller").expect("the poll");
+        assert!(ended.is_ok(), "{ended:?}");
+        assert!(done, "the scope returned while its dropped token's parked value was still being dropped");
     }
 }
