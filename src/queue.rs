@@ -1372,7 +1372,7 @@ impl TrackedQueue {
 
     /// Whether what a dropped token of request `seq` held is still kept (not yet dropped by
     /// the poll that completed it, on another thread maybe).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn holds_grave(&self, seq: u64) -> bool {
         self.grave_count.load(Ordering::Acquire) > 0 && lock(&self.graves).iter().any(|(s, _)| *s == seq)
     }
