@@ -275,11 +275,7 @@ impl<W: AddressedFor<UD>, T: Transport> AddressedFor<UD> for Checksummed<W, T> {
     note = "post the bind without `.unsignaled()`; `Scope::wait` on its token returns the `BoundMw`, or the window back if the bind failed"
 )]
 pub trait MaySkipCompletion: SendRequest {}
-impl<W: MaySkipCompletion> MaySkipCompletion for Unsignaled<W> {}
-impl<W: MaySkipCompletion> MaySkipCompletion for Fenced<W> {}
-impl<W: MaySkipCompletion> MaySkipCompletion for Solicited<W> {}
-impl<W: MaySkipCompletion, T: Transport> MaySkipCompletion for Checksummed<W, T> {}
-impl<W: MaySkipCompletion> MaySkipCompletion for To<'_, W> {}
+// The flag wrappers and `To` carry their request's (`wrapper!`).
 impl<L: Gather, T: TsoTransport> MaySkipCompletion for Tso<'_, L, T> {}
 impl<K: MwType, R: WindowRights> MaySkipCompletion for LocalInv<'_, K, R> {}
 
@@ -1136,6 +1132,8 @@ pub struct To<'a, W> {
 macro_rules! wrapper {
     ($ty:ident <$($lt:lifetime,)? W $(, $t:ident: $tb:path)?>, |$s:ident, $raw:ident| $extra:block, $inner:tt) => {
         impl<$($lt,)? W: SendRequest $(, $t: $tb)?> sealed::Sealed for $ty<$($lt,)? W $(, $t)?> {}
+        // A flag or a destination changes nothing of what the request needs of its completion.
+        impl<$($lt,)? W: MaySkipCompletion $(, $t: $tb)?> MaySkipCompletion for $ty<$($lt,)? W $(, $t)?> {}
         impl<$($lt,)? W: SendRequest $(, $t: $tb)?> SendRequest for $ty<$($lt,)? W $(, $t)?> {
             type Buffers = W::Buffers;
             type Sges = W::Sges;
