@@ -285,19 +285,14 @@ impl DeviceTags {
         let mut t = DEVICE_TAGS.lock().unwrap_or_else(|e| e.into_inner());
         let at = match t.known.iter().position(|known| *known == id) {
             Some(at) => at,
-            None => {
+            // Room for tags 1 to u16::MAX; a device beyond is not kept (it has no tag).
+            None if t.known.len() < usize::from(u16::MAX) => {
                 t.known.push(id);
                 t.known.len() - 1
             }
+            None => return None,
         };
-        match u16::try_from(at + 1) {
-            Ok(tag) => Some(tag),
-            Err(_) => {
-                // Not kept: the device has no tag.
-                t.known.pop();
-                None
-            }
-        }
+        u16::try_from(at + 1).ok()
     }
 }
 
