@@ -66,8 +66,8 @@ impl<T: Transport> CmReadies<T> for Qp<T, RESET> {
     }
 }
 
-/// A UD QP the CM has readied, [`Qp<UD, RTS>`] (or a reference or `Arc` of one): what a SIDR reply names
-/// ([`ConnRequest::accept`] on `UD`) and what a multicast group is attached to
+/// A UD QP the CM has readied, [`Qp<UD, RTS>`] (or a reference or `Arc` of one): what a SIDR reply
+/// names ([`ConnRequest::accept`] on `UD`) and what a multicast group is attached to
 /// ([`CmId::join_multicast`]). Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a UD QP in RTS, which the connection manager needs here",

@@ -116,13 +116,12 @@ pub(crate) struct ContextInner {
     /// Which device of the machine the context is of (what the connection manager's device is
     /// compared with: `cm::RawId::check_device`).
     pub(crate) identity: DeviceIdentity,
-    /// The device's tag ([`DeviceTags`]): the same for every context of the device, and no
-    /// other device the process opened has it. The completions of this context's CQs that invalidated an
-    /// rkey carry it, and windows are watched under it: rkeys are the device's (rxe's
-    /// invalidation looks the rkey up among all the device's windows, whatever the QP's
-    /// context or PD), so only that device's windows take them, all of its contexts' windows
-    /// ([`BoundMw::invalidated_by`](crate::mw::BoundMw::invalidated_by),
-    /// `mw::InvalidationWatch`).
+    /// The device's tag ([`DeviceTags`]): the same for every context of the device, and no other
+    /// device the process opened has it. The completions of this context's CQs that invalidated an
+    /// rkey carry it, and windows are watched under it: rkeys are the device's (rxe's invalidation
+    /// looks the rkey up among all the device's windows, whatever the QP's context or PD), so only
+    /// that device's windows take them, all of its contexts' windows
+    /// ([`BoundMw::invalidated_by`](crate::mw::BoundMw::invalidated_by), `mw::InvalidationWatch`).
     pub(crate) tag: u16,
     /// A number no other context of the process ever has, for values that outlive the
     /// context without holding it (capabilities: [`OdpCap`](crate::odp::OdpCap)).

@@ -476,12 +476,11 @@ enum Mark {
 
 type WatchedMap = HashMap<u64, Watched>;
 
-/// The watched bindings, by device tag and rkey. One live binding per key: a valid rkey names
-/// one binding of one window of its device (the window keeps its number while allocated, and
-/// a bound window is allocated), whichever of the device's contexts allocated it, and a
-/// device's tag is never another device's. A
-/// map keeps its capacity: binding and unbinding allocate nothing once it has held as many
-/// windows.
+/// The watched bindings, by device tag and rkey. One live binding per key: a valid rkey names one
+/// binding of one window of its device (the window keeps its number while allocated, and a bound
+/// window is allocated), whichever of the device's contexts allocated it, and a device's tag is
+/// never another device's. A map keeps its capacity: binding and unbinding allocate nothing once it
+/// has held as many windows.
 static WATCHED: Mutex<Option<WatchedMap>> = Mutex::new(None);
 
 fn with_watched<T>(f: impl FnOnce(&mut WatchedMap) -> T) -> T {

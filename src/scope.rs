@@ -663,8 +663,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// Returns the window with a [`PostError`]: [`Error::InvalidArgument`] for an empty range,
     /// a range outside the region or a window of another PD; [`Error::Unsupported`] for
     /// remote atomic rights on a device without atomic operations; [`Error::QueueFull`];
-    /// [`Error::QpBroken`] after a forced reset or a flush; [`Error::Verb`] with `ibv_bind_mw` and its
-    /// errno.
+    /// [`Error::QpBroken`] after a forced reset or a flush; [`Error::Verb`] with `ibv_bind_mw` and
+    /// its errno.
     ///
     /// See ibv_bind_mw(3).
     #[doc(alias = "ibv_bind_mw")]

@@ -883,11 +883,11 @@ impl<'m, K: BoundByWr, MA: AccessSet, R: WindowOn<MA>> BindMw<'m, K, MA, R> {
     /// The window (unbound: [`UnboundWindow`]; type 2 only), the region (a [`WindowRegion`]:
     /// pinned, not On-Demand Paging, [`WindowHost`](crate::mr::WindowHost)), and the window's
     /// rights against the region's (MW_BIND; LOCAL_WRITE for a writable or atomic window) are
-    /// checked at compile time. The range must
-    /// lie inside the region and be non-empty, the window must belong to the region's PD, and
-    /// a zero-based window granting remote atomics must start on an 8-byte boundary (an
-    /// atomic's target is checked aligned as the peer addresses it, from the window's start):
-    /// checked when posting ([`Error::InvalidArgument`], the request handed back).
+    /// checked at compile time. The range must lie inside the region and be non-empty, the window
+    /// must belong to the region's PD, and a zero-based window granting remote atomics must start
+    /// on an 8-byte boundary (an atomic's target is checked aligned as the peer addresses it, from
+    /// the window's start): checked when posting ([`Error::InvalidArgument`], the request handed
+    /// back).
     pub fn new<W, H>(mw: W, mr: &'m H, offset: u64, len: u64, access: R) -> Self
     where
         W: UnboundWindow<Kind = K>,
