@@ -408,8 +408,8 @@ fn a_waiting_future_is_woken_by_dispatch() {
 /// the library's arming for any completion: the library counts its arming gone and, futures
 /// waiting, serves the CQ in the same call, which arms it for any completion again, so the
 /// future's send completion, which is not solicited, still produces the event that wakes it,
-/// with no dispatch in between. (Before, the library kept counting the CQ armed: no event came,
-/// and the future was never woken.)
+/// with no dispatch in between. (A library that kept counting the CQ armed would get no event,
+/// and the future would never be woken.)
 #[test]
 fn a_solicited_only_arming_by_the_program_does_not_strand_a_waiting_future() {
     let w = World::new();
@@ -457,8 +457,8 @@ fn a_solicited_only_arming_with_no_future_waiting_leaves_the_arming_to_the_next_
 
 /// A waker that panics inside `CompChannel::dispatch` (future H's) comes out of it only once
 /// its work is done: the CQ is re-armed, so another future G on it, whose completion arrives
-/// afterwards, is woken by the next dispatch. (Before, the panic left the CQ unarmed and out
-/// of the channel's list: G was never woken.)
+/// afterwards, is woken by the next dispatch. (A panic that left the CQ unarmed and out of the
+/// channel's list would leave G never woken.)
 #[test]
 fn a_waker_that_panics_in_dispatch_leaves_the_cq_armed_for_the_other_futures() {
     let w = World::new();
@@ -524,8 +524,8 @@ fn the_next_dispatch_serves_the_4_left_and_g(w: &World, g: &Mutex<Option<OwnedCo
 /// A future F whose own completion is taken in a poll that leaves completions in the CQ (its
 /// post-arm poll came back full: 20 completions landed between its poll and its arming, so
 /// they fire no event) resolves, and hands the CQ to the channel's next dispatch: G, waiting
-/// on the same CQ (it saw F's arming and did not arm), is woken by it. (Before, G waited until
-/// an unrelated completion fired the arming.)
+/// on the same CQ (it saw F's arming and did not arm), is woken by it. (Otherwise G would wait
+/// until an unrelated completion fired the arming.)
 #[test]
 fn a_future_resolving_with_completions_left_hands_the_cq_to_the_next_dispatch() {
     let w = World::new();
@@ -551,7 +551,7 @@ fn a_future_resolving_with_completions_left_hands_the_cq_to_the_next_dispatch() 
 /// A future waiting on a shared receive queue reads the SRQ's CQs again after it registered
 /// its waker: a QP attached on another thread at the instant of the registration (which woke
 /// nobody: no waker was registered yet) is seen, its CQ armed, and a receive completing there
-/// wakes the future. (Before, the future waited on the old CQs only.)
+/// wakes the future. (Otherwise the future would wait on the earlier CQs only.)
 #[test]
 fn an_srq_attach_racing_a_futures_registration_is_waited_on() {
     let w = World::new();
@@ -609,9 +609,9 @@ fn an_srq_attach_before_the_wait_is_served() {
 }
 
 /// F's poll takes F's own completion (an error) and wakes H, whose waker panics out of F's
-/// poll. F keeps what it took: polled again, it resolves with the device's status. (Before,
-/// the completion was lost with the unwinding stack, and the request, counted complete, read
-/// as a success implied by a later one.)
+/// poll. F keeps what it took: polled again, it resolves with the device's status. (Otherwise
+/// the completion would be lost with the unwinding stack, and the request, counted complete,
+/// would read as a success implied by a later one.)
 #[test]
 fn a_send_completion_taken_in_a_poll_that_unwinds_keeps_its_status() {
     let w = World::new();
@@ -660,7 +660,7 @@ fn a_receive_completion_taken_in_a_poll_that_unwinds_is_delivered() {
 /// As `a_future_resolving_with_completions_left_hands_the_cq_to_the_next_dispatch`, but F's
 /// own completion is not among those its poll took: F wakes itself and is dropped before it
 /// polls again (a `select!` or a timeout). The rest of the CQ, G's completion among it, still
-/// goes to the next dispatch. (Before, it waited for an unrelated completion.)
+/// goes to the next dispatch. (Otherwise it would wait for an unrelated completion.)
 #[test]
 fn a_future_dropped_with_completions_left_does_not_strand_them() {
     let w = World::new();
