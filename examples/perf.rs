@@ -3,7 +3,8 @@
 //! ```text
 //! perf <write_bw|send_bw|read_bw|write_lat|send_lat> [-d DEV] [-x GID_INDEX] [-s SIZE]
 //!      [-n ITERS | -D SECS] [-q NUM_QPS] [-Q CQ_MOD] [-t TX_DEPTH] [-r RX_DEPTH]
-//!      [-o OUT_READS] [-l POST_LIST] [--tokens | --async] [--spin] [--odp] [--timeout SECS] [--json]
+//!      [-o OUT_READS] [-l POST_LIST] [--tokens | --async [--await-polls N]] [--spin] [--odp]
+//!      [--timeout SECS] [--json]
 //!      [--quiet]
 //!      [-H]
 //! ```
@@ -25,6 +26,9 @@
 //!   feature): each side runs a current-thread tokio runtime in its thread; its receives and
 //!   sends are owned chunks (`Qp::post_recv_owned`, `Qp::post_send_owned`), each token awaited
 //!   (`token.await`), the CQs on a completion channel: the latency an async program sees.
+//!   `--await-polls N` sets both CQs' `Cq::set_await_polls`: a future that misses its
+//!   completion polls N more times, yielding to the runtime between polls, before it sleeps
+//!   until the completion event (default 0, the library's).
 //!
 //! The tests:
 //! - `write_bw`, `read_bw`: one thread posts on the a_i and keeps at most TX_DEPTH requests
@@ -171,6 +175,8 @@ struct Params {
     tokens: bool,
     /// send_lat with owned requests awaited in a current-thread tokio runtime per side.
     awaited: bool,
+    /// `--async`: the CQs' `Cq::set_await_polls`.
+    await_polls: u32,
     /// Bandwidth tests: register every buffer as an explicit ODP region (perftest's `--odp`).
     odp: bool,
     json: bool,
@@ -261,6 +267,10 @@ struct Cli {
     /// (`-n` only; needs the `tokio` feature).
     #[arg(long = "async")]
     awaited: bool,
+    /// With --async: polls a future makes after missing its completion, yielding to the
+    /// runtime between them, before it sleeps until the completion event (Cq::set_await_polls).
+    #[arg(long = "await-polls", value_name = "N", default_value_t = 0, requires = "awaited")]
+    await_polls: u32,
     /// Busy-poll the CQ instead of yielding when it is empty.
     #[arg(long)]
     spin: bool,
@@ -410,6 +420,7 @@ fn params(cli: Cli) -> Result<Params> {
         spin: cli.spin,
         tokens,
         awaited: cli.awaited,
+        await_polls: cli.await_polls,
         odp: cli.odp,
         json: cli.json,
         peer,
@@ -1857,6 +1868,8 @@ impl LatRes {
             None => ctx.create_cq(n),
         };
         let (cq, rcq) = (cq(64)?, cq(recv_depth(p) as u32 + 1)?);
+        cq.set_await_polls(p.await_polls);
+        rcq.set_await_polls(p.await_polls);
         Ok(LatRes { ctx, pd, cq, rcq, _channel: channel })
     }
 
@@ -2046,6 +2059,9 @@ fn print_header(p: &Params, ctx: &Context, qps: &[Qp<RC, RTS>], rd_atomic: u8) {
         "Scope::send_lane: requests prepared once, re-posted"
     };
     let _ = writeln!(out, " API             : {} ({how})", p.api());
+    if p.awaited {
+        let _ = writeln!(out, " Await polls     : {} (Cq::set_await_polls: polls before sleeping)", p.await_polls);
+    }
     if p.post_list > 1 {
         let _ = writeln!(
             out,
@@ -2140,6 +2156,9 @@ struct Summary<'a> {
     cq_mod: u64,
     post_list: usize,
     api: &'static str,
+    /// `--async`: `Cq::set_await_polls` of both CQs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    await_polls: Option<u32>,
     spin: bool,
     odp: bool,
     duration_s: Option<f64>,
@@ -2165,6 +2184,7 @@ impl<'a> Summary<'a> {
             cq_mod: p.cq_mod,
             post_list: p.post_list,
             api: p.api(),
+            await_polls: p.awaited.then_some(p.await_polls),
             spin: p.spin,
             odp: p.odp,
             duration_s: p.duration.map(|d| d.as_secs_f64()),
@@ -2254,6 +2274,8 @@ mod tests {
                 (p.awaited, p.tokens, p.iters, p.cq_mod, p.api()),
                 (true, false, 100, 1, "owned tokens awaited")
             );
+            assert_eq!((p.await_polls, ok("send_lat -d rxe0 --async --await-polls 64").await_polls), (0, 64));
+            assert!(parse("send_lat -d rxe0 --await-polls 64").is_err_and(|e| e.contains("--async")));
         } else {
             assert!(parse("send_lat -d rxe0 --async").is_err_and(|e| e.contains("the tokio feature")));
         }

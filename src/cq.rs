@@ -50,6 +50,9 @@ pub(crate) struct CqShared {
     pub(crate) armed: AtomicBool,
     /// Futures waiting for a request that completes here.
     pub(crate) waiters: std::sync::atomic::AtomicUsize,
+    /// [`Cq::set_await_polls`]: how many more polls a future whose completion is not here yet
+    /// makes, yielding to its runtime between them, before it arms the CQ and sleeps.
+    pub(crate) await_polls: AtomicU32,
     /// QPs whose completions land here, by QP number, and the entries of a batch poll. Also
     /// serialises polling, so that the completions of one work queue are routed in the order
     /// the device produced them.
@@ -185,6 +188,7 @@ impl Context {
             channel: keep,
             armed: AtomicBool::new(false),
             waiters: std::sync::atomic::AtomicUsize::new(0),
+            await_polls: AtomicU32::new(0),
             routes: PollLock::new(Routing { routes: Vec::new(), wcs: [sys::ibv_wc::default(); POLL_BATCH] }),
             retired: std::sync::Mutex::new(Vec::new()),
             reserved: std::sync::atomic::AtomicU64::new(0),
@@ -232,6 +236,29 @@ impl Cq {
             n += got;
         }
         Ok(n)
+    }
+
+    /// Sets how many more times a future awaiting a completion of this CQ (an
+    /// [`OwnedToken`](crate::owned::OwnedToken) awaited) polls the CQ, when its first poll did not
+    /// find the completion, before it arms the CQ (`ibv_req_notify_cq`) and sleeps until the
+    /// completion event. Between two polls the future yields to its runtime (it wakes itself and
+    /// returns `Pending`), so other tasks run; each poll takes at most one completion of the
+    /// future's own or a batch of others' (routed as every poll routes them). 0, the default,
+    /// arms at the first miss.
+    ///
+    /// Polls cost CPU and save the event's path (arming, the channel's descriptor, the
+    /// runtime's reactor, a thread woken): a completion that lands within the polls is taken
+    /// without it. BENCHMARKS.md measures the latency either way. The setting is read when a
+    /// future first misses; a future already polling or asleep keeps what it read. A future
+    /// awaiting a shared receive queue's receive uses the largest setting among the CQs of the
+    /// QPs attached to the SRQ.
+    pub fn set_await_polls(&self, polls: u32) {
+        self.inner.await_polls.store(polls, Ordering::Relaxed);
+    }
+
+    /// The polls a future makes before it sleeps: [`Cq::set_await_polls`].
+    pub fn await_polls(&self) -> u32 {
+        self.inner.await_polls.load(Ordering::Relaxed)
     }
 
     /// The number of entries the provider granted.
@@ -929,6 +956,7 @@ impl CqShared {
             channel,
             armed: AtomicBool::new(false),
             waiters: std::sync::atomic::AtomicUsize::new(0),
+            await_polls: AtomicU32::new(0),
             routes: PollLock::new(Routing { routes: Vec::new(), wcs: [sys::ibv_wc::default(); POLL_BATCH] }),
             retired: std::sync::Mutex::new(Vec::new()),
             reserved: std::sync::atomic::AtomicU64::new(0),

@@ -27,7 +27,10 @@
 //! channel ([`Context::create_cq_with_channel`](crate::device::Context::create_cq_with_channel));
 //! otherwise a future that has to wait resolves at once to [`Error::NoCompletionChannel`] with
 //! the token. A future first polls the CQ once: a request already complete resolves without
-//! arming anything. A future that has to wait registers its waker with its request, arms the CQ
+//! arming anything. A CQ may ask for more polls first ([`Cq::set_await_polls`](crate::cq::Cq::set_await_polls),
+//! 0 by default): the future then wakes itself and returns `Pending` that many more times,
+//! polling again at each, before it waits; a completion that lands meanwhile is taken without
+//! the event's path. A future that has to wait registers its waker with its request, arms the CQ
 //! (`ibv_req_notify_cq`) and polls it once more; the completion event is served by
 //! [`CompChannel::dispatch`](crate::channel::CompChannel::dispatch), which polls the CQ and
 //! wakes exactly the futures whose requests completed. With the `tokio` feature, inside a tokio
@@ -322,7 +325,15 @@ pub struct OwnedCompletion<B: Send + 'static> {
     /// the stack, so that a panic out of that poll (another future's waker, run when it ends)
     /// does not lose it (the book counts it taken); the next poll hands it over.
     taken: Option<Completion>,
+    /// Polls left before the future arms and sleeps ([`Cq::set_await_polls`], read at its first
+    /// miss); [`NOT_READ`] until then.
+    ///
+    /// [`Cq::set_await_polls`]: crate::cq::Cq::set_await_polls
+    polls_left: u32,
 }
+
+/// [`OwnedCompletion::polls_left`] before the future first missed its completion.
+const NOT_READ: u32 = u32::MAX;
 
 /// The CQs a future counts itself a waiter of: none until it first has to wait; one for a
 /// QP's send or receive queue (no allocation); those of the QPs attached to a shared receive
@@ -391,6 +402,7 @@ impl<B: Completes + Send + 'static> IntoFuture for OwnedToken<B> {
             token: ManuallyDrop::new(Some(self)),
             waiting: ManuallyDrop::new(WaitingOn::Nothing),
             taken: None,
+            polls_left: NOT_READ,
         }
     }
 }
@@ -487,6 +499,16 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             if let Take::Done(c) = q.tracked().try_take(seq) {
                 return Poll::Ready(Ok(this.finish(c)));
             }
+            // Polled again later rather than armed (`Cq::set_await_polls`): nothing is
+            // registered meanwhile, so this future stays as it was before its first poll.
+            if this.polls_left == NOT_READ {
+                this.polls_left = await_polls(q);
+            }
+            if this.polls_left > 0 {
+                this.polls_left -= 1;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             match wait_cqs(q, seq) {
                 Ok(cqs) => wait_on(&mut this.waiting, cqs),
                 Err(error) => return Poll::Ready(Err(this.fail(error))),
@@ -559,6 +581,21 @@ fn wait_on(waiting: &mut WaitingOn, mut cqs: WaitingOn) {
 }
 
 /// The CQs request `seq` of `q` completes on, each reporting to a completion channel.
+/// The polls a future of `q` makes before it sleeps: its CQ's [`Cq::set_await_polls`], the
+/// largest of its CQs' for a shared receive queue.
+///
+/// [`Cq::set_await_polls`]: crate::cq::Cq::set_await_polls
+#[cold]
+fn await_polls(q: QueueRef<'_>) -> u32 {
+    // Capped below `NOT_READ`, which would read the setting again at every poll.
+    let of = |cq: &CqShared| cq.await_polls.load(Ordering::Relaxed).min(NOT_READ - 1);
+    match q {
+        QueueRef::Send(s) => of(&s.send_cq),
+        QueueRef::Recv(s) => of(&s.recv_cq),
+        QueueRef::Srq(s) => s.cqs().iter().map(|cq| of(cq)).max().unwrap_or(0),
+    }
+}
+
 fn wait_cqs(q: QueueRef<'_>, seq: u64) -> Result<WaitingOn, Error> {
     let cqs = match q {
         QueueRef::Send(s) => WaitingOn::One(Arc::clone(&s.send_cq)),

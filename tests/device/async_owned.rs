@@ -4,8 +4,9 @@
 //! poll, a panicking task, an aborted task) leaves the buffers with the library until the device
 //! is done with them, shown by sentinel bytes read back over RDMA from the region they belong
 //! to. A thousand futures over eight QP pairs sharing one CQ each resolve exactly once, an
-//! idle future is not polled in a loop, and a ping-pong of lone awaits on two threads wakes the
-//! channel's idle driver task every time. Each test runs on a current-thread and on a
+//! idle future is not polled in a loop (unless its CQ asks for polls before sleeping, and then
+//! that many times), and a ping-pong of lone awaits on two threads wakes the channel's idle
+//! driver task every time. Each test runs on a current-thread and on a
 //! multi-threaded runtime.
 
 use std::collections::BTreeSet;
@@ -371,6 +372,95 @@ fn an_idle_future_is_not_polled_in_a_loop_and_wakes_for_its_completion() {
             let total = polls.load(Ordering::SeqCst);
             assert!(total <= idle + 2, "{name}: {total} polls to take one completion");
         });
+    }
+}
+
+/// `Cq::set_await_polls`: a future that misses its completion polls the CQ that many more
+/// times, yielding to the runtime between polls, then sleeps until the event as with none.
+#[test]
+fn a_future_polls_as_many_more_times_as_its_cq_says_then_sleeps_and_wakes_for_its_completion() {
+    const POLLS: u32 = 50;
+    for (name, rt) in runtimes() {
+        let r = async_rig();
+        assert_eq!(r.cq_b.await_polls(), 0, "{name}: the default arms at the first miss");
+        r.cq_b.set_await_polls(POLLS);
+        assert_eq!(r.cq_b.await_polls(), POLLS, "{name}");
+        let polls = Arc::new(AtomicUsize::new(0));
+        let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+        let fut = Counted { inner: t.into_future(), polls: Arc::clone(&polls) };
+        rt.block_on(async {
+            let task = tokio::spawn(fut);
+            sleep(Duration::from_millis(300)).await;
+            // The first poll, then POLLS more, the last of which arms and sleeps.
+            let idle = polls.load(Ordering::SeqCst);
+            let expected = POLLS as usize + 1;
+            assert!((expected..=expected + 1).contains(&idle), "{name}: polled {idle} times in 300 ms of waiting");
+            send_sync(&r.pd, &r.pair.a, b"wake up");
+            let (c, buf) = timeout(WAIT, task).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
+            assert!(c.is_success(), "{name}: {c:?}");
+            assert_eq!(&buf.as_slice()[..7], b"wake up", "{name}");
+            let total = polls.load(Ordering::SeqCst);
+            assert!(total <= idle + 2, "{name}: {total} polls to take one completion");
+        });
+    }
+}
+
+/// A completion that lands while its future polls is taken by a poll: the future never arms
+/// the CQ, so no driver task is started for the channel and no event is left on it.
+#[test]
+fn a_completion_that_lands_while_its_future_polls_is_taken_without_the_event() {
+    for (name, rt) in runtimes() {
+        let r = async_rig();
+        r.cq_b.set_await_polls(u32::MAX);
+        let polls = Arc::new(AtomicUsize::new(0));
+        let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+        let fut = Counted { inner: t.into_future(), polls: Arc::clone(&polls) };
+        rt.block_on(async {
+            let task = tokio::spawn(fut);
+            sleep(Duration::from_millis(50)).await;
+            let before = polls.load(Ordering::SeqCst);
+            assert!(before > 1, "{name}: polled {before} times while nothing was sent");
+            send_sync(&r.pd, &r.pair.a, b"taken by a poll");
+            let (c, buf) = timeout(WAIT, task).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
+            assert!(c.is_success(), "{name}: {c:?}");
+            assert_eq!(&buf.as_slice()[..15], b"taken by a poll", "{name}");
+            assert!(polls.load(Ordering::SeqCst) > before, "{name}");
+        });
+        assert_eq!(rt.metrics().num_alive_tasks(), 0, "{name}: no driver task: nothing slept on the channel");
+        let event = r.ch.wait(Duration::from_millis(100));
+        assert!(matches!(event, Err(Error::Timeout { .. })), "{name}: the CQ was armed: {event:?}");
+    }
+}
+
+/// A future dropped while it polls (a `select!` timeout) drops its token as at any other point:
+/// the buffer is parked, and a message that arrives afterwards lands only there.
+#[test]
+fn a_receive_dropped_while_its_future_polls_stays_parked_and_the_late_message_lands_only_there() {
+    for (name, rt) in runtimes() {
+        let r = async_rig();
+        r.cq_b.set_await_polls(u32::MAX);
+        let mut region = chunks(&r.pd, 2, 64);
+        let keep = region.pop().unwrap();
+        let mut dropped = region.pop().unwrap();
+        dropped.as_mut_slice().fill(0xEE);
+        let dropped_remote = dropped.remote();
+        let polls = Arc::new(AtomicUsize::new(0));
+        rt.block_on(async {
+            let t = r.pair.b.post_recv_owned(wr::Recv::new(dropped)).unwrap();
+            let fut = Counted { inner: t.into_future(), polls: Arc::clone(&polls) };
+            tokio::select! {
+                got = fut => panic!("{name}: nothing was sent, yet {got:?}"),
+                _ = sleep(Duration::from_millis(50)) => {}
+            }
+        });
+        assert!(polls.load(Ordering::SeqCst) > 1, "{name}: the future was dropped while it polled");
+        assert_eq!(r.pair.b.parked_buffers(), 1, "{name}: the dropped future's chunk is parked");
+        send_sync(&r.pd, &r.pair.a, b"late message");
+        until_unparked(&r.pair.b, &r.cq_b);
+        let landed = read_back(&r.pd, &r.pair.a, dropped_remote, 64);
+        assert_eq!(&landed[..12], b"late message", "{name}: the late message landed in the parked chunk");
+        assert!(landed[12..].iter().all(|&b| b == 0xEE), "{name}: only the message's bytes were written");
+        drop(keep);
     }
 }
 
