@@ -579,6 +579,11 @@ impl std::os::fd::AsFd for CompChannel {
     /// library (`ibv_get_cq_event`) is never acknowledged, and destroying its CQ then waits for
     /// that acknowledgement forever (ibv_get_cq_event(3)): dropping the last handle of the CQ
     /// hangs.
+    ///
+    /// Nor change its flags: it shares them with every duplicate, and the library's reads rely
+    /// on `O_NONBLOCK` (set when the descriptor was created). A descriptor made blocking
+    /// through a duplicate makes the library's next read with no event waiting block its thread
+    /// (a `dispatch`, the tokio driver task) until an event arrives.
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         // SAFETY: the descriptor belongs to the channel, which `self` keeps open for the
         // borrow's lifetime.

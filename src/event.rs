@@ -488,6 +488,11 @@ impl AsFd for AsyncEvents {
     /// library (`ibv_get_async_event`) is never acknowledged, and destroying its QP, CQ or SRQ
     /// then waits for that acknowledgement forever (ibv_get_async_event(3)): dropping the
     /// object's last handle hangs.
+    ///
+    /// Nor change its flags: it shares them with every duplicate, and the library's reads rely
+    /// on `O_NONBLOCK` (set when the descriptor was created). A descriptor made blocking
+    /// through a duplicate makes the library's next read with no event waiting block its thread
+    /// (a `dispatch`, the tokio driver task) until an event arrives.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
