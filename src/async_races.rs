@@ -403,6 +403,46 @@ fn a_waiting_future_is_woken_by_dispatch() {
     }
 }
 
+/// `Cq::set_await_polls`: a future that misses polls the CQ again at each of its next polls,
+/// waking its own task, and counts itself a waiter of no CQ and arms nothing until the polls
+/// are over; the poll after the last one waits as a future without polls waits at its first.
+/// A completion that lands meanwhile is taken by a poll: no arming, no event.
+#[test]
+fn a_future_that_polls_before_sleeping_arms_nothing_and_waits_on_no_cq_until_its_polls_are_over() {
+    const POLLS: u32 = 3;
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let handle = crate::cq::Cq { inner: Arc::clone(&cq) };
+    handle.set_await_polls(POLLS);
+    let qp = w.qp(0x21, 64, &cq, None);
+    let wake = Arc::new(Count::default());
+    let waker = Waker::from(Arc::clone(&wake));
+    let mut f = post_send(&qp, true).into_future();
+    // The first poll misses; it and the next POLLS - 1 wake the task (POLLS polls after the first).
+    for i in 0..POLLS as usize {
+        let polls_before = fake.polls.load(SeqCst);
+        assert!(poll(&mut f, &waker).is_pending(), "poll {i}");
+        assert!(fake.polls.load(SeqCst) > polls_before, "poll {i} polled the CQ");
+        assert_eq!(wake.get(), i + 1, "poll {i} woke its own task");
+        assert_eq!((fake.arms.load(SeqCst), cq.waiters.load(SeqCst)), (0, 0), "poll {i}: no arming, no waiter");
+    }
+    assert!(poll(&mut f, &waker).is_pending());
+    assert_eq!(wake.get(), POLLS as usize, "the last poll waits: it does not wake itself");
+    assert_eq!((fake.arms.load(SeqCst), cq.waiters.load(SeqCst)), (1, 1), "it waits: armed, counted");
+    fake.complete(send_wc(0x21, 0, sys::IBV_WC_SUCCESS));
+    assert_eq!(w.ch.dispatch().unwrap().completions, 1);
+    assert!(matches!(poll(&mut f, &waker), Poll::Ready(Ok((c, ()))) if c.is_success()));
+    assert_eq!(cq.waiters.load(SeqCst), 0, "no waiter left");
+
+    // A completion that lands while the next future polls is taken by its next poll.
+    let arms = fake.arms.load(SeqCst);
+    let mut g = post_send(&qp, true).into_future();
+    assert!(poll(&mut g, &waker).is_pending());
+    fake.complete(send_wc(0x21, 1, sys::IBV_WC_SUCCESS));
+    assert!(matches!(poll(&mut g, &waker), Poll::Ready(Ok((c, ()))) if c.is_success()));
+    assert_eq!((fake.arms.load(SeqCst), cq.waiters.load(SeqCst)), (arms, 0), "no arming for it");
+}
+
 /// The program arms a CQ that a future waits on for solicited completions only
 /// (`Cq::req_notify(true)`). On a provider that keeps the last arming (the fake), that replaces
 /// the library's arming for any completion: the library counts its arming gone and, futures

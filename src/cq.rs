@@ -241,17 +241,20 @@ impl Cq {
     /// Sets how many more times a future awaiting a completion of this CQ (an
     /// [`OwnedToken`](crate::owned::OwnedToken) awaited) polls the CQ, when its first poll did not
     /// find the completion, before it arms the CQ (`ibv_req_notify_cq`) and sleeps until the
-    /// completion event. Between two polls the future yields to its runtime (it wakes itself and
-    /// returns `Pending`), so other tasks run; each poll takes at most one completion of the
-    /// future's own or a batch of others' (routed as every poll routes them). 0, the default,
-    /// arms at the first miss.
+    /// completion event. Between two polls the future wakes its own task and returns `Pending`:
+    /// an executor that queues woken tasks (tokio's) runs the tasks ahead of it first, one that
+    /// polls a lone future in a loop (a `block_on`) polls it again at once. Each poll is the
+    /// wait's poll of the CQ: one completion if it is the future's own, otherwise up to a batch
+    /// of 16, routed to their requests as every poll routes them (for a shared receive queue's
+    /// receive, a batch from each attached QP's CQ). 0, the default, arms at the first miss.
     ///
     /// Polls cost CPU and save the event's path (arming, the channel's descriptor, the
     /// runtime's reactor, a thread woken): a completion that lands within the polls is taken
-    /// without it. BENCHMARKS.md measures the latency either way. The setting is read when a
-    /// future first misses; a future already polling or asleep keeps what it read. A future
-    /// awaiting a shared receive queue's receive uses the largest setting among the CQs of the
-    /// QPs attached to the SRQ.
+    /// without it. BENCHMARKS.md measures the latency either way; how many polls a round trip
+    /// takes depends on the host (hundreds under emulation). The setting is read when a future
+    /// first misses; a future already polling or asleep keeps what it read. A future awaiting a
+    /// shared receive queue's receive uses the largest setting among the CQs of the QPs attached
+    /// to the SRQ.
     pub fn set_await_polls(&self, polls: u32) {
         self.inner.await_polls.store(polls, Ordering::Relaxed);
     }

@@ -447,10 +447,13 @@ pub fn completion<T: AsyncCompletion>(token: T) -> T::Future {
 impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
     type Output = std::result::Result<(Completion, B::Output), OwnedWaitError<B>>;
 
-    /// Takes the completion if it was routed; otherwise (the first time) polls the CQ once and
-    /// takes it if it was there; otherwise registers the waker with the request, arms the
+    /// Takes the completion if it was routed; otherwise (the first time, and as many more times
+    /// as its CQ's [`Cq::set_await_polls`] says, waking its own task in between) polls the CQ
+    /// and takes it if it was there; otherwise registers the waker with the request, arms the
     /// request's CQ(s) and polls them (at most 4 batches of 16 completions each: if
     /// more are there, the task is woken again rather than looping).
+    ///
+    /// [`Cq::set_await_polls`]: crate::cq::Cq::set_await_polls
     ///
     /// # Panics
     /// When polled again after it resolved (as futures may). (Inside a tokio runtime built
@@ -499,19 +502,26 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             if let Take::Done(c) = q.tracked().try_take(seq) {
                 return Poll::Ready(Ok(this.finish(c)));
             }
+            // The CQs are looked up at the first miss (a CQ without a channel is an error at
+            // once, polls or not) and again when the polls are over.
+            if this.polls_left == NOT_READ || this.polls_left == 0 {
+                let cqs = match wait_cqs(q, seq) {
+                    Ok(cqs) => cqs,
+                    Err(error) => return Poll::Ready(Err(this.fail(error))),
+                };
+                if this.polls_left == NOT_READ {
+                    this.polls_left = await_polls(&cqs);
+                }
+                if this.polls_left == 0 {
+                    wait_on(&mut this.waiting, cqs);
+                }
+            }
             // Polled again later rather than armed (`Cq::set_await_polls`): nothing is
             // registered meanwhile, so this future stays as it was before its first poll.
-            if this.polls_left == NOT_READ {
-                this.polls_left = await_polls(q);
-            }
-            if this.polls_left > 0 {
+            if this.waiting.is_empty() {
                 this.polls_left -= 1;
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
-            }
-            match wait_cqs(q, seq) {
-                Ok(cqs) => wait_on(&mut this.waiting, cqs),
-                Err(error) => return Poll::Ready(Err(this.fail(error))),
             }
         }
         q.tracked().register_waker(seq, cx.waker());
@@ -580,22 +590,17 @@ fn wait_on(waiting: &mut WaitingOn, mut cqs: WaitingOn) {
     });
 }
 
-/// The CQs request `seq` of `q` completes on, each reporting to a completion channel.
-/// The polls a future of `q` makes before it sleeps: its CQ's [`Cq::set_await_polls`], the
-/// largest of its CQs' for a shared receive queue.
+/// The polls a future waiting on `cqs` makes before it sleeps: their largest
+/// [`Cq::set_await_polls`] (one CQ's, but for a shared receive queue).
 ///
 /// [`Cq::set_await_polls`]: crate::cq::Cq::set_await_polls
-#[cold]
-fn await_polls(q: QueueRef<'_>) -> u32 {
-    // Capped below `NOT_READ`, which would read the setting again at every poll.
-    let of = |cq: &CqShared| cq.await_polls.load(Ordering::Relaxed).min(NOT_READ - 1);
-    match q {
-        QueueRef::Send(s) => of(&s.send_cq),
-        QueueRef::Recv(s) => of(&s.recv_cq),
-        QueueRef::Srq(s) => s.cqs().iter().map(|cq| of(cq)).max().unwrap_or(0),
-    }
+fn await_polls(cqs: &WaitingOn) -> u32 {
+    let most = cqs.as_slice().iter().map(|cq| cq.await_polls.load(Ordering::Relaxed)).max().unwrap_or(0);
+    // Below `NOT_READ`, which would read the setting again at every poll.
+    most.min(NOT_READ - 1)
 }
 
+/// The CQs request `seq` of `q` completes on, each reporting to a completion channel.
 fn wait_cqs(q: QueueRef<'_>, seq: u64) -> Result<WaitingOn, Error> {
     let cqs = match q {
         QueueRef::Send(s) => WaitingOn::One(Arc::clone(&s.send_cq)),
