@@ -1,6 +1,6 @@
 //! No heap allocation per request on the data paths: scope tokens, owned tokens, send lanes,
 //! receive lanes, post lists, scope receives, shared-receive-queue receives and awaited owned
-//! requests that have to wait. The test
+//! requests that have to wait, or poll before they sleep. The test
 //! binary's global allocator counts, per thread, every allocation; each test warms its path up
 //! (the books' storage grows to its working size once), then counts the allocations of many
 //! more requests on the same thread and asserts there were none.
@@ -237,11 +237,36 @@ fn scope_receives_and_srq_receives_allocate_nothing_per_request() {
 /// The test runs on a thread of its own, bounded: a hang fails it.
 #[test]
 fn awaited_owned_requests_that_wait_allocate_nothing_per_request() {
+    let (counted, waited, rounds, tasks) = awaited_rounds(0);
+    assert_eq!(rounds, WARM_UP + COUNTED);
+    assert_eq!(waited, rounds, "every receive had to wait at its first poll");
+    assert_eq!(tasks, 1, "the channel's driver task: the receives slept until their events");
+    assert_eq!(counted, 0, "allocations in {COUNTED} awaited receives and sends");
+}
+
+/// The same with polls before sleeping (`Cq::set_await_polls`): each receive misses at its
+/// first poll and polls again, waking its own task, until its message lands.
+#[test]
+fn awaited_owned_requests_that_poll_before_sleeping_allocate_nothing_per_request() {
+    let (counted, waited, rounds, tasks) = awaited_rounds(100_000);
+    assert_eq!(rounds, WARM_UP + COUNTED);
+    assert_eq!(waited, rounds, "every receive missed at its first poll");
+    assert_eq!(tasks, 0, "no driver task: every receive was taken by a poll, none slept");
+    assert_eq!(counted, 0, "allocations in {COUNTED} awaited receives and sends");
+}
+
+/// Runs `WARM_UP`, then `COUNTED` rounds (counted) of an awaited receive and SEND with both
+/// CQs' `Cq::set_await_polls(polls)`: (allocations counted, receives that were pending at their
+/// first poll, rounds, the runtime's live tasks after them: the channel's driver task, once a
+/// future slept).
+fn awaited_rounds(polls: u32) -> (u64, usize, usize, usize) {
     use std::future::Future;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let r = crate::async_owned::async_rig();
+        r.cq_a.set_await_polls(polls);
+        r.cq_b.set_await_polls(polls);
         let mut recv_buf = Some(crate::async_owned::chunks(&r.pd, 1, 64).remove(0));
         let mut send_buf = Some(crate::async_owned::message(&r.pd, &[7u8; 64]));
         let (mut waited, mut rounds) = (0usize, 0usize);
@@ -271,10 +296,7 @@ fn awaited_owned_requests_that_wait_allocate_nothing_per_request() {
         };
         round(WARM_UP);
         let (counted, ()) = allocations_in(|| round(COUNTED));
-        let _ = tx.send((counted, waited, rounds));
+        let _ = tx.send((counted, waited, rounds, rt.metrics().num_alive_tasks()));
     });
-    let (counted, waited, rounds) = rx.recv_timeout(WAIT * 4).expect("the awaited rounds finish");
-    assert_eq!(rounds, WARM_UP + COUNTED);
-    assert_eq!(waited, rounds, "every receive had to wait at its first poll");
-    assert_eq!(counted, 0, "allocations in {COUNTED} awaited receives and sends");
+    rx.recv_timeout(WAIT * 4).expect("the awaited rounds finish")
 }
