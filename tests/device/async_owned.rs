@@ -140,6 +140,17 @@ fn a_token_whose_cq_has_no_channel_resolves_to_a_typed_error_with_the_token() {
     }
 }
 
+/// QP b of `r` keeps one chunk parked (a dropped receive's, filled with 0xEE, at `remote`): a
+/// message sent now lands there, and nowhere else in it, as read back over RDMA.
+fn assert_the_late_message_lands_only_in_the_parked_chunk(r: &AsyncRig, remote: RemoteSlice<Rx>, name: &str) {
+    assert_eq!(r.pair.b.parked_buffers(), 1, "{name}: the dropped future's chunk is parked");
+    send_sync(&r.pd, &r.pair.a, b"late message");
+    until_unparked(&r.pair.b, &r.cq_b);
+    let landed = read_back(&r.pd, &r.pair.a, remote, 64);
+    assert_eq!(&landed[..12], b"late message", "{name}: the late message landed in the parked chunk");
+    assert!(landed[12..].iter().all(|&b| b == 0xEE), "{name}: only the message's bytes were written");
+}
+
 #[test]
 fn a_receive_dropped_by_a_select_timeout_stays_parked_and_the_late_message_lands_only_there() {
     for (name, rt) in runtimes() {
@@ -158,13 +169,7 @@ fn a_receive_dropped_by_a_select_timeout_stays_parked_and_the_late_message_lands
                 _ = sleep(Duration::from_millis(50)) => {}
             }
         });
-        assert_eq!(r.pair.b.parked_buffers(), 1, "{name}: the dropped future's chunk is parked");
-        // The message arrives after the future was dropped: it lands in the parked chunk.
-        send_sync(&r.pd, &r.pair.a, b"late message");
-        until_unparked(&r.pair.b, &r.cq_b);
-        let landed = read_back(&r.pd, &r.pair.a, dropped_remote, 64);
-        assert_eq!(&landed[..12], b"late message", "{name}: the late message landed in the parked chunk");
-        assert!(landed[12..].iter().all(|&b| b == 0xEE), "{name}: only the message's bytes were written");
+        assert_the_late_message_lands_only_in_the_parked_chunk(&r, dropped_remote, name);
         // A chunk that came back through `.await` and is reused is not written again: the
         // next message goes to the next receive.
         rt.block_on(async {
@@ -356,50 +361,45 @@ impl<F: Future + Unpin> Future for Counted<F> {
 
 #[test]
 fn an_idle_future_is_not_polled_in_a_loop_and_wakes_for_its_completion() {
-    for (name, rt) in runtimes() {
-        let r = async_rig();
-        let polls = Arc::new(AtomicUsize::new(0));
-        let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
-        let fut = Counted { inner: t.into_future(), polls: Arc::clone(&polls) };
-        rt.block_on(async {
-            let task = tokio::spawn(fut);
-            sleep(Duration::from_millis(300)).await;
-            let idle = polls.load(Ordering::SeqCst);
-            assert!((1..=2).contains(&idle), "{name}: polled {idle} times in 300 ms of waiting");
-            send_sync(&r.pd, &r.pair.a, b"wake up");
-            let (c, _) = timeout(WAIT, task).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
-            assert!(c.is_success(), "{name}: {c:?}");
-            let total = polls.load(Ordering::SeqCst);
-            assert!(total <= idle + 2, "{name}: {total} polls to take one completion");
-        });
-    }
+    idle_receive_then_woken(0);
 }
 
 /// `Cq::set_await_polls`: a future that misses its completion polls the CQ that many more
 /// times, yielding to the runtime between polls, then sleeps until the event as with none.
 #[test]
 fn a_future_polls_as_many_more_times_as_its_cq_says_then_sleeps_and_wakes_for_its_completion() {
-    const POLLS: u32 = 50;
+    idle_receive_then_woken(50);
+}
+
+/// A receive of 64 bytes on `r`'s QP b, awaited, its polls counted.
+fn counted_receive(r: &AsyncRig) -> (Counted<typed_verbs::owned::OwnedCompletion<Chunk<Rx>>>, Arc<AtomicUsize>) {
+    let polls = Arc::new(AtomicUsize::new(0));
+    let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
+    (Counted { inner: t.into_future(), polls: Arc::clone(&polls) }, polls)
+}
+
+/// On each runtime, a receive future spawned with nothing sent, its CQ asking for `polls`
+/// polls before sleeping: in 300 ms of waiting it is polled `polls + 1` times (its first poll
+/// and the polls; once more for a spurious wake-up), then the message wakes it and it resolves
+/// within two more polls.
+fn idle_receive_then_woken(polls: u32) {
     for (name, rt) in runtimes() {
         let r = async_rig();
         assert_eq!(r.cq_b.await_polls(), 0, "{name}: the default arms at the first miss");
-        r.cq_b.set_await_polls(POLLS);
-        assert_eq!(r.cq_b.await_polls(), POLLS, "{name}");
-        let polls = Arc::new(AtomicUsize::new(0));
-        let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
-        let fut = Counted { inner: t.into_future(), polls: Arc::clone(&polls) };
+        r.cq_b.set_await_polls(polls);
+        assert_eq!(r.cq_b.await_polls(), polls, "{name}");
+        let (fut, count) = counted_receive(&r);
         rt.block_on(async {
             let task = tokio::spawn(fut);
             sleep(Duration::from_millis(300)).await;
-            // The first poll, then POLLS more, the last of which arms and sleeps.
-            let idle = polls.load(Ordering::SeqCst);
-            let expected = POLLS as usize + 1;
+            let idle = count.load(Ordering::SeqCst);
+            let expected = polls as usize + 1;
             assert!((expected..=expected + 1).contains(&idle), "{name}: polled {idle} times in 300 ms of waiting");
             send_sync(&r.pd, &r.pair.a, b"wake up");
             let (c, buf) = timeout(WAIT, task).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
             assert!(c.is_success(), "{name}: {c:?}");
             assert_eq!(&buf.as_slice()[..7], b"wake up", "{name}");
-            let total = polls.load(Ordering::SeqCst);
+            let total = count.load(Ordering::SeqCst);
             assert!(total <= idle + 2, "{name}: {total} polls to take one completion");
         });
     }
@@ -412,9 +412,7 @@ fn a_completion_that_lands_while_its_future_polls_is_taken_without_the_event() {
     for (name, rt) in runtimes() {
         let r = async_rig();
         r.cq_b.set_await_polls(u32::MAX);
-        let polls = Arc::new(AtomicUsize::new(0));
-        let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
-        let fut = Counted { inner: t.into_future(), polls: Arc::clone(&polls) };
+        let (fut, polls) = counted_receive(&r);
         rt.block_on(async {
             let task = tokio::spawn(fut);
             sleep(Duration::from_millis(50)).await;
@@ -463,12 +461,7 @@ fn a_receive_dropped_while_its_future_polls_stays_parked_and_the_late_message_la
             }
         });
         assert!(polls.load(Ordering::SeqCst) > 1, "{name}: the future was dropped while it polled");
-        assert_eq!(r.pair.b.parked_buffers(), 1, "{name}: the dropped future's chunk is parked");
-        send_sync(&r.pd, &r.pair.a, b"late message");
-        until_unparked(&r.pair.b, &r.cq_b);
-        let landed = read_back(&r.pd, &r.pair.a, dropped_remote, 64);
-        assert_eq!(&landed[..12], b"late message", "{name}: the late message landed in the parked chunk");
-        assert!(landed[12..].iter().all(|&b| b == 0xEE), "{name}: only the message's bytes were written");
+        assert_the_late_message_lands_only_in_the_parked_chunk(&r, dropped_remote, name);
         drop(keep);
     }
 }
