@@ -443,6 +443,25 @@ fn a_future_that_polls_before_sleeping_arms_nothing_and_waits_on_no_cq_until_its
     assert_eq!((fake.arms.load(SeqCst), cq.waiters.load(SeqCst)), (arms, 0), "no arming for it");
 }
 
+/// An SRQ receive into ODP memory verified for RC, refused because the SRQ is full, records
+/// nothing: a UC QP may still attach (the transport is recorded only for a receive the
+/// provider may have queued). With UC attached, the same receive is refused at its check.
+#[test]
+fn an_odp_srq_receive_refused_as_queue_full_leaves_other_transports_free_to_attach() {
+    let w = World::new();
+    let srq = w.srq(2);
+    let _outstanding = [post_srq_recv(&srq), post_srq_recv(&srq)];
+    let handle = crate::srq::Srq { shared: Arc::clone(&srq) };
+    let odp = OdpTag::verified(sys::IBV_QPT_RC, sys::IBV_ODP_SUPPORT_SRQ_RECV, false);
+    let buf = || LocalBufMut::from_parts(0x1000, 64, 9, odp, w.pd.id());
+    let refused = handle.post_recv_owned(Recv::new(buf())).expect_err("the SRQ is full");
+    assert!(matches!(refused.error, crate::Error::QueueFull { .. }), "{:?}", refused.error);
+    assert!(refused.wr.is_some(), "not posted: handed back");
+    srq.attach_transport(sys::IBV_QPT_UC, "UC").expect("no ODP receive was posted: UC attaches");
+    let refused = handle.post_recv_owned(Recv::new(buf())).expect_err("UC is attached");
+    assert!(refused.error.to_string().contains("IBV_ODP_SUPPORT_SRQ_RECV"), "{}", refused.error);
+}
+
 /// The program arms a CQ that a future waits on for solicited completions only
 /// (`Cq::req_notify(true)`). On a provider that keeps the last arming (the fake), that replaces
 /// the library's arming for any completion: the library counts its arming gone and, futures

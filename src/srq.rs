@@ -56,6 +56,20 @@ struct SrqTransports {
     odp: u32,
 }
 
+/// An ODP receive checked and about to be posted: the SRQ's transports, locked.
+struct OdpRecv<'a> {
+    transports: MutexGuard<'a, SrqTransports>,
+    /// The receive's transport.
+    bit: u32,
+}
+
+impl OdpRecv<'_> {
+    /// The provider took the receive (or may have): a QP of another transport must not attach.
+    fn record(mut self) {
+        self.transports.odp |= self.bit;
+    }
+}
+
 fn qpt_bit(qp_type: u32) -> u32 {
     1u32.checked_shl(qp_type).unwrap_or(0)
 }
@@ -208,6 +222,13 @@ impl Srq {
             Ok(sges) => sges,
             Err(error) => return Err(PostError { error, wr: Some(wr) }),
         };
+        // A receive into ODP memory holds the SRQ's transports from its check to its post (no
+        // QP of a transport it was not verified for attaches in between), and records its
+        // transport only if the provider may have queued it.
+        let odp = match self.shared.check_odp_recv(sges.odp) {
+            Ok(odp) => odp,
+            Err(error) => return Err(PostError { error, wr: Some(wr) }),
+        };
         let mut raw = sges.recv_wr();
         let seq = {
             let mut rq = self.shared.rq.lock();
@@ -231,10 +252,16 @@ impl Srq {
                 // (until a completion or the SRQ's destruction).
                 let seq = rq.push(false);
                 drop(rq);
+                if let Some(odp) = odp {
+                    odp.record();
+                }
                 self.shared.rq.release(seq, Box::new(wr.buf));
                 // No token will take its completion.
                 self.shared.rq.abandon(seq);
                 return Err(PostError { error, wr: None });
+            }
+            if let Some(odp) = odp {
+                odp.record();
             }
             rq.push(true)
         };
@@ -243,12 +270,10 @@ impl Srq {
 }
 
 impl SrqShared {
-    /// Refuses a receive into On-Demand Paging memory whose capability did not verify SRQ
-    /// receives (`IBV_ODP_SUPPORT_SRQ_RECV`) on the transport of every QP attached to this
-    /// SRQ; records the transport for later attachments ([`SrqShared::attach_transport`]).
-    /// The entries of a receive into `buf`, with the checks that need no device: every entry's
-    /// region in the SRQ's PD, the ODP rules of SRQ receives ([`SrqShared::check_odp_recv`])
-    /// and the entries' placement on the device's ODP write path, at most `max_sge` entries.
+    /// The entries of a receive into `buf`, with the checks that need no device but the ODP
+    /// rules of SRQ receives ([`SrqShared::check_odp_recv`], made by the post): every entry's
+    /// region in the SRQ's PD and the entries' placement on the device's ODP write path, at most
+    /// `max_sge` entries.
     fn recv_sges<L: Scatter>(&self, buf: &L) -> Result<crate::sgl::Collected<L::Sges>> {
         let c = buf.collect("ibv_post_srq_recv")?;
         if c.pd.is_some_and(|pd| pd != self.pd.id()) {
@@ -258,13 +283,17 @@ impl SrqShared {
             ));
         }
         crate::sgl::check_count("shared receive", 0, c.num_sge, self.max_sge)?;
-        self.check_odp_recv(c.odp)?;
         Ok(c)
     }
 
-    fn check_odp_recv(&self, tag: crate::mr::OdpTag) -> Result<()> {
-        let Some((qp_type, ops)) = tag.get() else { return Ok(()) };
-        let mut t = lock(&self.transports);
+    /// Refuses a receive into On-Demand Paging memory whose capability did not verify SRQ
+    /// receives (`IBV_ODP_SUPPORT_SRQ_RECV`) on the transport of every QP attached to this
+    /// SRQ. For an ODP receive it accepts, the SRQ's transports stay locked until the post
+    /// records the receive's transport for later attachments ([`SrqShared::attach_transport`],
+    /// [`OdpRecv::record`]) or drops it, refused.
+    fn check_odp_recv(&self, tag: crate::mr::OdpTag) -> Result<Option<OdpRecv<'_>>> {
+        let Some((qp_type, ops)) = tag.get() else { return Ok(None) };
+        let t = lock(&self.transports);
         let other = t.attached & !qpt_bit(qp_type);
         if ops & sys::IBV_ODP_SUPPORT_SRQ_RECV == 0 || other != 0 {
             return Err(Error::invalid(
@@ -277,8 +306,7 @@ impl SrqShared {
                 ),
             ));
         }
-        t.odp |= qpt_bit(qp_type);
-        Ok(())
+        Ok(Some(OdpRecv { transports: t, bit: qpt_bit(qp_type) }))
     }
 
     /// Records a QP of `qp_type` attached to this SRQ; refuses it when the SRQ has received
