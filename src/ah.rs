@@ -19,7 +19,7 @@ use crate::wc::{Completion, WcOpcode};
 pub struct Grh {
     /// The destination GID.
     pub dgid: Gid,
-    /// The flow label (20 bits).
+    /// The flow label (20 bits: at most `0xfffff`; checked).
     pub flow_label: u32,
     /// The index of the local GID to send from (`uint8_t` in C; the type of every GID index of
     /// this library, as [`Link::gid_index`](crate::qp::Link::gid_index)).
@@ -42,9 +42,9 @@ impl Grh {
 pub struct AddressVector {
     /// The destination LID (0 on RoCE).
     pub dlid: u16,
-    /// The service level.
+    /// The service level (4 bits: 0 to 15; checked).
     pub sl: u8,
-    /// The source path bits.
+    /// The source path bits (7 bits: at most `0x7f`; checked).
     pub src_path_bits: u8,
     /// The static rate (`IBV_RATE_*`, 0 for the port's rate).
     pub static_rate: u8,
@@ -157,8 +157,9 @@ impl Pd {
     /// `ibv_create_ah`: an address handle for UD sends to the port described by `av`.
     ///
     /// # Errors
-    /// - [`Error::InvalidArgument`] for a port the device does not have, or a global route's
-    ///   source GID index outside that port's GID table (checked before the provider sees
+    /// - [`Error::InvalidArgument`] for a port the device does not have, a global route's
+    ///   source GID index outside that port's GID table, a service level above 15, source path
+    ///   bits above `0x7f` or a flow label above `0xfffff` (checked before the provider sees
     ///   them, as for a QP's address vector);
     /// - [`Error::Verb`] with `ibv_create_ah` and its errno (e.g. `EINVAL` for an unused entry
     ///   of the GID table, `ENETUNREACH` when no route exists on RoCE).

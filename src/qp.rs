@@ -1292,7 +1292,8 @@ impl QpShared {
     /// The attributes of a transition that the device bounds, checked before the provider
     /// sees them (a typed `InvalidArgument`, not whatever the provider and kernel make of
     /// them): the port (`IBV_QP_PORT`, and
-    /// an address vector's), the P_Key index, the address vector's source GID index, and the
+    /// an address vector's), the P_Key index, the address vector's source GID index and the
+    /// widths of its service level, source path bits and flow label, and the
     /// RDMA READ/atomic depths against `max_qp_init_rd_atom` and `max_qp_rd_atom`.
     fn check_device_limits(&self, a: &sys::ibv_qp_attr, mask: u32) -> Result<()> {
         let bounded = sys::IBV_QP_PORT
@@ -1693,16 +1694,36 @@ fn device_port(
     crate::device::Context { inner: Arc::clone(ctx) }.query_port(n)
 }
 
-/// An address vector's port, and with a global route its source GID index, checked against
-/// `ctx`'s device before a provider indexes its tables by them (`ibv_modify_qp`'s `IBV_QP_AV`,
-/// `ibv_create_ah`); refused with `invalid`.
+/// An address vector's fields within their widths on the wire ([`check_av_fields`]), its
+/// port, and with a global route its source GID index, checked against `ctx`'s device before a
+/// provider indexes its tables by them (`ibv_modify_qp`'s `IBV_QP_AV`, `ibv_create_ah`);
+/// refused with `invalid`.
 pub(crate) fn check_address_vector(
     ctx: &Arc<crate::device::ContextInner>,
     av: &sys::ibv_ah_attr,
     invalid: &dyn Fn(String) -> Error,
 ) -> Result<()> {
+    check_av_fields(av, invalid)?;
     let p = device_port(ctx, av.port_num, invalid)?;
     check_sgid_index(av, p.gid_tbl_len(), invalid)
+}
+
+/// The fields of an address vector that the packet headers carry in fewer bits than their C
+/// types: the service level (4 bits, IBTA 7.6.5 and the LRH), the source path bits (7: the
+/// LMC's bits of the source LID) and, with a global route, the flow label (20, the GRH).
+/// Providers shift them into their hardware's words unmasked (mlx4 and mthca: `sl << 28`, a
+/// flow label ORed beside the traffic class), so a wider value would change other fields.
+fn check_av_fields(av: &sys::ibv_ah_attr, invalid: &dyn Fn(String) -> Error) -> Result<()> {
+    if av.sl > 15 {
+        return Err(invalid(format!("service level {} is above 15 (4 bits)", av.sl)));
+    }
+    if av.src_path_bits > 127 {
+        return Err(invalid(format!("source path bits {:#x} are above 0x7f (7 bits)", av.src_path_bits)));
+    }
+    if av.is_global != 0 && av.grh.flow_label >= 1 << 20 {
+        return Err(invalid(format!("flow label {:#x} is above 0xfffff (20 bits)", av.grh.flow_label)));
+    }
+    Ok(())
 }
 
 /// A global route's source GID index inside its port's table of `gid_tbl_len` entries (no
@@ -1931,6 +1952,38 @@ mod tests {
         let mut local = av(200);
         local.is_global = 0;
         assert!(check_sgid_index(&local, 16, &invalid).is_ok(), "no global route");
+    }
+
+    /// The service level, the source path bits and a global route's flow label must fit the
+    /// bits the headers give them (4, 7 and 20); the largest that fit pass, and a flow label is
+    /// not looked at without a global route.
+    #[test]
+    fn address_vector_fields_wider_than_their_header_bits_are_refused() {
+        let invalid = |what: String| Error::invalid("ibv_create_ah", what);
+        let av = |sl: u8, path_bits: u8, flow_label: u32| {
+            let mut a = crate::ah::AddressVector::global(1, crate::device::Gid([0; 16]), 0);
+            a.sl = sl;
+            a.src_path_bits = path_bits;
+            a.grh.as_mut().unwrap().flow_label = flow_label;
+            a.to_raw()
+        };
+        assert!(check_av_fields(&av(15, 127, (1 << 20) - 1), &invalid).is_ok());
+        for (bad, what) in [
+            (av(16, 0, 0), "service level 16 is above 15"),
+            (av(0xff, 0, 0), "service level 255 is above 15"),
+            (av(0, 128, 0), "source path bits 0x80 are above 0x7f"),
+            (av(0, 0, 1 << 20), "flow label 0x100000 is above 0xfffff"),
+            (av(0, 0, u32::MAX), "flow label 0xffffffff is above 0xfffff"),
+        ] {
+            let e = check_av_fields(&bad, &invalid).expect_err(what);
+            assert!(
+                matches!(&e, Error::InvalidArgument { verb: "ibv_create_ah", reason } if reason.contains(what)),
+                "{e:?}"
+            );
+        }
+        let mut local = av(0, 0, u32::MAX);
+        local.is_global = 0;
+        assert!(check_av_fields(&local, &invalid).is_ok(), "no global route: no flow label");
     }
 
     /// A UC QP's INIT keeps REMOTE_WRITE alone of the rights it is given (READ and atomics

@@ -657,7 +657,8 @@ fn after_a_reset_a_refused_unsignaled_write_is_reported_as_refused() {
 
 /// `ibv_modify_qp` attributes the device bounds are refused typed before the provider sees
 /// them, the QP handed back in its state: a port that does not exist (0, one past the last), a
-/// P_Key index outside the port's table, a source GID index outside it, RDMA READ/atomic depths
+/// P_Key index outside the port's table, a source GID index outside it, a service level above
+/// 15 in the address vector, RDMA READ/atomic depths
 /// above `max_qp_init_rd_atom` / `max_qp_rd_atom`. The same QP then connects with attributes
 /// in range.
 #[test]
@@ -699,13 +700,19 @@ fn transition_attributes_beyond_the_devices_limits_are_refused_typed() {
         // A table of 256 or more: no u8 index is outside it.
         Err(_) => a,
     };
+    let bad = RcRtr { av: AddressVector { sl: 16, ..rtr.av }, ..rtr };
+    let e = a.to_rtr(&bad).expect_err("service level 16");
+    assert!(refused(&e.error, "service level 16"), "{:?}", e.error);
+    assert_eq!(e.qp.query_state().unwrap(), ObservedState::Init, "handed back in INIT");
+    let a = e.qp;
     finish_in_range(&dev, a, b, rtr, &ea, &eb);
 }
 
 /// `ibv_create_ah` gets the same checks as a QP's address vector, before the provider indexes
-/// its tables by them: a port that does not exist (0, one past the last) and a source GID index
-/// outside the port's table are refused typed, naming `ibv_create_ah`; in range, the handle is
-/// made.
+/// its tables by them: a port that does not exist (0, one past the last), a source GID index
+/// outside the port's table, and a service level, source path bits or flow label wider than
+/// their header bits (4, 7, 20) are refused typed, naming `ibv_create_ah`; in range, the
+/// handle is made.
 #[test]
 fn address_vectors_beyond_the_devices_limits_are_refused_typed() {
     let ctx = open();
@@ -727,7 +734,21 @@ fn address_vectors_beyond_the_devices_limits_are_refused_typed() {
         // A table of 256 entries or more (rxe's has 1024): no u8 index is outside it.
         Err(_) => assert!(port.gid_tbl_len() >= 256, "{}", port.gid_tbl_len()),
     }
-    assert!(pd.create_ah(&AddressVector::global(PORT, gid, gid_index())).is_ok(), "in range");
+    let av = AddressVector::global(PORT, gid, gid_index());
+    let mut flow = av;
+    flow.grh.as_mut().unwrap().flow_label = 1 << 20;
+    for (bad, what) in [
+        (AddressVector { sl: 16, ..av }, "service level 16"),
+        (AddressVector { src_path_bits: 0x80, ..av }, "source path bits 0x80"),
+        (flow, "flow label 0x100000"),
+    ] {
+        let e = pd.create_ah(&bad).expect_err(what);
+        assert!(by_ah(&e, what), "{e:?}");
+    }
+    let mut widest = AddressVector { sl: 15, src_path_bits: 0x7f, ..av };
+    widest.grh.as_mut().unwrap().flow_label = 0xfffff;
+    assert!(pd.create_ah(&av).is_ok(), "in range");
+    assert!(pd.create_ah(&widest).is_ok(), "the widest values that fit");
 }
 
 /// `e` is the typed refusal of a transition attribute, before the provider: `InvalidArgument`
