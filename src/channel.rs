@@ -633,12 +633,23 @@ pub(crate) fn register_readable(
 /// (a duplicate, [`register_readable`]) at the first poll, and again whenever a poll comes from
 /// a task of another runtime (a future moved between runtimes, a reader polled by another
 /// runtime's task), so that the runtime that polls is the one that wakes the task, whatever the
-/// first one does meanwhile (idle, blocked, shut down). A poll outside any runtime keeps the
-/// registration it has.
+/// first one does meanwhile (idle, blocked, shut down). A poll outside any runtime keeps a
+/// multi-threaded runtime's registration, whose reactor its workers drive; a current-thread
+/// runtime drives its reactor only inside its `block_on`, so outside it such a poll would wait
+/// unwoken: it is the same typed error as a poll outside a runtime with nothing registered.
 #[cfg(feature = "tokio")]
 #[derive(Default)]
 pub(crate) struct Readable {
-    reg: Option<(tokio::runtime::Id, tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>)>,
+    reg: Option<Registration>,
+}
+
+/// A descriptor registered with a runtime's reactor: the runtime, whether its reactor runs
+/// outside the program's `block_on` (a multi-threaded runtime's), and the registration.
+#[cfg(feature = "tokio")]
+struct Registration {
+    runtime: tokio::runtime::Id,
+    driven_alone: bool,
+    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
 }
 
 #[cfg(feature = "tokio")]
@@ -682,19 +693,28 @@ impl Readable {
     ) -> Poll<
         std::result::Result<tokio::io::unix::AsyncFdReadyGuard<'a, std::os::fd::OwnedFd>, (&'static str, io::Error)>,
     > {
-        let current = tokio::runtime::Handle::try_current().map(|h| h.id());
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let current = Handle::try_current();
         match (&self.reg, current) {
-            (Some((registered, _)), Ok(now)) if *registered == now => {}
-            // Outside a runtime: the registration it has.
-            (Some(_), Err(_)) => {}
+            (Some(r), Ok(now)) if r.runtime == now.id() => {}
+            // Outside a runtime: a registration whose reactor runs without the program.
+            (Some(r), Err(_)) if r.driven_alone => {}
+            (Some(_), Err(e)) => {
+                let what = "outside a tokio runtime (the descriptor is registered with a current-thread runtime, \
+                            whose reactor runs only inside its block_on)";
+                return Poll::Ready(Err((what, io::Error::other(e))));
+            }
             (None, Err(e)) => return Poll::Ready(Err(("outside a tokio runtime", io::Error::other(e)))),
             (_, Ok(now)) => match register_readable(fd) {
-                Ok(afd) => self.reg = Some((now, afd)),
+                Ok(afd) => {
+                    let driven_alone = now.runtime_flavor() == RuntimeFlavor::MultiThread;
+                    self.reg = Some(Registration { runtime: now.id(), driven_alone, fd: afd });
+                }
                 Err(e) => return Poll::Ready(Err(e)),
             },
         }
         match &self.reg {
-            Some((_, afd)) => afd.poll_read_ready(cx).map_err(|e| ("waiting for the descriptor", e)),
+            Some(r) => r.fd.poll_read_ready(cx).map_err(|e| ("waiting for the descriptor", e)),
             None => Poll::Ready(Err(("outside a tokio runtime", io::Error::other("nothing registered")))),
         }
     }
@@ -948,5 +968,75 @@ impl CompChannel {
     pub(crate) fn attach_fake(&self, cq: &Arc<CqShared>) {
         let p = Cq { inner: Arc::clone(cq) }.as_ptr() as usize;
         lock(&self.inner.cqs).push((p, Arc::downgrade(cq)));
+    }
+}
+
+#[cfg(all(test, feature = "tokio"))]
+mod tests {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    use std::time::{Duration, Instant};
+
+    use super::Readable;
+
+    /// A non-blocking pipe: (read end, write end).
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0i32; 2];
+        // SAFETY: `pipe2` with a valid out-array; on success both descriptors are new and owned
+        // by the `OwnedFd`s made of them, and nothing else closes them.
+        unsafe {
+            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
+            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+        }
+    }
+
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// Registers `read` with `rt`'s reactor: one poll inside `rt.block_on`, with nothing to read.
+    fn registered_with(rt: &tokio::runtime::Runtime, read: &OwnedFd) -> Readable {
+        let mut r = Readable::default();
+        rt.block_on(std::future::poll_fn(|cx| {
+            assert!(r.poll_read_ready(read.as_fd(), cx).is_pending(), "nothing was written");
+            Poll::Ready(())
+        }));
+        assert!(r.is_registered());
+        r
+    }
+
+    /// A registration with a current-thread runtime, polled outside any runtime, is the typed
+    /// refusal, not a wait its reactor would never end (it runs only inside `block_on`); one
+    /// with a multi-threaded runtime is kept, and its workers' reactor wakes the waiter.
+    #[test]
+    fn outside_a_runtime_only_a_multithreaded_runtimes_registration_is_waited_on() {
+        let (read, write) = pipe();
+        let current = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        let mut r = registered_with(&current, &read);
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        match r.poll_read_ready(read.as_fd(), &mut Context::from_waker(&waker)) {
+            Poll::Ready(Err((what, _))) => assert!(what.contains("current-thread"), "{what}"),
+            Poll::Ready(Ok(_)) => panic!("ready with nothing written"),
+            Poll::Pending => panic!("a wait that the current-thread runtime's reactor would never end"),
+        }
+
+        let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_io().build().unwrap();
+        let mut r = registered_with(&multi, &read);
+        assert!(r.poll_read_ready(read.as_fd(), &mut Context::from_waker(&waker)).is_pending(), "kept, waiting");
+        // SAFETY: one byte from a valid buffer to the pipe's open write end.
+        assert_eq!(unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&write), [1u8].as_ptr().cast(), 1) }, 1);
+        let start = Instant::now();
+        while wakes.0.load(SeqCst) == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the workers' reactor did not wake the waiter");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(matches!(r.poll_read_ready(read.as_fd(), &mut Context::from_waker(&waker)), Poll::Ready(Ok(_))));
     }
 }

@@ -544,7 +544,9 @@ impl AsyncEvents {
     /// I/O driver (built without `enable_io`; the latter needs unwinding: tokio panics there,
     /// which aborts under `panic = "abort"`), when the descriptor cannot be registered with the
     /// reactor or the reactor reports an error (polled outside any runtime after the runtime
-    /// it was registered with shut down), or when the read fails.
+    /// it was registered with shut down), when it is polled outside any runtime after it was
+    /// registered with a current-thread runtime (whose reactor runs only inside its
+    /// `block_on`), or when the read fails.
     ///
     /// See ibv_get_async_event(3).
     #[doc(alias = "ibv_get_async_event")]
