@@ -353,7 +353,9 @@ impl<T> PollLock<T> {
 /// unreachable ([`CqShared::register`]); this is the answer should a device report one
 /// anyway.
 pub(crate) struct FailedCq {
-    _cqs: Vec<Arc<CqShared>>,
+    /// Every CQ of the context that was alive, the failed one among them: released with this,
+    /// after the event was acknowledged.
+    _live: Vec<Arc<CqShared>>,
     qps: Vec<Arc<QpShared>>,
 }
 
@@ -362,13 +364,14 @@ impl FailedCq {
         // Upgraded under the context's lock, compared and dropped after it: a handle dropped
         // here may be the last of its CQ, whose destroy waits for its events' acknowledgement,
         // which another reader of events may be about to give from this very function.
+        // (Kept whole, the others too: each may be the last handle of its CQ.)
         let live: Vec<_> = ctx.cqs.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade).collect();
-        let cqs: Vec<_> = live.into_iter().filter(|c| crate::event::HandleId::of(c.cq.as_ptr()) == cq).collect();
-        let qps = cqs
+        let qps = live
             .iter()
+            .filter(|c| crate::event::HandleId::of(c.cq.as_ptr()) == cq)
             .flat_map(|c| c.routes.lock().routes.iter().filter_map(|r| r.qp.upgrade()).collect::<Vec<_>>())
             .collect();
-        FailedCq { _cqs: cqs, qps }
+        FailedCq { _live: live, qps }
     }
 
     /// Every QP found refuses posts until the program resets it.
