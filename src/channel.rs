@@ -635,8 +635,9 @@ pub(crate) fn register_readable(
 /// runtime's task), so that the runtime that polls is the one that wakes the task, whatever the
 /// first one does meanwhile (idle, blocked, shut down). A poll outside any runtime keeps a
 /// multi-threaded runtime's registration, whose reactor its workers drive; a current-thread
-/// runtime drives its reactor only inside its `block_on`, so outside it such a poll would wait
-/// unwoken: it is the same typed error as a poll outside a runtime with nothing registered.
+/// runtime drives its reactor only inside its `block_on`, so outside it such a poll could wait
+/// unwoken: it is a typed error, as a poll outside a runtime with nothing registered is (also
+/// when that runtime's `block_on` is running on another thread, which the poll cannot tell).
 #[cfg(feature = "tokio")]
 #[derive(Default)]
 pub(crate) struct Readable {
@@ -1038,5 +1039,25 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(matches!(r.poll_read_ready(read.as_fd(), &mut Context::from_waker(&waker)), Poll::Ready(Ok(_))));
+    }
+
+    /// A multi-threaded runtime's registration, kept and waited on outside any runtime, then the
+    /// runtime shut down: the waiter is woken, and the next poll is the reactor's error, not a
+    /// wait that nothing ends.
+    #[test]
+    fn a_kept_registration_whose_runtime_shuts_down_wakes_its_waiter_with_an_error() {
+        let (read, _write) = pipe();
+        let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_io().build().unwrap();
+        let mut r = registered_with(&multi, &read);
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        assert!(r.poll_read_ready(read.as_fd(), &mut Context::from_waker(&waker)).is_pending(), "kept, waiting");
+        drop(multi);
+        assert!(wakes.0.load(SeqCst) > 0, "the shut-down reactor woke the waiter");
+        match r.poll_read_ready(read.as_fd(), &mut Context::from_waker(&waker)) {
+            Poll::Ready(Err((what, _))) => assert_eq!(what, "waiting for the descriptor"),
+            Poll::Ready(Ok(_)) => panic!("ready with nothing written"),
+            Poll::Pending => panic!("a wait on a reactor that shut down"),
+        }
     }
 }

@@ -248,7 +248,7 @@ fn awaited_owned_requests_that_wait_allocate_nothing_per_request() {
 /// first poll and polls again, waking its own task, until its message lands.
 #[test]
 fn awaited_owned_requests_that_poll_before_sleeping_allocate_nothing_per_request() {
-    let (counted, waited, rounds, tasks) = awaited_rounds(100_000);
+    let (counted, waited, rounds, tasks) = awaited_rounds(1_000_000);
     assert_eq!(rounds, WARM_UP + COUNTED);
     assert_eq!(waited, rounds, "every receive missed at its first poll");
     assert_eq!(tasks, 0, "no driver task: every receive was taken by a poll, none slept");

@@ -498,9 +498,12 @@ fn async_events_on_a_multi_threaded_runtime() {
     assert_no_event_pending(&ctx);
 }
 
-/// Outside a runtime with nothing registered, and outside one after the runtime its
-/// registration was made with shut down, a poll is a typed error (no panic, no hang); polled by
-/// a task of another runtime, the reader is registered there and gets the next event.
+/// Outside a runtime with nothing registered, and outside one with a registration made by a
+/// current-thread runtime (here shut down since), a poll is a typed error (no panic, no hang);
+/// polled by a task of another runtime, the reader is registered there and gets the next event.
+/// (A multi-threaded runtime's registration, kept outside a runtime, reports its reactor's
+/// shutdown: unit test
+/// `channel::tests::a_kept_registration_whose_runtime_shuts_down_wakes_its_waiter_with_an_error`.)
 #[cfg(feature = "tokio")]
 #[test]
 fn async_events_outside_a_runtime_are_typed_errors_and_another_runtime_takes_over() {
@@ -518,8 +521,8 @@ fn async_events_outside_a_runtime_are_typed_errors_and_another_runtime_takes_ove
         }
         other => panic!("expected a typed error naming ibv_get_async_event, got {other:?}"),
     }
-    // Registered with a runtime that then shuts down: polled outside any runtime, the
-    // registration it has reports the dead reactor instead of waiting forever.
+    // Registered with a current-thread runtime (then shut down): polled outside any runtime, a
+    // typed error naming it instead of a wait nothing ends.
     let rt = current_thread_runtime();
     rt.block_on(async {
         let mut next = Box::pin(events.next());
@@ -527,7 +530,9 @@ fn async_events_outside_a_runtime_are_typed_errors_and_another_runtime_takes_ove
     });
     drop(rt);
     match events.poll_next_event(&mut TaskContext::from_waker(&waker)) {
-        Poll::Ready(Err(Error::Verb { verb: Verb::GetAsyncEvent, .. })) => {}
+        Poll::Ready(Err(Error::Verb { verb: Verb::GetAsyncEvent, context, .. })) => {
+            assert!(context.contains("current-thread runtime"), "{context}")
+        }
         other => panic!("expected a typed error naming ibv_get_async_event, got {other:?}"),
     }
     // A task of another runtime: registered with that one, it gets the next event, and
