@@ -1370,13 +1370,6 @@ impl TrackedQueue {
         wake_kept();
     }
 
-    /// Whether what a dropped token of request `seq` held is still kept (not yet dropped by
-    /// the poll that completed it, on another thread maybe).
-    #[cfg(all(test, not(loom)))]
-    pub(crate) fn holds_grave(&self, seq: u64) -> bool {
-        self.grave_count.load(Ordering::Acquire) > 0 && lock(&self.graves).iter().any(|(s, _)| *s == seq)
-    }
-
     /// Whether something a dropped token held is still kept although its request is no longer
     /// outstanding: the poll that completed it drops it just after, maybe on another thread,
     /// under the graves' lock, which this takes, so a drop in progress is waited out. (The count
@@ -1975,9 +1968,10 @@ mod tests {
         assert_eq!(dropped(), 3, "leaked, not freed");
     }
 
-    /// A parked buffer is seen (`holds_grave`) until its drop has finished, also when another
-    /// thread's poll completes its request: a scope's drain waits on it before returning, so
-    /// that a parked window is deallocated before the program may deregister its region.
+    /// A parked buffer of a completed request is seen (`holds_settled_grave`) until its drop has
+    /// finished, also when another thread's poll completes the request: a scope's drain waits on
+    /// it before returning, so that a parked window is deallocated before the program may
+    /// deregister its region. While its request is pending, it is parked but not settled.
     #[cfg(not(loom))]
     #[test]
     fn a_parked_buffer_is_held_until_its_drop_on_another_thread_is_done() {
@@ -1994,7 +1988,7 @@ mod tests {
         let a = q.lock().push(true);
         let dropped = Arc::new(AtomicBool::new(false));
         q.release(a, Box::new(Slow(Arc::clone(&dropped))));
-        assert!(q.holds_grave(a) && !q.holds_grave(a + 1));
+        assert!(q.parked() == 1 && !q.holds_settled_grave(), "parked, its request pending");
         let poller = std::thread::spawn({
             let q = Arc::clone(&q);
             move || q.complete(a, wc(1))
@@ -2003,7 +1997,7 @@ mod tests {
             std::thread::yield_now();
         }
         // Complete now; its buffer's drop may still be running on the poller.
-        while q.holds_grave(a) {
+        while q.holds_settled_grave() {
             std::thread::yield_now();
         }
         assert!(dropped.load(SeqCst), "no longer held only once dropped");
