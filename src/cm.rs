@@ -338,18 +338,24 @@ impl RawId {
         self.id.as_ptr()
     }
 
-    /// The name of the RDMA device the identifier is bound to, if any yet.
-    fn device_name(&self) -> Option<String> {
+    /// The RDMA device the identifier is bound to, if any yet, and its name.
+    fn device(&self) -> Option<(NonNull<sys::ibv_device>, String)> {
         // SAFETY: the identifier is alive; `verbs` is null or librdmacm's context of the bound
         // device, alive as long as the identifier; the name is NUL-terminated and copied at once.
         unsafe {
             let verbs = (*self.ptr()).verbs;
-            if verbs.is_null() || (*verbs).device.is_null() {
+            if verbs.is_null() {
                 return None;
             }
-            let name = sys::ibv_get_device_name((*verbs).device);
-            (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
+            let dev = NonNull::new((*verbs).device)?;
+            let name = sys::ibv_get_device_name(dev.as_ptr());
+            (!name.is_null()).then(|| (dev, CStr::from_ptr(name).to_string_lossy().into_owned()))
         }
+    }
+
+    /// The name of the RDMA device the identifier is bound to, if any yet.
+    fn device_name(&self) -> Option<String> {
+        self.device().map(|(_, name)| name)
     }
 
     /// The port of the device the identifier is bound to (0 before it is bound).
@@ -557,10 +563,9 @@ impl RawId {
     /// ([`ContextInner::identity`](crate::device::ContextInner)), so a device created anew under
     /// the name of an earlier one is another device.
     fn device_identity(&self) -> Option<(DeviceIdentity, String)> {
-        let name = self.device_name()?;
-        // SAFETY: as in `device_name`, which found `verbs` and its device non-null; the
-        // identifier (and librdmacm's context) is alive for the call.
-        let index = unsafe { sys::ibv_get_device_index((*(*self.ptr()).verbs).device) };
+        let (dev, name) = self.device()?;
+        // SAFETY: `dev` is the bound device, alive as long as the identifier (`RawId::device`).
+        let index = unsafe { sys::ibv_get_device_index(dev.as_ptr()) };
         Some((DeviceIdentity::of(index, &name), name))
     }
 
