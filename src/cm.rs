@@ -531,7 +531,7 @@ impl RawId {
     /// for every request this one issues, and never above this side's own initiator depth,
     /// which the accept or connect told the peer.
     ///
-    /// On failure the QP is [flushed](flushed) (receives may be posted on it).
+    /// On failure the QP is [flushed] (receives may be posted on it).
     fn qp_to_rts(&self, qp: Qp<RC, RTR>, initiator_depth: u8) -> Result<Qp<RC, RTS>> {
         let mut rts = or_flush!(self.qp_attr(sys::IBV_QPS_RTS), qp);
         if rts.mask & sys::IBV_QP_MAX_QP_RD_ATOMIC != 0 {

@@ -672,7 +672,8 @@ impl Book {
         }
     }
 
-    /// [`Book::complete`], publishing a send queue's change to `settled` (under the lock).
+    /// Records `c` for request `seq` (as [`SendBook::complete`] or [`WorkQueue::complete`]),
+    /// publishing a send queue's change to `settled` (under the lock).
     #[inline(always)]
     fn complete_published(&mut self, seq: u64, c: Completion, settled: &Settled) {
         match self {
@@ -687,7 +688,8 @@ impl Book {
         }
     }
 
-    /// [`Book::try_take`], publishing a send queue's change to `settled` (under the lock).
+    /// Takes request `seq`'s result (as [`SendBook::try_take`] or [`WorkQueue::try_take`]),
+    /// publishing a send queue's change to `settled` (under the lock).
     #[inline(always)]
     fn try_take_published(&mut self, seq: u64, settled: &Settled) -> Take {
         match self {

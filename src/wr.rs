@@ -73,7 +73,7 @@ impl<S: SgeStore> RawSendWr<S> {
     /// Names `local` as the request's memory, for an operation `op` (`IBV_ODP_SUPPORT_*`).
     ///
     /// # Errors
-    /// As [`Collected::of`]: entries of different PDs, a misplaced ODP entry the device writes.
+    /// As [`Gather::collect`]: entries of different PDs, a misplaced ODP entry the device writes.
     #[inline(always)]
     fn local<G: Gather<Sges = S>>(&mut self, local: &G, op: u32) -> Result<()> {
         let c = local.collect("ibv_post_send")?;
