@@ -1006,8 +1006,9 @@ impl CmId<AddrResolved, UD> {
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for an address that is not multicast, a QP or PD of
-    ///   another device, or a QP whose Q_Key is not the group's (its datagrams would be
-    ///   dropped: ready it with [`CmId::ready_qp`]);
+    ///   another device, a QP whose Q_Key is not the group's (its datagrams would be
+    ///   dropped: ready it with [`CmId::ready_qp`]), or a QP on another port of the device
+    ///   than the identifier's (the group's datagrams arrive on the identifier's port);
     /// - [`Error::Cm`] with `MULTICAST_ERROR` and its status, or another event;
     /// - [`Error::Timeout`];
     /// - [`Error::Verb`] with `rdma_join_multicast`, `ibv_query_qp`, `ibv_attach_mcast` or
@@ -1069,19 +1070,33 @@ impl CmId<AddrResolved, UD> {
     }
 }
 
+/// A UD QP serves an identifier only on the identifier's port: datagrams addressed to the
+/// identifier (a SIDR reply's peer, a multicast group joined through the port) arrive there, and
+/// a QP of another port of the same device would receive none of them.
+fn same_port(verb: &'static str, qp_num: u32, qp_port: u8, id_port: u8) -> Result<()> {
+    if qp_port == id_port {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        verb,
+        format!("QP {qp_num:#x} is on port {qp_port}, the identifier's address on port {id_port} of the device"),
+    ))
+}
+
 /// The rest of a join once its `MULTICAST_JOIN` event `e` arrived: the Q_Key check, the address
 /// handle, the QP attached.
 fn finish_join<'q>(membership: Membership, e: Event, qp: &'q Qp<UD, RTS>, pd: &Pd) -> Result<McGroup<'q>> {
     let ud = e.ud.as_ref().ok_or_else(|| Error::invalid("rdma_get_cm_event", "a join event without its address"))?;
     let (gid, lid, qkey) =
         (AddressVector::from_raw(&ud.ah_attr).grh.map(|g| g.dgid).unwrap_or_default(), ud.ah_attr.dlid, ud.qkey);
-    let ours = qp.qkey()?;
+    let (ours, port) = qp.qkey_and_port()?;
     if ours != qkey {
         return Err(Error::invalid(
             "rdma_join_multicast",
             format!("QP {:#x} takes Q_Key {ours:#x}, the group's datagrams carry {qkey:#x}", qp.qp_num()),
         ));
     }
+    same_port("rdma_join_multicast", qp.qp_num(), port, membership.raw.port_num())?;
     let peer = peer(pd, e)?;
     // Last, so that nothing fails once the QP is attached.
     qp.attach_mcast(gid, lid)?;
@@ -1588,9 +1603,10 @@ impl ConnRequest<UD> {
     /// ([`Pd::create_ah_from_wc`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a QP of another device than the request's, a QP whose
-    /// Q_Key is not the CM's (the peer's datagrams would be dropped: ready it with
-    /// [`ConnRequest::ready_qp`]) or private data above 136 bytes; [`Error::Verb`] with
+    /// [`Error::InvalidArgument`] for a QP of another device than the request's, a QP on
+    /// another port of it than the request's, a QP whose Q_Key is not the CM's (the peer's
+    /// datagrams would be dropped: ready it with [`ConnRequest::ready_qp`]) or private data
+    /// above 136 bytes; [`Error::Verb`] with
     /// `ibv_query_qp`, `rdma_init_qp_attr` or `rdma_accept`.
     ///
     /// See rdma_accept(3).
@@ -1598,13 +1614,14 @@ impl ConnRequest<UD> {
     pub fn accept(self, qp: &impl ReadyUd, private_data: &[u8]) -> Result<()> {
         let qp = qp.ready_ud();
         self.raw.check_device(qp.device())?;
-        let (theirs, ours) = (self.raw.qkey()?, qp.qkey()?);
+        let (theirs, (ours, port)) = (self.raw.qkey()?, qp.qkey_and_port()?);
         if theirs != ours {
             return Err(Error::invalid(
                 "rdma_accept",
                 format!("QP {:#x} takes Q_Key {ours:#x}, the peer will send with the CM's {theirs:#x}", qp.qp_num()),
             ));
         }
+        same_port("rdma_accept", qp.qp_num(), port, self.raw.port_num())?;
         let mut raw = ud_param(private_data, qp.qp_num(), UD_ACCEPT_PRIVATE, "rdma_accept")?;
         // SAFETY: the identifier is alive (a request's); `raw` and its private data live
         // across the call (librdmacm copies them).
@@ -1864,7 +1881,23 @@ impl Connection {
 
 #[cfg(test)]
 mod tests {
-    use super::{passive_dest_rd_atomic, rts_rd_atomic};
+    use super::{passive_dest_rd_atomic, rts_rd_atomic, same_port};
+    use crate::Error;
+
+    /// A UD QP on another port of the identifier's device is refused, naming the verb, the QP
+    /// and both ports (Soft-RoCE devices have one port each: the device tests reach only the
+    /// accepted case).
+    #[test]
+    fn a_ud_qp_on_another_port_than_the_identifiers_is_refused() {
+        assert!(same_port("rdma_accept", 0x11, 1, 1).is_ok());
+        match same_port("rdma_join_multicast", 0x11, 2, 1) {
+            Err(Error::InvalidArgument { verb, reason }) => {
+                assert_eq!(verb, "rdma_join_multicast");
+                assert!(reason.contains("QP 0x11 is on port 2") && reason.contains("port 1"), "{reason}");
+            }
+            other => panic!("expected the refusal, got {other:?}"),
+        }
+    }
 
     /// The CM's value (255 asked) is the peer's offer up to the device's limit; an explicit
     /// value is taken as asked (RTR, passive: what the accept tells the peer) or caps the

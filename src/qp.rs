@@ -842,6 +842,13 @@ impl<S: QpState> Qp<UD, S> {
         Ok(self.query(sys::IBV_QP_QKEY)?.qkey)
     }
 
+    /// `ibv_query_qp` of `IBV_QP_QKEY` and `IBV_QP_PORT` in one call: the Q_Key and the port
+    /// of a UD QP (what the connection manager compares with its identifier's).
+    pub(crate) fn qkey_and_port(&self) -> Result<(u32, u8)> {
+        let a = self.query(sys::IBV_QP_QKEY | sys::IBV_QP_PORT)?;
+        Ok((a.qkey, a.port_num))
+    }
+
     /// `ibv_attach_mcast`: datagrams to the multicast group `gid` (`lid` on InfiniBand, 0 on
     /// RoCE) are delivered to this QP's receive queue. Done and undone by the connection
     /// manager's group membership ([`McGroup`](crate::cm::McGroup)), which keeps the QP
