@@ -172,11 +172,18 @@ fn futures_dropped_on_another_thread_while_the_driver_routes_their_completions()
         };
         let dropper = {
             let shared = Arc::clone(&shared);
+            let r = Arc::clone(&r);
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_micros((i as u64 * 97) % 3000));
                 let fut = shared.fut.lock().unwrap().take();
                 // Dropped here, on this thread, outside the slot's lock.
                 drop(fut);
+                // No future of b's receives is left: each receive still outstanding holds its
+                // buffer with the queue (read in this order: a completion meanwhile releases a
+                // buffer only after its receive is complete).
+                let parked = r.pair.b.parked_buffers();
+                let in_flight = r.pair.b.outstanding().1 as usize;
+                assert!(parked >= in_flight, "{i}: {in_flight} receives outstanding, {parked} buffers held");
                 if let Some(w) = shared.waker.lock().unwrap().take() {
                     w.wake();
                 }
@@ -208,7 +215,7 @@ fn futures_dropped_on_another_thread_while_the_driver_routes_their_completions()
         assert!(got[16..].iter().all(|&b| b == 0xEE), "{i}");
     }
     eprintln!("{came_back} came back through their futures, {} dropped", dropped.len());
-    assert_eq!(came_back + dropped.len(), N);
+    assert!(came_back > 0 && !dropped.is_empty(), "both outcomes: {came_back} came back, {} dropped", dropped.len());
     drop((keep, rt));
 }
 
@@ -269,6 +276,16 @@ fn a_future_repolled_with_another_waker_or_moved_to_another_task_wakes_the_lates
     }
 }
 
+/// A panic's message (`&str` or `String` payload).
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => {
+            payload.downcast_ref::<&str>().map_or_else(|| "<not a message>".to_owned(), |s| (*s).to_owned())
+        }
+    }
+}
+
 /// Polled after it resolved (to a completion, or to an error with the token): a clean panic
 /// naming the misuse; the token that came back with the error is still good.
 #[test]
@@ -282,9 +299,7 @@ fn a_future_polled_after_it_resolved_panics_cleanly() {
     let got = rt.block_on(async { poll_with(&mut fut, &w) });
     assert!(matches!(&got, Poll::Ready(Ok((c, _))) if c.is_success()), "{got:?}");
     let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll_with(&mut fut, &w)));
-    let msg = again.expect_err("a second poll panics");
-    let msg = msg.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| msg.downcast_ref::<String>().cloned());
-    assert_eq!(msg.as_deref(), Some("OwnedCompletion polled after it resolved"));
+    assert_eq!(panic_message(again.expect_err("a second poll panics")), "OwnedCompletion polled after it resolved");
     drop(fut);
     // Resolved to an error (no channel on its CQ), then polled again.
     let Rig { _ctx, pd, cq } = rig();
@@ -298,7 +313,11 @@ fn a_future_polled_after_it_resolved_panics_cleanly() {
         }
         other => panic!("{other:?}"),
     };
-    assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll_with(&mut fut, &w))).is_err());
+    let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| poll_with(&mut fut, &w)));
+    assert_eq!(
+        panic_message(again.expect_err("a poll after the error panics")),
+        "OwnedCompletion polled after it resolved"
+    );
     drop(fut);
     send_sync(&pd, &pair.a, b"still good");
     let (c, buf) = token.wait(WAIT).map_err(|e| e.error).unwrap();
@@ -663,11 +682,15 @@ fn a_waiting_future_whose_wakers_drop_panics_still_parks_its_buffer_and_stops_wa
 }
 
 /// A waker that panics when woken (as a hand-written executor's waker that unwraps a send to
-/// a queue whose receiver is gone).
-struct PanicOnWake;
+/// a queue whose receiver is gone), counting its wakes first: a test shows the panic happened.
+#[derive(Default)]
+struct PanicOnWake {
+    woken: AtomicUsize,
+}
 
 impl Wake for PanicOnWake {
     fn wake(self: Arc<Self>) {
+        self.woken.fetch_add(1, Ordering::SeqCst);
         panic!("a hostile waker woken");
     }
 }
@@ -688,7 +711,8 @@ fn a_waker_that_panics_in_a_scopes_drain_does_not_cut_it_short() {
     // runtime does not run again (its driver task never polls the CQ).
     let t = r.pair.b.post_recv_owned(wr::Recv::new(chunks(&r.pd, 1, 64).remove(0))).unwrap();
     let mut fut = t.into_future();
-    let waker = Waker::from(Arc::new(PanicOnWake));
+    let hostile = Arc::new(PanicOnWake::default());
+    let waker = Waker::from(Arc::clone(&hostile));
     assert!(rt.block_on(async { poll_with(&mut fut, &waker) }).is_pending(), "nothing was sent");
     // Its completion waits in b's CQ: nobody polls it before the scope's drain.
     send_sync(&r.pd, &r.pair.a, b"first");
@@ -700,6 +724,7 @@ fn a_waker_that_panics_in_a_scopes_drain_does_not_cut_it_short() {
     }));
     let panic = unwound.expect_err("the waker's panic comes out of the scope");
     assert_eq!(panic.downcast_ref::<&str>(), Some(&"a hostile waker woken"));
+    assert_eq!(hostile.woken.load(Ordering::SeqCst), 1, "the drain woke the waker once");
     assert_eq!(r.pair.b.outstanding(), (0, 0), "the drain went on: the scope's receive was flushed");
     let state = r.pair.b.query_state().unwrap();
     assert!(
@@ -727,7 +752,8 @@ fn a_waker_that_panics_in_the_driver_task_leaves_the_other_futures_served() {
     let tg = r.pair.b.post_recv_owned(wr::Recv::new(rx.remove(0))).unwrap();
     rt.block_on(async {
         let mut h = th.into_future();
-        assert!(poll_with(&mut h, &Waker::from(Arc::new(PanicOnWake))).is_pending(), "nothing was sent");
+        let hostile = Arc::new(PanicOnWake::default());
+        assert!(poll_with(&mut h, &Waker::from(Arc::clone(&hostile))).is_pending(), "nothing was sent");
         let g = tokio::spawn(async move { timeout(WAIT, tg).await });
         sleep(Duration::from_millis(20)).await;
         // H's receive (posted first) completes; the driver routes it and wakes H's waker.
@@ -739,6 +765,9 @@ fn a_waker_that_panics_in_the_driver_task_leaves_the_other_futures_served() {
         let (c, chunk) = served.unwrap().expect("G's own bound").map_err(|e| e.error).unwrap();
         assert!(c.is_success(), "{c:?}");
         assert_eq!(&chunk.as_slice()[..6], b"second");
+        // H's waker was woken, and panicked, once; not in G's task (G resolved with its
+        // output, not a `JoinError`), so in the driver task, which went on serving G.
+        assert_eq!(hostile.woken.load(Ordering::SeqCst), 1, "H's waker was woken and panicked");
         // H's completion was recorded before its waker ran: polled again, it resolves.
         match poll_with(&mut h, &count_waker().1) {
             Poll::Ready(Ok((c, chunk))) => {

@@ -211,8 +211,12 @@ fn reads_abandoned_in_flight_come_back_only_through_the_queue_with_the_data_in_t
                 let t = r.pair.a.post_send_owned(wr::Read::new(d, source[i].remote())).unwrap();
                 tasks.push(tokio::spawn(t.into_future()));
             }
-            // Abandoned wherever they are: before their first poll, waiting, or complete but
-            // not yet polled.
+            // Abandoned wherever they are: half before their first poll (on the current-thread
+            // runtime none has run yet), the others after it: waiting, or complete but not yet
+            // polled.
+            for t in tasks.iter().step_by(2) {
+                t.abort();
+            }
             tokio::task::yield_now().await;
             for t in &tasks {
                 t.abort();
@@ -233,8 +237,16 @@ fn reads_abandoned_in_flight_come_back_only_through_the_queue_with_the_data_in_t
             }
             (done, aborted)
         });
-        assert_eq!(done.len() + aborted.len(), N, "{name}");
-        assert!(r.pair.a.parked_buffers() <= aborted.len(), "{name}");
+        if name == "current-thread" {
+            assert!(aborted.len() >= N / 2, "{name}: {} abandoned before their first poll", aborted.len());
+        }
+        // Every READ still in flight holds its buffer with the queue (read in this order: a
+        // completion meanwhile releases a buffer only after its request is complete), and only
+        // abandoned ones do.
+        let parked = r.pair.a.parked_buffers();
+        let in_flight = r.pair.a.outstanding().0 as usize;
+        assert!(parked >= in_flight, "{name}: {in_flight} READs in flight, {parked} buffers held");
+        assert!(parked <= aborted.len(), "{name}: {parked} buffers held, {} abandoned", aborted.len());
         until_unparked(&r.pair.a, &r.cq_a);
         // Each abandoned READ's data landed in its parked buffer before it was released.
         for &i in &aborted {
@@ -422,7 +434,9 @@ fn a_completion_that_lands_while_its_future_polls_is_taken_without_the_event() {
             let (c, buf) = timeout(WAIT, task).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
             assert!(c.is_success(), "{name}: {c:?}");
             assert_eq!(&buf.as_slice()[..15], b"taken by a poll", "{name}");
-            assert!(polls.load(Ordering::SeqCst) > before, "{name}");
+            // No later poll is asserted: on the multi-threaded runtime the poll that takes it
+            // may be one counted before `before` was read, waiting meanwhile for the CQ's
+            // routing lock, which the send's own wait holds while it routes the receive.
             // The finished task leaves the count just after it wakes its `JoinHandle` (on the
             // multi-threaded runtime, possibly after this); a driver task would stay.
             let start = Instant::now();

@@ -67,7 +67,9 @@ fn memory_of_another_context_or_pd_is_refused_before_the_provider() {
     let mut dst_ctx = b.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let mut dst_pd = other_pd.alloc_mr(64, access::LOCAL_RW).unwrap();
     let mut own = a.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
-    for mr in [&mut dst_ctx, &mut dst_pd] {
+    let mut own_src = a.pd.alloc_mr(8, access::LOCAL_READ).unwrap();
+    own_src.as_mut_slice().fill(7);
+    for mr in [&mut dst_ctx, &mut dst_pd, &mut own] {
         mr.as_mut_slice().fill(0x5a);
     }
     src_ctx.as_mut_slice().fill(1);
@@ -89,13 +91,17 @@ fn memory_of_another_context_or_pd_is_refused_before_the_provider() {
         // Nothing reached the device.
         assert_eq!(pair.a.outstanding(), (0, 0));
         assert_eq!(pair.b.outstanding(), (0, 0));
-        // The region of the QP's own PD is accepted.
+        // The region of the QP's own PD is accepted, and is the first receive b holds: a
+        // message lands in it (a refused receive queued after all would have taken it).
         let t = s.post_recv(&pair.b, wr::Recv::new(own.slice_mut(..).unwrap())).unwrap();
-        s.flush(&pair.b, WAIT).unwrap();
+        let sent = s.post_send(&pair.a, wr::Send::new(own_src.slice(..).unwrap())).unwrap();
+        assert!(s.wait(sent, WAIT).unwrap().0.is_success());
         let (c, _) = s.wait(t, WAIT).unwrap();
-        assert_eq!(c.status(), WcStatus::WrFlushErr);
+        assert_eq!((c.status(), c.byte_len()), (WcStatus::Success, 8), "{c:?}");
     })
     .unwrap();
+    assert_eq!(own.as_slice()[..8], [7; 8], "the message landed in the own PD's receive");
+    assert!(own.as_slice()[8..].iter().all(|&b| b == 0x5a));
     // The sentinel bytes of the refused receive buffers never changed.
     assert!(dst_ctx.as_slice().iter().all(|&b| b == 0x5a));
     assert!(dst_pd.as_slice().iter().all(|&b| b == 0x5a));

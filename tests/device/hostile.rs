@@ -270,14 +270,14 @@ fn a_send_with_invalidate_of_an_unbound_type2_window_of_the_device_is_refused() 
         // arrived would be FREE too.
         let next = ((mw.raw_rkey() >> 8) + 1) << 8;
         let e = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), next)).map(drop).unwrap_err().error;
-        assert_send_inv_refused(&e, "not bound");
+        assert_send_inv_refused(&e, "is not bound under that rkey");
         // The receive is still usable: a plain send lands in it.
         let t = s.post_send(&p.a, wr::Send::new(src.slice(..16).unwrap())).unwrap();
         assert!(s.wait(t, WAIT).unwrap().0.is_success());
         (refused, s.wait(rt, WAIT).unwrap().0)
     })
     .unwrap();
-    assert_send_inv_refused(&refused.error, "not bound");
+    assert_send_inv_refused(&refused.error, "is not bound under that rkey");
     assert!(refused.wr.is_some(), "the request comes back");
     assert_eq!((received.is_success(), received.invalidated_rkey()), (true, None), "{received:?}");
     drop(mw);
@@ -301,7 +301,10 @@ fn a_second_send_with_invalidate_of_one_binding_is_refused() {
             assert!(s.wait(t, WAIT).unwrap().0.is_success());
             let (inv, rt) = if collected_first { (Some(s.wait(rt, WAIT).unwrap().0), None) } else { (None, Some(rt)) };
             let again = s.post_send(&p.a, SendInv::new(src.slice(..16).unwrap(), rkey)).map(drop).unwrap_err();
-            assert_send_inv_refused(&again.error, "invalidat");
+            assert_send_inv_refused(
+                &again.error,
+                "was already invalidated by a SEND_WITH_INV, or one of it is in flight",
+            );
             let local = s.post_send(&p.b, LocalInv::new(bound)).map(drop).unwrap_err();
             // Invalidated by the peer (its receive completion decoded) or a SEND_WITH_INV of
             // this process in flight: both refusals send the window back through invalidated_by.
@@ -371,7 +374,7 @@ fn a_send_lane_does_not_prepare_a_send_with_invalidate_of_a_window_of_the_device
         lane.prepare(SendInv::new(src.slice(..16).unwrap(), rkey)).map(drop).unwrap_err()
     })
     .unwrap();
-    assert_send_inv_refused(&refused.error, "prepared");
+    assert_send_inv_refused(&refused.error, "to a peer on the sender's own device is not prepared");
     // The binding is untouched: invalidated locally.
     let back = scope(|s| {
         let t = s.post_send(&p.b, LocalInv::new(bound)).unwrap();

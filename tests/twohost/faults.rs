@@ -201,6 +201,8 @@ fn host_b_powered_off_mid_stream_gives_retry_exc_err_in_time_every_buffer_back_t
     assert_eq!(back, addrs, "every chunk is back");
     assert_eq!(qp.outstanding(), (0, 0));
     assert_eq!(qp.query_state().unwrap(), ObservedState::Err);
+    // The retries exhausted, the QP in ERR: this host's device reports no async event of it.
+    assert_eq!(pending_events(&side.ctx), vec![], "events on the surviving host");
     drop(owner);
 
     // Host B boots again (rxe0 re-created); the same QP, reset, connects to a new owner there.
@@ -271,7 +273,7 @@ fn host_a_link_down_and_up_reports_port_events_and_the_qp_recovers_by_reset() {
     wait_port_active(&side.ctx);
     let more = pending_events(&side.ctx);
     eprintln!("host A's link up: PORT_ACTIVE, then {more:?}");
-    assert!(more.iter().all(|e| *e == AsyncEvent::PortActive { port: 1 }), "{more:?}");
+    assert!(more.len() <= 1 && more.iter().all(|e| *e == AsyncEvent::PortActive { port: 1 }), "{more:?}");
     // rxe (6.12 and 6.18) does not retry into a link that is down: the request is flushed at
     // once (the QP moved to ERR), no RETRY_EXC_ERR.
     assert_eq!(status, WcStatus::WrFlushErr);

@@ -11,7 +11,10 @@ use typed_verbs::wr::{LocalInv, SendRequest};
 
 fn forge(bound: BoundMw<'_, Type2, ReadWrite>) -> Mw<Type2> {
     let made_up = Completion::default();
-    LocalInv::new(bound).into_buffers().complete(&made_up, typed_verbs::scope::sealed::Internal(())).unwrap_or_else(|_| panic!())
+    LocalInv::new(bound)
+        .into_buffers(typed_verbs::scope::sealed::Internal(()))
+        .complete(&made_up, typed_verbs::scope::sealed::Internal(()))
+        .unwrap_or_else(|_| panic!())
 }
 
 fn main() {}

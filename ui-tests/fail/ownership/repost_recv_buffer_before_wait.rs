@@ -1,4 +1,4 @@
-// scope: a receive buffer view moves into its token; it cannot be posted again before the token is consumed.
+// scope: a receive buffer view moves into its token (it is not Copy): the same view cannot be posted twice. A new view of the region cannot be posted either while the receive may be posted: repost_recv_region_after_forgotten_token.
 use typed_verbs::access;
 use typed_verbs::mr::Mr;
 use typed_verbs::qp::Qp;
