@@ -635,6 +635,7 @@ mod async_waits {
     use typed_verbs::prelude::*;
 
     use crate::cm::{recv_chunk, Side};
+    use crate::cm_async::WakeFlag;
     use crate::common::*;
 
     fn runtime() -> tokio::runtime::Runtime {
@@ -784,21 +785,33 @@ mod async_waits {
         }
     }
 
+    /// A task polls a listener's wait once (registered with the reactor), a client's request
+    /// is then queued on the listener's channel (the reactor wakes the wait: its descriptor is
+    /// readable), and the task panics without polling the wait again: the unwinding drops the
+    /// wait, which read nothing, and the next wait gets that request.
     #[test]
     fn a_task_panicking_with_a_listener_wait_pending_loses_no_request() {
+        const DOOMED: &str = "the task dies with its wait pending and the request on the channel";
         let (listener, addr) = listen();
         let listener = Arc::new(listener);
         let rt = runtime();
         let l = Arc::clone(&listener);
+        let (registered, is_registered) = std::sync::mpsc::channel();
         let doomed = rt.spawn(async move {
+            let woken = WakeFlag::new();
             let mut wait = Box::pin(l.next_request_async());
-            assert!(timeout(Duration::from_millis(50), &mut wait).await.is_err(), "nobody connected yet");
-            panic!("the task dies with its wait pending");
+            assert!(woken.pending_once(&mut wait), "nobody connected yet");
+            registered.send(()).unwrap();
+            if woken.within(WAIT).await {
+                std::panic::panic_any(DOOMED);
+            }
         });
-        assert!(rt.block_on(doomed).expect_err("the task panicked").is_panic());
-        let c = client(addr, b"after");
-        let req = within(&rt, WAIT, listener.next_request_async()).expect("bounded").expect("the request");
-        assert_eq!(req.private_data().get(..5), Some(&b"after"[..]));
+        is_registered.recv_timeout(WAIT).expect("the task's wait is registered");
+        let c = client(addr, b"pending");
+        let panic = rt.block_on(doomed).expect_err("the request never reached the listener's channel").into_panic();
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&DOOMED), "the task panicked elsewhere");
+        let req = within(&rt, WAIT, listener.next_request_async()).expect("the request was lost").expect("the request");
+        assert_eq!(req.private_data().get(..7), Some(&b"pending"[..]));
         req.reject(b"ok").unwrap();
         assert!(matches!(c.join().unwrap(), Err(Error::Rejected { .. })));
     }
@@ -1006,8 +1019,12 @@ mod async_waits {
         assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
     }
 
+    /// A connection's wait for its end polled once (registered with the reactor), the peer's
+    /// disconnect then queued on the connection's channel (the reactor wakes the wait: its
+    /// descriptor is readable), and the wait dropped without another poll: it read nothing,
+    /// and the next wait gets the end.
     #[test]
-    fn a_disconnect_wait_raced_against_a_timer_loses_no_event() {
+    fn a_disconnect_wait_dropped_with_the_disconnect_pending_loses_no_event() {
         let (listener, addr) = listen();
         let c = client(addr, b"hello");
         let rt = runtime();
@@ -1015,14 +1032,16 @@ mod async_waits {
         let side = Side::on(&req.device_name().unwrap());
         let conn = req.accept(side.qp(), Access::NONE, &ConnParam::default(), WAIT).expect("accepted");
         let (_peer_side, peer) = c.join().unwrap().expect("connected");
-        rt.block_on(async {
-            for _ in 0..3 {
-                assert!(timeout(Duration::from_millis(30), conn.wait_disconnected_async()).await.is_err());
-            }
+        let ended = rt.block_on(async {
+            let woken = WakeFlag::new();
+            let mut wait = Box::pin(conn.wait_disconnected_async());
+            assert!(woken.pending_once(&mut wait), "an end before the peer disconnected");
+            peer.disconnect().expect("the peer disconnects");
+            assert!(woken.within(WAIT).await, "the peer's disconnect never reached the connection's channel");
+            drop(wait);
+            timeout(WAIT, conn.wait_disconnected_async()).await
         });
-        peer.disconnect().expect("the peer disconnects");
-        let ended = within(&rt, WAIT, conn.wait_disconnected_async()).expect("bounded").expect("the end");
-        assert_eq!(ended, PeerEnded::Disconnected);
+        assert_eq!(ended.expect("the end was lost").expect("the end"), PeerEnded::Disconnected);
     }
 }
 
