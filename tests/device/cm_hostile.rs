@@ -99,6 +99,21 @@ fn arrived(r: OwnedToken<Chunk<access::LocalRw>>, within: Duration, len: usize) 
     }
 }
 
+/// An RDMA READ of `remote` (a region of `side`'s PD) over a loopback RC pair of that PD, on a
+/// CQ of its own: the READ's status and the bytes it read.
+fn read_over_rc<A: typed_verbs::access::HasRemoteRead>(side: &Side, remote: RemoteSlice<A>) -> (WcStatus, Vec<u8>) {
+    let cq = side.ctx.create_cq(16).unwrap();
+    let p = rc_pair(&side.pd, &cq, &cq, Access::NONE.remote_read(), QpCaps::default());
+    let len = usize::try_from(remote.len()).unwrap();
+    let mut back = side.pd.alloc_mr(len, access::LOCAL_RW).unwrap();
+    let status = scope(|s| {
+        let t = s.post_send(&p.a, wr::Read::new(back.slice_mut(..).unwrap(), remote)).unwrap();
+        s.wait(t, WAIT).unwrap().0.status()
+    })
+    .unwrap();
+    (status, back.as_slice().to_vec())
+}
+
 // --- multicast ---------------------------------------------------------------------------------
 
 #[test]
@@ -182,13 +197,26 @@ fn a_join_that_times_out_leaves_the_group_in_bounded_time_and_it_can_be_joined_a
     joined.leave().expect("and left");
 }
 
+/// A QP whose membership is leaked (`mem::forget`) stays attached to the group, so its drop
+/// fails to destroy it (EBUSY: the kernel counts attachments): the receive buffer parked with
+/// it is leaked, not released (its region, which nothing else holds, is still registered: an
+/// RDMA READ of it returns the bytes written before), and the leaked QP, which still receives
+/// the group's datagrams on the shared CQ, takes none of a live member's.
 #[test]
 fn a_leaked_membership_keeps_its_qp_and_buffers_and_misroutes_nothing_on_the_shared_cq() {
     let g = group(2);
     let rx = Side::new();
     let (id, qp) = member(&rx, g);
-    // A receive posted, its token dropped: its buffer parks with the QP.
-    drop(rx.recv(&qp, 8));
+    // A receive posted, its token dropped: its buffer parks with the QP. The buffer is its
+    // region's only chunk (releasing it deregisters the region), peers may read it, and it
+    // holds a sentinel.
+    let mut region = rx.pd.alloc_mr(GRH + 8, Access::NONE.local_write().remote_read()).unwrap();
+    let sentinel: Vec<u8> = (0..GRH + 8).map(|i| i as u8 ^ 0xA5).collect();
+    region.as_mut_slice().copy_from_slice(&sentinel);
+    let buffer = region.into_chunks(GRH + 8).unwrap().remove(0);
+    let parked = buffer.remote();
+    drop(qp.post_recv_owned(wr::Recv::new(buffer)).map_err(|e| e.error).unwrap());
+    assert_eq!(qp.parked_buffers(), 1, "the dropped receive's buffer parks with the QP");
     let joined = id.join_multicast(g, &qp, &rx.pd, WAIT).expect("joined");
     std::mem::forget(joined);
     // The borrow is over: the QP can be dropped while still attached. Its destroy fails
@@ -196,6 +224,9 @@ fn a_leaked_membership_keeps_its_qp_and_buffers_and_misroutes_nothing_on_the_sha
     let t = Instant::now();
     drop(qp);
     assert!(t.elapsed() < Duration::from_secs(5), "the drop of an attached QP returns: {:?}", t.elapsed());
+    let (status, bytes) = read_over_rc(&rx, parked);
+    assert_eq!(status, WcStatus::Success, "the parked buffer's region was deregistered: the buffer was released");
+    assert_eq!(bytes, sentinel, "the parked buffer's bytes changed");
 
     // A new member on the same CQ: the leaked QP's datagrams (it still exists) land on the
     // CQ too, and must reach nobody else.
