@@ -102,7 +102,7 @@ fn arrived(r: OwnedToken<Chunk<access::LocalRw>>, within: Duration, len: usize) 
 /// An RDMA READ of `remote` (a region of `side`'s PD) over a loopback RC pair of that PD, on a
 /// CQ of its own: the READ's status and the bytes it read.
 fn read_over_rc<A: typed_verbs::access::HasRemoteRead>(side: &Side, remote: RemoteSlice<A>) -> (WcStatus, Vec<u8>) {
-    let cq = side.ctx.create_cq(16).unwrap();
+    let cq = side.ctx.create_cq(256).unwrap();
     let p = rc_pair(&side.pd, &cq, &cq, Access::NONE.remote_read(), QpCaps::default());
     let len = usize::try_from(remote.len()).unwrap();
     let mut back = side.pd.alloc_mr(len, access::LOCAL_RW).unwrap();
