@@ -46,7 +46,9 @@ pub struct AddressVector {
     pub sl: u8,
     /// The source path bits (7 bits: at most `0x7f`; checked).
     pub src_path_bits: u8,
-    /// The static rate (`IBV_RATE_*`, 0 for the port's rate).
+    /// The static rate, a value of `enum ibv_rate` (checked): `IBV_RATE_MAX` (0) for the
+    /// port's rate, or one of the other `IBV_RATE_*`, 2 (`IBV_RATE_2_5_GBPS`) to 24
+    /// (`IBV_RATE_1200_GBPS`).
     pub static_rate: u8,
     /// The local port (from 1).
     pub port: u8,
@@ -159,8 +161,9 @@ impl Pd {
     /// # Errors
     /// - [`Error::InvalidArgument`] for a port the device does not have, a global route's
     ///   source GID index outside that port's GID table, a service level above 15, source path
-    ///   bits above `0x7f` or a flow label above `0xfffff` (checked before the provider sees
-    ///   them, as for a QP's address vector);
+    ///   bits above `0x7f`, a flow label above `0xfffff` or a static rate that is not an
+    ///   `IBV_RATE_*` value (checked before the provider sees them, as for a QP's address
+    ///   vector);
     /// - [`Error::Verb`] with `ibv_create_ah` and its errno (e.g. `EINVAL` for an unused entry
     ///   of the GID table, `ENETUNREACH` when no route exists on RoCE).
     ///

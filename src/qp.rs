@@ -1300,8 +1300,9 @@ impl QpShared {
     /// sees them (a typed `InvalidArgument`, not whatever the provider and kernel make of
     /// them): the port (`IBV_QP_PORT`, and
     /// an address vector's), the P_Key index, the address vector's source GID index and the
-    /// widths of its service level, source path bits and flow label, and the
-    /// RDMA READ/atomic depths against `max_qp_init_rd_atom` and `max_qp_rd_atom`.
+    /// widths of its service level, source path bits and flow label and its static rate (a
+    /// value of `enum ibv_rate`), and the RDMA READ/atomic depths against
+    /// `max_qp_init_rd_atom` and `max_qp_rd_atom`.
     fn check_device_limits(&self, a: &sys::ibv_qp_attr, mask: u32) -> Result<()> {
         let bounded = sys::IBV_QP_PORT
             | sys::IBV_QP_PKEY_INDEX
@@ -1701,10 +1702,10 @@ fn device_port(
     crate::device::Context { inner: Arc::clone(ctx) }.query_port(n)
 }
 
-/// An address vector's fields within their widths on the wire ([`check_av_fields`]), its
-/// port, and with a global route its source GID index, checked against `ctx`'s device before a
-/// provider indexes its tables by them (`ibv_modify_qp`'s `IBV_QP_AV`, `ibv_create_ah`);
-/// refused with `invalid`.
+/// An address vector's fields within their widths on the wire and its static rate a value of
+/// `enum ibv_rate` ([`check_av_fields`]), its port, and with a global route its source GID
+/// index, checked against `ctx`'s device before a provider indexes its tables by them
+/// (`ibv_modify_qp`'s `IBV_QP_AV`, `ibv_create_ah`); refused with `invalid`.
 pub(crate) fn check_address_vector(
     ctx: &Arc<crate::device::ContextInner>,
     av: &sys::ibv_ah_attr,
@@ -1719,7 +1720,10 @@ pub(crate) fn check_address_vector(
 /// types: the service level (4 bits, IBTA 7.6.5 and the LRH), the source path bits (7: the
 /// LMC's bits of the source LID) and, with a global route, the flow label (20, the GRH).
 /// Providers shift them into their hardware's words unmasked (mlx4 and mthca: `sl << 28`, a
-/// flow label ORed beside the traffic class), so a wider value would change other fields.
+/// flow label ORed beside the traffic class), so a wider value would change other fields. The
+/// static rate must be one of `enum ibv_rate`'s values: `IBV_RATE_MAX` (0, the port's rate) or
+/// `IBV_RATE_2_5_GBPS` (2) to `IBV_RATE_1200_GBPS` (24), the enum leaving none out between
+/// them; mlx4 adds its rate offset to it without a check.
 fn check_av_fields(av: &sys::ibv_ah_attr, invalid: &dyn Fn(String) -> Error) -> Result<()> {
     if av.sl > 15 {
         return Err(invalid(format!("service level {} is above 15 (4 bits)", av.sl)));
@@ -1729,6 +1733,14 @@ fn check_av_fields(av: &sys::ibv_ah_attr, invalid: &dyn Fn(String) -> Error) -> 
     }
     if av.is_global != 0 && av.grh.flow_label >= 1 << 20 {
         return Err(invalid(format!("flow label {:#x} is above 0xfffff (20 bits)", av.grh.flow_label)));
+    }
+    let rate = u32::from(av.static_rate);
+    if rate != sys::IBV_RATE_MAX && !(sys::IBV_RATE_2_5_GBPS..=sys::IBV_RATE_1200_GBPS).contains(&rate) {
+        return Err(invalid(format!(
+            "static rate {rate} is not an IBV_RATE_* value (0 for the port's rate, or {} to {})",
+            sys::IBV_RATE_2_5_GBPS,
+            sys::IBV_RATE_1200_GBPS
+        )));
     }
     Ok(())
 }
@@ -1963,24 +1975,61 @@ mod tests {
 
     /// The service level, the source path bits and a global route's flow label must fit the
     /// bits the headers give them (4, 7 and 20); the largest that fit pass, and a flow label is
-    /// not looked at without a global route.
+    /// not looked at without a global route. The static rate must be a value of `enum
+    /// ibv_rate`: every `IBV_RATE_*` passes, 1 (no rate) and the values past the last are
+    /// refused.
     #[test]
     fn address_vector_fields_wider_than_their_header_bits_are_refused() {
         let invalid = |what: String| Error::invalid("ibv_create_ah", what);
-        let av = |sl: u8, path_bits: u8, flow_label: u32| {
+        let av_rate = |sl: u8, path_bits: u8, flow_label: u32, static_rate: u8| {
             let mut a = crate::ah::AddressVector::global(1, crate::device::Gid([0; 16]), 0);
             a.sl = sl;
             a.src_path_bits = path_bits;
+            a.static_rate = static_rate;
             a.grh.as_mut().unwrap().flow_label = flow_label;
             a.to_raw()
         };
+        let av = |sl: u8, path_bits: u8, flow_label: u32| av_rate(sl, path_bits, flow_label, 0);
         assert!(check_av_fields(&av(15, 127, (1 << 20) - 1), &invalid).is_ok());
+        let rates = [
+            sys::IBV_RATE_MAX,
+            sys::IBV_RATE_2_5_GBPS,
+            sys::IBV_RATE_5_GBPS,
+            sys::IBV_RATE_10_GBPS,
+            sys::IBV_RATE_20_GBPS,
+            sys::IBV_RATE_30_GBPS,
+            sys::IBV_RATE_40_GBPS,
+            sys::IBV_RATE_60_GBPS,
+            sys::IBV_RATE_80_GBPS,
+            sys::IBV_RATE_120_GBPS,
+            sys::IBV_RATE_14_GBPS,
+            sys::IBV_RATE_56_GBPS,
+            sys::IBV_RATE_112_GBPS,
+            sys::IBV_RATE_168_GBPS,
+            sys::IBV_RATE_25_GBPS,
+            sys::IBV_RATE_100_GBPS,
+            sys::IBV_RATE_200_GBPS,
+            sys::IBV_RATE_300_GBPS,
+            sys::IBV_RATE_28_GBPS,
+            sys::IBV_RATE_50_GBPS,
+            sys::IBV_RATE_400_GBPS,
+            sys::IBV_RATE_600_GBPS,
+            sys::IBV_RATE_800_GBPS,
+            sys::IBV_RATE_1200_GBPS,
+        ];
+        for rate in rates {
+            let rate = u8::try_from(rate).expect("every IBV_RATE_* fits static_rate's u8");
+            assert!(check_av_fields(&av_rate(0, 0, 0, rate), &invalid).is_ok(), "IBV_RATE_* value {rate}");
+        }
         for (bad, what) in [
             (av(16, 0, 0), "service level 16 is above 15"),
             (av(0xff, 0, 0), "service level 255 is above 15"),
             (av(0, 128, 0), "source path bits 0x80 are above 0x7f"),
             (av(0, 0, 1 << 20), "flow label 0x100000 is above 0xfffff"),
             (av(0, 0, u32::MAX), "flow label 0xffffffff is above 0xfffff"),
+            (av_rate(0, 0, 0, 1), "static rate 1 is not an IBV_RATE_* value"),
+            (av_rate(0, 0, 0, 25), "static rate 25 is not an IBV_RATE_* value"),
+            (av_rate(0, 0, 0, u8::MAX), "static rate 255 is not an IBV_RATE_* value"),
         ] {
             let e = check_av_fields(&bad, &invalid).expect_err(what);
             assert!(

@@ -710,9 +710,9 @@ fn transition_attributes_beyond_the_devices_limits_are_refused_typed() {
 
 /// `ibv_create_ah` gets the same checks as a QP's address vector, before the provider indexes
 /// its tables by them: a port that does not exist (0, one past the last), a source GID index
-/// outside the port's table, and a service level, source path bits or flow label wider than
-/// their header bits (4, 7, 20) are refused typed, naming `ibv_create_ah`; in range, the
-/// handle is made.
+/// outside the port's table, a service level, source path bits or flow label wider than
+/// their header bits (4, 7, 20) and a static rate that is no `IBV_RATE_*` value are refused
+/// typed, naming `ibv_create_ah`; in range, the handle is made.
 #[test]
 fn address_vectors_beyond_the_devices_limits_are_refused_typed() {
     let ctx = open();
@@ -741,6 +741,7 @@ fn address_vectors_beyond_the_devices_limits_are_refused_typed() {
         (AddressVector { sl: 16, ..av }, "service level 16"),
         (AddressVector { src_path_bits: 0x80, ..av }, "source path bits 0x80"),
         (flow, "flow label 0x100000"),
+        (AddressVector { static_rate: 25, ..av }, "static rate 25"),
     ] {
         let e = pd.create_ah(&bad).expect_err(what);
         assert!(by_ah(&e, what), "{e:?}");
