@@ -200,6 +200,11 @@ impl World {
     /// As [`World::cq`], the returned `Arc` the CQ's last handle: its drop destroys it (the
     /// fake context's operations do nothing).
     pub(crate) fn droppable_cq(&'static self) -> (Arc<CqShared>, &'static FakeCq) {
+        self.droppable_cq_holding(1 << 20)
+    }
+
+    /// As [`World::droppable_cq`], a CQ of `cqe` entries: the room its QPs reserve.
+    fn droppable_cq_holding(&'static self, cqe: u32) -> (Arc<CqShared>, &'static FakeCq) {
         // SAFETY: a zeroed `ibv_cq` (a valid value), leaked, pointing at the fake context and
         // channel and at its `FakeCq`, also leaked: `CqShared` calls the fake provider with it.
         unsafe {
@@ -222,7 +227,7 @@ impl World {
                 NonNull::from(&mut *raw),
                 Arc::clone(&self.ctx),
                 Some(Arc::clone(self.ch.shared())),
-                1 << 20,
+                cqe,
             );
             self.ch.attach_fake(&cq);
             (cq, fake)
@@ -460,6 +465,50 @@ fn an_odp_srq_receive_refused_as_queue_full_leaves_other_transports_free_to_atta
     srq.attach_transport(sys::IBV_QPT_UC, "UC").expect("no ODP receive was posted: UC attaches");
     let refused = handle.post_recv_owned(Recv::new(buf())).expect_err("UC is attached");
     assert!(refused.error.to_string().contains("IBV_ODP_SUPPORT_SRQ_RECV"), "{}", refused.error);
+}
+
+/// An SRQ counts its attached QPs by transport until each is destroyed: an ODP receive
+/// verified for UC is refused at its check while an RC QP is attached (two here: one left
+/// after the first is destroyed), and passes it once the last is destroyed (then refused only
+/// because the SRQ is full). An RC QP whose attach fails after its transport was counted (no
+/// room on its CQ for the SRQ's depth) leaves nothing counted either.
+#[test]
+fn an_srq_stops_counting_a_qps_transport_once_the_qp_is_destroyed_or_its_attach_failed() {
+    let w = World::new();
+    let (cq, _) = w.cq();
+    let srq = w.srq(1);
+    let _outstanding = post_srq_recv(&srq);
+    let handle = crate::srq::Srq { shared: Arc::clone(&srq) };
+    let odp = OdpTag::verified(sys::IBV_QPT_UC, sys::IBV_ODP_SUPPORT_SRQ_RECV, false);
+    let post = || {
+        let buf = LocalBufMut::from_parts(0x1000, 64, 9, odp, w.pd.id());
+        let refused = handle.post_recv_owned(Recv::new(buf)).expect_err("refused, at its check or as the SRQ is full");
+        assert!(refused.wr.is_some(), "not posted: handed back");
+        refused.error
+    };
+    let rc_attached = |e: &crate::Error| {
+        let e = e.to_string();
+        e.contains("IBV_ODP_SUPPORT_SRQ_RECV") && e.contains("mask 0x4")
+    };
+    let full = |e: &crate::Error| matches!(e, crate::Error::QueueFull { .. });
+    let first = w.posting_qp(0x5c0, 4, &cq, Some(Arc::clone(&srq)));
+    let second = w.posting_qp(0x5c1, 4, &cq, Some(Arc::clone(&srq)));
+    let e = post();
+    assert!(rc_attached(&e), "{e}");
+    drop(first);
+    let e = post();
+    assert!(rc_attached(&e), "one RC QP is left: {e}");
+    drop(second);
+    let e = post();
+    assert!(full(&e), "no QP is left: the check passes: {e:?}");
+    // A CQ of 2 entries: the QP's 2 and the SRQ's 1 do not fit.
+    let (small, _) = w.droppable_cq_holding(2);
+    let Err(e) = w.try_posting_qp(0x5c2, 1, &small, Some(Arc::clone(&srq))) else {
+        panic!("a QP attached to a CQ without room for it and the SRQ");
+    };
+    assert!(e.to_string().contains("needs 3 more"), "{e}");
+    let e = post();
+    assert!(full(&e), "the QP whose attach failed is not counted: {e:?}");
 }
 
 /// The program arms a CQ that a future waits on for solicited completions only
@@ -1102,8 +1151,20 @@ impl World {
         cq: &Arc<CqShared>,
         srq: Option<Arc<SrqShared>>,
     ) -> Arc<QpShared> {
+        self.try_posting_qp(qp_num, depth, cq, srq).expect("fake attach")
+    }
+
+    /// As [`World::posting_qp`], or the error of its registration on `cq` (the QP then
+    /// destroyed).
+    fn try_posting_qp(
+        &'static self,
+        qp_num: u32,
+        depth: u32,
+        cq: &Arc<CqShared>,
+        srq: Option<Arc<SrqShared>>,
+    ) -> crate::Result<Arc<QpShared>> {
         let raw = self.raw_qp(qp_num);
-        QpShared::fake_with_posts(raw, qp_num, depth, cq, Arc::clone(&self.pd), srq, fake_send, fake_recv)
+        QpShared::try_fake_with_posts(raw, qp_num, depth, cq, Arc::clone(&self.pd), srq, fake_send, fake_recv)
     }
 
     /// An RC QP in RTS of [`World::posting_qp`], typed, with its shared part; never destroyed.

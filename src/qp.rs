@@ -115,6 +115,10 @@ pub(crate) struct QpShared {
     pub(crate) rq: TrackedQueue,
     /// The shared receive queue receives come from, if any (then `rq` is unused).
     pub(crate) srq: Option<Arc<SrqShared>>,
+    /// The transport (`IBV_QPT_*`) the QP is counted under on `srq`, set once
+    /// [`SrqShared::attach_transport`] counted it ([`QpShared::attach_srq`]); the QP's destroy
+    /// takes it off.
+    srq_transport: std::sync::OnceLock<u32>,
     broken: AtomicBool,
     /// The peer the QP's address vector names is on the QP's own device (its destination GID
     /// is one of the device's, or its LID the port's), or could not be told apart from it:
@@ -169,6 +173,13 @@ impl Drop for QpShared {
             second.push(retired(second_cq));
         }
         first.push(retired(first_cq));
+        drop((first, second));
+        // Destroyed, the QP consumes no receive of its SRQ any more. The SRQ's transports are
+        // locked with no lock of the QP's held (a post of an ODP receive locks them first, then
+        // the SRQ's queue).
+        if let (Some(srq), Some(&qp_type)) = (&self.srq, self.srq_transport.get()) {
+            srq.detach_transport(qp_type);
+        }
     }
 }
 
@@ -306,6 +317,7 @@ impl Pd {
             sq: TrackedQueue::new(c.max_send_wr, Some(qp_num)),
             rq: TrackedQueue::new(c.max_recv_wr, None),
             srq: config.srq.map(|s| Arc::clone(&s.shared)),
+            srq_transport: std::sync::OnceLock::new(),
             broken: AtomicBool::new(false),
             peer_on_device: AtomicBool::new(false),
             reserved: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -313,7 +325,8 @@ impl Pd {
         });
         // Room on the CQs for every completion the queues can have outstanding (their depths,
         // as the library counts them), or a typed error: a CQ cannot overrun (DESIGN.md §6).
-        // On an error, dropping `shared` destroys the QP and frees what was reserved. The
+        // On an error, dropping `shared` destroys the QP, frees what was reserved and takes its
+        // transport off its SRQ if it was counted there. The
         // futures a registration wakes (its drain of destroyed QPs' completions, an SRQ's
         // attach) are woken once this returns, after every reservation is recorded here: a
         // waker that panics cannot leave one unrecorded (never freed).
@@ -329,13 +342,7 @@ impl Pd {
         let srq = shared.srq.as_ref().map(Arc::downgrade);
         let register =
             |srq_need: u64| shared.recv_cq.register(qp_num, Arc::downgrade(&shared), srq.clone(), recv_need + srq_need);
-        match &shared.srq {
-            Some(srq) => {
-                srq.attach_transport(T::QP_TYPE, T::NAME)?;
-                srq.attach_cq(&shared.recv_cq, register)?
-            }
-            None => register(0)?,
-        }
+        shared.attach_srq(T::QP_TYPE, T::NAME, register)?;
         shared.reserved[1].store(recv_need, Ordering::Relaxed);
         // A queue whose CQ reports to a completion channel can be awaited: its room for wakers
         // and stored completions is reserved now, so that its futures allocate nothing later.
@@ -1242,6 +1249,18 @@ impl QpShared {
         self.me.upgrade()
     }
 
+    /// Registers the QP on its receive CQ with `register`, given what its SRQ, if it has one,
+    /// needs there ([`SrqShared::attach_cq`]), after counting its transport `qp_type` (`name`)
+    /// on the SRQ ([`SrqShared::attach_transport`]): the count lasts until the QP is destroyed,
+    /// whether this fails after it or not.
+    fn attach_srq(&self, qp_type: u32, name: &str, register: impl FnOnce(u64) -> Result<()>) -> Result<()> {
+        let Some(srq) = &self.srq else { return register(0) };
+        srq.attach_transport(qp_type, name)?;
+        // Set once, by the QP's creation: the transport is taken off when the QP is destroyed.
+        let _ = self.srq_transport.set(qp_type);
+        srq.attach_cq(&self.recv_cq, register)
+    }
+
     /// Refuses an atomic request, a window bind granting remote atomics or remote atomic
     /// access on a device without atomic operations ([`ContextInner::check_atomics`](crate::device::ContextInner::check_atomics)).
     #[inline(always)]
@@ -1907,6 +1926,23 @@ impl QpShared {
         send: PostSendFn,
         recv: PostRecvFn,
     ) -> Arc<QpShared> {
+        QpShared::try_fake_with_posts(qp, qp_num, depth, cq, pd, srq, send, recv).expect("fake attach")
+    }
+
+    /// As [`QpShared::fake_with_posts`]: an RC QP attached to `srq` and registered on `cq` as
+    /// `create_qp` does it. A registration that fails (no room on `cq`) is the error, the fake
+    /// dropped (destroyed) as `create_qp` drops a QP it could not register.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn try_fake_with_posts(
+        qp: NonNull<sys::ibv_qp>,
+        qp_num: u32,
+        depth: u32,
+        cq: &Arc<CqShared>,
+        pd: Arc<PdInner>,
+        srq: Option<Arc<SrqShared>>,
+        send: PostSendFn,
+        recv: PostRecvFn,
+    ) -> Result<Arc<QpShared>> {
         let caps =
             QpCaps { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 };
         let shared = Arc::new_cyclic(|me| QpShared {
@@ -1922,6 +1958,7 @@ impl QpShared {
             sq: TrackedQueue::new(depth, Some(qp_num)),
             rq: TrackedQueue::new(depth, None),
             srq,
+            srq_transport: std::sync::OnceLock::new(),
             broken: AtomicBool::new(false),
             peer_on_device: AtomicBool::new(false),
             reserved: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -1931,11 +1968,8 @@ impl QpShared {
             let srq = shared.srq.as_ref().map(Arc::downgrade);
             shared.recv_cq.register(qp_num, Arc::downgrade(&shared), srq, 2 * u64::from(depth) + srq_need)
         };
-        match &shared.srq {
-            Some(srq) => srq.attach_cq(&shared.recv_cq, register).expect("fake attach"),
-            None => register(0).expect("fake register"),
-        }
-        shared
+        shared.attach_srq(sys::IBV_QPT_RC, "RC", register)?;
+        Ok(shared)
     }
 }
 

@@ -47,13 +47,30 @@ pub(crate) struct SrqShared {
     pub(crate) pd: Arc<PdInner>,
 }
 
-/// The transports (one bit per `IBV_QPT_*`) of the QPs attached to an SRQ, and those that the
-/// ODP receives posted to it were verified for: an ODP receive may only be consumed by a QP of
-/// the transport its capability covered (`OdpCaps::check`, `IBV_ODP_SUPPORT_SRQ_RECV`).
+/// The QPs attached to an SRQ, counted by transport, and the transports (one bit per
+/// `IBV_QPT_*`) that the ODP receives posted to it were verified for: an ODP receive may only be
+/// consumed by a QP of the transport its capability covered (`OdpCaps::check`,
+/// `IBV_ODP_SUPPORT_SRQ_RECV`).
 #[derive(Default)]
 struct SrqTransports {
-    attached: u32,
+    /// How many QPs of each transport (indexed by `IBV_QPT_*`) are attached: counted by
+    /// [`SrqShared::attach_transport`], until the QP is destroyed
+    /// ([`SrqShared::detach_transport`]). Types from 32 on have no bit ([`qpt_bit`]) and are
+    /// not counted.
+    attached: [usize; 32],
     odp: u32,
+}
+
+impl SrqTransports {
+    /// One bit per transport with a QP attached.
+    fn attached(&self) -> u32 {
+        (0..32).filter(|&t| self.attached[t] != 0).fold(0, |mask, t| mask | 1 << t)
+    }
+
+    /// The count of the QPs of `qp_type` attached, if the type has a bit.
+    fn count(&mut self, qp_type: u32) -> Option<&mut usize> {
+        self.attached.get_mut(usize::try_from(qp_type).ok()?)
+    }
 }
 
 /// An ODP receive checked and about to be posted: the SRQ's transports, locked.
@@ -294,23 +311,24 @@ impl SrqShared {
     fn check_odp_recv(&self, tag: crate::mr::OdpTag) -> Result<Option<OdpRecv<'_>>> {
         let Some((qp_type, ops)) = tag.get() else { return Ok(None) };
         let t = lock(&self.transports);
-        let other = t.attached & !qpt_bit(qp_type);
+        let attached = t.attached();
+        let other = attached & !qpt_bit(qp_type);
         if ops & sys::IBV_ODP_SUPPORT_SRQ_RECV == 0 || other != 0 {
             return Err(Error::invalid(
                 "ibv_post_srq_recv",
                 format!(
                     "memory of an ODP region verified for QP type {qp_type}, operations {ops:#x} (ibv_query_device_ex \
                      odp_caps): an SRQ receive needs IBV_ODP_SUPPORT_SRQ_RECV verified for the transport of every \
-                     QP attached to the SRQ (attached QP types: mask {:#x})",
-                    t.attached
+                     QP attached to the SRQ (attached QP types: mask {attached:#x})"
                 ),
             ));
         }
         Ok(Some(OdpRecv { transports: t, bit: qpt_bit(qp_type) }))
     }
 
-    /// Records a QP of `qp_type` attached to this SRQ; refuses it when the SRQ has received
-    /// On-Demand Paging receives verified for another transport.
+    /// Counts a QP of `qp_type` attached to this SRQ, until its destroy takes it off
+    /// ([`SrqShared::detach_transport`]); refuses it when the SRQ has received On-Demand Paging
+    /// receives verified for another transport.
     pub(crate) fn attach_transport(&self, qp_type: u32, name: &str) -> Result<()> {
         let mut t = lock(&self.transports);
         if t.odp & !qpt_bit(qp_type) != 0 {
@@ -323,8 +341,20 @@ impl SrqShared {
                 ),
             ));
         }
-        t.attached |= qpt_bit(qp_type);
+        if let Some(n) = t.count(qp_type) {
+            *n += 1;
+        }
         Ok(())
+    }
+
+    /// Takes off a QP of `qp_type` counted by [`SrqShared::attach_transport`], once the QP is
+    /// destroyed (`QpShared`'s drop): it consumes no more receives, and its transport no longer
+    /// bars ODP receives verified for another one. A QP whose destroy failed stays counted.
+    pub(crate) fn detach_transport(&self, qp_type: u32) {
+        let mut t = lock(&self.transports);
+        if let Some(n) = t.count(qp_type) {
+            *n = n.saturating_sub(1);
+        }
     }
 
     /// A QP taking its receives from this SRQ completes them on `cq`: `register` registers the
