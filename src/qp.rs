@@ -1910,28 +1910,14 @@ impl QpShared {
         ) -> i32 {
             -1
         }
-        QpShared::fake_with_posts(qp, qp_num, depth, cq, pd, srq, no_send, no_recv)
+        QpShared::try_fake_with_posts(qp, qp_num, depth, cq, pd, srq, no_send, no_recv).expect("fake attach")
     }
 
     /// A fake QP (test only) whose provider posts are `send` and `recv` (the tests' own
-    /// functions), with room for 4 scatter/gather entries and 64 bytes inline.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn fake_with_posts(
-        qp: NonNull<sys::ibv_qp>,
-        qp_num: u32,
-        depth: u32,
-        cq: &Arc<CqShared>,
-        pd: Arc<PdInner>,
-        srq: Option<Arc<SrqShared>>,
-        send: PostSendFn,
-        recv: PostRecvFn,
-    ) -> Arc<QpShared> {
-        QpShared::try_fake_with_posts(qp, qp_num, depth, cq, pd, srq, send, recv).expect("fake attach")
-    }
-
-    /// As [`QpShared::fake_with_posts`]: an RC QP attached to `srq` and registered on `cq` as
-    /// `create_qp` does it. A registration that fails (no room on `cq`) is the error, the fake
-    /// dropped (destroyed) as `create_qp` drops a QP it could not register.
+    /// functions), with room for 4 scatter/gather entries and 64 bytes inline: an RC QP
+    /// attached to `srq` and registered on `cq` as `create_qp` does it. A registration that
+    /// fails (no room on `cq`) is the error, the fake dropped (destroyed) as `create_qp` drops a
+    /// QP it could not register.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn try_fake_with_posts(
         qp: NonNull<sys::ibv_qp>,
