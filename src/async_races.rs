@@ -62,6 +62,8 @@ pub(crate) struct FakeCq {
     busy: AtomicBool,
     /// Calls of `poll_cq`.
     polls: AtomicUsize,
+    /// The next `poll_cq` fails (returns -1, as a provider's failed poll), taking nothing.
+    fail_next: AtomicBool,
 }
 
 // SAFETY: `raw` is the address of a leaked `ibv_cq`, only written into the event descriptor;
@@ -98,6 +100,9 @@ unsafe extern "C" fn fake_poll(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_w
     // SAFETY: per this function's contract.
     let f = unsafe { &*((*cq).cq_context as *const FakeCq) };
     f.polls.fetch_add(1, SeqCst);
+    if f.fail_next.swap(false, SeqCst) {
+        return -1;
+    }
     let mut e = f.entries.lock().unwrap();
     if e.is_empty() && f.busy.load(SeqCst) {
         e.extend(std::iter::repeat_n(send_wc(0x7fff, 0, sys::IBV_WC_SUCCESS), n as usize));
@@ -221,6 +226,7 @@ impl World {
                 on_arm: Mutex::new(None),
                 busy: AtomicBool::new(false),
                 polls: AtomicUsize::new(0),
+                fail_next: AtomicBool::new(false),
             }));
             raw.cq_context = (fake as *const FakeCq).cast_mut().cast();
             let cq = CqShared::fake(
@@ -509,6 +515,36 @@ fn an_srq_stops_counting_a_qps_transport_once_the_qp_is_destroyed_or_its_attach_
     assert!(e.to_string().contains("needs 3 more"), "{e}");
     let e = post();
     assert!(full(&e), "the QP whose attach failed is not counted: {e:?}");
+}
+
+/// A QP number is reused (rxe hands them out cyclically) while the destroyed QP's completion
+/// is still in the CQ, and the poll that would take it off fails: the new QP's registration is
+/// refused, the destroyed QP stays recorded, and the next registration takes its completion off
+/// before the number is routed to a live QP again. Registered anyway, the new QP's first
+/// request would read as complete from the destroyed QP's completion of the same number, and
+/// its buffers would come back while the device still uses them.
+#[test]
+fn a_qp_reusing_a_number_is_not_registered_while_the_destroyed_qps_completions_cannot_be_taken_off() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let a = w.posting_qp(5, 4, &cq, None);
+    let ta = post_send(&a, true);
+    fake.complete(send_wc(5, 0, sys::IBV_WC_SUCCESS));
+    drop((ta, a));
+    fake.fail_next.store(true, SeqCst);
+    let Err(e) = w.try_posting_qp(5, 4, &cq, None) else {
+        panic!("registered while the destroyed QP's completion could not be taken off the CQ");
+    };
+    assert!(matches!(e, crate::Error::Verb { verb: crate::Verb::PollCq, .. }), "{e:?}");
+    assert_eq!(fake.left(), 1, "the destroyed QP's completion is still in the CQ");
+    let b = w.posting_qp(5, 4, &cq, None);
+    assert_eq!(fake.left(), 0, "taken off by the next registration");
+    let tb = post_send(&b, true);
+    cq.poll_and_route().unwrap();
+    let tb = tb.try_complete().map(drop).expect_err("nothing completed B's request");
+    fake.complete(send_wc(5, 0, sys::IBV_WC_SUCCESS));
+    cq.poll_and_route().unwrap();
+    assert!(tb.try_complete().is_ok_and(|(c, ())| c.is_success()), "its own completion completes it");
 }
 
 /// The program arms a CQ that a future waits on for solicited completions only

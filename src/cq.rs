@@ -125,7 +125,8 @@ impl Drop for CqShared {
         if !retired.is_empty() {
             // Dropped after the lock: the futures the drain wakes.
             let _wakes = DeferWakes::new();
-            self.drain_retired(&mut self.routes.lock(), &retired);
+            // A failed poll leaves completions in a CQ destroyed next: nobody is handed them.
+            let _ = self.drain_retired(&mut self.routes.lock(), &retired);
         }
         // SAFETY: every QP using this CQ holds an `Arc` to it, so none is left. A failure
         // (EBUSY) cannot be acted on in drop; ignored.
@@ -431,7 +432,9 @@ impl CqShared {
     /// reservation is freed only once its completions are off the CQ, here.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `need` does not fit: nothing is registered then.
+    /// [`Error::InvalidArgument`] when `need` does not fit; [`Error::Verb`] with `ibv_poll_cq`
+    /// when a poll of the destroyed QPs' completions fails (they stay recorded, for the next
+    /// registration to take off). Nothing is registered then.
     pub(crate) fn register(
         &self,
         qp_num: u32,
@@ -446,7 +449,13 @@ impl CqShared {
         let retired = std::mem::take(&mut *self.retired());
         let mut used = self.reserved.load(Relaxed);
         if !retired.is_empty() {
-            self.drain_retired(&mut routing, &retired);
+            if let Err(e) = self.drain_retired(&mut routing, &retired) {
+                // Completions of the destroyed QPs may still be in the CQ: a QP that reuses
+                // one of their numbers would be handed them. They stay retired (and their
+                // room reserved) for the next registration's drain; this one is refused.
+                self.retired().extend(retired);
+                return Err(e);
+            }
             used = used.saturating_sub(retired.iter().map(|r| r.reserved).sum());
             self.reserved.store(used, Relaxed);
         }
@@ -484,8 +493,12 @@ impl CqShared {
     /// Takes off the CQ every completion it holds (at most `cqe`), routing each: those of the
     /// `retired` QPs to their shared receive queue (or nowhere), the others as usual. Called
     /// with the routing lock held (`routing`).
+    ///
+    /// # Errors
+    /// [`Error::Verb`] with `ibv_poll_cq` for a failed poll: completions of the retired QPs
+    /// may be left in the CQ.
     #[cold]
-    fn drain_retired(&self, routing: &mut Routing, retired: &[Retired]) {
+    fn drain_retired(&self, routing: &mut Routing, retired: &[Retired]) -> Result<()> {
         let mut left = self.cqe as usize;
         let Routing { routes, wcs } = routing;
         while left > 0 {
@@ -495,12 +508,12 @@ impl CqShared {
                     None => self.route(routes, wc, None, || self.decode(wc)),
                 }
             });
-            match polled {
-                // Empty, or a failed poll (nothing more can be taken off).
-                Ok(0) | Err(_) => return,
-                Ok(n) => left -= n,
+            match polled? {
+                0 => return Ok(()),
+                n => left -= n,
             }
         }
+        Ok(())
     }
 
     /// A completion of a destroyed QP: a shared receive queue's receive is complete (the

@@ -207,6 +207,9 @@ impl Pd {
     ///   XRC_SEND or RAW_PACKET on Soft-RoCE). An XRC_SEND or RAW_PACKET QP, where the device
     ///   creates one, stays in RESET: those transports have no transitions
     ///   ([`crate::transport`], "What exists for each transport");
+    /// - [`Error::Verb`] with `ibv_poll_cq` when the completions that destroyed QPs left in a
+    ///   CQ cannot be taken off it (a failed poll: the QP could reuse a destroyed one's number,
+    ///   and be handed them; they are taken off by the next QP creation on that CQ);
     /// - [`Error::Verb`] with `ibv_create_qp` and its errno otherwise.
     ///
     /// See ibv_create_qp(3).
