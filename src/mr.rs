@@ -124,11 +124,14 @@ pub trait WindowHost: MrKind + Sized {
 /// ([`Registered`](crate::caller::Registered), [`ScopedMr`](crate::caller::ScopedMr); a
 /// [`BorrowedMr`](crate::caller::BorrowedMr) is one too, but has no MW_BIND, so no window's
 /// rights fit it), or a reference, `Box` or `Arc` of one. Not the implicit ODP region: it has a
-/// valid lkey only, its rkey is invalid, and it is limited to local access. Sealed.
+/// valid lkey only, its rkey is invalid, and it is limited to local access. Not a DMA-BUF
+/// region ([`DmabufMr`](crate::dmabuf::DmabufMr)): windows over another device's memory are not
+/// offered. Sealed.
 #[diagnostic::on_unimplemented(
     message = "a memory window cannot be bound to `{Self}`: a window is bound to a registered region (`Mr`)",
     label = "not a region a window can be bound to",
     note = "the implicit ODP region (`ImplicitMr`) is none: it \"only has a valid lkey, whereas its rkey is invalid\" and \"is limited to local access permissions\" (vendor ODP manual, Registering ODP Implicit MR), so no window can expose it to a peer",
+    note = "nor is a DMA-BUF region (`DmabufMr`): windows over another device's memory are not offered",
     note = "bind the window to a region from `Pd::alloc_mr` with LOCAL_WRITE and MW_BIND (`access::WINDOW_BINDABLE`), or to memory you own registered with `Pd::register`"
 )]
 pub trait WindowRegion: region_sealed::Sealed {
