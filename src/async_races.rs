@@ -522,11 +522,14 @@ fn an_srq_stops_counting_a_qps_transport_once_the_qp_is_destroyed_or_its_attach_
 /// refused, the destroyed QP stays recorded, and the next registration takes its completion off
 /// before the number is routed to a live QP again. Registered anyway, the new QP's first
 /// request would read as complete from the destroyed QP's completion of the same number, and
-/// its buffers would come back while the device still uses them.
+/// its buffers would come back while the device still uses them. The destroyed QP's room on
+/// the CQ is freed once, by the drain that succeeds: a CQ of 20 with a live QP's 8 and the new
+/// QP's 8 reserved has no room for another 8.
 #[test]
 fn a_qp_reusing_a_number_is_not_registered_while_the_destroyed_qps_completions_cannot_be_taken_off() {
     let w = World::new();
-    let (cq, fake) = w.cq();
+    let (cq, fake) = w.droppable_cq_holding(20);
+    let _live = w.posting_qp(9, 4, &cq, None);
     let a = w.posting_qp(5, 4, &cq, None);
     let ta = post_send(&a, true);
     fake.complete(send_wc(5, 0, sys::IBV_WC_SUCCESS));
@@ -545,6 +548,10 @@ fn a_qp_reusing_a_number_is_not_registered_while_the_destroyed_qps_completions_c
     fake.complete(send_wc(5, 0, sys::IBV_WC_SUCCESS));
     cq.poll_and_route().unwrap();
     assert!(tb.try_complete().is_ok_and(|(c, ())| c.is_success()), "its own completion completes it");
+    let Err(e) = w.try_posting_qp(7, 4, &cq, None) else {
+        panic!("the destroyed QP's room was freed twice");
+    };
+    assert!(e.to_string().contains("16 are reserved") && e.to_string().contains("needs 8 more"), "{e}");
 }
 
 /// The program arms a CQ that a future waits on for solicited completions only

@@ -1025,9 +1025,9 @@ impl CmId<AddrResolved, UD> {
         timeout: Duration,
     ) -> Result<McGroup<'q>> {
         let qp = qp.ready_ud();
-        let membership = self.start_join(group, qp, pd)?;
+        let (membership, qkey) = self.start_join(group, qp, pd)?;
         let e = membership.raw.expect(Verb::JoinMulticast, CmEvent::MulticastJoin, timeout)?;
-        finish_join(membership, e, qp, pd)
+        finish_join(membership, qkey, e, qp, pd)
     }
 
     /// `rdma_join_multicast`, awaited: the asynchronous [`join_multicast`](Self::join_multicast)
@@ -1048,25 +1048,28 @@ impl CmId<AddrResolved, UD> {
     pub async fn join_multicast_async<'q>(self, group: IpAddr, qp: &'q impl ReadyUd, pd: &Pd) -> Result<McGroup<'q>> {
         let qp = qp.ready_ud();
         self.raw.runtime_check(|| format!("{}: joining {group}", Verb::JoinMulticast))?;
-        let membership = self.start_join(group, qp, pd)?;
+        let (membership, qkey) = self.start_join(group, qp, pd)?;
         let e = membership.raw.expect_async(Verb::JoinMulticast, CmEvent::MulticastJoin).await?;
-        finish_join(membership, e, qp, pd)
+        finish_join(membership, qkey, e, qp, pd)
     }
 
     /// The checks and `rdma_join_multicast`; the membership leaves the group when dropped.
-    fn start_join(self, group: IpAddr, qp: &Qp<UD, RTS>, pd: &Pd) -> Result<Membership> {
+    /// With it, the QP's Q_Key (compared with the group's once the join's event tells it).
+    fn start_join(self, group: IpAddr, qp: &Qp<UD, RTS>, pd: &Pd) -> Result<(Membership, u32)> {
         if !group.is_multicast() {
             return Err(Error::invalid("rdma_join_multicast", format!("{group} is not a multicast address")));
         }
         self.raw.check_device(qp.device())?;
         self.raw.check_device(pd.device())?;
+        let (qkey, port) = qp.qkey_and_port()?;
+        same_port("rdma_join_multicast", qp.qp_num(), port, self.raw.port_num())?;
         let mut addr = RawAddr::new(SocketAddr::new(group, 0));
         // SAFETY: the identifier is alive and bound (its address resolved); the address is
         // valid for the call (librdmacm copies it); no context pointer.
         let ret = unsafe { sys::rdma_join_multicast(self.raw.ptr(), addr.as_mut_ptr(), std::ptr::null_mut()) };
         check(ret, Verb::JoinMulticast, || format!("{group}"))?;
         // From here on, any failure leaves the group (the membership's drop).
-        Ok(Membership { raw: self.raw, group: addr, joined: true })
+        Ok((Membership { raw: self.raw, group: addr, joined: true }, qkey))
     }
 }
 
@@ -1083,20 +1086,18 @@ fn same_port(verb: &'static str, qp_num: u32, qp_port: u8, id_port: u8) -> Resul
     ))
 }
 
-/// The rest of a join once its `MULTICAST_JOIN` event `e` arrived: the Q_Key check, the address
-/// handle, the QP attached.
-fn finish_join<'q>(membership: Membership, e: Event, qp: &'q Qp<UD, RTS>, pd: &Pd) -> Result<McGroup<'q>> {
+/// The rest of a join once its `MULTICAST_JOIN` event `e` arrived: the check of the QP's Q_Key
+/// `ours` against the group's, the address handle, the QP attached.
+fn finish_join<'q>(membership: Membership, ours: u32, e: Event, qp: &'q Qp<UD, RTS>, pd: &Pd) -> Result<McGroup<'q>> {
     let ud = e.ud.as_ref().ok_or_else(|| Error::invalid("rdma_get_cm_event", "a join event without its address"))?;
     let (gid, lid, qkey) =
         (AddressVector::from_raw(&ud.ah_attr).grh.map(|g| g.dgid).unwrap_or_default(), ud.ah_attr.dlid, ud.qkey);
-    let (ours, port) = qp.qkey_and_port()?;
     if ours != qkey {
         return Err(Error::invalid(
             "rdma_join_multicast",
             format!("QP {:#x} takes Q_Key {ours:#x}, the group's datagrams carry {qkey:#x}", qp.qp_num()),
         ));
     }
-    same_port("rdma_join_multicast", qp.qp_num(), port, membership.raw.port_num())?;
     let peer = peer(pd, e)?;
     // Last, so that nothing fails once the QP is attached.
     qp.attach_mcast(gid, lid)?;

@@ -198,11 +198,12 @@ impl Pd {
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] for queue sizes of 0 or above the device limits, for CQs
-    ///   of another device context or an SRQ of another PD, and when a CQ has no room left for
-    ///   the queue depths that complete on it (the send depth on the send CQ, the receive depth,
-    ///   or the SRQ's depth the first time it is attached, on the receive CQ): a CQ holds as
-    ///   many completions as every queue completing on it can have outstanding, so it can never
-    ///   overrun;
+    ///   of another device context or an SRQ of another PD, for an SRQ that holds receives into
+    ///   On-Demand Paging memory verified for another transport than `T`, and when a CQ has no
+    ///   room left for the queue depths that complete on it (the send depth on the send CQ, the
+    ///   receive depth, or the SRQ's depth the first time it is attached, on the receive CQ): a
+    ///   CQ holds as many completions as every queue completing on it can have outstanding, so
+    ///   it can never overrun;
     /// - [`Error::Unsupported`] when the device does not support transport `T` (e.g.
     ///   XRC_SEND or RAW_PACKET on Soft-RoCE). An XRC_SEND or RAW_PACKET QP, where the device
     ///   creates one, stays in RESET: those transports have no transitions
@@ -1958,6 +1959,8 @@ impl QpShared {
             shared.recv_cq.register(qp_num, Arc::downgrade(&shared), srq, 2 * u64::from(depth) + srq_need)
         };
         shared.attach_srq(sys::IBV_QPT_RC, "RC", register)?;
+        // As `create_qp` records it: the room its destroy frees (once its completions are off).
+        shared.reserved[1].store(2 * u64::from(depth), Ordering::Relaxed);
         Ok(shared)
     }
 }

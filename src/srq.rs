@@ -226,8 +226,11 @@ impl Srq {
     /// whichever QP consumed it (`Completion::qp_num`).
     ///
     /// # Errors
-    /// Returns the request with a [`PostError`]: [`Error::QueueFull`], [`Error::Verb`] with
-    /// `ibv_post_srq_recv`.
+    /// Returns the request with a [`PostError`]: [`Error::InvalidArgument`] for memory of
+    /// another PD than the SRQ's, more entries than the SRQ takes (`max_sge`), or memory of
+    /// an On-Demand Paging region not verified for SRQ receives on the transport of every QP
+    /// attached to the SRQ; [`Error::QueueFull`]; [`Error::Verb`] with `ibv_post_srq_recv`
+    /// (with no request back when the provider may have queued it).
     ///
     /// See ibv_post_srq_recv(3).
     #[doc(alias = "ibv_post_srq_recv")]

@@ -139,9 +139,11 @@ struct Shared {
 /// On a multi-threaded runtime, each of many receives is awaited by a task while a thread
 /// sends its message and another thread drops the future at a different moment each time
 /// (before its first poll, waiting, while the driver task routes its completion, or after it
-/// was woken): a buffer that came back through the future holds its message (it came back
-/// only after its completion); the buffer of every dropped future was kept until the message
-/// landed in it (read back over RDMA); each message is delivered once.
+/// was woken; the first is let resolve and the second dropped before its message is sent, so
+/// both outcomes occur): a buffer that came back through the future holds its message (it came
+/// back only after its completion); whenever a future is dropped, every receive outstanding
+/// holds its buffer with the queue; the buffer of every dropped future was kept until the
+/// message landed in it (read back over RDMA).
 #[test]
 fn futures_dropped_on_another_thread_while_the_driver_routes_their_completions() {
     const N: usize = 48;
@@ -174,7 +176,17 @@ fn futures_dropped_on_another_thread_while_the_driver_routes_their_completions()
             let shared = Arc::clone(&shared);
             let r = Arc::clone(&r);
             std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_micros((i as u64 * 97) % 3000));
+                if i == 0 {
+                    // The first future is let resolve before the drop comes (the other outcome
+                    // is forced for the second: dropped before its message is sent).
+                    let start = Instant::now();
+                    while shared.fut.lock().unwrap().is_some() {
+                        assert!(start.elapsed() < WAIT, "the first future never resolved");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                } else {
+                    std::thread::sleep(Duration::from_micros((i as u64 * 97) % 3000));
+                }
                 let fut = shared.fut.lock().unwrap().take();
                 // Dropped here, on this thread, outside the slot's lock.
                 drop(fut);
@@ -189,6 +201,10 @@ fn futures_dropped_on_another_thread_while_the_driver_routes_their_completions()
                 }
             })
         };
+        let mut dropper = Some(dropper);
+        if i == 1 {
+            dropper.take().unwrap().join().unwrap();
+        }
         let sender = {
             let r = Arc::clone(&r);
             std::thread::spawn(move || {
@@ -196,7 +212,9 @@ fn futures_dropped_on_another_thread_while_the_driver_routes_their_completions()
                 send_sync(&r.pd, &r.pair.a, &[i as u8 + 1; 16]);
             })
         };
-        dropper.join().unwrap();
+        if let Some(dropper) = dropper {
+            dropper.join().unwrap();
+        }
         sender.join().unwrap();
         match rt.block_on(async { timeout(WAIT, task).await }).expect("bounded").unwrap() {
             Some(got) => {

@@ -434,9 +434,9 @@ fn a_completion_that_lands_while_its_future_polls_is_taken_without_the_event() {
             let (c, buf) = timeout(WAIT, task).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
             assert!(c.is_success(), "{name}: {c:?}");
             assert_eq!(&buf.as_slice()[..15], b"taken by a poll", "{name}");
-            // No later poll is asserted: on the multi-threaded runtime the poll that takes it
-            // may be one counted before `before` was read, waiting meanwhile for the CQ's
-            // routing lock, which the send's own wait holds while it routes the receive.
+            // The poll that takes it may be one counted before `before` was read (on the
+            // multi-threaded runtime it may wait meanwhile for the CQ's routing lock, which the
+            // send's own wait holds while it routes the receive).
             // The finished task leaves the count just after it wakes its `JoinHandle` (on the
             // multi-threaded runtime, possibly after this); a driver task would stay.
             let start = Instant::now();
