@@ -235,6 +235,7 @@ fn scope_receives_and_srq_receives_allocate_nothing_per_request() {
 /// completion channel) that have to wait: each round awaits a receive before its message is
 /// sent (`join!` polls it first, so it registers its waker and arms the CQ), then the SEND.
 /// The test runs on a thread of its own, bounded: a hang fails it.
+#[cfg(feature = "tokio")]
 #[test]
 fn awaited_owned_requests_that_wait_allocate_nothing_per_request() {
     let (counted, waited, rounds, tasks) = awaited_rounds(0);
@@ -246,6 +247,7 @@ fn awaited_owned_requests_that_wait_allocate_nothing_per_request() {
 
 /// The same with polls before sleeping (`Cq::set_await_polls`): each receive misses at its
 /// first poll and polls again, waking its own task, until its message lands.
+#[cfg(feature = "tokio")]
 #[test]
 fn awaited_owned_requests_that_poll_before_sleeping_allocate_nothing_per_request() {
     let (counted, waited, rounds, tasks) = awaited_rounds(1_000_000);
@@ -259,6 +261,7 @@ fn awaited_owned_requests_that_poll_before_sleeping_allocate_nothing_per_request
 /// CQs' `Cq::set_await_polls(polls)`: (allocations counted, receives that were pending at their
 /// first poll, rounds, the runtime's live tasks after them: the channel's driver task, once a
 /// future slept).
+#[cfg(feature = "tokio")]
 fn awaited_rounds(polls: u32) -> (u64, usize, usize, usize) {
     use std::future::Future;
     let (tx, rx) = std::sync::mpsc::channel();
