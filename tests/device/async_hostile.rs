@@ -16,7 +16,7 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use tokio::time::{sleep, timeout};
@@ -26,11 +26,6 @@ use typed_verbs::prelude::*;
 
 use crate::async_owned::{async_rig, chunks, message, read_back, runtimes, send_sync, until_unparked, AsyncRig, Rx};
 use crate::common::*;
-
-/// Polls `fut` once with `waker`.
-fn poll_with<F: Future + Unpin>(fut: &mut F, waker: &Waker) -> Poll<F::Output> {
-    Pin::new(fut).poll(&mut TaskContext::from_waker(waker))
-}
 
 /// Runs `f` on a thread of its own and waits at most `bound` for it: a hang fails the test
 /// (the thread is left behind).
@@ -43,23 +38,6 @@ fn bounded<R: Send + 'static>(what: &str, bound: Duration, f: impl FnOnce() -> R
         Ok(r) => r,
         Err(e) => panic!("{what}: did not finish within {bound:?} ({e})"),
     }
-}
-
-/// A waker that counts its wakes.
-struct CountWake(AtomicUsize);
-
-impl Wake for CountWake {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn count_waker() -> (Arc<CountWake>, Waker) {
-    let c = Arc::new(CountWake(AtomicUsize::new(0)));
-    (Arc::clone(&c), Waker::from(c))
 }
 
 /// Futures polled once (so their waker is registered, their CQ armed and a driver task
@@ -255,12 +233,12 @@ fn a_future_repolled_with_another_waker_or_moved_to_another_task_wakes_the_lates
         send_sync(&r.pd, &r.pair.a, b"for the latest");
         rt.block_on(async {
             let start = Instant::now();
-            while second.0.load(Ordering::SeqCst) == 0 {
+            while second.wakes() == 0 {
                 assert!(start.elapsed() < WAIT, "{name}: the latest waker was not woken");
                 sleep(Duration::from_millis(5)).await;
             }
         });
-        assert_eq!(first.0.load(Ordering::SeqCst), 0, "{name}: a replaced waker was woken");
+        assert_eq!(first.wakes(), 0, "{name}: a replaced waker was woken");
         match poll_with(&mut fut, &w2) {
             Poll::Ready(got) => {
                 let (c, buf) = got.map_err(|e| e.error).unwrap();

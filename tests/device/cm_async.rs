@@ -4,12 +4,7 @@
 //! abandoned while it waits (its future dropped) hands the receive posted before it back,
 //! flushed. Every wait bounded by the runtime's timer.
 
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::task::{Context as TaskContext, Wake, Waker};
 use std::time::Duration;
 
 use tokio::time::timeout;
@@ -38,46 +33,23 @@ async fn resolve(to: SocketAddr) -> CmId<typed_verbs::cm::RouteResolved> {
     id
 }
 
-/// A waker that records its wake. A CM wait polled once with it has registered a duplicate
-/// of its channel's descriptor with the runtime's reactor, which wakes it when epoll reports
-/// the descriptor readable: an event is queued on the channel. Nothing else wakes it in these
-/// tests (the runtime is not shut down, the wait stays registered, and its one poll is far
-/// within tokio's cooperative budget). The wait reads an event only in a poll, so after the
-/// wake the event stays queued until the wait is polled again or another wait reads it.
-pub(crate) struct WakeFlag(AtomicBool);
-
-impl Wake for WakeFlag {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-impl WakeFlag {
-    pub(crate) fn new() -> Arc<WakeFlag> {
-        Arc::new(WakeFlag(AtomicBool::new(false)))
-    }
-
-    /// Polls `f` once with this flag as its waker (in a runtime's context: a CM wait registers
-    /// with its reactor); true if `f` is still pending.
-    pub(crate) fn pending_once<F: Future + Unpin>(self: &Arc<Self>, f: &mut F) -> bool {
-        let waker = Waker::from(Arc::clone(self));
-        Pin::new(f).poll(&mut TaskContext::from_waker(&waker)).is_pending()
-    }
-
-    /// Whether it was woken within `d` (looked at every 5 ms, on the runtime's timer).
-    pub(crate) async fn within(&self, d: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + d;
-        while !self.0.load(Ordering::SeqCst) {
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+/// Whether `count`'s waker ([`count_waker`]) was woken within `d` (looked at every 5 ms, on the
+/// runtime's timer). A CM wait polled once with it (`poll_with`, in a runtime's context) has
+/// registered a duplicate of its channel's descriptor with the runtime's reactor, which wakes
+/// it when epoll reports the descriptor readable: an event is queued on the channel. Nothing
+/// else wakes it in these tests (the runtime is not shut down, the wait stays registered, and
+/// its one poll is far within tokio's cooperative budget). The wait reads an event only in a
+/// poll, so after the wake the event stays queued until the wait is polled again or another
+/// wait reads it.
+pub(crate) async fn woken_within(count: &CountWake, d: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + d;
+    while count.wakes() == 0 {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
         }
-        true
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    true
 }
 
 #[test]
@@ -124,16 +96,16 @@ fn an_rc_connection_is_made_used_and_ended_with_the_async_waits() {
 fn a_listeners_async_wait_dropped_with_a_request_pending_loses_no_request() {
     runtime().block_on(async {
         let (listener, addr) = listen();
-        let woken = WakeFlag::new();
+        let (woken, waker) = count_waker();
         let mut wait = Box::pin(listener.next_request_async());
-        assert!(woken.pending_once(&mut wait), "a request from nobody");
+        assert!(poll_with(&mut wait, &waker).is_pending(), "a request from nobody");
         let client = std::thread::spawn(move || {
             let id = CmId::new().unwrap().resolve_addr(None, addr, WAIT).unwrap().resolve_route(WAIT).unwrap();
             let side = Side::on(&device_name());
             let param = ConnParam { private_data: b"pending".to_vec(), ..ConnParam::default() };
             id.connect(side.qp(), Access::NONE, &param, WAIT).map(|_| ())
         });
-        assert!(woken.within(WAIT).await, "the request never reached the listener's channel");
+        assert!(woken_within(&woken, WAIT).await, "the request never reached the listener's channel");
         drop(wait);
         let req =
             timeout(WAIT, listener.next_request_async()).await.expect("the request was lost").expect("the request");

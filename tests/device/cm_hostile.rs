@@ -666,7 +666,7 @@ mod async_waits {
     use typed_verbs::prelude::*;
 
     use crate::cm::{recv_chunk, Side};
-    use crate::cm_async::WakeFlag;
+    use crate::cm_async::woken_within;
     use crate::common::*;
 
     fn runtime() -> tokio::runtime::Runtime {
@@ -829,11 +829,11 @@ mod async_waits {
         let l = Arc::clone(&listener);
         let (registered, is_registered) = std::sync::mpsc::channel();
         let doomed = rt.spawn(async move {
-            let woken = WakeFlag::new();
+            let (woken, waker) = count_waker();
             let mut wait = Box::pin(l.next_request_async());
-            assert!(woken.pending_once(&mut wait), "nobody connected yet");
+            assert!(poll_with(&mut wait, &waker).is_pending(), "nobody connected yet");
             registered.send(()).unwrap();
-            if woken.within(WAIT).await {
+            if woken_within(&woken, WAIT).await {
                 std::panic::panic_any(DOOMED);
             }
         });
@@ -1064,11 +1064,11 @@ mod async_waits {
         let conn = req.accept(side.qp(), Access::NONE, &ConnParam::default(), WAIT).expect("accepted");
         let (_peer_side, peer) = c.join().unwrap().expect("connected");
         let ended = rt.block_on(async {
-            let woken = WakeFlag::new();
+            let (woken, waker) = count_waker();
             let mut wait = Box::pin(conn.wait_disconnected_async());
-            assert!(woken.pending_once(&mut wait), "an end before the peer disconnected");
+            assert!(poll_with(&mut wait, &waker).is_pending(), "an end before the peer disconnected");
             peer.disconnect().expect("the peer disconnects");
-            assert!(woken.within(WAIT).await, "the peer's disconnect never reached the connection's channel");
+            assert!(woken_within(&woken, WAIT).await, "the peer's disconnect never reached the connection's channel");
             drop(wait);
             timeout(WAIT, conn.wait_disconnected_async()).await
         });

@@ -8,6 +8,49 @@ use typed_verbs::prelude::*;
 /// Generous: everything is slow under software emulation.
 pub const WAIT: Duration = Duration::from_secs(30);
 
+#[cfg(feature = "tokio")]
+pub use wakers::*;
+
+/// Futures polled by hand (the async tests, with the `tokio` feature).
+#[cfg(feature = "tokio")]
+mod wakers {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context as TaskContext, Poll, Wake, Waker};
+
+    /// A waker that counts its wakes ([`count_waker`]).
+    pub struct CountWake(AtomicUsize);
+
+    impl CountWake {
+        /// How many times it was woken.
+        pub fn wakes(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Wake for CountWake {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A counting waker, and its count.
+    pub fn count_waker() -> (Arc<CountWake>, Waker) {
+        let c = Arc::new(CountWake(AtomicUsize::new(0)));
+        (Arc::clone(&c), Waker::from(c))
+    }
+
+    /// Polls `fut` once with `waker` (by hand, outside any task).
+    pub fn poll_with<F: Future + Unpin>(fut: &mut F, waker: &Waker) -> Poll<F::Output> {
+        Pin::new(fut).poll(&mut TaskContext::from_waker(waker))
+    }
+}
+
 /// Asserts that `e` is the refusal a test means: [`Error::InvalidArgument`] of `verb` whose
 /// reason contains `reason_part` (a literal part of the check's message), not merely some
 /// refusal, which another check could have made. Prints the whole error otherwise.
