@@ -1093,6 +1093,16 @@ enum Answer {
     RefuseAt(usize),
     /// Refuses after taking the whole list, `bad_wr` left NULL (rxe's failed doorbell).
     RefuseNull,
+    /// Refuses after taking the whole list, `bad_wr` naming a request that is not one of the
+    /// list's (a provider's mistake).
+    RefuseNamingOther,
+}
+
+/// What [`Answer::RefuseNamingOther`] names: no request of any list (only its address is
+/// used).
+fn other_request<T>() -> *mut T {
+    static OTHER: [u64; 32] = [0; 32];
+    std::ptr::addr_of!(OTHER).cast_mut().cast()
 }
 
 /// The provider's side of one fake QP.
@@ -1141,7 +1151,7 @@ unsafe extern "C" fn fake_send(
         let answer = f.answers.pop_front().unwrap_or(Answer::Accept);
         let taken = match answer {
             Answer::RefuseAt(i) => i,
-            Answer::Accept | Answer::RefuseNull => list.len(),
+            Answer::Accept | Answer::RefuseNull | Answer::RefuseNamingOther => list.len(),
         };
         for &w in &list[..taken] {
             // SAFETY: as above.
@@ -1152,6 +1162,7 @@ unsafe extern "C" fn fake_send(
             Answer::Accept => return 0,
             Answer::RefuseAt(i) => (list[i], libc::ENOMEM),
             Answer::RefuseNull => (std::ptr::null_mut(), libc::EINVAL),
+            Answer::RefuseNamingOther => (other_request(), libc::EINVAL),
         };
         // SAFETY: `bad` is the caller's valid out-pointer.
         unsafe { *bad = named };
@@ -1177,6 +1188,11 @@ unsafe extern "C" fn fake_recv(
             }
             Answer::RefuseAt(_) => (wr, libc::ENOMEM),
             Answer::RefuseNull => (std::ptr::null_mut(), libc::EINVAL),
+            Answer::RefuseNamingOther => {
+                // SAFETY: as above.
+                f.recvs.push(unsafe { (*wr).wr_id });
+                (other_request(), libc::EINVAL)
+            }
         };
         // SAFETY: `bad` is the caller's valid out-pointer.
         unsafe { *bad = named };
@@ -1237,6 +1253,11 @@ fn wc_of(qp_num: u32, wr_id: u64, status: u32, opcode: u32) -> sys::ibv_wc {
 /// `(wr_id, signaled)` of every send request the provider took from `qp`.
 fn sends(qp: &QpShared) -> Vec<(u64, bool)> {
     with_fake_qp(qp.as_ptr(), |f| f.sends.clone())
+}
+
+/// The `wr_id` of every receive the provider took from `qp`.
+fn recvs(qp: &QpShared) -> Vec<u64> {
+    with_fake_qp(qp.as_ptr(), |f| f.recvs.clone())
 }
 
 fn answer_next(qp: &QpShared, a: Answer) {

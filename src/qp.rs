@@ -1506,7 +1506,10 @@ impl QpShared {
         // single valid request whose memory the caller guarantees; `bad` is a valid out-pointer.
         let ret = unsafe { (self.post_send_fn)(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
-            return Err(self.send_refused(book, wr, ret, bad.is_null(), owner));
+            // Only `bad_wr` naming the request proves it was not queued; NULL or any other
+            // pointer (a provider's mistake) proves nothing.
+            let named = std::ptr::eq(bad, wr);
+            return Err(self.send_refused(book, wr, ret, named, owner));
         }
         Ok(book.push_owned(wr.send_flags & sys::IBV_SEND_SIGNALED != 0, owner))
     }
@@ -1521,9 +1524,9 @@ impl QpShared {
         Error::QueueFull { queue: "send", qp_num: self.qp_num, depth }.into()
     }
 
-    /// The provider refused `wr` (`ret`); `bad_null`: it left `bad_wr` NULL, which proves
-    /// nothing (`bad_wr` naming the request proves it was not queued), so the request is
-    /// recorded as posted and uncovered under `owner`.
+    /// The provider refused `wr` (`ret`); `named`: `bad_wr` names `wr`, which proves it was
+    /// not queued. Otherwise (NULL, or a pointer that is not the request) nothing is proved, so
+    /// the request is recorded as posted and uncovered under `owner`.
     #[cold]
     #[inline(never)]
     fn send_refused(
@@ -1531,11 +1534,11 @@ impl QpShared {
         sq: &mut crate::queue::SendBook,
         wr: &sys::ibv_send_wr,
         ret: i32,
-        bad_null: bool,
+        named: bool,
         owner: u64,
     ) -> Refused {
         let error = Error::from_ret(Verb::PostSend, format!("QP {:#x}, opcode {}", self.qp_num, wr.opcode), ret);
-        let kept = bad_null.then(|| sq.push_owned(false, owner));
+        let kept = (!named).then(|| sq.push_owned(false, owner));
         Refused { error, kept }
     }
 
@@ -1668,7 +1671,9 @@ impl QpShared {
         // SAFETY: as in `post_send` (`post_recv_fn` is the provider's `ibv_post_recv`).
         let ret = unsafe { (self.post_recv_fn)(self.qp.as_ptr(), wr, &mut bad) };
         if ret != 0 {
-            return Err(self.recv_refused(&mut rq, ret, bad.is_null(), owner));
+            // As for a send: only `bad_wr` naming the receive proves it was not queued.
+            let named = std::ptr::eq(bad, wr);
+            return Err(self.recv_refused(&mut rq, ret, named, owner));
         }
         Ok(rq.push_owned(true, owner))
     }
@@ -1698,13 +1703,13 @@ impl QpShared {
         Error::QueueFull { queue: "receive", qp_num: self.qp_num, depth: self.rq.depth() }.into()
     }
 
-    /// The provider refused a receive (`ret`); `bad_null`: it left `bad_wr` NULL, so the
+    /// The provider refused a receive (`ret`); unless `bad_wr` names it (`named`), the
     /// request is recorded as posted and uncovered under `owner` (as for a send).
     #[cold]
     #[inline(never)]
-    fn recv_refused(&self, rq: &mut crate::queue::Book, ret: i32, bad_null: bool, owner: u64) -> Refused {
+    fn recv_refused(&self, rq: &mut crate::queue::Book, ret: i32, named: bool, owner: u64) -> Refused {
         let error = Error::from_ret(Verb::PostRecv, format!("QP {:#x}", self.qp_num), ret);
-        let kept = bad_null.then(|| rq.push_owned(false, owner));
+        let kept = (!named).then(|| rq.push_owned(false, owner));
         Refused { error, kept }
     }
 

@@ -264,10 +264,11 @@ impl Srq {
             let ret = unsafe { sys::ibv_post_srq_recv(self.as_ptr(), &mut raw, &mut bad) };
             if ret != 0 {
                 let error = Error::from_ret(Verb::PostSrqRecv, "shared receive queue", ret);
-                if !bad.is_null() {
+                if std::ptr::eq(bad, &raw const raw) {
                     return Err(PostError { error, wr: Some(wr) });
                 }
-                // The provider did not say the receive was not queued: it is recorded as
+                // The provider did not say the receive was not queued (`bad_wr` NULL, or a
+                // pointer that is not the request, which proves nothing): it is recorded as
                 // outstanding and uncovered, and its buffer kept by the queue's release rule
                 // (until a completion or the SRQ's destruction).
                 let seq = rq.push(false);

@@ -47,6 +47,31 @@ fn a_pending_front_receive_does_not_make_the_receive_book_grow() {
     assert!(slots <= 2 * 4 + 1, "the receive book of a queue 4 deep keeps {slots} slots after {N} receives");
 }
 
+/// A post the provider refuses with `bad_wr` naming something that is not the request (a
+/// provider's mistake) proves nothing: the receive and the send are kept as possibly queued,
+/// and neither request nor buffer comes back. (Only `bad_wr` naming the request proves it was
+/// not queued.)
+#[test]
+fn a_refusal_whose_bad_wr_names_another_request_hands_nothing_back() {
+    let w = World::new();
+    let (cq, _fake) = w.cq();
+    let (qp, shared) = w.rc_qp(0xa30, 4, &cq);
+    answer_next(&shared, Answer::RefuseNamingOther);
+    let e = qp.post_recv_owned(Recv::new(w.local_mut(0x1000, 64))).expect_err("refused");
+    assert!(e.wr.is_none(), "possibly queued: kept, not handed back");
+    assert_eq!(shared.rq.outstanding(), 1, "recorded as posted");
+    assert_eq!(recvs(&shared).len(), 1, "the fake provider took it");
+    let r = scope_with_timeout(Duration::from_millis(300), |s| {
+        answer_next(&shared, Answer::RefuseNamingOther);
+        let e = s.post_send(&qp, Write::new(w.local(0x2000, 8), remote())).expect_err("refused");
+        assert!(e.wr.is_none(), "possibly queued: kept, not handed back");
+        assert_eq!(shared.sq.outstanding(), 1, "recorded as posted");
+    });
+    // Nothing ever completes the kept send: the scope's drain forces a reset.
+    assert!(matches!(r, Err(crate::Error::QpBroken { .. })), "{r:?}");
+    assert_eq!(sends(&shared).len(), 1, "the fake provider took it");
+}
+
 /// The same on a shared receive queue: a receive consumed by a QP whose destroy took its
 /// completion off the CQ (mlx5's) stays pending for ever, and the SRQ's book does not keep a
 /// slot per later receive behind it.
