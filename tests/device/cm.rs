@@ -422,6 +422,63 @@ fn identifiers_dropped_in_every_state_end_cleanly() {
     drop(server.join().expect("the listener thread"));
 }
 
+/// A listener dropped with a connect request queued on its channel and never read: the drop
+/// returns at once (`rdma_destroy_id` does not wait for an event nobody read: every event read
+/// is acknowledged at once, and unread ones are not counted), and the connecting side is
+/// refused in bounded time.
+#[test]
+fn a_listener_dropped_with_an_unread_request_returns_at_once_and_the_connect_fails_bounded() {
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 4).expect("listen");
+    let to = SocketAddr::new(IpAddr::V4(local_ip()), listener.port());
+    let side = Side::on(&device_name());
+    let connecting = resolve(to).prepare(side.qp(), Access::NONE).expect("prepared");
+    let client = std::thread::spawn(move || {
+        let start = Instant::now();
+        let r = connecting.connect(&ConnParam::default(), WAIT).map(|_| ());
+        (r, start.elapsed())
+    });
+    // Long enough for the request to be queued on the listener's channel, unread.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    drop(listener);
+    assert!(t.elapsed() < Duration::from_secs(2), "the listener's drop blocked for {:?}", t.elapsed());
+    let (r, took) = client.join().expect("the client thread");
+    assert!(matches!(r, Err(Error::Rejected { .. }) | Err(Error::Cm { .. })), "{r:?}");
+    assert!(took < WAIT, "{took:?}");
+}
+
+/// A request read, its listener dropped, then the request accepted: the connection carries a
+/// SEND whose bytes land, and each side sees its end.
+#[test]
+fn an_rc_request_outlives_its_listener_and_is_accepted_after_it_is_gone() {
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 4).expect("listen");
+    let to = SocketAddr::new(IpAddr::V4(local_ip()), listener.port());
+    let server = std::thread::spawn(move || {
+        let req = listener.next_request(WAIT).expect("a request");
+        drop(listener);
+        let side = Side::on(&req.device_name().expect("the request's device"));
+        let conn = req.accept(side.qp(), Access::NONE, &ConnParam::default(), WAIT).expect("accepted late");
+        (side, conn)
+    });
+    let side = Side::on(&device_name());
+    let conn = resolve(to).connect(side.qp(), Access::NONE, &ConnParam::default(), WAIT).expect("connected");
+    let (peer_side, peer) = server.join().expect("the server thread");
+    let mut src = side.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    src.as_mut_slice().copy_from_slice(&[0x5a; 64]);
+    let mut inbox = peer_side.pd.alloc_mr(64, access::LOCAL_RW).unwrap();
+    scope(|s| {
+        let rt = s.post_recv(peer.qp(), wr::Recv::new(inbox.slice_mut(..).unwrap())).unwrap();
+        let t = s.post_send(conn.qp(), wr::Send::new(src.slice(..).unwrap())).unwrap();
+        assert!(s.wait(t, WAIT).unwrap().0.is_success());
+        let (c, _) = s.wait(rt, WAIT).unwrap();
+        assert!(c.is_success() && c.byte_len() == 64, "{c:?}");
+    })
+    .unwrap();
+    assert_eq!(inbox.as_slice(), &[0x5a; 64][..], "the SEND landed over the late-accepted connection");
+    drop(conn.disconnect().expect("disconnect"));
+    assert_eq!(peer.wait_disconnected(WAIT).expect("the end"), PeerEnded::Disconnected);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Attacks on the connection manager (branch attack-cm).
 
