@@ -1911,3 +1911,5 @@ mod runtimes {
 
 // Hostile providers and programs against the completion side.
 mod attack_tests;
+// Hostile programs against the scope's drain, post lists and the requests' checks.
+mod scope_attack_tests;
