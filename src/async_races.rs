@@ -1913,3 +1913,5 @@ mod runtimes {
 mod attack_tests;
 // Hostile programs against the scope's drain, post lists and the requests' checks.
 mod scope_attack_tests;
+// Hostile wakers, executors and programs against the awaited completions.
+mod async_attack_tests;

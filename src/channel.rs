@@ -267,8 +267,10 @@ impl Cq {
     /// armed for any completion, and nothing in the verbs says whether a solicited-only arming
     /// leaves an earlier arming for any completion in force (rxe keeps it; a provider may keep
     /// the last one). So after a solicited-only arming the library counts its own arming gone:
-    /// if futures wait, this call serves the CQ at once (polls it, routing what it finds, and
-    /// arms it for any completion again) and queues it for the channel's next dispatch. While
+    /// if futures wait, this call serves the CQ at once (polls it, routing what it finds, arms
+    /// it for any completion again, and polls until a poll after the arming finds it empty, at
+    /// most as many completions as the CQ holds) and queues it for the channel's next
+    /// dispatch. While
     /// futures wait on the CQ, its events are the library's: [`CompChannel::dispatch`] (the
     /// tokio driver's) reads them, so the program's arming is superseded.
     ///
@@ -418,14 +420,25 @@ impl ChannelShared {
     /// read elsewhere, the arming counts as used up and, if futures wait, the next dispatch
     /// serves the CQ. If futures wait, the CQ is also served now (polled, armed for any
     /// completion, polled again), whatever executor (or none) dispatches the channel, so that
-    /// what lands from here on produces an event.
+    /// what lands from here on produces an event: served until a poll after the arming finds
+    /// it empty, since completions left in it would produce no event, and an executor that
+    /// dispatches only when the channel's descriptor is readable would never come back for
+    /// them. At most as many completions as the CQ holds are taken here; past that (a CQ that
+    /// keeps filling) the queued dispatch serves the rest.
     ///
     /// # Errors
     /// A failed poll or arming of the CQ.
     pub(crate) fn arming_replaced(&self, cq: &Arc<CqShared>) -> Result<()> {
         self.event_for(cq, false);
         if cq.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-            cq.serve(1)?;
+            let mut left = cq.capacity();
+            loop {
+                let (n, more) = cq.serve(SERVE_BATCHES)?;
+                if !more || n >= left {
+                    break;
+                }
+                left -= n;
+            }
         }
         Ok(())
     }

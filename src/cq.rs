@@ -611,6 +611,11 @@ impl CqShared {
         Ok(())
     }
 
+    /// How many completions the CQ holds (`cqe` as the provider granted it).
+    pub(crate) fn capacity(&self) -> usize {
+        self.cqe as usize
+    }
+
     /// `ibv_req_notify_cq` for any completion.
     fn arm(&self) -> Result<()> {
         // SAFETY: the CQ is alive (`&self`).

@@ -1240,10 +1240,16 @@ fn wake_deferred() {
     // retries may run on another thread. The first panic comes out once the list is empty;
     // later payloads are leaked (their drop could panic again).
     let mut panic = None;
-    while let Some(w) = DEFERRED.try_with(|d| d.borrow_mut().pop_front()).ok().flatten() {
-        wake_catching(w, &mut panic);
-    }
-    if ANY_ORPHANED.load(std::sync::atomic::Ordering::Acquire) {
+    loop {
+        while let Some(w) = DEFERRED.try_with(|d| d.borrow_mut().pop_front()).ok().flatten() {
+            wake_catching(w, &mut panic);
+        }
+        if !ANY_ORPHANED.load(std::sync::atomic::Ordering::Acquire) {
+            break;
+        }
+        // An orphaned waker may run its task inline, and that task keep wakers on this
+        // thread: they join this thread's list, which is looked at again (left there, they
+        // would wait for this thread's next wake, which may never come).
         wake_orphaned(&mut panic);
     }
     if let Some(p) = DEFERRED_PANIC.try_with(|d| d.borrow_mut().take()).ok().flatten() {
