@@ -19,11 +19,24 @@
  * (and the last) signaled; after each signaled one, a poll for its completion, then one poll
  * per receive posted since the last. One `ibv_recv_wr` and one `ibv_send_wr` are re-posted.
  *
- * Usage: raw [--send] [DEVICE [GID_INDEX]] (defaults: $TYPED_VERBS_DEVICE or rxe0,
+ * With --tokens, the sequence is `run_loop_tokens` (warm-up `warm_up_tokens`): `run_loop`'s 1000
+ * RDMA WRITEs written the way the typed scope path must do them, in C: a request and a token per
+ * post. Per request: a fresh `ibv_send_wr` (zeroed) built from a view of local memory and a
+ * remote slice; the checks (the length fits the remote slice, the memory is of the QP's PD and
+ * pinned, the entry count within max_send_sge); the send queue's book under a ticket lock (the
+ * QP not broken, room in the queue, a forced signal every half queue, the sequence number as
+ * wr_id, the owner recorded); a token (queue, sequence number, view). A signaled token's wait
+ * polls its completion and publishes the book's `done` under the lock; an unsignaled token it
+ * covers is proved complete by one load and handed a stored implied completion and its view.
+ * It measures what the scope path's book-keeping costs when written by hand, not a library:
+ * no scope drain, no wakers, no parked buffers.
+ *
+ * Usage: raw [--send | --pingpong | --tokens] [DEVICE [GID_INDEX]] (defaults: $TYPED_VERBS_DEVICE or rxe0,
  * $TYPED_VERBS_GID_INDEX or 1). Build: cc -O2 -g -o raw raw.c -libverbs
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,6 +254,179 @@ MEASURED int warm_up(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *src, s
 	return loop_body(qp, cq, src, dst);
 }
 
+/* ---- --tokens: the scope path's book-keeping, by hand (see the head of this file) ---- */
+
+/* A view of registered local memory, as the typed `LocalBuf` (32 bytes). */
+struct view {
+	uint64_t addr;
+	uint32_t len, lkey;
+	uint64_t odp; /* 0: pinned memory */
+	const void *pd;
+};
+
+struct remote_slice {
+	uint64_t addr, len;
+	uint32_t rkey;
+};
+
+struct write_req {
+	struct view local;
+	struct remote_slice remote;
+};
+
+/* One send queue's book. */
+struct book {
+	atomic_uint ticket, serving; /* a ticket lock */
+	atomic_bool broken;
+	atomic_uint_fast64_t done_pub; /* `done`, published for the lock-free implied check */
+	uint64_t next, done, force_at, signal_every, mask;
+	uint32_t depth;
+	uint64_t owners[64];
+};
+
+struct tracked_qp {
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;
+	const void *pd;
+	uint32_t max_send_sge;
+	struct book b;
+};
+
+struct token {
+	struct tracked_qp *q;
+	uint64_t seq;
+	struct view buf;
+};
+
+static struct ibv_wc implied_wc;
+
+static inline __attribute__((always_inline)) void book_lock(struct book *b)
+{
+	unsigned t = atomic_fetch_add_explicit(&b->ticket, 1, memory_order_acquire);
+
+	while (atomic_load_explicit(&b->serving, memory_order_acquire) != t)
+		;
+}
+
+static inline __attribute__((always_inline)) void book_unlock(struct book *b)
+{
+	atomic_fetch_add_explicit(&b->serving, 1, memory_order_release);
+}
+
+static inline __attribute__((always_inline)) int post_write(struct tracked_qp *q, const struct write_req *w,
+							      int signaled, uint64_t owner, struct token *tok)
+{
+	struct ibv_sge sge = { .addr = w->local.addr, .length = w->local.len, .lkey = w->local.lkey };
+	struct ibv_send_wr wr, *bad = NULL;
+	struct book *b = &q->b;
+	uint64_t seq;
+
+	if (w->local.len > w->remote.len || w->local.pd != q->pd || w->local.odp)
+		return -1;
+	memset(&wr, 0, sizeof wr);
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.sg_list = &sge;
+	wr.num_sge = w->local.len != 0;
+	if ((uint32_t)wr.num_sge > q->max_send_sge)
+		return -1;
+	wr.wr.rdma.remote_addr = w->remote.addr;
+	wr.wr.rdma.rkey = w->remote.rkey;
+	wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+	book_lock(b);
+	if (atomic_load_explicit(&b->broken, memory_order_acquire) || b->next - b->done >= b->depth) {
+		book_unlock(b);
+		return -2;
+	}
+	if (!signaled && b->next >= b->force_at)
+		wr.send_flags |= IBV_SEND_SIGNALED;
+	seq = b->next;
+	wr.wr_id = seq;
+	if (ibv_post_send(q->qp, &wr, &bad)) {
+		book_unlock(b);
+		return -3;
+	}
+	b->owners[seq & b->mask] = owner;
+	b->next = seq + 1;
+	if (wr.send_flags & IBV_SEND_SIGNALED)
+		b->force_at = seq + b->signal_every;
+	book_unlock(b);
+	tok->q = q;
+	tok->seq = seq;
+	tok->buf = w->local;
+	return 0;
+}
+
+/* The wait of a signaled token: its completion polled, `done` moved past it and published. */
+static inline __attribute__((always_inline)) int wait_polled(struct token *t, struct ibv_wc *wc, struct view *buf)
+{
+	struct book *b = &t->q->b;
+	int n;
+
+	while ((n = ibv_poll_cq(t->q->cq, 1, wc)) == 0)
+		empty_polls++;
+	if (n < 0 || wc->wr_id != t->seq)
+		return -3;
+	book_lock(b);
+	b->done = t->seq + 1;
+	atomic_store_explicit(&b->done_pub, b->done, memory_order_release);
+	book_unlock(b);
+	*buf = t->buf;
+	return wc->status == IBV_WC_SUCCESS ? 0 : -4;
+}
+
+/* The wait of an unsignaled token a later completion covers: one load, no poll, no lock. */
+static inline __attribute__((always_inline)) int wait_implied(struct token *t, struct ibv_wc *wc, struct view *buf)
+{
+	if (t->seq >= atomic_load_explicit(&t->q->b.done_pub, memory_order_acquire))
+		return -5;
+	*wc = implied_wc;
+	*buf = t->buf;
+	return wc->status == IBV_WC_SUCCESS ? 0 : -4;
+}
+
+static inline __attribute__((always_inline)) int tokens_body(struct tracked_qp *q, struct view src,
+							       struct remote_slice dst)
+{
+	struct token unsignaled[SIGNAL_EVERY];
+	int n = 0, i, k, rc;
+
+	for (i = 0; i < N; i++) {
+		struct write_req w = { src, dst };
+		struct ibv_wc wc;
+		struct view buf;
+		struct token tok;
+
+		if ((i + 1) % SIGNAL_EVERY != 0 && i != N - 1) {
+			if ((rc = post_write(q, &w, 0, 1, &unsignaled[n])))
+				return rc;
+			n++;
+			continue;
+		}
+		if ((rc = post_write(q, &w, 1, 1, &tok)))
+			return rc;
+		settle();
+		if ((rc = wait_polled(&tok, &wc, &buf)))
+			return rc;
+		for (k = 0; k < n; k++)
+			if ((rc = wait_implied(&unsignaled[k], &wc, &buf)))
+				return rc;
+		n = 0;
+	}
+	return 0;
+}
+
+/* The measured function of --tokens. */
+MEASURED int run_loop_tokens(struct tracked_qp *q, struct view src, struct remote_slice dst)
+{
+	return tokens_body(q, src, dst);
+}
+
+/* The same sequence, not counted. */
+MEASURED int warm_up_tokens(struct tracked_qp *q, struct view src, struct remote_slice dst)
+{
+	return tokens_body(q, src, dst);
+}
+
 static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_cq *rcq)
 {
 	struct ibv_qp_init_attr init = {
@@ -260,7 +446,8 @@ int main(int argc, char **argv)
 {
 	int send = argc > 1 && !strcmp(argv[1], "--send");
 	int pingpong = argc > 1 && !strcmp(argv[1], "--pingpong");
-	if (send || pingpong) {
+	int tokens = argc > 1 && !strcmp(argv[1], "--tokens");
+	if (send || pingpong || tokens) {
 		argc--;
 		argv++;
 	}
@@ -303,15 +490,45 @@ int main(int argc, char **argv)
 	    (step = rc_connect(b, PORT, 0x2000, a->qp_num, 0x1000, &gid, gid_index)))
 		die(step);
 
-	rc = pingpong ? warm_up_pingpong(qps, cqs, rcqs, src, dst)
+	if (tokens) {
+		/* The typed QP's send queue: 64 entries, a forced signal every 32. */
+		static struct tracked_qp tq;
+		struct view sv = { .addr = (uintptr_t)src->addr, .len = MSG, .lkey = src->lkey, .pd = pd };
+		struct remote_slice dv = { .addr = (uintptr_t)dst->addr, .len = 4096, .rkey = dst->rkey };
+
+		tq.qp = a;
+		tq.cq = cq_a;
+		tq.pd = pd;
+		tq.max_send_sge = 1;
+		tq.b.depth = 64;
+		tq.b.mask = 63;
+		tq.b.signal_every = 32;
+		tq.b.force_at = 31;
+		implied_wc.status = IBV_WC_SUCCESS;
+		implied_wc.opcode = IBV_WC_RDMA_WRITE;
+		implied_wc.qp_num = a->qp_num;
+		if ((rc = warm_up_tokens(&tq, sv, dv))) {
+			fprintf(stderr, "raw: warm-up failed (%d)\n", rc);
+			return 1;
+		}
+		empty_polls = 0;
+		if ((rc = run_loop_tokens(&tq, sv, dv))) {
+			fprintf(stderr, "raw: run_loop_tokens failed (%d)\n", rc);
+			return 1;
+		}
+	}
+	rc = tokens ? 0
+	     : pingpong ? warm_up_pingpong(qps, cqs, rcqs, src, dst)
 	     : send   ? warm_up_send(a, cq_a, b, cq_b, src, dst)
 		      : warm_up(a, cq_a, src, dst);
 	if (rc) {
 		fprintf(stderr, "raw: warm-up failed (%d)\n", rc);
 		return 1;
 	}
-	empty_polls = 0;
-	rc = pingpong ? run_loop_pingpong(qps, cqs, rcqs, src, dst)
+	if (!tokens)
+		empty_polls = 0;
+	rc = tokens ? 0
+	     : pingpong ? run_loop_pingpong(qps, cqs, rcqs, src, dst)
 	     : send   ? run_loop_send(a, cq_a, b, cq_b, src, dst)
 		      : run_loop(a, cq_a, src, dst);
 	if (rc) {
@@ -327,7 +544,8 @@ int main(int argc, char **argv)
 		       MSG, empty_polls);
 	else
 		printf("raw: %d %s of %d bytes, every %dth signaled: ok; empty polls in run_loop: %ld\n", N,
-		       send ? "SENDs (and receives)" : "RDMA WRITEs", MSG, SIGNAL_EVERY, empty_polls);
+		       send ? "SENDs (and receives)" : tokens ? "RDMA WRITEs with tokens" : "RDMA WRITEs", MSG,
+		       SIGNAL_EVERY, empty_polls);
 
 	ibv_destroy_qp(a);
 	ibv_destroy_qp(b);
