@@ -233,21 +233,45 @@ fn wakers_reentering_the_library_from_dispatch() {
     assert_eq!(violations(), before);
 }
 
+/// B completes last: both buffers released once, no future left waiting, no violation.
+fn b_completes_last(fake: &FakeCq, qp_num: u32, cq: &CqShared, ra: &Req, rb: &Req, before: usize) {
+    dev_send(fake, qp_num, rb, sys::IBV_WC_SUCCESS);
+    cq.poll_and_route().unwrap();
+    assert_eq!((ra.drops.load(SeqCst), rb.drops.load(SeqCst)), (1, 1));
+    assert_eq!(cq.waiters.load(SeqCst), 0);
+    assert_eq!(violations(), before);
+}
+
+/// Two guarded sends, A and B, on a QP of a new CQ; B's future polled once (pending) and kept
+/// where a waker can drop it.
+struct TwoSends {
+    cq: Arc<CqShared>,
+    fake: &'static FakeCq,
+    qp: Arc<QpShared>,
+    ta: OwnedToken<Guard>,
+    ra: Req,
+    rb: Req,
+    fb: Arc<Mutex<Option<OwnedCompletion<Guard>>>>,
+}
+
+fn two_sends(w: &'static World, qp_num: u32) -> TwoSends {
+    let (cq, fake) = w.cq();
+    let qp = w.qp(qp_num, 16, &cq, None);
+    let (ta, ra) = guarded_send(&qp, true, "A");
+    let (tb, rb) = guarded_send(&qp, true, "B");
+    let fb = Arc::new(Mutex::new(Some(tb.into_future())));
+    let bw = Waker::from(Arc::new(Count::default()));
+    assert!(gpoll(fb.lock().unwrap().as_mut().unwrap(), &bw).is_pending());
+    TwoSends { cq, fake, qp, ta, ra, rb, fb }
+}
+
 /// A waker whose clone (the one `register_waker` keeps) drops another waiting future of the
 /// same queue and polls the CQ; and a waker whose clone panics. Both futures stay consistent.
 #[test]
 fn hostile_clone_drops_a_neighbour_and_polls_then_a_clone_that_panics() {
     let before = violations();
     let w = World::new();
-    let (cq, fake) = w.cq();
-    let qp = w.qp(0xb04, 16, &cq, None);
-    let (ta, ra) = guarded_send(&qp, true, "A");
-    let (tb, rb) = guarded_send(&qp, true, "B");
-    let fb: Arc<Mutex<Option<OwnedCompletion<Guard>>>> = Arc::new(Mutex::new(Some(tb.into_future())));
-    {
-        let bw = Waker::from(Arc::new(Count::default()));
-        assert!(gpoll(fb.lock().unwrap().as_mut().unwrap(), &bw).is_pending());
-    }
+    let TwoSends { cq, fake, qp: _qp, ta, ra, rb, fb } = two_sends(w, 0xb04);
     let mut fa = ta.into_future();
     let (fb2, cq2) = (Arc::clone(&fb), Arc::clone(&cq));
     let (aw, _) = hooked(Box::new(move || {
@@ -288,15 +312,7 @@ fn hostile_clone_drops_a_neighbour_and_polls_then_a_clone_that_panics() {
 fn hostile_waker_drop_on_replacement() {
     let before = violations();
     let w = World::new();
-    let (cq, fake) = w.cq();
-    let qp = w.qp(0xb05, 16, &cq, None);
-    let (ta, ra) = guarded_send(&qp, true, "A");
-    let (tb, rb) = guarded_send(&qp, true, "B");
-    let fb: Arc<Mutex<Option<OwnedCompletion<Guard>>>> = Arc::new(Mutex::new(Some(tb.into_future())));
-    {
-        let bw = Waker::from(Arc::new(Count::default()));
-        assert!(gpoll(fb.lock().unwrap().as_mut().unwrap(), &bw).is_pending());
-    }
+    let TwoSends { cq, fake, qp: _qp, ta, ra, rb, fb } = two_sends(w, 0xb05);
     struct DropDoes(Mutex<Option<Box<dyn FnOnce() + Send>>>);
     impl Wake for DropDoes {
         fn wake(self: Arc<Self>) {}
@@ -330,11 +346,7 @@ fn hostile_waker_drop_on_replacement() {
     assert_eq!(c.get(), 1, "the latest waker woken");
     let Poll::Ready(Ok((_, g))) = gpoll(&mut fa, &Waker::from(Arc::clone(&c))) else { panic!("A") };
     drop(g);
-    dev_send(fake, 0xb05, &rb, sys::IBV_WC_SUCCESS);
-    cq.poll_and_route().unwrap();
-    assert_eq!((ra.drops.load(SeqCst), rb.drops.load(SeqCst)), (1, 1));
-    assert_eq!(cq.waiters.load(SeqCst), 0);
-    assert_eq!(violations(), before);
+    b_completes_last(fake, 0xb05, &cq, &ra, &rb, before);
 }
 
 /// `set_await_polls` changed while a future is mid-polls; the future moved (boxed, swapped)
@@ -377,11 +389,7 @@ fn await_polls_changed_mid_flight_and_moved_futures() {
     }
     let Some(Ok((_, g))) = got else { panic!("A resolves") };
     drop(g);
-    dev_send(fake, 0xb06, &rb, sys::IBV_WC_SUCCESS);
-    cq.poll_and_route().unwrap();
-    assert_eq!((ra.drops.load(SeqCst), rb.drops.load(SeqCst)), (1, 1));
-    assert_eq!(cq.waiters.load(SeqCst), 0);
-    assert_eq!(violations(), before);
+    b_completes_last(fake, 0xb06, &cq, &ra, &rb, before);
 }
 
 /// Many QPs share one CQ, futures on all of them (send and receive), polled alternately from
