@@ -268,9 +268,9 @@ impl Cq {
     /// leaves an earlier arming for any completion in force (rxe keeps it; a provider may keep
     /// the last one). So after a solicited-only arming the library counts its own arming gone:
     /// if futures wait, this call serves the CQ at once (polls it, routing what it finds, arms
-    /// it for any completion again, and polls until a poll after the arming finds it empty, at
-    /// most as many completions as the CQ holds) and queues it for the channel's next
-    /// dispatch. While
+    /// it for any completion again, and polls until a poll after the arming finds it empty, or
+    /// about as many completions as the CQ holds were taken) and queues it for the channel's
+    /// next dispatch. While
     /// futures wait on the CQ, its events are the library's: [`CompChannel::dispatch`] (the
     /// tokio driver's) reads them, so the program's arming is superseded.
     ///
@@ -423,8 +423,10 @@ impl ChannelShared {
     /// what lands from here on produces an event: served until a poll after the arming finds
     /// it empty, since completions left in it would produce no event, and an executor that
     /// dispatches only when the channel's descriptor is readable would never come back for
-    /// them. At most as many completions as the CQ holds are taken here; past that (a CQ that
-    /// keeps filling) the queued dispatch serves the rest.
+    /// them. Once about as many completions as the CQ holds were taken (a CQ that keeps
+    /// filling), it stops there, armed for any completion all the same: what is left is
+    /// served by the queued dispatch, which the tokio driver runs at once, and another
+    /// executor at the channel's next event.
     ///
     /// # Errors
     /// A failed poll or arming of the CQ.
@@ -434,7 +436,12 @@ impl ChannelShared {
             let mut left = cq.capacity();
             loop {
                 let (n, more) = cq.serve(SERVE_BATCHES)?;
-                if !more || n >= left {
+                if !more {
+                    break;
+                }
+                if n >= left {
+                    // Its batches all came back full: `serve` did not reach its arming.
+                    cq.arm_once()?;
                     break;
                 }
                 left -= n;

@@ -570,13 +570,7 @@ impl CqShared {
                 if self.waiters.load(Ordering::SeqCst) == 0 {
                     return Ok((n, false));
                 }
-                // SeqCst: see `ChannelShared::event_for`.
-                if !self.armed.swap(true, Ordering::SeqCst) {
-                    if let Err(e) = self.arm() {
-                        self.armed.store(false, Ordering::Release);
-                        return Err(e);
-                    }
-                }
+                self.arm_once()?;
                 let got = self.poll_and_route()?;
                 return Ok((n + got, got == POLL_BATCH));
             }
@@ -614,6 +608,19 @@ impl CqShared {
     /// How many completions the CQ holds (`cqe` as the provider granted it).
     pub(crate) fn capacity(&self) -> usize {
         self.cqe as usize
+    }
+
+    /// Arms the CQ for any completion unless an arming whose event has not been read is
+    /// outstanding (`armed`).
+    pub(crate) fn arm_once(&self) -> Result<()> {
+        // SeqCst: see `ChannelShared::event_for`.
+        if !self.armed.swap(true, Ordering::SeqCst) {
+            if let Err(e) = self.arm() {
+                self.armed.store(false, Ordering::Release);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// `ibv_req_notify_cq` for any completion.

@@ -187,6 +187,7 @@ fn wakers_reentering_the_library_from_dispatch() {
     // waker, then resets the QP.
     let (cq2, tok2b, f1b, qpb, res) =
         (Arc::clone(&cq), Arc::clone(&tok2), Arc::clone(&f1), Arc::clone(&qp), Arc::clone(&results));
+    let reset_done = [Arc::clone(&r1.done), Arc::clone(&r2.done), Arc::clone(&r3.done)];
     let w0 = fn_waker(move || {
         let _ = cq2.poll_and_route();
         drop(tok2b.lock().unwrap().take());
@@ -199,6 +200,11 @@ fn wakers_reentering_the_library_from_dispatch() {
             }
         }
         drop(g);
+        // The reset: from here on the device no longer touches anything of the QP (token 2's
+        // buffer, dropped above, must not have come back before this).
+        for d in &reset_done {
+            d.store(true, SeqCst);
+        }
         qpb.fake_after_reset();
     });
     let c3 = Arc::new(Count::default());
@@ -209,10 +215,6 @@ fn wakers_reentering_the_library_from_dispatch() {
         assert!(gpoll(f1.lock().unwrap().as_mut().unwrap(), &inner).is_pending());
     }
     dev_send(fake, 0xb03, &r0, sys::IBV_WC_SUCCESS);
-    // The reset in the waker: the device no longer touches anything of the QP.
-    r1.done.store(true, SeqCst);
-    r2.done.store(true, SeqCst);
-    r3.done.store(true, SeqCst);
     w.ch.dispatch().unwrap();
     assert_eq!(c3.get(), 1, "F3 woken by the reset");
     let Poll::Ready(Ok((c, g))) = gpoll(&mut f0, &w0) else { panic!("f0") };
@@ -892,6 +894,72 @@ fn a_solicited_arming_with_a_full_batch_in_the_cq_serves_it_until_it_is_armed_fo
         let stuck: Vec<usize> = (0..40).filter(|&i| !done[i]).map(|i| i + 1).collect();
         eprintln!("program_arms_solicited={program_arms_solicited}: never woken: receives {stuck:?}");
         assert!(stuck.is_empty(), "program_arms_solicited={program_arms_solicited}: receives {stuck:?} completed on the device, their futures never woken (CQ left in it: {})", fake.left());
+    }
+}
+
+/// `Cq::req_notify(true)` while a CQ keeps filling (every poll finds a full batch): the serving
+/// stops after about as many completions as the CQ holds, and the CQ is left armed for any
+/// completion all the same, so the waiting future's completion, landing later, produces an
+/// event and a dispatch-on-readable executor wakes it. (Stopping at the bound without arming
+/// left only the program's solicited-only arming: no event, the future never woken.)
+#[test]
+fn a_solicited_arming_on_a_cq_that_keeps_filling_stops_at_its_bound_armed_for_any_completion() {
+    let w = World::new();
+    let (cq, fake) = w.droppable_cq_holding(256);
+    std::mem::forget(Arc::clone(&cq));
+    let qp = w.qp(0xf81, 16, &cq, None);
+    let mut f = post_send(&qp, true).into_future();
+    let woken = Arc::new(Count::default());
+    let wk = Waker::from(Arc::clone(&woken));
+    assert!(poll(&mut f, &wk).is_pending());
+    fake.busy.store(true, SeqCst);
+    crate::cq::Cq { inner: Arc::clone(&cq) }.req_notify(true).unwrap();
+    fake.busy.store(false, SeqCst);
+    assert!(
+        fake.armed.load(SeqCst) && !fake.solicited_only.load(SeqCst) && cq.armed.load(SeqCst),
+        "armed for any completion after the bound"
+    );
+    fake.complete(send_wc(0xf81, 0, sys::IBV_WC_SUCCESS));
+    for _ in 0..10 {
+        while fd_readable(w.ch.raw_fd()) {
+            w.ch.dispatch().unwrap();
+        }
+    }
+    assert_eq!(woken.get(), 1, "the waiting future woken by its completion's event");
+    assert!(matches!(poll(&mut f, &wk), Poll::Ready(Ok(_))));
+}
+
+/// The same with 100 completions in a CQ of 256 (a second serving finds it empty and arms),
+/// and with a CQ's worth (64 in a CQ of 64: one serving's four batches, up to the bound): 32 of them are the waiting futures'; every future is woken, and the CQ is left armed
+/// for any completion.
+#[test]
+fn a_solicited_arming_on_a_full_cq_wakes_every_future_and_leaves_it_armed() {
+    for (cqe, fill) in [(256, 100), (64, 64)] {
+        let w = World::new();
+        let (cq, fake) = w.droppable_cq_holding(cqe);
+        std::mem::forget(Arc::clone(&cq));
+        let qp = w.qp(0xf82, 32, &cq, None);
+        let mut fs: Vec<_> = (0..32).map(|_| post_recv(&qp).into_future()).collect();
+        let woken = Arc::new(Count::default());
+        let wk = Waker::from(Arc::clone(&woken));
+        for f in &mut fs {
+            assert!(poll(f, &wk).is_pending());
+        }
+        for seq in 0..32 {
+            fake.complete(recv_wc(0xf82, seq, sys::IBV_WC_SUCCESS));
+        }
+        // The rest of a QP no longer there.
+        for _ in 32..fill {
+            fake.complete(send_wc(0x7ffe, 0, sys::IBV_WC_SUCCESS));
+        }
+        assert_eq!(fake.left(), fill as usize);
+        crate::cq::Cq { inner: Arc::clone(&cq) }.req_notify(true).unwrap();
+        assert_eq!(woken.get(), 32, "CQ of {cqe}: every future woken");
+        assert!(fake.armed.load(SeqCst) && !fake.solicited_only.load(SeqCst), "CQ of {cqe}: armed for any completion");
+        assert_eq!(fake.left(), 0, "CQ of {cqe}: served to the end");
+        for f in &mut fs {
+            assert!(matches!(poll(f, &wk), Poll::Ready(Ok(_))));
+        }
     }
 }
 

@@ -269,9 +269,10 @@ fn list_naming_another_request_empty_list_and_posts_after_a_flush() {
 }
 
 /// Two scopes on two threads share a QP; one ends with its request never completing and
-/// forces a reset while the other keeps posting: every post of the other either is refused
-/// or is flushed with the reset; the other's tokens all come back and nothing stays
-/// outstanding once both ended.
+/// forces a reset while the other keeps posting: a refused post of the other hands its
+/// request back, a completion it collects is the reset's flush (the fake device completes
+/// nothing), and nothing stays outstanding once both ended. (Whether the posts overlap the
+/// reset depends on the schedule: only the outcome is checked.)
 #[test]
 fn a_forced_reset_racing_another_scopes_posts() {
     let w = World::new();
@@ -303,8 +304,10 @@ fn a_forced_reset_racing_another_scopes_posts() {
             std::mem::forget(s.post_send(&qp, Write::new(w.local(0x1000, 8), remote()).unsignaled()).unwrap());
         });
         assert!(matches!(r, Err(Error::QpBroken { .. })), "{r:?}");
-        let o = other.join().unwrap();
-        assert!(matches!(o, Err(Error::QpBroken { .. }) | Ok(_)), "{o:?}");
+        match other.join().unwrap() {
+            Ok((refused, back)) => assert!(refused + back <= 200, "{refused} refused, {back} flushed"),
+            Err(e) => assert!(matches!(e, Error::QpBroken { .. }), "{e:?}"),
+        }
     });
     assert!(settled(&shared), "{:?}", shared.outstanding());
 }

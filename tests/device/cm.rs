@@ -448,7 +448,7 @@ fn a_listener_dropped_with_an_unread_request_returns_at_once_and_the_connect_fai
 }
 
 /// A request read, its listener dropped, then the request accepted: the connection carries a
-/// SEND whose bytes land, and each side sees its end.
+/// SEND whose bytes land, and the passive side sees the active side's disconnect.
 #[test]
 fn an_rc_request_outlives_its_listener_and_is_accepted_after_it_is_gone() {
     let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 4).expect("listen");
