@@ -1794,9 +1794,10 @@ pub(crate) struct Refused {
     /// Set when the provider refused the request without saying that it did not queue it
     /// (`bad_wr` left NULL or naming another request, or `ibv_bind_mw`, which has no
     /// `bad_wr`): rdma-core 44's rxe provider advances its send queue before its doorbell
-    /// `write()` fails, so the request may sit in the ring. It is recorded under this sequence number as outstanding and
-    /// uncovered (no completion is expected), and its memory must be released only through
-    /// [`TrackedQueue::release`] (a completion that covers it, a reset, a destroy).
+    /// `write()` fails, so the request may sit in the ring. It is recorded under this sequence
+    /// number as outstanding and uncovered (no completion is expected), and its memory must be
+    /// released only through [`TrackedQueue::release`] (a completion that covers it, a reset,
+    /// a destroy).
     pub(crate) kept: Option<u64>,
 }
 
