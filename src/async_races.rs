@@ -1886,12 +1886,7 @@ mod runtimes {
     /// again with B's reactor, it gets the pending event.
     #[test]
     fn async_events_moved_to_another_runtime_get_the_event() {
-        let w = World::new();
-        let mut fds = [0i32; 2];
-        // SAFETY: a valid out-array of two descriptors.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }, 0);
-        // SAFETY: the fake context is leaked, and this test's alone.
-        unsafe { (*w.ctx.ctx.as_ptr()).async_fd = fds[0] };
+        let (w, wfd) = world_with_events();
         let ctx = crate::device::Context { inner: Arc::clone(&w.ctx) };
         let mut events = ctx.async_events().unwrap();
         let a = current_thread();
@@ -1899,14 +1894,39 @@ mod runtimes {
             let waker = Waker::from(Arc::new(Count::default()));
             assert!(events.poll_next_event(&mut TaskContext::from_waker(&waker)).is_pending());
         });
-        // One PORT_ACTIVE event of port 1 (`struct ib_uverbs_async_event_desc`).
-        let desc: [u32; 4] = [1, 0, sys::IBV_EVENT_PORT_ACTIVE, 0];
-        // SAFETY: writes the 16 bytes of `desc`.
-        assert_eq!(unsafe { libc::write(fds[1], desc.as_ptr().cast(), 16) }, 16);
+        // One PORT_ACTIVE event of port 1.
+        inject_event(wfd, 1, sys::IBV_EVENT_PORT_ACTIVE);
         let got = multi_thread().block_on(async { tokio::time::timeout(Duration::from_secs(2), events.next()).await });
         assert!(matches!(got, Ok(Ok(crate::event::AsyncEvent::PortActive { port: 1 }))), "{got:?}");
         drop(a);
     }
+}
+
+/// A fake world whose context's `async_fd` is a new non-blocking pipe; returns the write end,
+/// where [`inject_event`] writes the events `ibv_get_async_event` reads.
+fn world_with_events() -> (&'static World, i32) {
+    let w = World::new();
+    let mut fds = [0i32; 2];
+    // SAFETY: a valid out-array of two descriptors.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }, 0);
+    // SAFETY: the fake context is leaked, and this test's alone.
+    unsafe { (*w.ctx.ctx.as_ptr()).async_fd = fds[0] };
+    (w, fds[1])
+}
+
+/// Writes one event (`struct ib_uverbs_async_event_desc`: element, event type, reserved) to
+/// the write end `wfd` of [`world_with_events`]'s pipe.
+fn inject_event(wfd: i32, element: u64, event_type: u32) {
+    assert!(try_inject_event(wfd, element, event_type), "the event written");
+}
+
+/// [`inject_event`], or false when the pipe is full (non-blocking).
+fn try_inject_event(wfd: i32, element: u64, event_type: u32) -> bool {
+    let mut desc = [0u8; 16];
+    desc[..8].copy_from_slice(&element.to_ne_bytes());
+    desc[8..12].copy_from_slice(&event_type.to_ne_bytes());
+    // SAFETY: writes the 16 bytes of `desc` to the pipe's open write end.
+    unsafe { libc::write(wfd, desc.as_ptr().cast(), 16) == 16 }
 }
 
 // Hostile providers and programs against the completion side.
@@ -1915,3 +1935,5 @@ mod attack_tests;
 mod scope_attack_tests;
 // Hostile wakers, executors and programs against the awaited completions.
 mod async_attack_tests;
+// Hostile programs against the asynchronous events.
+mod event_attack_tests;
