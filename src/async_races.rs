@@ -64,6 +64,8 @@ pub(crate) struct FakeCq {
     polls: AtomicUsize,
     /// The next `poll_cq` fails (returns -1, as a provider's failed poll), taking nothing.
     fail_next: AtomicBool,
+    /// The next `req_notify_cq` fails (EIO), arming nothing.
+    fail_next_arm: AtomicBool,
 }
 
 // SAFETY: `raw` is the address of a leaked `ibv_cq`, only written into the event descriptor;
@@ -123,6 +125,9 @@ unsafe extern "C" fn fake_poll(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_w
 unsafe extern "C" fn fake_arm(cq: *mut sys::ibv_cq, solicited: i32) -> i32 {
     // SAFETY: per this function's contract.
     let f = unsafe { &*((*cq).cq_context as *const FakeCq) };
+    if f.fail_next_arm.swap(false, SeqCst) {
+        return libc::EIO;
+    }
     let hook = f.on_arm.lock().unwrap().take();
     if let Some(h) = hook {
         h();
@@ -227,6 +232,7 @@ impl World {
                 busy: AtomicBool::new(false),
                 polls: AtomicUsize::new(0),
                 fail_next: AtomicBool::new(false),
+                fail_next_arm: AtomicBool::new(false),
             }));
             raw.cq_context = (fake as *const FakeCq).cast_mut().cast();
             let cq = CqShared::fake(

@@ -564,7 +564,18 @@ impl CqShared {
         let _wakes = DeferWakes::new();
         let mut n = 0;
         for _ in 0..budget.max(1) {
-            let got = self.poll_and_route()?;
+            let got = match self.poll_and_route() {
+                Ok(got) => got,
+                Err(e) => {
+                    // A CQ not armed (its event read) gets no event for the futures still
+                    // waiting on it: woken, each polls again and arms it, or resolves with
+                    // the error.
+                    if self.waiters.load(Ordering::SeqCst) > 0 && !self.armed.load(Ordering::SeqCst) {
+                        self.wake_waiters();
+                    }
+                    return Err(e);
+                }
+            };
             n += got;
             if got < POLL_BATCH {
                 if self.waiters.load(Ordering::SeqCst) == 0 {
@@ -611,16 +622,41 @@ impl CqShared {
     }
 
     /// Arms the CQ for any completion unless an arming whose event has not been read is
-    /// outstanding (`armed`).
+    /// outstanding (`armed`). A failed arming wakes every future waiting here: no event will
+    /// come for them, so each polls again, and arms the CQ or resolves with the error.
     pub(crate) fn arm_once(&self) -> Result<()> {
         // SeqCst: see `ChannelShared::event_for`.
         if !self.armed.swap(true, Ordering::SeqCst) {
             if let Err(e) = self.arm() {
                 self.armed.store(false, Ordering::Release);
+                self.wake_waiters();
                 return Err(e);
             }
         }
         Ok(())
+    }
+
+    /// Wakes the futures waiting on the queues that complete here (the send and receive
+    /// queues of its QPs, their shared receive queues); they register again when polled.
+    #[cold]
+    #[inline(never)]
+    fn wake_waiters(&self) {
+        // Upgraded under the routing lock, woken and dropped after it: a waker may poll this
+        // CQ, and a handle dropped here may be the last of its QP, whose drop takes the lock.
+        let (qps, srqs): (Vec<_>, Vec<_>) = {
+            let routing = self.routes.lock();
+            (
+                routing.routes.iter().filter_map(|r| r.qp.upgrade()).collect(),
+                routing.routes.iter().filter_map(|r| r.srq.as_ref()?.upgrade()).collect(),
+            )
+        };
+        for qp in &qps {
+            qp.sq.wake_all();
+            qp.rq.wake_all();
+        }
+        for srq in &srqs {
+            srq.rq.wake_all();
+        }
     }
 
     /// `ibv_req_notify_cq` for any completion.

@@ -963,6 +963,58 @@ fn a_solicited_arming_on_a_full_cq_wakes_every_future_and_leaves_it_armed() {
     }
 }
 
+/// An arming that fails in a dispatch (after an event, serving the CQ) leaves the other
+/// futures waiting on the CQ with no event to come: they are woken, and polled again they arm
+/// it, so the next completion wakes them as usual. (Not woken, they waited for ever under an
+/// executor that dispatches when the channel's descriptor is readable.) The same after a
+/// failed poll of the serving.
+#[test]
+fn a_failed_arming_wakes_the_other_futures_waiting_on_the_cq() {
+    failed_serving_wakes_the_other_futures(true);
+}
+
+#[test]
+fn a_failed_poll_of_a_dispatch_wakes_the_other_futures_waiting_on_the_cq() {
+    failed_serving_wakes_the_other_futures(false);
+}
+
+/// The serving of a dispatch fails at its arming (`arming`) or at its first poll.
+fn failed_serving_wakes_the_other_futures(arming: bool) {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qa = w.qp(0xf91, 16, &cq, None);
+    let qb = w.qp(0xf92, 16, &cq, None);
+    let mut fa = post_send(&qa, true).into_future();
+    let mut fb = post_send(&qb, true).into_future();
+    let (ca, cb) = (Arc::new(Count::default()), Arc::new(Count::default()));
+    let (wa, wb) = (Waker::from(Arc::clone(&ca)), Waker::from(Arc::clone(&cb)));
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert!(poll(&mut fb, &wb).is_pending());
+    // A's completion fires the event; the dispatch serves the CQ, and its arming (or its poll)
+    // fails.
+    if arming {
+        fake.fail_next_arm.store(true, SeqCst);
+    } else {
+        fake.fail_next.store(true, SeqCst);
+    }
+    fake.complete(send_wc(0xf91, 0, sys::IBV_WC_SUCCESS));
+    assert!(fd_readable(w.ch.raw_fd()), "A's completion fired the event");
+    assert!(w.ch.dispatch().is_err(), "the failure comes out of the dispatch");
+    assert_eq!(cb.get(), 1, "B woken by the failed serving");
+    assert!(!fake.armed.load(SeqCst), "nothing armed");
+    // B's task polls again and arms the CQ; B's completion then fires an event.
+    assert!(poll(&mut fb, &wb).is_pending());
+    assert!(fake.armed.load(SeqCst), "armed again by B's poll");
+    fake.complete(send_wc(0xf92, 0, sys::IBV_WC_SUCCESS));
+    while fd_readable(w.ch.raw_fd()) {
+        w.ch.dispatch().unwrap();
+    }
+    assert_eq!(cb.get(), 2, "B woken by its completion");
+    assert!(matches!(poll(&mut fb, &wb), Poll::Ready(Ok(_))));
+    assert!(matches!(poll(&mut fa, &wa), Poll::Ready(Ok(_))));
+    assert!(ca.get() >= 1, "A woken");
+}
+
 /// A runtime that runs the channel's driver task dropped inside a waker that a manual
 /// dispatch runs; then a second future on the same channel, awaited on a new runtime, is
 /// still served (a new driver), and nothing deadlocks on the channel's lock.
