@@ -440,8 +440,13 @@ impl ChannelShared {
                     break;
                 }
                 if n >= left {
-                    // Its batches all came back full: `serve` did not reach its arming.
-                    cq.arm_once()?;
+                    // Its batches all came back full: `serve` may not have reached its arming.
+                    if let Err(e) = cq.arm_once() {
+                        // No event will come for the futures waiting here: woken, each polls
+                        // again, and serves the CQ or resolves with the error.
+                        cq.wake_waiters();
+                        return Err(e);
+                    }
                     break;
                 }
                 left -= n;

@@ -562,20 +562,22 @@ impl CqShared {
         // `DeferWakes`): after the arming, so that a waker that panics cannot leave the CQ
         // unarmed with futures waiting on it.
         let _wakes = DeferWakes::new();
+        let served = self.serve_batches(budget);
+        if served.is_err() && self.waiters.load(Ordering::SeqCst) > 0 {
+            // A failed serving may leave completions in the CQ that fire no event (landed
+            // before an arming, or left by an earlier serving), and a driver task ends at a
+            // failed dispatch: every future waiting here is woken, polls again, and serves the
+            // CQ or resolves with the error.
+            self.wake_waiters();
+        }
+        served
+    }
+
+    /// [`CqShared::serve`]'s polls and arming.
+    fn serve_batches(&self, budget: usize) -> Result<(usize, bool)> {
         let mut n = 0;
         for _ in 0..budget.max(1) {
-            let got = match self.poll_and_route() {
-                Ok(got) => got,
-                Err(e) => {
-                    // A CQ not armed (its event read) gets no event for the futures still
-                    // waiting on it: woken, each polls again and arms it, or resolves with
-                    // the error.
-                    if self.waiters.load(Ordering::SeqCst) > 0 && !self.armed.load(Ordering::SeqCst) {
-                        self.wake_waiters();
-                    }
-                    return Err(e);
-                }
-            };
+            let got = self.poll_and_route()?;
             n += got;
             if got < POLL_BATCH {
                 if self.waiters.load(Ordering::SeqCst) == 0 {
@@ -622,14 +624,12 @@ impl CqShared {
     }
 
     /// Arms the CQ for any completion unless an arming whose event has not been read is
-    /// outstanding (`armed`). A failed arming wakes every future waiting here: no event will
-    /// come for them, so each polls again, and arms the CQ or resolves with the error.
+    /// outstanding (`armed`).
     pub(crate) fn arm_once(&self) -> Result<()> {
         // SeqCst: see `ChannelShared::event_for`.
         if !self.armed.swap(true, Ordering::SeqCst) {
             if let Err(e) = self.arm() {
                 self.armed.store(false, Ordering::Release);
-                self.wake_waiters();
                 return Err(e);
             }
         }
@@ -637,12 +637,15 @@ impl CqShared {
     }
 
     /// Wakes the futures waiting on the queues that complete here (the send and receive
-    /// queues of its QPs, their shared receive queues); they register again when polled.
+    /// queues of its QPs, their shared receive queues); they register again when polled. All
+    /// are woken at the end, a waker that panics included (`DeferWakes`).
     #[cold]
     #[inline(never)]
-    fn wake_waiters(&self) {
+    pub(crate) fn wake_waiters(&self) {
+        let _wakes = DeferWakes::new();
         // Upgraded under the routing lock, woken and dropped after it: a waker may poll this
-        // CQ, and a handle dropped here may be the last of its QP, whose drop takes the lock.
+        // CQ, and a handle dropped here may be the last of its QP, whose drop takes other locks
+        // of this CQ (its list of retired QPs).
         let (qps, srqs): (Vec<_>, Vec<_>) = {
             let routing = self.routes.lock();
             (

@@ -1113,3 +1113,175 @@ fn program_wait_on_the_futures_channel_does_not_strand_futures() {
     let n = waiter.join().unwrap();
     eprintln!("the program's wait got {n} events");
 }
+
+/// A serving whose poll after the arming fails: a completion that landed before the arming
+/// took effect sits in the CQ, and no event will come for it; the futures waiting are woken.
+#[test]
+fn a_failed_poll_after_the_arming_wakes_the_other_futures() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qa = w.qp(0xe91, 16, &cq, None);
+    let qb = w.qp(0xe92, 16, &cq, None);
+    let mut fa = post_send(&qa, true).into_future();
+    let mut fb = post_send(&qb, true).into_future();
+    let (ca, cb) = (Arc::new(Count::default()), Arc::new(Count::default()));
+    let (wa, wb) = (Waker::from(Arc::clone(&ca)), Waker::from(Arc::clone(&cb)));
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert!(poll(&mut fb, &wb).is_pending());
+    let f2: &'static FakeCq = fake;
+    *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
+        // B's completion lands before the re-arming takes effect (no event), and the poll
+        // after the arming fails.
+        f2.complete(send_wc(0xe92, 0, sys::IBV_WC_SUCCESS));
+        f2.fail_next.store(true, SeqCst);
+    }));
+    fake.complete(send_wc(0xe91, 0, sys::IBV_WC_SUCCESS));
+    assert!(fd_readable(w.ch.raw_fd()));
+    assert!(w.ch.dispatch().is_err(), "the failed poll comes out of the dispatch");
+    assert!(matches!(poll(&mut fa, &wa), Poll::Ready(Ok(_))));
+    assert_eq!(cb.get(), 1, "B woken after the failed post-arm poll (its completion is in the CQ, no event will come)");
+    assert!(matches!(poll(&mut fb, &wb), Poll::Ready(Ok(_))), "B, polled again, takes its completion");
+}
+
+/// A dispatch's serving whose first poll fails while the CQ is armed, after an earlier serving
+/// left completions that landed before the arming (`more`): no event will come for them; the
+/// futures waiting are woken.
+#[test]
+fn a_failed_poll_with_completions_left_from_an_earlier_serving_wakes_the_other_futures() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qa = w.qp(0xe93, 16, &cq, None);
+    let qb = w.qp(0xe94, 16, &cq, None);
+    let mut fa = post_send(&qa, true).into_future();
+    let mut fb = post_send(&qb, true).into_future();
+    let (ca, cb) = (Arc::new(Count::default()), Arc::new(Count::default()));
+    let (wa, wb) = (Waker::from(Arc::clone(&ca)), Waker::from(Arc::clone(&cb)));
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert!(poll(&mut fb, &wb).is_pending());
+    let f2: &'static FakeCq = fake;
+    *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
+        for _ in 0..100 {
+            f2.complete(send_wc(0x7ffe, 0, sys::IBV_WC_SUCCESS));
+        }
+        f2.complete(send_wc(0xe94, 0, sys::IBV_WC_SUCCESS));
+    }));
+    // An event (another QP's completion); the dispatch re-arms, the hook fills the CQ.
+    fake.complete(send_wc(0x7ffe, 0, sys::IBV_WC_SUCCESS));
+    let d = w.ch.dispatch().unwrap();
+    assert!(d.more);
+    assert!(!fd_readable(w.ch.raw_fd()));
+    assert!(cq.armed.load(SeqCst));
+    // The executor dispatches again (more); its first poll fails.
+    fake.fail_next.store(true, SeqCst);
+    assert!(w.ch.dispatch().is_err());
+    assert!(cb.get() >= 1, "B woken (its completion is in the CQ, landed before the arming: no event)");
+    // Polled again (each poll serves a bounded part of the CQ, then wakes itself), B resolves.
+    let resolved = (0..10).any(|_| matches!(poll(&mut fb, &wb), Poll::Ready(Ok(_))));
+    assert!(resolved, "B resolves from the completions left in the CQ");
+    assert!(ca.get() >= 1, "A woken too");
+    assert!(poll(&mut fa, &wa).is_pending(), "A's request never completed");
+}
+
+/// `Cq::req_notify(true)` on a CQ that keeps filling: the library's arming at the serving's
+/// bound fails, and the first future's waker panics: the other futures are woken all the
+/// same.
+#[test]
+fn a_failed_arming_after_the_programs_solicited_arming_wakes_every_future_past_a_panicking_waker() {
+    let w = World::new();
+    let (cq, fake) = w.droppable_cq_holding(256);
+    std::mem::forget(Arc::clone(&cq));
+    let qa = w.qp(0xe95, 16, &cq, None);
+    let qb = w.qp(0xe96, 16, &cq, None);
+    let mut fa = post_send(&qa, true).into_future();
+    let mut fb = post_send(&qb, true).into_future();
+    let cb = Arc::new(Count::default());
+    let wa = Waker::from(Arc::new(PanicWake));
+    let wb = Waker::from(Arc::clone(&cb));
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert!(poll(&mut fb, &wb).is_pending());
+    let f2: &'static FakeCq = fake;
+    // The program's own (solicited) arming succeeds; the library's next arming fails.
+    *fake.on_arm.lock().unwrap() = Some(Box::new(move || f2.fail_next_arm.store(true, SeqCst)));
+    fake.busy.store(true, SeqCst);
+    let r = quiet(|| crate::cq::Cq { inner: Arc::clone(&cq) }.req_notify(true));
+    fake.busy.store(false, SeqCst);
+    assert!(r.is_err(), "A's waker's panic comes out of req_notify, after the others were woken");
+    assert_eq!(cb.get(), 1, "B woken by the failed arming although A's waker panicked");
+    drop((fa, fb));
+}
+
+/// Tokio: the driver's dispatch fails at the poll after its re-arming, and the driver task
+/// ends; the futures waiting are woken, so B, polled again, serves the CQ itself (a new driver)
+/// and resolves when its completion lands.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_driver_whose_dispatch_fails_after_the_arming_strands_no_future() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qa = w.qp(0xe97, 16, &cq, None);
+    let qb = w.qp(0xe98, 16, &cq, None);
+    let fa = post_send(&qa, true).into_future();
+    let fb = post_send(&qb, true).into_future();
+    let f2: &'static FakeCq = fake;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let r = rt.block_on(async move {
+        let ha = tokio::spawn(fa);
+        let hb = tokio::spawn(fb);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        *f2.on_arm.lock().unwrap() = Some(Box::new(move || f2.fail_next.store(true, SeqCst)));
+        f2.complete(send_wc(0xe97, 0, sys::IBV_WC_SUCCESS));
+        let a = tokio::time::timeout(Duration::from_secs(3), ha).await;
+        assert!(matches!(a, Ok(Ok(Ok(_)))), "A resolves: {a:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // B's own completion, after the arming: an event.
+        f2.complete(send_wc(0xe98, 0, sys::IBV_WC_SUCCESS));
+        tokio::time::timeout(Duration::from_secs(3), hb).await
+    });
+    assert!(matches!(r, Ok(Ok(Ok(_)))), "B stranded: {:?}", r.map(|r| r.map(|r| r.is_ok())));
+    drop(cq);
+}
+
+/// Every poll fails (a provider failing for good): the woken futures each resolve with the
+/// error, and the wakes stop.
+#[test]
+fn a_provider_whose_every_poll_fails_resolves_every_future_with_the_error() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qps: Vec<_> = (0..8).map(|i| w.qp(0xea0 + i, 16, &cq, None)).collect();
+    let mut fs: Vec<_> = qps.iter().map(|q| Some(post_send(q, true).into_future())).collect();
+    let counts: Vec<_> = (0..8).map(|_| Arc::new(Count::default())).collect();
+    let wakers: Vec<_> = counts.iter().map(|c| Waker::from(Arc::clone(c))).collect();
+    for (f, wk) in fs.iter_mut().zip(&wakers) {
+        assert!(poll(f.as_mut().unwrap(), wk).is_pending());
+    }
+    fake.complete(send_wc(0x7ffe, 0, sys::IBV_WC_SUCCESS));
+    fake.fail_next.store(true, SeqCst);
+    assert!(w.ch.dispatch().is_err());
+    let mut seen: Vec<usize> = vec![0; 8];
+    for _round in 0..100 {
+        let mut any = false;
+        for i in 0..8 {
+            if fs[i].is_some() && counts[i].get() > seen[i] {
+                seen[i] = counts[i].get();
+                any = true;
+                fake.fail_next.store(true, SeqCst);
+                match poll(fs[i].as_mut().unwrap(), &wakers[i]) {
+                    Poll::Ready(r) => {
+                        assert!(r.is_err());
+                        fs[i] = None;
+                    }
+                    Poll::Pending => {}
+                }
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    fake.fail_next.store(false, SeqCst);
+    let left = fs.iter().filter(|f| f.is_some()).count();
+    assert_eq!(left, 0, "every future resolved with the error");
+    assert!(counts.iter().all(|c| c.get() >= 1), "every future woken by the failed serving");
+    assert_eq!(cq.waiters.load(SeqCst), 0);
+}
