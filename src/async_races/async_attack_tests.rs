@@ -981,15 +981,7 @@ fn a_failed_poll_of_a_dispatch_wakes_the_other_futures_waiting_on_the_cq() {
 /// The serving of a dispatch fails at its arming (`arming`) or at its first poll.
 fn failed_serving_wakes_the_other_futures(arming: bool) {
     let w = World::new();
-    let (cq, fake) = w.cq();
-    let qa = w.qp(0xf91, 16, &cq, None);
-    let qb = w.qp(0xf92, 16, &cq, None);
-    let mut fa = post_send(&qa, true).into_future();
-    let mut fb = post_send(&qb, true).into_future();
-    let (ca, cb) = (Arc::new(Count::default()), Arc::new(Count::default()));
-    let (wa, wb) = (Waker::from(Arc::clone(&ca)), Waker::from(Arc::clone(&cb)));
-    assert!(poll(&mut fa, &wa).is_pending());
-    assert!(poll(&mut fb, &wb).is_pending());
+    let TwoWaiting { cq: _cq, fake, qa: _qa, qb: _qb, mut fa, mut fb, ca, cb, wa, wb } = two_waiting(w, 0xf91, 0xf92);
     // A's completion fires the event; the dispatch serves the CQ, and its arming (or its poll)
     // fails.
     if arming {
@@ -1119,15 +1111,8 @@ fn program_wait_on_the_futures_channel_does_not_strand_futures() {
 #[test]
 fn a_failed_poll_after_the_arming_wakes_the_other_futures() {
     let w = World::new();
-    let (cq, fake) = w.cq();
-    let qa = w.qp(0xe91, 16, &cq, None);
-    let qb = w.qp(0xe92, 16, &cq, None);
-    let mut fa = post_send(&qa, true).into_future();
-    let mut fb = post_send(&qb, true).into_future();
-    let (ca, cb) = (Arc::new(Count::default()), Arc::new(Count::default()));
-    let (wa, wb) = (Waker::from(Arc::clone(&ca)), Waker::from(Arc::clone(&cb)));
-    assert!(poll(&mut fa, &wa).is_pending());
-    assert!(poll(&mut fb, &wb).is_pending());
+    let TwoWaiting { cq: _cq, fake, qa: _qa, qb: _qb, mut fa, mut fb, ca: _ca, cb, wa, wb } =
+        two_waiting(w, 0xe91, 0xe92);
     let f2: &'static FakeCq = fake;
     *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
         // B's completion lands before the re-arming takes effect (no event), and the poll
@@ -1149,15 +1134,7 @@ fn a_failed_poll_after_the_arming_wakes_the_other_futures() {
 #[test]
 fn a_failed_poll_with_completions_left_from_an_earlier_serving_wakes_the_other_futures() {
     let w = World::new();
-    let (cq, fake) = w.cq();
-    let qa = w.qp(0xe93, 16, &cq, None);
-    let qb = w.qp(0xe94, 16, &cq, None);
-    let mut fa = post_send(&qa, true).into_future();
-    let mut fb = post_send(&qb, true).into_future();
-    let (ca, cb) = (Arc::new(Count::default()), Arc::new(Count::default()));
-    let (wa, wb) = (Waker::from(Arc::clone(&ca)), Waker::from(Arc::clone(&cb)));
-    assert!(poll(&mut fa, &wa).is_pending());
-    assert!(poll(&mut fb, &wb).is_pending());
+    let TwoWaiting { cq, fake, qa: _qa, qb: _qb, mut fa, mut fb, ca, cb, wa, wb } = two_waiting(w, 0xe93, 0xe94);
     let f2: &'static FakeCq = fake;
     *fake.on_arm.lock().unwrap() = Some(Box::new(move || {
         for _ in 0..100 {
@@ -1180,6 +1157,34 @@ fn a_failed_poll_with_completions_left_from_an_earlier_serving_wakes_the_other_f
     assert!(resolved, "B resolves from the completions left in the CQ");
     assert!(ca.get() >= 1, "A woken too");
     assert!(poll(&mut fa, &wa).is_pending(), "A's request never completed");
+}
+
+/// Futures A and B, each waiting (polled once, pending, with a counting waker) on a send of
+/// its own QP; both QPs complete on one new CQ.
+struct TwoWaiting {
+    cq: Arc<CqShared>,
+    fake: &'static FakeCq,
+    qa: Arc<QpShared>,
+    qb: Arc<QpShared>,
+    fa: OwnedCompletion<()>,
+    fb: OwnedCompletion<()>,
+    ca: Arc<Count>,
+    cb: Arc<Count>,
+    wa: Waker,
+    wb: Waker,
+}
+
+fn two_waiting(w: &'static World, qa_num: u32, qb_num: u32) -> TwoWaiting {
+    let (cq, fake) = w.cq();
+    let qa = w.qp(qa_num, 16, &cq, None);
+    let qb = w.qp(qb_num, 16, &cq, None);
+    let mut fa = post_send(&qa, true).into_future();
+    let mut fb = post_send(&qb, true).into_future();
+    let (ca, cb) = (Arc::new(Count::default()), Arc::new(Count::default()));
+    let (wa, wb) = (Waker::from(Arc::clone(&ca)), Waker::from(Arc::clone(&cb)));
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert!(poll(&mut fb, &wb).is_pending());
+    TwoWaiting { cq, fake, qa, qb, fa, fb, ca, cb, wa, wb }
 }
 
 /// `Cq::req_notify(true)` on a CQ that keeps filling: the library's arming at the serving's
