@@ -424,9 +424,9 @@ impl ChannelShared {
     /// it empty, since completions left in it would produce no event, and an executor that
     /// dispatches only when the channel's descriptor is readable would never come back for
     /// them. Once about as many completions as the CQ holds were taken (a CQ that keeps
-    /// filling), it stops there, armed for any completion all the same: what is left is
-    /// served by the queued dispatch, which the tokio driver runs at once, and another
-    /// executor at the channel's next event.
+    /// filling), it stops there, armed for any completion all the same, and wakes the futures
+    /// waiting on the CQ: each serves it itself (the queued dispatch, which the tokio driver
+    /// runs at once, serves it too).
     ///
     /// # Errors
     /// A failed poll or arming of the CQ.
@@ -441,12 +441,12 @@ impl ChannelShared {
                 }
                 if n >= left {
                     // Its batches all came back full: `serve` may not have reached its arming.
-                    if let Err(e) = cq.arm_once() {
-                        // No event will come for the futures waiting here: woken, each polls
-                        // again, and serves the CQ or resolves with the error.
-                        cq.wake_waiters();
-                        return Err(e);
-                    }
+                    // Armed now; completions left from before the arming fire no event: the
+                    // futures waiting here are woken, and each serves the CQ itself (its own
+                    // bounded serving wakes it again while more is left).
+                    let armed = cq.arm_once();
+                    cq.wake_waiters();
+                    armed?;
                     break;
                 }
                 left -= n;
@@ -480,6 +480,12 @@ impl ChannelShared {
     /// next dispatch serves the CQ, as for an event read elsewhere.
     pub(crate) fn left_in(&self, cq: &Arc<CqShared>) {
         self.serve_next(cq, true);
+    }
+
+    /// Whether `cq` is queued for the next dispatch.
+    #[cfg(test)]
+    pub(crate) fn is_queued(&self, cq: &Arc<CqShared>) -> bool {
+        lock(&self.driver).ready.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(cq)))
     }
 
     /// A future starts waiting on one of this channel's CQs. The first after an idle period
@@ -572,6 +578,16 @@ impl CompChannel {
                 Err(e) => {
                     failed = Some(e);
                     left.push(w);
+                }
+            }
+        }
+        if failed.is_some() {
+            // The CQs not served (after the failure) had their events read: their futures get
+            // no other wake, and a driver task ends here. Woken (at this call's end), each
+            // serves its CQ itself. (The failing CQ's were woken by its serving.)
+            for w in &left {
+                if let Some(cq) = w.upgrade() {
+                    cq.wake_waiters();
                 }
             }
         }
@@ -812,8 +828,10 @@ impl Drop for DriverGuard {
 /// readable and dispatches. A dispatch that left work yields (the task wakes itself) instead
 /// of looping: the work per wakeup is one `dispatch`. With no future waiting it idles, reading
 /// nothing, until a future waits again (`ChannelShared::add_waiter` wakes it). Ends when the
-/// channel is gone (its drop wakes the task), or when the reactor or a dispatch fails (the
-/// futures' own polls then report the failure of their CQ).
+/// channel is gone (its drop wakes the task), or when the reactor or a dispatch fails (a
+/// failed dispatch wakes the futures of every CQ it had to serve, after this task counts as
+/// ended: polled again, each serves its CQ itself and starts a new driver, or reports the
+/// failure).
 #[cfg(feature = "tokio")]
 fn drive(
     guard: &DriverGuard,
@@ -846,11 +864,24 @@ fn drive(
             Poll::Ready(Err(_)) => return Poll::Ready(()),
         };
         let channel = CompChannel { inner };
+        // The futures a dispatch wakes are woken when this ends: a failed dispatch ends this
+        // task, and the futures it woke must find it gone, so that the first to wait again
+        // starts a new driver (on another worker, a woken future may be polled before this
+        // task returns).
+        let wakes = crate::queue::DeferWakes::new();
         // A waker that panics (another executor's) panics out of `dispatch` once its work is
         // done (it wakes at its end): the panic hook has reported it, and the task goes on,
         // since the other futures of the channel depend on it. The payload is leaked (its drop
         // could panic again).
-        let done = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| channel.dispatch())) {
+        let dispatched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let done = channel.dispatch();
+            if done.is_err() {
+                lock(&channel.inner.driver).ended(guard.gen);
+            }
+            drop(wakes);
+            done
+        }));
+        let done = match dispatched {
             Ok(Ok(done)) => done,
             Ok(Err(_)) => return Poll::Ready(()),
             Err(panic) => {

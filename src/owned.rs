@@ -543,14 +543,18 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
         // (`left_in`): a waker that panics then cannot leave completions in the CQ that no
         // event will announce and no dispatch will take.
         let wakes = DeferWakes::new();
-        let served = this.waiting.as_slice().iter().try_fold(false, |more, cq| {
+        // `more` whatever the result: a CQ served before another's serving failed may have
+        // completions left, which fire no event and which this future, resolving with the
+        // error, will not take.
+        let mut more = false;
+        let served = this.waiting.as_slice().iter().try_for_each(|cq| {
             #[cfg(feature = "tokio")]
             if let Some(ch) = &cq.channel {
                 ch.ensure_driver()?;
             }
-            cq.serve(crate::channel::SERVE_BATCHES).map(|(_, m)| more | m)
+            more |= cq.serve(crate::channel::SERVE_BATCHES)?.1;
+            Ok(())
         });
-        let more = matches!(served, Ok(true));
         if more {
             // Bounded work per poll: the rest of the CQ goes to the channel's next dispatch.
             // This future may not poll again (it resolves now, or is dropped before its next

@@ -1290,3 +1290,81 @@ fn a_provider_whose_every_poll_fails_resolves_every_future_with_the_error() {
     assert!(counts.iter().all(|c| c.get() >= 1), "every future woken by the failed serving");
     assert_eq!(cq.waiters.load(SeqCst), 0);
 }
+
+/// A dispatch whose serving of one CQ fails leaves the other CQs it read events for unserved:
+/// their futures are woken at the dispatch's end (a driver task ends at a failed dispatch, and
+/// their events were read), and each serves its CQ itself.
+#[test]
+fn a_failed_dispatch_wakes_the_futures_of_the_cqs_it_did_not_serve() {
+    let w = World::new();
+    let (cq1, fake1) = w.cq();
+    let (cq2, fake2) = w.cq();
+    let qa = w.qp(0xea1, 16, &cq1, None);
+    let qb = w.qp(0xea2, 16, &cq2, None);
+    let mut fa = post_send(&qa, true).into_future();
+    let mut fb = post_send(&qb, true).into_future();
+    let (ca, cb) = (Arc::new(Count::default()), Arc::new(Count::default()));
+    let (wa, wb) = (Waker::from(Arc::clone(&ca)), Waker::from(Arc::clone(&cb)));
+    assert!(poll(&mut fa, &wa).is_pending());
+    assert!(poll(&mut fb, &wb).is_pending());
+    // Both CQs fire; the first's serving fails at its poll.
+    fake1.complete(send_wc(0xea1, 0, sys::IBV_WC_SUCCESS));
+    fake2.complete(send_wc(0xea2, 0, sys::IBV_WC_SUCCESS));
+    fake1.fail_next.store(true, SeqCst);
+    assert!(w.ch.dispatch().is_err(), "the failed serving comes out of the dispatch");
+    assert_eq!(ca.get(), 1, "A woken by its CQ's failed serving");
+    assert_eq!(cb.get(), 1, "B woken although its CQ was not served");
+    assert!(matches!(poll(&mut fb, &wb), Poll::Ready(Ok(_))), "B, polled again, serves its CQ");
+    assert!(matches!(poll(&mut fa, &wa), Poll::Ready(Ok(_))), "A too");
+    drop((cq1, cq2));
+}
+
+/// A solicited-only arming's serving that stops at its bound with completions left from
+/// before the arming (which fire no event) wakes the futures waiting on the CQ: B, whose
+/// completion is the 80th in a CQ of 64, is woken and takes it when polled.
+#[test]
+fn a_solicited_arming_stopped_at_its_bound_wakes_the_futures_whose_completions_are_left() {
+    let w = World::new();
+    let (cq, fake) = w.droppable_cq_holding(64);
+    std::mem::forget(Arc::clone(&cq));
+    let qb = w.qp(0xea3, 16, &cq, None);
+    let mut fb = post_send(&qb, true).into_future();
+    let cb = Arc::new(Count::default());
+    let wb = Waker::from(Arc::clone(&cb));
+    assert!(poll(&mut fb, &wb).is_pending());
+    for _ in 0..79 {
+        fake.complete(send_wc(0x7ffe, 0, sys::IBV_WC_SUCCESS));
+    }
+    fake.complete(send_wc(0xea3, 0, sys::IBV_WC_SUCCESS));
+    crate::cq::Cq { inner: Arc::clone(&cq) }.req_notify(true).unwrap();
+    assert_eq!(fake.left(), 16, "stopped at the bound, B's completion left");
+    assert!(fake.armed.load(SeqCst) && !fake.solicited_only.load(SeqCst), "armed for any completion");
+    assert_eq!(cb.get(), 1, "B woken at the bound");
+    assert!(matches!(poll(&mut fb, &wb), Poll::Ready(Ok(_))), "B, polled, serves the CQ and takes it");
+}
+
+/// A receive of a shared receive queue waits on the CQs of the QPs attached to it; when its
+/// serving of the first leaves completions (more than a poll's batches) and that of the second
+/// fails, the future resolves with the error, and the first CQ is still queued for the next
+/// dispatch: its completions fire no event, and this future will not poll again.
+#[test]
+fn an_srq_receive_whose_second_cqs_serving_fails_hands_the_first_cq_on() {
+    let w = World::new();
+    let (cq1, fake1) = w.cq();
+    let (cq2, fake2) = w.cq();
+    let srq = w.srq(4);
+    let _q1 = w.qp(0xea4, 16, &cq1, Some(Arc::clone(&srq)));
+    let _q2 = w.qp(0xea5, 16, &cq2, Some(Arc::clone(&srq)));
+    let (_, tok) = post_srq_recv(&srq);
+    let mut f = tok.into_future();
+    let waker = Waker::from(Arc::new(Count::default()));
+    assert!(poll(&mut f, &waker).is_pending(), "waiting on both CQs");
+    for _ in 0..100 {
+        fake1.complete(send_wc(0x7ffe, 0, sys::IBV_WC_SUCCESS));
+    }
+    fake2.fail_next.store(true, SeqCst);
+    assert!(matches!(poll(&mut f, &waker), Poll::Ready(Err(_))), "the failed serving resolves the future");
+    assert_eq!(fake1.left(), 36, "the first CQ's serving (four batches) left completions");
+    let ch = cq1.channel.as_ref().expect("the CQ has a channel");
+    assert!(ch.is_queued(&cq1), "the first CQ is queued for the next dispatch");
+}
