@@ -577,16 +577,22 @@ impl CompChannel {
                 }
                 Err(e) => {
                     failed = Some(e);
-                    left.push(w);
+                    // Served again only for futures that still wait on it: a CQ that fails for
+                    // good would fail every later dispatch before the CQs queued behind it.
+                    if cq.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                        left.push(w);
+                    }
                 }
             }
         }
         if failed.is_some() {
-            // The CQs not served (after the failure) had their events read: their futures get
-            // no other wake, and a driver task ends here. Woken (at this call's end), each
-            // serves its CQ itself. (The failing CQ's were woken by its serving.)
-            for w in &left {
-                if let Some(cq) = w.upgrade() {
+            // A driver task ends at a failed dispatch, and the CQs queued behind the failing
+            // one were not served: every future waiting on one of the channel's CQs is woken
+            // (at this call's end), polls again, and serves its CQ itself and starts a new
+            // driver, or resolves. (Those of the failing CQ were woken by its serving.)
+            let cqs: Vec<_> = lock(&self.inner.cqs).iter().filter_map(|(_, w)| w.upgrade()).collect();
+            for cq in &cqs {
+                if cq.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
                     cq.wake_waiters();
                 }
             }
@@ -829,9 +835,9 @@ impl Drop for DriverGuard {
 /// of looping: the work per wakeup is one `dispatch`. With no future waiting it idles, reading
 /// nothing, until a future waits again (`ChannelShared::add_waiter` wakes it). Ends when the
 /// channel is gone (its drop wakes the task), or when the reactor or a dispatch fails (a
-/// failed dispatch wakes the futures of every CQ it had to serve, after this task counts as
-/// ended: polled again, each serves its CQ itself and starts a new driver, or reports the
-/// failure).
+/// failed dispatch wakes every future waiting on the channel's CQs, after this task counts as
+/// ended: polled again, each that still has to wait serves its CQ itself and starts a new
+/// driver, or reports the failure).
 #[cfg(feature = "tokio")]
 fn drive(
     guard: &DriverGuard,

@@ -124,8 +124,7 @@ fn waker_swap_wakes_only_the_latest_once() {
     assert!(quiet(|| gpoll(&mut f, &wa)).is_err(), "polled after it resolved panics");
     drop(f);
     assert_eq!(r.drops.load(SeqCst), 1);
-    assert_eq!(cq.waiters.load(SeqCst), 0);
-    assert_eq!(violations(), before);
+    no_waiter_and_no_violation(&cq, before);
 }
 
 /// Wakers run by a dispatch drop their own future (done) and another future H still waiting
@@ -231,8 +230,13 @@ fn wakers_reentering_the_library_from_dispatch() {
     for r in [&r0, &r1, &r2, &r3] {
         assert_eq!(r.drops.load(SeqCst), 1, "request {} handed back or released once", r.seq);
     }
-    assert_eq!(cq.waiters.load(SeqCst), 0);
-    assert_eq!(violations(), before);
+    no_waiter_and_no_violation(&cq, before);
+}
+
+/// No future is left waiting on `cq`, and no buffer came back early since `before`.
+fn no_waiter_and_no_violation(cq: &CqShared, before: usize) {
+    assert_eq!(cq.waiters.load(SeqCst), 0, "no future left waiting");
+    assert_eq!(violations(), before, "no buffer back before the device finished");
 }
 
 /// B completes last: both buffers released once, no future left waiting, no violation.
@@ -240,8 +244,7 @@ fn b_completes_last(fake: &FakeCq, qp_num: u32, cq: &CqShared, ra: &Req, rb: &Re
     dev_send(fake, qp_num, rb, sys::IBV_WC_SUCCESS);
     cq.poll_and_route().unwrap();
     assert_eq!((ra.drops.load(SeqCst), rb.drops.load(SeqCst)), (1, 1));
-    assert_eq!(cq.waiters.load(SeqCst), 0);
-    assert_eq!(violations(), before);
+    no_waiter_and_no_violation(cq, before);
 }
 
 /// Two guarded sends, A and B, on a QP of a new CQ; B's future polled once (pending) and kept
@@ -304,8 +307,7 @@ fn hostile_clone_drops_a_neighbour_and_polls_then_a_clone_that_panics() {
     dev_send(fake, 0xb04, &rb, sys::IBV_WC_SUCCESS);
     cq.poll_and_route().unwrap();
     assert_eq!(rb.drops.load(SeqCst), 1);
-    assert_eq!(cq.waiters.load(SeqCst), 0);
-    assert_eq!(violations(), before);
+    no_waiter_and_no_violation(&cq, before);
 }
 
 /// A waker whose drop (when a new waker replaces it) polls the CQ and drops a neighbour; one
@@ -1221,30 +1223,40 @@ fn a_failed_arming_after_the_programs_solicited_arming_wakes_every_future_past_a
 #[cfg(feature = "tokio")]
 #[test]
 fn a_driver_whose_dispatch_fails_after_the_arming_strands_no_future() {
+    driver_failing_on_as_cq(false);
+}
+
+/// A dispatch of the tokio driver fails serving A's CQ (the poll after its re-arming), and the
+/// driver task ends; B's future, on the same CQ or (`other_cq`) on another CQ of the channel
+/// that dispatch had nothing to do with, is woken all the same, and polled again starts a new
+/// driver, which reads the event of B's completion. (Only the failing CQ's futures woken, A
+/// resolved at once and nothing started a driver: B on another CQ waited for ever.)
+#[cfg(feature = "tokio")]
+fn driver_failing_on_as_cq(other_cq: bool) {
     let w = World::new();
     let (cq, fake) = w.cq();
+    let (cq_b, fake_b) = if other_cq { w.cq() } else { (Arc::clone(&cq), fake) };
     let qa = w.qp(0xe97, 16, &cq, None);
-    let qb = w.qp(0xe98, 16, &cq, None);
+    let qb = w.qp(0xe98, 16, &cq_b, None);
     let fa = post_send(&qa, true).into_future();
     let fb = post_send(&qb, true).into_future();
-    let f2: &'static FakeCq = fake;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let r = rt.block_on(async move {
         let ha = tokio::spawn(fa);
         let hb = tokio::spawn(fb);
         tokio::task::yield_now().await;
         tokio::task::yield_now().await;
-        *f2.on_arm.lock().unwrap() = Some(Box::new(move || f2.fail_next.store(true, SeqCst)));
-        f2.complete(send_wc(0xe97, 0, sys::IBV_WC_SUCCESS));
+        *fake.on_arm.lock().unwrap() = Some(Box::new(move || fake.fail_next.store(true, SeqCst)));
+        fake.complete(send_wc(0xe97, 0, sys::IBV_WC_SUCCESS));
         let a = tokio::time::timeout(Duration::from_secs(3), ha).await;
         assert!(matches!(a, Ok(Ok(Ok(_)))), "A resolves: {a:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
         // B's own completion, after the arming: an event.
-        f2.complete(send_wc(0xe98, 0, sys::IBV_WC_SUCCESS));
+        fake_b.complete(send_wc(0xe98, 0, sys::IBV_WC_SUCCESS));
         tokio::time::timeout(Duration::from_secs(3), hb).await
     });
     assert!(matches!(r, Ok(Ok(Ok(_)))), "B stranded: {:?}", r.map(|r| r.map(|r| r.is_ok())));
-    drop(cq);
+    drop((cq, cq_b));
 }
 
 /// Every poll fails (a provider failing for good): the woken futures each resolve with the
@@ -1367,4 +1379,11 @@ fn an_srq_receive_whose_second_cqs_serving_fails_hands_the_first_cq_on() {
     assert_eq!(fake1.left(), 36, "the first CQ's serving (four batches) left completions");
     let ch = cq1.channel.as_ref().expect("the CQ has a channel");
     assert!(ch.is_queued(&cq1), "the first CQ is queued for the next dispatch");
+}
+
+/// The same with B on another CQ of the channel.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_failed_dispatch_of_one_cq_leaves_a_driver_for_the_other_cqs_futures() {
+    driver_failing_on_as_cq(true);
 }
