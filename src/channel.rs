@@ -482,6 +482,17 @@ impl ChannelShared {
         self.serve_next(cq, true);
     }
 
+    /// Wakes every future waiting on one of the channel's CQs (the wakes run at the caller's
+    /// `DeferWakes`, or at once): after a failed serving, when a driver task ends.
+    fn wake_all_waiting(&self) {
+        let cqs: Vec<_> = lock(&self.cqs).iter().filter_map(|(_, w)| w.upgrade()).collect();
+        for cq in &cqs {
+            if cq.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                cq.wake_waiters();
+            }
+        }
+    }
+
     /// Whether `cq` is queued for the next dispatch (the fake device's tests).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn is_queued(&self, cq: &Arc<CqShared>) -> bool {
@@ -589,13 +600,8 @@ impl CompChannel {
             // A driver task ends at a failed dispatch, and the CQs queued behind the failing
             // one were not served: every future waiting on one of the channel's CQs is woken
             // (at this call's end), polls again, and serves its CQ itself and starts a new
-            // driver, or resolves. (Those of the failing CQ were woken by its serving.)
-            let cqs: Vec<_> = lock(&self.inner.cqs).iter().filter_map(|(_, w)| w.upgrade()).collect();
-            for cq in &cqs {
-                if cq.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-                    cq.wake_waiters();
-                }
-            }
+            // driver, or resolves.
+            self.inner.wake_all_waiting();
         }
         out.more = !drained || !left.is_empty();
         {
@@ -835,9 +841,10 @@ impl Drop for DriverGuard {
 /// of looping: the work per wakeup is one `dispatch`. With no future waiting it idles, reading
 /// nothing, until a future waits again (`ChannelShared::add_waiter` wakes it). Ends when the
 /// channel is gone (its drop wakes the task), or when the reactor or a dispatch fails (a
-/// failed dispatch wakes every future waiting on the channel's CQs, after this task counts as
-/// ended: polled again, each that still has to wait serves its CQ itself and starts a new
-/// driver, or reports the failure).
+/// dispatch whose serving of a CQ failed wakes every future waiting on the channel's CQs, also
+/// after this task counts as ended: polled again, each that still has to wait serves its CQ
+/// itself and starts a new driver, or reports the failure; a failed read of the channel wakes
+/// nobody, see DESIGN.md).
 #[cfg(feature = "tokio")]
 fn drive(
     guard: &DriverGuard,
@@ -883,6 +890,11 @@ fn drive(
             let done = channel.dispatch();
             if done.is_err() {
                 lock(&channel.inner.driver).ended(guard.gen);
+                // Again once this task counts as ended: a future that started waiting during
+                // the dispatch, after its wakes were taken, found this task still listed and
+                // started no driver (its `ensure_driver` and this `ended` take the same lock,
+                // so it is either seen here or finds this task gone).
+                channel.inner.wake_all_waiting();
             }
             drop(wakes);
             done
