@@ -249,8 +249,9 @@ fn run_loop_async_pingpong(
     async_pingpong_body(rt, qps, sends, recvs)
 }
 
-/// The SEND sequence with both lanes: a send lane on `a`, a receive lane on `b`, one request
-/// of each prepared once and re-posted, as `raw.c --send` re-posts one `ibv_send_wr` and one
+/// The SEND sequence with both lanes: a send lane on `a`, an ordered receive lane on `b`
+/// (its completions waited for in posting order, no token per receive), one request of each
+/// prepared once and re-posted, as `raw.c --send` re-posts one `ibv_send_wr` and one
 /// `ibv_recv_wr`.
 #[inline(always)]
 fn send_body(
@@ -261,18 +262,19 @@ fn send_body(
 ) -> typed_verbs::Result<()> {
     scope(move |s| -> typed_verbs::Result<()> {
         let mut lane = s.send_lane(a)?;
-        let mut recv_lane = s.recv_lane(b)?;
+        let mut recv_lane = s.recv_lane(b)?.ordered();
         let mut wr = lane.prepare(wr::Send::new(src))?;
         let mut rwr = recv_lane.prepare(wr::Recv::new(dst))?;
-        let mut receives = Vec::with_capacity(SIGNAL_EVERY);
+        let mut receives = 0;
         for i in 0..N {
-            receives.push(recv_lane.post(&mut rwr)?);
+            recv_lane.post(&mut rwr)?;
+            receives += 1;
             if (i + 1) % SIGNAL_EVERY == 0 || i == N - 1 {
                 let token = lane.post(&mut wr)?;
                 settle();
                 lane.wait(token, TIMEOUT)?.ok()?;
-                for r in receives.drain(..) {
-                    recv_lane.wait(r, TIMEOUT)?.ok()?;
+                for _ in 0..std::mem::take(&mut receives) {
+                    recv_lane.wait_next(TIMEOUT)?.ok()?;
                 }
             } else {
                 lane.post_unsignaled(&mut wr)?;
@@ -289,34 +291,30 @@ const PP_DEPTH: usize = 16;
 /// (every send signaled) with both sides in one thread. Message m goes from side m % 2 to the
 /// other; before sending it (m > 0), its sender waits for message m - 1 and re-posts its
 /// receive while more messages are to come; after sending, it waits for the send's
-/// completion. Each side re-posts one prepared receive; receive `k` of a side holds its token
-/// in `tokens[k % PP_DEPTH]`.
+/// completion. Each side re-posts one prepared receive on an ordered receive lane, whose
+/// `wait_next` waits for the oldest receive not waited for yet (as `raw.c` polls for `got[s]`).
 #[inline(always)]
 fn pingpong_body(qps: [&mut Qp<RC, RTS>; 2], src: LocalBuf<'_>, dsts: [LocalBufMut<'_>; 2]) -> typed_verbs::Result<()> {
     scope(move |s| -> typed_verbs::Result<()> {
         let [qa, qb] = qps;
         let ((la, ra), (lb, rb)) = (s.lanes(qa)?, s.lanes(qb)?);
-        let (mut lanes, mut rlanes) = ([la, lb], [ra, rb]);
+        let (mut lanes, mut rlanes) = ([la, lb], [ra.ordered(), rb.ordered()]);
         let [da, db] = dsts;
         let mut wrs = [lanes[0].prepare(wr::Send::new(src))?, lanes[1].prepare(wr::Send::new(src))?];
         let mut rwrs = [rlanes[0].prepare(wr::Recv::new(da))?, rlanes[1].prepare(wr::Recv::new(db))?];
-        let mut tokens: [[Option<RecvToken<'_>>; PP_DEPTH]; 2] = Default::default();
-        let (mut posted, mut got) = ([0usize; 2], [0usize; 2]);
+        let mut posted = [0usize; 2];
         for side in 0..2 {
             while posted[side] < PP_DEPTH {
-                tokens[side][posted[side]] = Some(rlanes[side].post(&mut rwrs[side])?);
+                rlanes[side].post(&mut rwrs[side])?;
                 posted[side] += 1;
             }
         }
         for m in 0..N {
             let side = m % 2;
             if m > 0 {
-                let slot = got[side] % PP_DEPTH;
-                got[side] += 1;
-                let token = tokens[side][slot].take().ok_or_else(no_receive)?;
-                rlanes[side].wait(token, TIMEOUT)?.ok()?;
+                rlanes[side].wait_next(TIMEOUT)?.ok()?;
                 if posted[side] < N / 2 {
-                    tokens[side][slot] = Some(rlanes[side].post(&mut rwrs[side])?);
+                    rlanes[side].post(&mut rwrs[side])?;
                     posted[side] += 1;
                 }
             }
@@ -325,8 +323,7 @@ fn pingpong_body(qps: [&mut Qp<RC, RTS>; 2], src: LocalBuf<'_>, dsts: [LocalBufM
             lanes[side].wait(token, TIMEOUT)?.ok()?;
         }
         // The last message's receiver (side 0, N being even).
-        let token = tokens[0][got[0] % PP_DEPTH].take().ok_or_else(no_receive)?;
-        rlanes[0].wait(token, TIMEOUT)?.ok()?;
+        rlanes[0].wait_next(TIMEOUT)?.ok()?;
         Ok(())
     })?
 }

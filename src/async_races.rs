@@ -1644,6 +1644,85 @@ fn a_receive_lanes_unnamed_refusal_at_its_tail_does_not_hold_the_drain() {
     assert!(started.elapsed() < Duration::from_secs(2), "the drain waited {:?}", started.elapsed());
 }
 
+/// An ordered receive lane hands completions out in posting order, with no token: with nothing
+/// posted `wait_next` says so at once; a timeout leaves the same receive to wait for; then each
+/// call hands out the oldest receive not handed out, whether its own poll found it or another
+/// poller kept it for the lane; a flushed receive is handed out like the others.
+#[test]
+fn an_ordered_receive_lane_hands_completions_out_in_posting_order() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (mut qp, shared) = w.rc_qp(0x5c0, 8, &cq);
+    let recv_wc =
+        |seq: u64, len: u32, status: u32| sys::ibv_wc { byte_len: len, ..wc_of(0x5c0, seq, status, sys::IBV_WC_RECV) };
+    let r = scope(|s| {
+        let mut rlane = s.recv_lane(&mut qp).expect("lane").ordered();
+        let started = std::time::Instant::now();
+        let e = rlane.wait_next(Duration::from_secs(5)).expect_err("nothing posted");
+        assert!(matches!(&e, crate::Error::InvalidArgument { reason, .. } if reason.contains("handed out")), "{e:?}");
+        assert!(started.elapsed() < Duration::from_secs(1), "it waited {:?}", started.elapsed());
+        let mut p = rlane.prepare(Recv::new(w.local_mut(0x1000, 64))).expect("prepared");
+        for _ in 0..5 {
+            rlane.post(&mut p).expect("posted");
+        }
+        let ids = recvs(&shared);
+        assert_eq!(ids.len(), 5);
+        assert_eq!(rlane.outstanding(), 5);
+        let e = rlane.wait_next(Duration::from_millis(20)).expect_err("nothing completed");
+        assert!(matches!(e, crate::Error::Timeout { .. }), "{e:?}");
+        fake.complete(recv_wc(ids[0], 10, sys::IBV_WC_SUCCESS));
+        fake.complete(recv_wc(ids[1], 11, sys::IBV_WC_SUCCESS));
+        assert_eq!(rlane.wait_next(Duration::from_secs(1)).expect("receive 0").byte_len(), 10);
+        assert_eq!(rlane.wait_next(Duration::from_secs(1)).expect("receive 1").byte_len(), 11);
+        // Receive 2 polled by another poller (kept for the lane).
+        fake.complete(recv_wc(ids[2], 12, sys::IBV_WC_SUCCESS));
+        cq.poll_and_route().unwrap();
+        assert_eq!(fake.left(), 0);
+        assert_eq!(rlane.wait_next(Duration::ZERO).expect("receive 2, kept").byte_len(), 12);
+        // Receive 3 by the lane's own poll; receive 4 flushed.
+        fake.complete(recv_wc(ids[3], 13, sys::IBV_WC_SUCCESS));
+        fake.complete(recv_wc(ids[4], 0, sys::IBV_WC_WR_FLUSH_ERR));
+        assert_eq!(rlane.wait_next(Duration::from_secs(1)).expect("receive 3").byte_len(), 13);
+        let c = rlane.wait_next(Duration::from_secs(1)).expect("receive 4");
+        assert_eq!(c.status(), crate::wc::WcStatus::WrFlushErr);
+        assert_eq!(rlane.outstanding(), 0);
+        let e = rlane.wait_next(Duration::from_secs(5)).expect_err("all handed out");
+        assert!(matches!(e, crate::Error::InvalidArgument { .. }), "{e:?}");
+        // Read once the last post completed.
+        assert!(p.received().is_some());
+    });
+    assert!(r.is_ok(), "{r:?}");
+}
+
+/// An ordered receive lane whose oldest completion was dropped (another poller kept more of
+/// the lane's completions than its queue is deep) says so once and moves on: the next
+/// `wait_next` hands out the receive after it, rather than report the same loss for ever.
+#[test]
+fn an_ordered_receive_lane_moves_past_a_dropped_completion() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (mut qp, shared) = w.rc_qp(0x5c8, 8, &cq);
+    let r = scope(|s| {
+        let mut rlane = s.recv_lane(&mut qp).expect("lane").ordered();
+        let mut p = rlane.prepare(Recv::new(w.local_mut(0x1000, 64))).expect("prepared");
+        // Nine receives complete, each polled by another poller: the lane keeps eight.
+        for _ in 0..9 {
+            rlane.post(&mut p).expect("posted");
+            let seq = *recvs(&shared).last().unwrap();
+            fake.complete(sys::ibv_wc { byte_len: 9, ..wc_of(0x5c8, seq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV) });
+            cq.poll_and_route().unwrap();
+        }
+        let e = rlane.wait_next(Duration::ZERO).expect_err("receive 0 was dropped");
+        assert!(matches!(&e, crate::Error::InvalidArgument { reason, .. } if reason.contains("dropped")), "{e:?}");
+        for i in 1..9 {
+            let c = rlane.wait_next(Duration::ZERO).unwrap_or_else(|e| panic!("receive {i}: {e:?}"));
+            assert!(c.is_success());
+        }
+        assert!(rlane.wait_next(Duration::ZERO).is_err(), "all handed out");
+    });
+    assert!(r.is_ok(), "{r:?}");
+}
+
 /// A CQ that other queues keep busy never comes back empty: a wait, and a scope's drain, still
 /// end at their deadlines: the clock is read every `BUSY_CLOCK_EVERY` polls that found
 /// completions too. (Read only after an empty poll, it would never be read here.)

@@ -23,6 +23,10 @@ use crate::wc::Completion;
 /// How many completions one `ibv_poll_cq` call may return.
 const POLL_BATCH: usize = 16;
 
+/// What [`CqShared::poll_for_lane`] returns when it polled the awaited request's own
+/// successful completion (otherwise what `ibv_poll_cq` returned: 1 at most).
+pub(crate) const LANE_POLLED_AWAITED: i32 = 2;
+
 /// A completion queue: `struct ibv_cq`. Cheap to clone (shared); destroyed when the last clone
 /// and every QP using it are gone.
 #[derive(Clone)]
@@ -764,10 +768,12 @@ impl CqShared {
     /// usual.
     ///
     /// Returns what `ibv_poll_cq` returned (0, 1, or a negative failure that
-    /// [`CqShared::poll_failed`] turns into the error): a plain integer keeps this path short.
-    /// Inline, as verbs.h's `ibv_poll_cq` is: the lane's waits are the data path.
+    /// [`CqShared::poll_failed`] turns into the error), or [`LANE_POLLED_AWAITED`] when the
+    /// completion polled is the successful one of lane request `awaited` itself: a plain
+    /// integer keeps this path short. Inline, as verbs.h's `ibv_poll_cq` is: the lane's waits
+    /// are the data path.
     #[inline(always)]
-    pub(crate) fn poll_for_lane(&self, qp: &QpShared) -> i32 {
+    pub(crate) fn poll_for_lane(&self, qp: &QpShared, awaited: u64) -> i32 {
         let routing = self.routes.lock();
         let mut slot = sys::ibv_wc::default();
         let wc = match self.poll_one(&mut slot) {
@@ -775,8 +781,11 @@ impl CqShared {
             Err(n) => return n,
         };
         // The common case inline: a successful completion of the lane's own request.
-        if wc.qp_num == qp.qp_num() && is_lane_request(wc.wr_id) && wc.status == sys::IBV_WC_SUCCESS {
+        if wc.status == sys::IBV_WC_SUCCESS && is_lane_request(wc.wr_id) && wc.qp_num == qp.qp_num() {
             qp.sq.lane.complete(wc.wr_id, true, || unreachable!("a successful completion is not decoded"));
+            if wc.wr_id == awaited {
+                return LANE_POLLED_AWAITED;
+            }
         } else {
             self.route_cold(routing, wc, Some(qp));
         }

@@ -24,7 +24,9 @@
 //! needed, each receive returns a [`RecvToken`], and the lane's wait polls one completion
 //! at a time: it hands back the awaited one and keeps an earlier one of the lane, unlocked,
 //! for the wait that asks for it. The received bytes are read through the prepared receive, only
-//! once its last post has completed ([`PreparedRecv::received`]).
+//! once its last post has completed ([`PreparedRecv::received`]). [`RecvLane::ordered`] makes
+//! it an [`OrderedRecvLane`], which posts without tokens and hands the completions out in
+//! posting order ([`OrderedRecvLane::wait_next`]), as a C loop polls its receive CQ.
 //!
 //! Receives on the QP of a send lane opened alone go through the scope: [`Scope::post_recv_lane`].
 #![allow(unsafe_code)]
@@ -35,6 +37,7 @@ use std::time::Duration;
 
 use typed_verbs_sys as sys;
 
+use crate::cq::LANE_POLLED_AWAITED;
 use crate::error::{Error, Result};
 use crate::mr::{LocalBuf, LocalBufMut};
 use crate::qp::{PostRecvFn, PostSendFn, Qp, QpShared, QueueRef};
@@ -162,6 +165,17 @@ impl<T: Transport> Drop for RecvLane<'_, T> {
 unsafe impl<T: Transport> Send for RecvLane<'_, T> {}
 // SAFETY: no method takes `&self` to post; the `&self` methods only read atomics.
 unsafe impl<T: Transport> Sync for RecvLane<'_, T> {}
+
+/// A [`RecvLane`] that hands completions out in posting order, with no token per receive
+/// ([`RecvLane::ordered`]): [`OrderedRecvLane::wait_next`] waits for the oldest receive it
+/// has not handed out yet, as a C loop polls its receive CQ once per receive it posted. A
+/// receive queue completes in posting order (ibv_post_recv(3)), so that receive is also the
+/// next to complete.
+pub struct OrderedRecvLane<'scope, T: Transport> {
+    lane: RecvLane<'scope, T>,
+    /// The oldest receive whose completion this lane has not handed out.
+    next_out: u64,
+}
 
 /// The `struct ibv_send_wr` of a prepared request and its scatter/gather entries, boxed so that
 /// `next` (in a list) stays valid when the [`Prepared`] moves; the entries are on the heap, so
@@ -802,7 +816,13 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         if std::ptr::eq(token.qp, self.qp) {
             let book = &self.qp.sq.lane;
             if !book.is_done(token.seq) {
-                let n = self.qp.send_cq.poll_for_lane(self.qp);
+                let n = self.qp.send_cq.poll_for_lane(self.qp, token.seq);
+                // Its own successful completion: the request succeeded, whatever the book says
+                // of earlier ones (which an RC, UC or UD send queue would have flushed it after).
+                if n == LANE_POLLED_AWAITED {
+                    self.freed_upto(token.seq);
+                    return Ok(success(&token));
+                }
                 if n < 0 {
                     return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token });
                 }
@@ -838,7 +858,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                 LaneResult::Failed(c) => return Ok(c),
                 LaneResult::Pending => {}
             }
-            match self.qp.send_cq.poll_for_lane(self.qp) {
+            match self.qp.send_cq.poll_for_lane(self.qp, token.seq).min(1) {
                 n if n < 0 => return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token }),
                 // A busy poll may have completed the request (recorded, not handed over).
                 n if idle.after_poll(n as usize) && (n == 0 || !self.qp.sq.lane.is_done(token.seq)) => {
@@ -1013,28 +1033,36 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         timeout: Duration,
         how: Waiting,
     ) -> std::result::Result<Completion, RecvWaitError<'scope>> {
-        // The common cases, inline: the lane's poll finds the receive's completion now, or an
-        // earlier poll of the lane took it (the oldest it took). Everything else (not there
-        // yet, kept by another poller, failed poll, foreign token) takes `wait_slow`.
+        // The common cases inline (`take_now`); everything else (not there yet, kept by
+        // another poller, failed poll, foreign token) takes `wait_slow`.
         if std::ptr::eq(token.qp, self.qp) {
-            if !self.qp.rq.lane.is_done(token.seq) {
-                // Not complete, so not among the ones taken. A failed poll leaves `mine`
-                // empty: `wait_slow` polls again and reports it.
-                let mut mine = None;
-                self.qp.recv_cq.poll_for_recv_lane(self.qp, token.seq, &mut self.ready, self.depth as usize, &mut mine);
-                if let Some(c) = mine {
-                    self.freed_upto(token.seq);
-                    return Ok(c);
-                }
-            } else if let Some(&(seq, c)) = self.ready.front() {
-                if seq == token.seq {
-                    self.ready.pop_front();
-                    self.freed_upto(seq);
-                    return Ok(c);
-                }
+            if let Some(c) = self.take_now(token.seq) {
+                return Ok(c);
             }
         }
         self.wait_slow(token, timeout, how)
+    }
+
+    /// The completion of this lane's receive `seq` in the common cases: the lane's poll finds
+    /// it now, or an earlier poll of the lane took it (the oldest it took).
+    #[inline(always)]
+    fn take_now(&mut self, seq: u64) -> Option<Completion> {
+        if !self.qp.rq.lane.is_done(seq) {
+            // Not complete, so not among the ones taken. A failed poll leaves `mine` empty:
+            // the slow path polls again and reports it.
+            let mut mine = None;
+            self.qp.recv_cq.poll_for_recv_lane(self.qp, seq, &mut self.ready, self.depth as usize, &mut mine);
+            if mine.is_some() {
+                self.freed_upto(seq);
+            }
+            mine
+        } else if let Some(&(first, c)) = self.ready.front().filter(|&&(first, _)| first == seq) {
+            self.ready.pop_front();
+            self.freed_upto(first);
+            Some(c)
+        } else {
+            None
+        }
     }
 
     /// The rest of [`RecvLane::wait`].
@@ -1087,6 +1115,121 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
     pub fn outstanding(&self) -> u64 {
         self.qp.rq.lane.outstanding()
     }
+
+    /// This lane, handing completions out in posting order with no token per receive
+    /// ([`OrderedRecvLane`]). Its first [`OrderedRecvLane::wait_next`] waits for the next
+    /// receive posted: receives posted before through [`RecvLane::post`] are not handed out
+    /// (their tokens can no longer be waited for; their completions are polled and set
+    /// aside), so convert the lane before posting.
+    pub fn ordered(self) -> OrderedRecvLane<'scope, T> {
+        let next_out = self.qp.rq.lane.next();
+        OrderedRecvLane { lane: self, next_out }
+    }
+}
+
+impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
+    /// Builds `wr` for this lane's QP, as [`RecvLane::prepare`].
+    ///
+    /// # Errors
+    /// As for [`RecvLane::prepare`].
+    pub fn prepare<L>(&self, wr: Recv<L>) -> std::result::Result<PreparedRecv<'scope, L>, PostError<Recv<L>>>
+    where
+        L: Scatter + Reusable + 'scope,
+    {
+        self.lane.prepare(wr)
+    }
+
+    /// `ibv_post_recv` of `wr`, as [`RecvLane::post`], with no token: its completion is
+    /// handed out by the [`OrderedRecvLane::wait_next`] that comes to it.
+    ///
+    /// # Errors
+    /// As for [`RecvLane::post`]. A receive the provider refused without naming it in
+    /// `bad_wr` counts as posted and is waited for in its turn: if the provider did not queue
+    /// it after all, it never completes and the waits for it time out (the scope's drain
+    /// resets the QP).
+    ///
+    /// See ibv_post_recv(3).
+    #[doc(alias = "ibv_post_recv")]
+    #[inline(always)]
+    pub fn post<L>(&mut self, wr: &mut PreparedRecv<'scope, L>) -> Result<()> {
+        self.lane.post(wr).map(|_| ())
+    }
+
+    /// Waits at most `timeout` for the completion of the oldest receive of this lane not
+    /// handed out yet (a flush, or a forced reset's synthetic flush, included), polling the
+    /// receive CQ, and hands it out: the next call waits for the receive after it.
+    ///
+    /// Yields the thread after every empty poll; [`OrderedRecvLane::wait_next_spin`]
+    /// busy-polls instead.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] when every receive posted through this lane has been
+    ///   handed out (nothing to wait for), or when the completion was dropped (more were kept
+    ///   after it than the queue is deep): the next call waits for the receive after it;
+    /// - [`Error::Timeout`], or the poll's failure: the next call waits for the same receive.
+    pub fn wait_next(&mut self, timeout: Duration) -> Result<Completion> {
+        self.wait_next_with(timeout, Waiting::Yield)
+    }
+
+    /// [`OrderedRecvLane::wait_next`] busy-polling, as [`RecvLane::wait_spin`].
+    ///
+    /// # Errors
+    /// As for [`OrderedRecvLane::wait_next`].
+    pub fn wait_next_spin(&mut self, timeout: Duration) -> Result<Completion> {
+        self.wait_next_with(timeout, Waiting::Spin)
+    }
+
+    #[inline(always)]
+    fn wait_next_with(&mut self, timeout: Duration, how: Waiting) -> Result<Completion> {
+        // The token wait's common cases, inline, for receive `next_out`, which this lane posted
+        // (below the book's next number) and has not handed out.
+        let seq = self.next_out;
+        if seq < self.lane.qp.rq.lane.next() {
+            if let Some(c) = self.lane.take_now(seq) {
+                self.next_out = seq + 1;
+                return Ok(c);
+            }
+        }
+        self.wait_next_slow(timeout, how)
+    }
+
+    /// The rest of [`OrderedRecvLane::wait_next`].
+    #[inline(never)]
+    fn wait_next_slow(&mut self, timeout: Duration, how: Waiting) -> Result<Completion> {
+        let (seq, qp) = (self.next_out, self.lane.qp);
+        if seq >= qp.rq.lane.next() {
+            return Err(nothing_to_wait_for(qp));
+        }
+        // The same wait as a token's: the receive is this lane's own and was posted.
+        match self.lane.wait_slow(RecvToken { qp, seq, _scope: PhantomData }, timeout, how) {
+            Ok(c) => {
+                self.next_out = seq + 1;
+                Ok(c)
+            }
+            Err(RecvWaitError { error, .. }) => {
+                // Not a foreign token (the lane's own QP): a dropped completion, which never
+                // comes back; a timeout or a failed poll leaves the receive to wait for again.
+                if matches!(error, Error::InvalidArgument { .. }) {
+                    self.next_out = seq + 1;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Receives of the lane posted and not known complete.
+    pub fn outstanding(&self) -> u64 {
+        self.lane.outstanding()
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn nothing_to_wait_for(qp: &QpShared) -> Error {
+    Error::invalid(
+        "OrderedRecvLane::wait_next",
+        format!("every receive posted through the lane of QP {:#x} has been handed out", qp.qp_num()),
+    )
 }
 
 impl<L> PreparedRecv<'_, L> {
@@ -1130,6 +1273,16 @@ impl std::fmt::Debug for RecvToken<'_> {
 impl<T: Transport> std::fmt::Debug for RecvLane<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecvLane").field("qp_num", &self.qp.qp_num()).field("next", &self.qp.rq.lane.next()).finish()
+    }
+}
+
+impl<T: Transport> std::fmt::Debug for OrderedRecvLane<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrderedRecvLane")
+            .field("qp_num", &self.lane.qp.qp_num())
+            .field("next", &self.lane.qp.rq.lane.next())
+            .field("next_out", &self.next_out)
+            .finish()
     }
 }
 

@@ -112,7 +112,9 @@ pub mod prelude {
     pub use crate::device::{devices, Context, Gid, Mtu};
     pub use crate::error::{Error, Result, Verb};
     pub use crate::event::{AsyncEvent, AsyncEvents};
-    pub use crate::lane::{LaneToken, Prepared, PreparedList, PreparedRecv, RecvLane, RecvToken, SendLane};
+    pub use crate::lane::{
+        LaneToken, OrderedRecvLane, Prepared, PreparedList, PreparedRecv, RecvLane, RecvToken, SendLane,
+    };
     pub use crate::mr::{Chunk, LocalBuf, LocalBufMut, Mr, RemoteSlice};
     pub use crate::owned::OwnedToken;
     pub use crate::pd::Pd;

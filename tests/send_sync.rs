@@ -17,7 +17,8 @@ use typed_verbs::device::{Context, DeviceAttr, DeviceInfo, Gid, IpCsum, LinkLaye
 use typed_verbs::error::{Error, Verb};
 use typed_verbs::event::{AsyncEvent, AsyncEvents, HandleId};
 use typed_verbs::lane::{
-    LaneToken, LaneWaitError, Prepared, PreparedList, PreparedRecv, RecvLane, RecvToken, RecvWaitError, SendLane,
+    LaneToken, LaneWaitError, OrderedRecvLane, Prepared, PreparedList, PreparedRecv, RecvLane, RecvToken,
+    RecvWaitError, SendLane,
 };
 use typed_verbs::mr::{Chunk, LocalBuf, LocalBufMut, Mr, Odp, OdpTag, Pinned, RemoteSlice};
 use typed_verbs::mw::{BoundMw, Mw, PendingBind, PendingRebind, PendingUnbind, Type1, Type2, WindowAdvert};
@@ -98,6 +99,8 @@ assert_impl_all!(LaneToken<'static>: Send, Sync, Unpin);
 assert_impl_all!(LaneWaitError<'static>: Send, Sync, Unpin);
 assert_impl_all!(RecvLane<'static, RC>: Send, Sync, Unpin);
 assert_impl_all!(RecvLane<'static, UD>: Send, Sync, Unpin);
+assert_impl_all!(OrderedRecvLane<'static, RC>: Send, Sync, Unpin);
+assert_impl_all!(OrderedRecvLane<'static, UD>: Send, Sync, Unpin);
 assert_impl_all!(PreparedRecv<'static, LocalBufMut<'static>>: Send, Sync, Unpin);
 assert_impl_all!(RecvToken<'static>: Send, Sync, Unpin);
 assert_impl_all!(RecvWaitError<'static>: Send, Sync, Unpin);
@@ -226,6 +229,7 @@ assert_not_impl_any!(PendingRebind<'static, 'static, Type1, window::Read, window
 assert_not_impl_any!(Scope<'static, 'static>: Clone, Copy);
 assert_not_impl_any!(SendLane<'static, RC, RTS>: Clone, Copy);
 assert_not_impl_any!(RecvLane<'static, RC>: Clone, Copy);
+assert_not_impl_any!(OrderedRecvLane<'static, RC>: Clone, Copy);
 assert_not_impl_any!(Prepared<'static, wr::Write<LocalBuf<'static>, access::RemoteRw>>: Clone, Copy);
 assert_not_impl_any!(PreparedRecv<'static, LocalBufMut<'static>>: Clone, Copy);
 assert_not_impl_any!(wr::Recv<LocalBufMut<'static>>: Clone, Copy);

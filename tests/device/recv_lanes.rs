@@ -93,6 +93,69 @@ fn two_qps_ping_pong_with_both_lanes_and_re_posted_receives() {
 }
 
 #[test]
+fn an_ordered_receive_lane_hands_out_each_message_in_posting_order() {
+    // Message m is bytes [m, 2m + 10) of a counting pattern (first byte m, length 10 + m),
+    // received by four re-posted receives of an ordered receive lane (no token per receive):
+    // each `wait_next` hands out the oldest receive, with that message's length and bytes,
+    // whether the lane's own poll found it or `Cq::progress` (shared CQ) kept it for the lane;
+    // with every receive handed out, the next wait says so at once.
+    const MESSAGES: usize = 12;
+    let r = rig();
+    let mut p = rc_pair(&r.pd, &r.cq, &r.cq, Access::NONE, QpCaps::default());
+    let mut src = r.pd.alloc_mr(64, access::LOCAL_READ).unwrap();
+    for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    let mut dst = r.pd.alloc_mr(4 * 64, access::LOCAL_RW).unwrap();
+    let mut got = Vec::new();
+    scope(|s| {
+        let mut recv = s.recv_lane(&mut p.b).unwrap().ordered();
+        let mut prepared = Vec::new();
+        let mut buf = dst.slice_mut(..).unwrap();
+        for _ in 0..4 {
+            let (slot, tail) = buf.split_at(64).unwrap();
+            prepared.push(recv.prepare(wr::Recv::new(slot)).unwrap());
+            buf = tail;
+        }
+        let started = Instant::now();
+        let e = recv.wait_next(WAIT).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "nothing posted: {e:?}");
+        assert!(started.elapsed() < WAIT / 2, "it waited {:?}", started.elapsed());
+        for w in &mut prepared {
+            recv.post(w).unwrap();
+        }
+        for m in 0..MESSAGES {
+            let t = s.post_send(&p.a, wr::Send::new(src.slice(m..2 * m + 10).unwrap())).unwrap();
+            assert!(s.wait(t, WAIT).unwrap().0.is_success());
+            if m % 3 == 2 {
+                // Polled by someone else (the scope's wait above, on the shared CQ, or
+                // `progress`): kept for the lane.
+                let complete = (4 + m.min(MESSAGES - 4) - (m + 1)) as u64;
+                let deadline = Instant::now() + WAIT;
+                while recv.outstanding() > complete && Instant::now() < deadline {
+                    r.cq.progress().unwrap();
+                }
+                assert_eq!(recv.outstanding(), complete, "message {m} polled by another poller");
+            }
+            let c = recv.wait_next(WAIT).unwrap();
+            assert_eq!((c.status(), c.opcode(), c.byte_len()), (WcStatus::Success, WcOpcode::Recv, 10 + m as u32));
+            let slot = &mut prepared[m % 4];
+            let mut first = [0u8; 1];
+            slot.received().expect("its completion was handed out").read_volatile_into(&mut first);
+            got.push(first[0]);
+            if m + 4 < MESSAGES {
+                recv.post(slot).unwrap();
+            }
+        }
+        assert_eq!(recv.outstanding(), 0);
+        let e = recv.wait_next(WAIT).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "all handed out: {e:?}");
+    })
+    .unwrap();
+    assert_eq!(got, (0..MESSAGES as u8).collect::<Vec<_>>());
+}
+
+#[test]
 fn completions_polled_for_a_later_receive_are_kept_for_their_tokens() {
     // Four receives of different lengths; the wait for the last one polls (and keeps) the
     // first three, whose tokens then collect them, in any order.
