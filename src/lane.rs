@@ -498,10 +498,13 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
 
     /// The provider accepted signaled request `seq`, built as `wr`: it covers the lane's
     /// requests before it, a new run of unsignaled requests starts after it, and its token.
+    /// The checkpoint stays where it is: the next forced signal only moved later, so it is
+    /// still below it (and below the limit, which did not move), and the wait for the token
+    /// moves it on (`freed_upto`); an unsignaled post that reaches it first moves it on in its
+    /// slow path, from the book.
     #[inline(always)]
     fn signaled_posted<W>(&mut self, seq: u64, wr: &Prepared<'scope, W>) -> LaneToken<'scope> {
         self.qp.sq.lane.covered(seq);
-        self.checkpoint = (seq + 1 + self.max_run).min(self.limit);
         LaneToken { qp: self.qp, seq, report: wr.report, _scope: PhantomData }
     }
 
@@ -814,20 +817,19 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         // The common case, inline: the request completed successfully, known already or after
         // one poll. Everything else (not there yet, failed, foreign token) takes `wait_slow`.
         if std::ptr::eq(token.qp, self.qp) {
-            let book = &self.qp.sq.lane;
-            if !book.is_done(token.seq) {
-                let n = self.qp.send_cq.poll_for_lane(self.qp, token.seq);
-                // Its own successful completion: the request succeeded, whatever the book says
-                // of earlier ones (which an RC, UC or UD send queue would have flushed it after).
-                if n == LANE_POLLED_AWAITED {
-                    self.freed_upto(token.seq);
-                    return Ok(success(&token));
-                }
-                if n < 0 {
-                    return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token });
-                }
+            // One poll first, whether or not the book already has the request complete (then
+            // the poll takes a later completion, or none): the request usually is not yet.
+            let n = self.qp.send_cq.poll_for_lane(self.qp, token.seq);
+            // Its own successful completion: the request succeeded, whatever the book says of
+            // earlier ones (which an RC, UC or UD send queue would have flushed it after).
+            if n == LANE_POLLED_AWAITED {
+                self.freed_upto(token.seq);
+                return Ok(success(&token));
             }
-            if book.succeeded(token.seq) {
+            if n < 0 {
+                return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token });
+            }
+            if self.qp.sq.lane.succeeded(token.seq) {
                 self.freed_upto(token.seq);
                 return Ok(success(&token));
             }
@@ -1167,6 +1169,7 @@ impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
     ///   handed out (nothing to wait for), or when the completion was dropped (more were kept
     ///   after it than the queue is deep): the next call waits for the receive after it;
     /// - [`Error::Timeout`], or the poll's failure: the next call waits for the same receive.
+    #[inline]
     pub fn wait_next(&mut self, timeout: Duration) -> Result<Completion> {
         self.wait_next_with(timeout, Waiting::Yield)
     }
@@ -1175,20 +1178,21 @@ impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
     ///
     /// # Errors
     /// As for [`OrderedRecvLane::wait_next`].
+    #[inline]
     pub fn wait_next_spin(&mut self, timeout: Duration) -> Result<Completion> {
         self.wait_next_with(timeout, Waiting::Spin)
     }
 
     #[inline(always)]
     fn wait_next_with(&mut self, timeout: Duration, how: Waiting) -> Result<Completion> {
-        // The token wait's common cases, inline, for receive `next_out`, which this lane posted
-        // (below the book's next number) and has not handed out.
+        // The token wait's common cases, inline, for receive `next_out`, the oldest this lane
+        // has not handed out.
+        // (A number not posted yet is never complete and never polled: `take_now` finds
+        // nothing, and the slow path reports it.)
         let seq = self.next_out;
-        if seq < self.lane.qp.rq.lane.next() {
-            if let Some(c) = self.lane.take_now(seq) {
-                self.next_out = seq + 1;
-                return Ok(c);
-            }
+        if let Some(c) = self.lane.take_now(seq) {
+            self.next_out = seq + 1;
+            return Ok(c);
         }
         self.wait_next_slow(timeout, how)
     }
