@@ -103,7 +103,6 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use typed_verbs::access::LegalAccess;
-use typed_verbs::lane::RecvWaitError;
 use typed_verbs::mr::{MrKind, Odp, Pinned};
 use typed_verbs::odp::{OdpCap, OdpOps};
 use typed_verbs::prelude::*;
@@ -1438,19 +1437,22 @@ impl<'scope, 'a: 'scope> LatReceiver for TokenRecv<'scope, '_, 'a> {
     }
 }
 
-/// Receives with a receive lane: one prepared receive per buffer, re-posted.
+/// Receives with an ordered receive lane: one prepared receive per buffer, re-posted, each
+/// completion handed out in posting order (`OrderedRecvLane::wait_next`, no token per receive),
+/// as the loops wait for their oldest slot.
 struct LaneRecv<'scope, 'a> {
-    lane: RecvLane<'scope, RC>,
+    lane: OrderedRecvLane<'scope, RC>,
     prepared: Vec<PreparedRecv<'scope, LocalBufMut<'a>>>,
-    tokens: Vec<Option<RecvToken<'scope>>>,
+    /// The slot whose receive `wait_next` hands out next.
+    next: usize,
 }
 
 impl<'scope, 'a: 'scope> LaneRecv<'scope, 'a> {
     /// Prepares one receive per buffer on `lane`.
     fn new(lane: RecvLane<'scope, RC>, bufs: Vec<LocalBufMut<'a>>) -> Result<Self> {
+        let lane = lane.ordered();
         let prepared = bufs.into_iter().map(|b| Ok(lane.prepare(wr::Recv::new(b))?)).collect::<Result<Vec<_>>>()?;
-        let tokens = prepared.iter().map(|_| None).collect();
-        Ok(LaneRecv { lane, prepared, tokens })
+        Ok(LaneRecv { lane, prepared, next: 0 })
     }
 }
 
@@ -1461,20 +1463,22 @@ impl LatReceiver for LaneRecv<'_, '_> {
     // Both inline: they are on send_lat's critical path (a completion in, a receive reposted).
     #[inline(always)]
     fn post(&mut self, i: usize) -> Result<()> {
-        self.tokens[i] = Some(self.lane.post(&mut self.prepared[i])?);
-        Ok(())
+        self.lane.post(&mut self.prepared[i])
     }
     #[inline(always)]
     fn wait(&mut self, i: usize, spin: bool, slice: Duration) -> Result<Option<Completion>> {
-        let token = self.tokens[i].take().ok_or_else(|| bad("internal: no receive posted"))?;
-        let r = if spin { self.lane.wait_spin(token, slice) } else { self.lane.wait(token, slice) };
+        // The loops post the slots in turn and wait for the oldest: the lane's order.
+        if i != self.next {
+            return Err(bad("internal: a receive waited for out of posting order"));
+        }
+        let r = if spin { self.lane.wait_next_spin(slice) } else { self.lane.wait_next(slice) };
         match r {
-            Ok(c) => Ok(Some(c)),
-            Err(RecvWaitError { error: Error::Timeout { .. }, token }) => {
-                self.tokens[i] = Some(token);
-                Ok(None)
+            Ok(c) => {
+                self.next = (i + 1) % self.prepared.len();
+                Ok(Some(c))
             }
-            Err(e) => Err(e.into()),
+            Err(Error::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 }
