@@ -813,34 +813,38 @@ impl CqShared {
             Ok(wc) => wc,
             Err(n) => return n,
         };
-        let lane_seq = wc.wr_id & !RECV_BIT;
-        if wc.qp_num == qp.qp_num() && is_recv_lane_request(wc.wr_id) && qp.rq.lane.complete_taken(lane_seq) {
-            if lane_seq == seq {
-                *mine = Some(self.decode(wc));
-            } else {
-                self.keep_ready(ready, keep, lane_seq, wc);
-            }
+        // The awaited receive's own completion (its `wr_id` is the lane number with
+        // `RECV_BIT`, lane numbers having `LANE_BIT`), inline; anything else out of line.
+        if wc.wr_id == seq | RECV_BIT && wc.qp_num == qp.qp_num() && qp.rq.lane.complete_taken(seq) {
+            *mine = Some(self.decode(wc));
         } else {
-            self.route_cold(routing, wc, Some(qp));
+            self.recv_lane_other(routing, qp, ready, keep, wc);
         }
         1
     }
 
-    /// [`CqShared::poll_for_recv_lane`] found the completion of an earlier receive than the
-    /// awaited one: it waits in `ready` (at most `keep`, the oldest goes first).
+    /// [`CqShared::poll_for_recv_lane`] found another completion than the awaited receive's:
+    /// one of an earlier receive of the lane waits in `ready` (at most `keep`, the oldest goes
+    /// first); anything else is routed as usual.
     #[cold]
     #[inline(never)]
-    fn keep_ready(
+    fn recv_lane_other(
         &self,
+        routing: PollGuard<'_, Routing>,
+        qp: &QpShared,
         ready: &mut std::collections::VecDeque<(u64, Completion)>,
         keep: usize,
-        lane_seq: u64,
         wc: &sys::ibv_wc,
     ) {
-        if ready.len() >= keep.max(1) {
-            ready.pop_front();
+        let lane_seq = wc.wr_id & !RECV_BIT;
+        if wc.qp_num == qp.qp_num() && is_recv_lane_request(wc.wr_id) && qp.rq.lane.complete_taken(lane_seq) {
+            if ready.len() >= keep.max(1) {
+                ready.pop_front();
+            }
+            ready.push_back((lane_seq, self.decode(wc)));
+        } else {
+            self.route_cold(routing, wc, Some(qp));
         }
-        ready.push_back((lane_seq, self.decode(wc)));
     }
 
     /// One `ibv_poll_cq` of one completion into `slot`, for a caller that holds the routing
