@@ -171,6 +171,12 @@
 //! }
 //! ```
 //!
+//! A loop that waits for its receives in the order it posted them, as this one does, needs no
+//! token per receive: [`RecvLane::ordered`](crate::lane::RecvLane::ordered) makes the lane an
+//! [`OrderedRecvLane`](crate::lane::OrderedRecvLane), whose `post` returns nothing and whose
+//! [`wait_next`](crate::lane::OrderedRecvLane::wait_next) hands out the oldest receive not
+//! handed out yet (`let mut rx = rx.ordered(); ... rx.post(&mut recv)?; rx.wait_next(t)?.ok()?;`).
+//!
 //! What lanes do not take: owned chunks (a prepared request may only hold memory whose drop
 //! frees nothing), a QP with an SRQ (receive lanes), other posts on the same queue while the
 //! lane is open (scope and owned receives are refused while a receive lane is open; a send
