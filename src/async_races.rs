@@ -2022,3 +2022,5 @@ mod scope_attack_tests;
 mod async_attack_tests;
 // Hostile programs against the asynchronous events.
 mod event_attack_tests;
+// Review of the lane changes (LANE_POLLED_AWAITED, the checkpoint, OrderedRecvLane).
+mod lane_review_tests;
