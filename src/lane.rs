@@ -826,13 +826,11 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
                 self.freed_upto(token.seq);
                 return Ok(success(&token));
             }
-            if n < 0 {
-                return Err(LaneWaitError { error: self.qp.send_cq.poll_failed(n), token });
-            }
             if self.qp.sq.lane.succeeded(token.seq) {
                 self.freed_upto(token.seq);
                 return Ok(success(&token));
             }
+            // (A failed poll: `wait_slow` reads the book, then polls again and reports it.)
         }
         let LaneToken { qp, seq, report, _scope } = token;
         self.wait_slow(qp, seq, report, timeout, how)
