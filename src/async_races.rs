@@ -2022,5 +2022,6 @@ mod scope_attack_tests;
 mod async_attack_tests;
 // Hostile programs against the asynchronous events.
 mod event_attack_tests;
-// Review of the lane changes (LANE_POLLED_AWAITED, the checkpoint, OrderedRecvLane).
-mod lane_review_tests;
+// Hostile sequences against the lanes: waits after failed polls, random mixes of posts,
+// refusals and waits (the queue's depth, forced signals), the ordered receive lane.
+mod lane_attack_tests;

@@ -510,8 +510,9 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
 
     /// `ibv_post_send` of `wr` without `IBV_SEND_SIGNALED`: it has no completion of its own
     /// and is complete once a later signaled request of the lane is. (A run of unsignaled
-    /// requests is broken by a signaled one before it reaches half the send queue's depth, so
-    /// that the queue cannot fill with requests that nothing completes.)
+    /// requests is at most half the send queue's depth: the request after it is signaled
+    /// whatever the caller asked, so that the queue cannot fill with requests that nothing
+    /// completes.)
     ///
     /// # Errors
     /// As for [`SendLane::post`].
@@ -731,7 +732,7 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     }
 
     /// The number of the next request that is signaled whatever the caller asked: a run of
-    /// unsignaled requests stays shorter than half the queue, so that the send queue never
+    /// unsignaled requests is at most half the queue, so that the send queue never
     /// fills with requests that nothing completes. (The run starts after the last signaled
     /// request, or where the lane opened.)
     #[inline(always)]
@@ -1121,7 +1122,9 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
     /// receive posted: receives posted before through [`RecvLane::post`] are not handed out
     /// (their tokens can no longer be waited for; their completions are polled and set
     /// aside), so convert the lane before posting.
-    pub fn ordered(self) -> OrderedRecvLane<'scope, T> {
+    pub fn ordered(mut self) -> OrderedRecvLane<'scope, T> {
+        // The completions set aside for tokens that can no longer be waited for.
+        self.ready.clear();
         let next_out = self.qp.rq.lane.next();
         OrderedRecvLane { lane: self, next_out }
     }
@@ -1145,8 +1148,9 @@ impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
     /// # Errors
     /// As for [`RecvLane::post`]. A receive the provider refused without naming it in
     /// `bad_wr` counts as posted and is waited for in its turn: if the provider did not queue
-    /// it after all, it never completes and the waits for it time out (the scope's drain
-    /// resets the QP).
+    /// it after all, the waits for it time out until a later receive completes, and then
+    /// report it gone ([`Error::InvalidArgument`]) and move past it (or, if none comes, the
+    /// scope's drain resets the QP).
     ///
     /// See ibv_post_recv(3).
     #[doc(alias = "ibv_post_recv")]
@@ -1163,9 +1167,11 @@ impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
     /// busy-polls instead.
     ///
     /// # Errors
-    /// - [`Error::InvalidArgument`] when every receive posted through this lane has been
-    ///   handed out (nothing to wait for), or when the completion was dropped (more were kept
-    ///   after it than the queue is deep): the next call waits for the receive after it;
+    /// - [`Error::InvalidArgument`] when every receive posted through this ordered lane has
+    ///   been handed out (nothing to wait for), or when the completion is gone (dropped, more
+    ///   having been kept after it than the queue is deep; or never coming, the receive
+    ///   refused without a name and not queued, a later one complete): the next call waits
+    ///   for the receive after it;
     /// - [`Error::Timeout`], or the poll's failure: the next call waits for the same receive.
     #[inline]
     pub fn wait_next(&mut self, timeout: Duration) -> Result<Completion> {
@@ -1230,7 +1236,7 @@ impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
 fn nothing_to_wait_for(qp: &QpShared) -> Error {
     Error::invalid(
         "OrderedRecvLane::wait_next",
-        format!("every receive posted through the lane of QP {:#x} has been handed out", qp.qp_num()),
+        format!("every receive posted through the ordered lane of QP {:#x} has been handed out", qp.qp_num()),
     )
 }
 
@@ -1293,7 +1299,7 @@ fn lost(qp: &QpShared, seq: u64, depth: u64) -> Error {
     Error::invalid(
         "receive lane",
         format!(
-            "the completion of lane receive {seq} on QP {:#x} was dropped: more completions were kept after it than the receive queue is deep ({depth})",
+            "the completion of lane receive {seq} on QP {:#x} is gone: it was dropped (more completions were kept after it than the receive queue is deep, {depth}), or the receive was never queued (a post the provider refused without naming it in bad_wr) and a later receive completed",
             qp.qp_num()
         ),
     )
