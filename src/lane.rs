@@ -821,13 +821,10 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             // One poll first, whether or not the book already has the request complete (then
             // the poll takes a later completion, or none): the request usually is not yet.
             let n = self.qp.send_cq.poll_for_lane(self.qp, token.seq);
-            // Its own successful completion: the request succeeded, whatever the book says of
-            // earlier ones (which an RC, UC or UD send queue would have flushed it after).
-            if n == LANE_POLLED_AWAITED {
-                self.freed_upto(token.seq);
-                return Ok(success(&token));
-            }
-            if self.qp.sq.lane.succeeded(token.seq) {
+            // Its own successful completion says the request succeeded without the book
+            // (whatever the book says of earlier ones, which an RC, UC or UD send queue would
+            // have flushed it after); otherwise the book says.
+            if n == LANE_POLLED_AWAITED || self.qp.sq.lane.succeeded(token.seq) {
                 self.freed_upto(token.seq);
                 return Ok(success(&token));
             }
@@ -1190,9 +1187,8 @@ impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
     #[inline(always)]
     fn wait_next_with(&mut self, timeout: Duration, how: Waiting) -> Result<Completion> {
         // The token wait's common cases, inline, for receive `next_out`, the oldest this lane
-        // has not handed out.
-        // (A number not posted yet is never complete and never polled: `take_now` finds
-        // nothing, and the slow path reports it.)
+        // has not handed out. (A number not posted yet is never complete and never polled:
+        // `take_now` finds nothing, and the slow path reports it.)
         let seq = self.next_out;
         if let Some(c) = self.lane.take_now(seq) {
             self.next_out = seq + 1;
@@ -1215,8 +1211,9 @@ impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
                 Ok(c)
             }
             Err(RecvWaitError { error, .. }) => {
-                // Not a foreign token (the lane's own QP): a dropped completion, which never
-                // comes back; a timeout or a failed poll leaves the receive to wait for again.
+                // Not a foreign token (the lane's own QP): a completion that is gone (dropped,
+                // or never coming for a receive that was not queued), which never comes back; a
+                // timeout or a failed poll leaves the receive to wait for again.
                 if matches!(error, Error::InvalidArgument { .. }) {
                     self.next_out = seq + 1;
                 }
