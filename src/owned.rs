@@ -143,11 +143,11 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
         self.poll_until_done(timeout)
     }
 
+    /// The CQ is polled before the book is read under its lock: the completion is most
+    /// often still in the CQ, and one routed there already is found after the poll
+    /// (`try_take`, before a failed poll's error).
     #[inline(never)]
     fn poll_until_done(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
-        if let Take::Done(c) = self.q.as_ref().tracked().try_take_locked(self.seq) {
-            return Ok(self.finish(c));
-        }
         // The clock is read only once a poll came back empty (`Idle`).
         let mut idle = Idle::new(Waiting::Yield, timeout);
         let mut mine = None;
@@ -486,21 +486,26 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
         if let Some(c) = this.taken.take() {
             return Poll::Ready(Ok(this.finish(c)));
         }
-        if let Take::Done(c) = q.tracked().try_take_locked(seq) {
-            return Poll::Ready(Ok(this.finish(c)));
+        // Woken while it waits: the completion was most likely routed to the book.
+        if !this.waiting.is_empty() {
+            if let Take::Done(c) = q.tracked().try_take_locked(seq) {
+                return Poll::Ready(Ok(this.finish(c)));
+            }
         }
         if this.waiting.is_empty() {
             // Before it first waits: a completion already in the CQ is taken with one poll, as
-            // `try_complete` takes it, with no waker, arming or event.
+            // `try_complete` takes it, with no waker, arming or event. The poll comes before
+            // the book's lock: the completion is most often still in the CQ, and one routed
+            // already (by another poll) is found right after it, before a failed poll's error.
             let polled = q.poll_for(seq, &mut this.taken);
             if let Some(c) = this.taken.take() {
                 return Poll::Ready(Ok(this.finish(c)));
             }
-            if let Err(error) = polled {
-                return Poll::Ready(Err(this.fail(error)));
-            }
             if let Take::Done(c) = q.tracked().try_take(seq) {
                 return Poll::Ready(Ok(this.finish(c)));
+            }
+            if let Err(error) = polled {
+                return Poll::Ready(Err(this.fail(error)));
             }
             // The CQs are looked up at the first miss (a CQ without a channel is an error at
             // once, polls or not) and again when the polls are over.

@@ -614,6 +614,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.poll_until_done(token, timeout, how)
     }
 
+    /// The CQ is polled before the book is read under its lock: the completion is most often
+    /// still in the CQ, and one routed there already is found after the poll (`try_take`,
+    /// before a failed poll's error).
     #[inline(never)]
     fn poll_until_done<B: Completes>(
         &'scope self,
@@ -622,9 +625,6 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         how: Waiting,
     ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
         let p = token.guard.posted;
-        if let Take::Done(c) = p.q.tracked().try_take_locked(p.seq) {
-            return Ok(token.finish(&c));
-        }
         let mut idle = Idle::new(how, timeout);
         let mut mine = None;
         loop {

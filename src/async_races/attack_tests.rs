@@ -277,3 +277,47 @@ fn two_pollers_never_deliver_a_completion_twice_or_to_the_wrong_token() {
         assert_eq!(qp.sq.try_take(base + 8), Take::Unknown);
     }
 }
+
+/// The waits of scope tokens, owned tokens and awaited owned tokens poll their CQ before they
+/// read the book: a completion another poller already routed to the book must be handed over
+/// even when that poll fails (the book is read before the poll's error is returned). One
+/// request of each kind, each recorded by `poll_and_route`, then waited for with the fake
+/// provider's next poll failing.
+#[test]
+fn a_token_wait_for_a_routed_completion_is_not_hidden_by_a_failed_poll() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (qp, shared) = w.rc_qp(0xa80, 8, &cq);
+    let route_then_fail_next_poll = || {
+        let (seq, signaled) = *sends(&shared).last().expect("posted");
+        assert!(signaled);
+        fake.complete(send_wc(0xa80, seq, sys::IBV_WC_SUCCESS));
+        assert_eq!(cq.poll_and_route().expect("routed"), 1);
+        fake.fail_next.store(true, SeqCst);
+    };
+    let r = scope(|s| {
+        let tok = s.post_send(&qp, Write::new(w.local(0x1000, 8), remote())).expect("posted");
+        route_then_fail_next_poll();
+        let (c, _) = s.wait(tok, Duration::from_secs(1)).expect("the book has the completion");
+        assert!(c.is_success());
+    });
+    assert!(r.is_ok(), "{r:?}");
+
+    let tok = qp.post_send_owned(Write::new(w.local(0x1000, 8), remote())).expect("posted");
+    route_then_fail_next_poll();
+    let (c, _) = tok.wait(Duration::from_secs(1)).expect("the book has the completion");
+    assert!(c.is_success());
+
+    let seq = shared.sq.lock().push(true);
+    let mut fut = OwnedToken::new(QueueArc::Send(Arc::clone(&shared)), seq, (), None).into_future();
+    fake.complete(send_wc(0xa80, seq, sys::IBV_WC_SUCCESS));
+    assert_eq!(cq.poll_and_route().expect("routed"), 1);
+    fake.fail_next.store(true, SeqCst);
+    let wakes = Arc::new(Count::default());
+    match poll(&mut fut, &Waker::from(Arc::clone(&wakes))) {
+        Poll::Ready(Ok((c, ()))) => assert!(c.is_success()),
+        Poll::Ready(Err(e)) => panic!("the book has the completion, got {}", e.error),
+        Poll::Pending => panic!("the book has the completion, the future is pending"),
+    }
+    assert_eq!(wakes.get(), 0);
+}
