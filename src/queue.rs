@@ -141,9 +141,23 @@ impl WorkQueue {
             return false;
         }
         self.outstanding -= 1;
-        self.slots[idx].0 = Slot::Gone;
-        self.compact();
+        self.consume(idx);
         true
+    }
+
+    /// The result in slot `idx` was taken (or given up): the slot is gone. The front slot, the
+    /// one a queue consumed in order takes, is popped at once (the book only shrinks, so
+    /// nothing is set aside); another is marked and popped once the slots before it are.
+    #[inline(always)]
+    fn consume(&mut self, idx: usize) {
+        if idx == 0 {
+            self.slots.pop_front();
+            self.base += 1;
+            self.pop_gone();
+        } else {
+            self.slots[idx].0 = Slot::Gone;
+            self.compact();
+        }
     }
 
     /// Hands over the result of `seq` if it completed.
@@ -153,8 +167,7 @@ impl WorkQueue {
         };
         match self.slots[idx].0 {
             Slot::Done(c) => {
-                self.slots[idx].0 = Slot::Gone;
-                self.compact();
+                self.consume(idx);
                 Take::Done(c)
             }
             Slot::Pending { .. } => Take::Pending,
