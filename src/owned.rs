@@ -465,19 +465,38 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
         // The common case, inline: an unsignaled request a later completion covered. Not when
         // this future's own poll took the completion and then unwound: the book counts it
         // taken, so the request looks covered, and only `taken` holds its real status.
-        if let (Some(token), None) = (this.token.as_ref(), &this.taken) {
-            if let Some(&c) = token.q.as_ref().tracked().implied(token.seq) {
-                return Poll::Ready(Ok(this.finish(c)));
-            }
+        let Some(token) = this.token.as_ref() else {
+            return this.poll_slow(cx, None);
+        };
+        let (q, seq) = (token.q.as_ref(), token.seq);
+        if this.taken.is_some() {
+            return this.poll_slow(cx, None);
         }
-        this.poll_slow(cx)
+        if let Some(&c) = q.tracked().implied(seq) {
+            return Poll::Ready(Ok(this.finish(c)));
+        }
+        if !this.waiting.is_empty() {
+            return this.poll_slow(cx, None);
+        }
+        // Before it first waits, inline as well: one poll takes a completion at the head of
+        // the CQ (into `taken`, so that a panic out of the poll's wakes does not lose it).
+        let polled = q.poll_for(seq, &mut this.taken);
+        if let Some(c) = this.taken.take() {
+            return Poll::Ready(Ok(this.finish(c)));
+        }
+        this.poll_slow(cx, Some(polled))
     }
 }
 
 impl<B: Completes + Send + 'static> OwnedCompletion<B> {
-    /// The rest of [`OwnedCompletion::poll`], out of line.
+    /// The rest of [`OwnedCompletion::poll`], out of line; `first`: what the poll of the CQ
+    /// that `poll` made before it waits returned, when it made one and found nothing.
     #[inline(never)]
-    fn poll_slow(&mut self, cx: &mut TaskContext<'_>) -> Poll<<Self as Future>::Output> {
+    fn poll_slow(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        first: Option<Result<usize, Error>>,
+    ) -> Poll<<Self as Future>::Output> {
         let this = self;
         let Some(token) = this.token.as_ref() else {
             panic!("OwnedCompletion polled after it resolved");
@@ -497,7 +516,10 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             // `try_complete` takes it, with no waker, arming or event. The poll comes before
             // the book's lock: the completion is most often still in the CQ, and one routed
             // already (by another poll) is found right after it, before a failed poll's error.
-            let polled = q.poll_for(seq, &mut this.taken);
+            let polled = match first {
+                Some(polled) => polled,
+                None => q.poll_for(seq, &mut this.taken),
+            };
             if let Some(c) = this.taken.take() {
                 return Poll::Ready(Ok(this.finish(c)));
             }

@@ -321,3 +321,34 @@ fn a_token_wait_for_a_routed_completion_is_not_hidden_by_a_failed_poll() {
     }
     assert_eq!(wakes.get(), 0);
 }
+
+/// A future's first poll, inline in `poll`, hands its result to the out-of-line rest when it
+/// misses, which does not poll for it again: three polls in all, that one, then the serving's
+/// (`CqShared::serve`: a batch before the arming, and the re-poll after it that closes the
+/// race with a completion landing meanwhile). A completion at the head of the CQ is taken by
+/// the first poll alone.
+#[test]
+fn an_awaited_token_polls_its_cq_once_before_it_serves_it() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0xa90, 64, &cq, None);
+    let wake = Arc::new(Count::default());
+    let waker = Waker::from(Arc::clone(&wake));
+
+    let mut f = post_send(&qp, true).into_future();
+    let before = fake.polls.load(SeqCst);
+    assert!(poll(&mut f, &waker).is_pending());
+    assert_eq!(fake.polls.load(SeqCst) - before, 3, "its own poll, then the serving's two");
+    assert_eq!((fake.arms.load(SeqCst), cq.waiters.load(SeqCst)), (1, 1), "armed, counted");
+    fake.complete(send_wc(0xa90, 0, sys::IBV_WC_SUCCESS));
+    assert_eq!(w.ch.dispatch().unwrap().completions, 1);
+    assert!(matches!(poll(&mut f, &waker), Poll::Ready(Ok((c, ()))) if c.is_success()));
+    assert_eq!(cq.waiters.load(SeqCst), 0);
+
+    let mut g = post_send(&qp, true).into_future();
+    fake.complete(send_wc(0xa90, 1, sys::IBV_WC_SUCCESS));
+    let (before, arms, wakes) = (fake.polls.load(SeqCst), fake.arms.load(SeqCst), wake.get());
+    assert!(matches!(poll(&mut g, &waker), Poll::Ready(Ok((c, ()))) if c.is_success()));
+    assert_eq!(fake.polls.load(SeqCst) - before, 1, "taken by the first poll");
+    assert_eq!((fake.arms.load(SeqCst), cq.waiters.load(SeqCst), wake.get()), (arms, 0, wakes), "no arming, no wake");
+}
