@@ -2025,3 +2025,6 @@ mod event_attack_tests;
 // Hostile sequences against the lanes: waits after failed polls, random mixes of posts,
 // refusals and waits (the queue's depth, forced signals), the ordered receive lane.
 mod lane_attack_tests;
+// Attacks on the token waits (their polls of the CQ and reads of the book, the awaited token's
+// inline first poll) and the receive books' pop of a front slot taken.
+mod tokwait_attack_tests;

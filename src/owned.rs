@@ -143,11 +143,14 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
         self.poll_until_done(timeout)
     }
 
-    /// The CQ is polled before the book is read under its lock: the completion is most
-    /// often still in the CQ, and one routed there already is found after the poll
-    /// (`try_take`, before a failed poll's error).
+    /// The book first, as in `Scope::wait`: a routed completion is handed over without a poll
+    /// (which could run another future's panicking waker and unwind through this wait). After
+    /// each poll the book is read again before a failed poll's error is returned.
     #[inline(never)]
     fn poll_until_done(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
+        if let Take::Done(c) = self.q.as_ref().tracked().try_take_locked(self.seq) {
+            return Ok(self.finish(c));
+        }
         // The clock is read only once a poll came back empty (`Idle`).
         let mut idle = Idle::new(Waiting::Yield, timeout);
         let mut mine = None;

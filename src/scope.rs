@@ -614,9 +614,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.poll_until_done(token, timeout, how)
     }
 
-    /// The CQ is polled before the book is read under its lock: the completion is most often
-    /// still in the CQ, and one routed there already is found after the poll (`try_take`,
-    /// before a failed poll's error).
+    /// The book first: a completion another poll routed there already is handed over without
+    /// a poll, so that no other future's waker, which a poll may run, can unwind through this
+    /// wait and drop the token while its result is there. After each poll the book is read
+    /// again before a failed poll's error is returned.
     #[inline(never)]
     fn poll_until_done<B: Completes>(
         &'scope self,
@@ -625,6 +626,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         how: Waiting,
     ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
         let p = token.guard.posted;
+        if let Take::Done(c) = p.q.tracked().try_take_locked(p.seq) {
+            return Ok(token.finish(&c));
+        }
         let mut idle = Idle::new(how, timeout);
         let mut mine = None;
         loop {

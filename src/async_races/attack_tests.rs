@@ -278,11 +278,12 @@ fn two_pollers_never_deliver_a_completion_twice_or_to_the_wrong_token() {
     }
 }
 
-/// The waits of scope tokens, owned tokens and awaited owned tokens poll their CQ before they
-/// read the book: a completion another poller already routed to the book must be handed over
-/// even when that poll fails (the book is read before the poll's error is returned). One
-/// request of each kind, each recorded by `poll_and_route`, then waited for with the fake
-/// provider's next poll failing.
+/// A completion another poller already routed to the book is handed over by the waits of
+/// scope tokens, owned tokens and awaited owned tokens when the CQ's next poll fails: the
+/// synchronous waits read the book before they poll; an awaited token's first poll polls
+/// first, and reads the book before it returns the poll's error. One request of each kind,
+/// each recorded by `poll_and_route`, then waited for with the fake provider's next poll
+/// failing.
 #[test]
 fn a_token_wait_for_a_routed_completion_is_not_hidden_by_a_failed_poll() {
     let w = World::new();
@@ -291,6 +292,7 @@ fn a_token_wait_for_a_routed_completion_is_not_hidden_by_a_failed_poll() {
     let route_then_fail_next_poll = || {
         let (seq, signaled) = *sends(&shared).last().expect("posted");
         assert!(signaled);
+        fake.fail_next.store(false, SeqCst);
         fake.complete(send_wc(0xa80, seq, sys::IBV_WC_SUCCESS));
         assert_eq!(cq.poll_and_route().expect("routed"), 1);
         fake.fail_next.store(true, SeqCst);
@@ -310,6 +312,7 @@ fn a_token_wait_for_a_routed_completion_is_not_hidden_by_a_failed_poll() {
 
     let seq = shared.sq.lock().push(true);
     let mut fut = OwnedToken::new(QueueArc::Send(Arc::clone(&shared)), seq, (), None).into_future();
+    fake.fail_next.store(false, SeqCst);
     fake.complete(send_wc(0xa80, seq, sys::IBV_WC_SUCCESS));
     assert_eq!(cq.poll_and_route().expect("routed"), 1);
     fake.fail_next.store(true, SeqCst);
@@ -320,6 +323,7 @@ fn a_token_wait_for_a_routed_completion_is_not_hidden_by_a_failed_poll() {
         Poll::Pending => panic!("the book has the completion, the future is pending"),
     }
     assert_eq!(wakes.get(), 0);
+    assert!(!fake.fail_next.load(SeqCst), "the future's first poll failed");
 }
 
 /// A future's first poll, inline in `poll`, hands its result to the out-of-line rest when it
