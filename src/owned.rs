@@ -450,9 +450,10 @@ pub fn completion<T: AsyncCompletion>(token: T) -> T::Future {
 impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
     type Output = std::result::Result<(Completion, B::Output), OwnedWaitError<B>>;
 
-    /// Takes the completion if it was routed; otherwise (the first time, and as many more times
-    /// as its CQ's [`Cq::set_await_polls`] says, waking its own task in between) polls the CQ
-    /// and takes it if it was there; otherwise registers the waker with the request, arms the
+    /// Takes the completion if it was routed (a send's book says so without its lock);
+    /// otherwise (the first time, and as many more times as its CQ's [`Cq::set_await_polls`]
+    /// says, waking its own task in between) polls the CQ and takes it if it was there (or if
+    /// the poll routed it); otherwise registers the waker with the request, arms the
     /// request's CQ(s) and polls them (at most 4 batches of 16 completions each: if
     /// more are there, the task is woken again rather than looping).
     ///
@@ -478,7 +479,11 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
         if let Some(&c) = q.tracked().implied(seq) {
             return Poll::Ready(Ok(this.finish(c)));
         }
-        if !this.waiting.is_empty() {
+        // A result another poll routed to the book already is handed over without a poll (a
+        // poll may run other futures' wakers, and one that panics would unwind through this
+        // future and drop its token): the rest reads the book first. A send's book says
+        // without its lock whether that can be the case; a receive's book is read under it.
+        if !this.waiting.is_empty() || q.may_hold(seq) {
             return this.poll_slow(cx, None);
         }
         // Before it first waits, inline as well: one poll takes a completion at the head of
@@ -493,7 +498,9 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
 
 impl<B: Completes + Send + 'static> OwnedCompletion<B> {
     /// The rest of [`OwnedCompletion::poll`], out of line; `first`: what the poll of the CQ
-    /// that `poll` made before it waits returned, when it made one and found nothing.
+    /// that `poll` made before it waits returned, when it made one and found nothing (it made
+    /// one only when the book could not hold the result yet). Without it, the book is read
+    /// first.
     #[inline(never)]
     fn poll_slow(
         &mut self,
@@ -508,17 +515,16 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
         if let Some(c) = this.taken.take() {
             return Poll::Ready(Ok(this.finish(c)));
         }
-        // Woken while it waits: the completion was most likely routed to the book.
-        if !this.waiting.is_empty() {
+        if first.is_none() {
             if let Take::Done(c) = q.tracked().try_take_locked(seq) {
                 return Poll::Ready(Ok(this.finish(c)));
             }
         }
         if this.waiting.is_empty() {
             // Before it first waits: a completion already in the CQ is taken with one poll, as
-            // `try_complete` takes it, with no waker, arming or event. The poll comes before
-            // the book's lock: the completion is most often still in the CQ, and one routed
-            // already (by another poll) is found right after it, before a failed poll's error.
+            // `try_complete` takes it, with no waker, arming or event; one the poll routed to
+            // the book (a later one of a send queue, which covers it) is found right after it,
+            // before a failed poll's error.
             let polled = match first {
                 Some(polled) => polled,
                 None => q.poll_for(seq, &mut this.taken),
@@ -561,13 +567,15 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
             // CQ before this read is seen here, and one after it wakes the waker registered
             // above (`wake_all` reads the count the registration stored before this read
             // locked the SRQ's list of CQs, which the attach locks too).
-            let new: Vec<_> =
-                s.cqs().into_iter().filter(|cq| !this.waiting.as_slice().iter().any(|w| Arc::ptr_eq(w, cq))).collect();
-            if new.iter().any(|cq| cq.channel.is_none()) {
-                let what = q.describe(seq);
-                return Poll::Ready(Err(this.fail(Error::NoCompletionChannel { what })));
+            // (No allocation unless there is one.)
+            let new = s.cqs_not_in(this.waiting.as_slice());
+            if !new.is_empty() {
+                if new.iter().any(|cq| cq.channel.is_none()) {
+                    let what = q.describe(seq);
+                    return Poll::Ready(Err(this.fail(Error::NoCompletionChannel { what })));
+                }
+                wait_on(&mut this.waiting, WaitingOn::Several(new));
             }
-            wait_on(&mut this.waiting, WaitingOn::Several(new));
         }
         // The futures the serving completes are woken once the rest of the CQ was handed on
         // (`left_in`): a waker that panics then cannot leave completions in the CQ that no
@@ -598,11 +606,13 @@ impl<B: Completes + Send + 'static> OwnedCompletion<B> {
         }
         // Before anything is taken for this future's result: a waker's panic leaves it intact.
         drop(wakes);
-        if let Err(error) = served {
-            return Poll::Ready(Err(this.fail(error)));
-        }
+        // The book before the serving's error: a serving that routed this future's completion
+        // and then failed (a later poll, another CQ of an SRQ) hands the completion over.
         if let Take::Done(c) = q.tracked().try_take(seq) {
             return Poll::Ready(Ok(this.finish(c)));
+        }
+        if let Err(error) = served {
+            return Poll::Ready(Err(this.fail(error)));
         }
         if more {
             // And this future's own completion may be in it: polled again at once.

@@ -1848,6 +1848,13 @@ impl<'a> QueueRef<'a> {
         }
     }
 
+    /// Whether the book of this queue may hold the result of request `seq` already
+    /// ([`TrackedQueue::may_hold`](crate::queue::TrackedQueue::may_hold)).
+    #[inline(always)]
+    pub(crate) fn may_hold(self, seq: u64) -> bool {
+        self.tracked().may_hold(seq, matches!(self, QueueRef::Send(_)))
+    }
+
     pub(crate) fn describe(self, seq: u64) -> String {
         match self {
             QueueRef::Send(q) => format!("send request {seq} on QP {:#x}", q.qp_num),

@@ -1545,6 +1545,15 @@ impl TrackedQueue {
         self.try_take_locked(seq)
     }
 
+    /// Whether the book may hold the result of request `seq` already (routed there by another
+    /// poll), read without the lock where it can be: a send queue's book publishes `done`
+    /// ([`Settled`]), below which every request is complete; a receive queue's publishes
+    /// nothing, so for it the answer is always yes (`send`: this is a send queue's book).
+    #[inline(always)]
+    pub(crate) fn may_hold(&self, seq: u64, send: bool) -> bool {
+        !send || seq < self.settled.done.load(Ordering::Acquire)
+    }
+
     /// The completion of `seq` if it is an implied one, proved without the lock ([`Settled`]):
     /// the first half of [`TrackedQueue::try_take`], for a wait that hands the completion
     /// straight to its token.

@@ -388,6 +388,20 @@ impl SrqShared {
         lock(&self.cqs).iter().filter_map(Weak::upgrade).collect()
     }
 
+    /// [`SrqShared::cqs`] that are not among `have`: empty, and nothing allocated, when `have`
+    /// holds them all (a future waiting on the SRQ's receive looks at every poll). Compared by
+    /// address, without upgrading: no `Arc` is dropped while the list is locked.
+    pub(crate) fn cqs_not_in(&self, have: &[Arc<CqShared>]) -> Vec<Arc<CqShared>> {
+        let cqs = lock(&self.cqs);
+        let missing = |w: &&Weak<CqShared>| {
+            w.strong_count() > 0 && !have.iter().any(|h| std::ptr::eq(Arc::as_ptr(h), w.as_ptr()))
+        };
+        if !cqs.iter().any(|w| missing(&w)) {
+            return Vec::new();
+        }
+        cqs.iter().filter(missing).filter_map(Weak::upgrade).collect()
+    }
+
     /// Polls every CQ an attached QP receives on; returns how many completions were polled.
     /// The CQs are taken out of the list before they are polled (the list's lock is not held
     /// while completions are routed); the first [`SRQ_CQS_INLINE`] on the stack, so that a wait

@@ -193,9 +193,7 @@ fn an_awaited_token_whose_completion_was_routed_survives_a_panicking_waker_in_it
 
 /// A receive queue's completion routed to the book, then the fake's next poll fails: the
 /// owned wait, the awaited token's first poll and the scope's wait each hand it over (as
-/// `attack_tests` checks for a send queue). The synchronous waits read the book before they
-/// poll (their failure is left unconsumed); the future's first poll polls, fails, and reads
-/// the book.
+/// `attack_tests` checks for a send queue): each reads a receive's book before it polls.
 #[test]
 fn a_receive_wait_for_a_routed_completion_is_not_hidden_by_a_failed_poll() {
     let w = World::new();
@@ -221,7 +219,6 @@ fn a_receive_wait_for_a_routed_completion_is_not_hidden_by_a_failed_poll() {
         Poll::Pending => panic!("in the book, pending"),
     }
     assert_eq!((wakes.get(), fake.arms.load(SeqCst), cq.waiters.load(SeqCst)), (0, 0, 0));
-    assert!(!fake.fail_next.load(SeqCst), "the future's first poll failed");
 
     let r = scope(|s| {
         let tok = s.post_recv(&qp, Recv::new(w.local_mut(0x1000, 64))).expect("posted");
@@ -328,8 +325,8 @@ fn a_resolved_future_polled_again_panics_without_polling_the_cq() {
 }
 
 /// `set_await_polls`: during the polls, another poller routes the completion to the book and
-/// the fake's next poll fails: the future's next poll (inline poll failing) resolves with the
-/// completion from the book, arming nothing. A second future, whose poll fails with nothing
+/// the fake's next poll fails: the future's next poll resolves with the completion from the
+/// book (read before any poll), arming nothing. A second future, whose poll fails with nothing
 /// in the book, resolves with the error and its token, counting itself a waiter of nothing.
 #[test]
 fn a_failed_poll_during_a_futures_extra_polls_finds_the_routed_completion_first() {
@@ -352,6 +349,8 @@ fn a_failed_poll_during_a_futures_extra_polls_finds_the_routed_completion_first(
         Poll::Pending => panic!("in the book, pending"),
     }
     assert_eq!((fake.arms.load(SeqCst), cq.waiters.load(SeqCst)), (0, 0));
+    // A receive's book is read before the poll: the failure is still to come.
+    assert!(fake.fail_next.swap(false, SeqCst));
 
     let mut g = post_recv(&qp).into_future();
     assert!(poll(&mut g, &waker).is_pending());
@@ -854,4 +853,303 @@ fn multi_threaded(with_progress: bool, base: u32) {
     assert_eq!(srq.rq.recv_slots(), Some(0));
     assert_eq!((cq.waiters.load(SeqCst), cq2.waiters.load(SeqCst)), (0, 0));
     drop(rt);
+}
+
+fn rwc2(qp_num: u32, seq: u64, len: u32) -> sys::ibv_wc {
+    sys::ibv_wc { byte_len: len, ..recv_wc(qp_num, seq, sys::IBV_WC_SUCCESS) }
+}
+
+/// A waker that runs its hook at its first wake (then counts).
+struct OnWake {
+    hook: Mutex<Option<Hook>>,
+    wakes: AtomicUsize,
+}
+impl Wake for OnWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wakes.fetch_add(1, SeqCst);
+        let hook = self.hook.lock().unwrap().take();
+        if let Some(h) = hook {
+            h();
+        }
+    }
+}
+
+/// Runs `f` on a thread of its own; a hang (a deadlock) fails the test after 20 s.
+fn bounded<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(r)) => r,
+        Ok(Err(p)) => std::panic::resume_unwind(p),
+        Err(_) => panic!("hung (deadlock?)"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A future that waits already reads the book after its serving, before the serving's error.
+// ---------------------------------------------------------------------------------------------
+
+/// An SRQ receive future waiting on two CQs; its completion lands on the first; the second's
+/// poll fails. The future's poll serves the first CQ (routing its completion to the book),
+/// then the second's serving fails: the future resolves with the error although its
+/// completion is in the book (the token comes back, so nothing is lost).
+#[test]
+fn a_waiting_srq_future_whose_later_cq_fails_hands_over_the_completion_its_serving_routed() {
+    let w = World::new();
+    let (cq1, fake1) = w.cq();
+    let (cq2, fake2) = w.cq();
+    let srq = w.srq(8);
+    let _q1 = w.qp(0xc01, 8, &cq1, Some(Arc::clone(&srq)));
+    let _q2 = w.qp(0xc02, 8, &cq2, Some(Arc::clone(&srq)));
+    let (seq, t) = post_srq_recv(&srq);
+    let mut f = t.into_future();
+    let wakes = Arc::new(Count::default());
+    let waker = Waker::from(Arc::clone(&wakes));
+    assert!(poll(&mut f, &waker).is_pending());
+    assert_eq!((cq1.waiters.load(SeqCst), cq2.waiters.load(SeqCst)), (1, 1), "waits on both");
+    fake1.complete(rwc2(0xc01, seq, 61));
+    fake2.fail_next.store(true, SeqCst);
+    let r = poll(&mut f, &waker);
+    assert!(!fake2.fail_next.load(SeqCst), "the second CQ was polled (and failed)");
+    match r {
+        Poll::Ready(Ok((c, ()))) => assert_eq!(c.byte_len(), 61),
+        Poll::Ready(Err(e)) => {
+            let in_book = srq.rq.try_take(seq);
+            panic!("resolved with the serving's error ({}) while its completion was in the book ({in_book:?})", e.error)
+        }
+        Poll::Pending => panic!("pending"),
+    }
+    assert_eq!((cq1.waiters.load(SeqCst), cq2.waiters.load(SeqCst)), (0, 0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// An awaited token whose completion is already in the book takes it without polling the CQ: a
+// poll may run another future's waker, and one that panics would unwind through this future's
+// poll; a real executor then drops the future, and the completion would be lost with the token.
+// ---------------------------------------------------------------------------------------------
+
+/// F (a receive of QP `base + 1`, or with `send` a signaled send) with its completion routed
+/// to the book by another poller, and H (a send of QP `base`), waiting with a waker that
+/// panics, whose completion is at the head of the CQ.
+fn routed_with_panicking_head(
+    w: &'static World,
+    base: u32,
+    await_polls: Option<u32>,
+    send: bool,
+) -> (OwnedCompletion<()>, OwnedCompletion<()>, Arc<QpShared>) {
+    let (cq, fake) = w.cq();
+    if let Some(n) = await_polls {
+        crate::cq::Cq { inner: Arc::clone(&cq) }.set_await_polls(n);
+    }
+    let qa = w.qp(base, 8, &cq, None);
+    let qb = w.qp(base + 1, 8, &cq, None);
+    // H waits (its extra polls, if any, over) with a waker that panics.
+    let mut h = post_send(&qa, true).into_future();
+    let counting = Waker::from(Arc::new(Count::default()));
+    for _ in 0..await_polls.unwrap_or(0) {
+        assert!(poll(&mut h, &counting).is_pending());
+    }
+    assert!(poll(&mut h, &Waker::from(Arc::new(PanicWake))).is_pending());
+    let mut f = if send { post_send(&qb, true) } else { post_recv(&qb) }.into_future();
+    if await_polls.is_some() {
+        assert!(poll(&mut f, &counting).is_pending(), "F in its extra polls");
+        assert_eq!(cq.waiters.load(SeqCst), 1, "F waits on nothing yet (only H)");
+    }
+    // F's completion routed by another poller; then H's lands at the head of the CQ.
+    fake.complete(if send {
+        sys::ibv_wc { byte_len: 71, ..send_wc(base + 1, 0, sys::IBV_WC_SUCCESS) }
+    } else {
+        rwc2(base + 1, 0, 71)
+    });
+    assert_eq!(cq.poll_and_route().expect("routed"), 1);
+    fake.complete(send_wc(base, 0, sys::IBV_WC_SUCCESS));
+    (f, h, qb)
+}
+
+fn as_a_task_would(mut f: OwnedCompletion<()>, qb: &Arc<QpShared>) {
+    let waker = Waker::from(Arc::new(Count::default()));
+    match quiet(|| poll(&mut f, &waker)) {
+        Ok(Poll::Ready(Ok((c, ())))) => assert_eq!(c.byte_len(), 71),
+        Ok(other) => panic!("{:?}", other.map(|r| r.map(|(c, _)| c).map_err(|e| e.error))),
+        Err(_) => {
+            // What tokio does with a task whose poll panicked: drops its future.
+            drop(f);
+            let left = (qb.sq.try_take(0), qb.rq.try_take(0));
+            panic!(
+                "the future's poll unwound with another future's waker although its completion was in the book; \
+                 the task's drop of the future gave it up (book now: {left:?})"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_awaited_first_poll_with_its_completion_in_the_book_does_not_run_other_wakers() {
+    let w = World::new();
+    let (f, h, qb) = routed_with_panicking_head(w, 0xc10, None, false);
+    as_a_task_would(f, &qb);
+    drop(h);
+}
+
+/// The same for a send, whose book says without its lock that its result is there.
+#[test]
+fn an_awaited_send_with_its_completion_in_the_book_does_not_run_other_wakers() {
+    let w = World::new();
+    let (f, h, qb) = routed_with_panicking_head(w, 0xc30, None, true);
+    as_a_task_would(f, &qb);
+    drop(h);
+}
+
+#[test]
+fn an_extra_poll_with_its_completion_in_the_book_does_not_run_other_wakers() {
+    let w = World::new();
+    let (f, h, qb) = routed_with_panicking_head(w, 0xc20, Some(3), false);
+    as_a_task_would(f, &qb);
+    drop(h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resolved futures.
+// ---------------------------------------------------------------------------------------------
+
+/// A future that resolved with a failed poll's error (its token handed back) and is polled
+/// again panics before it polls the CQ.
+#[test]
+fn a_future_resolved_with_an_error_polled_again_panics_without_polling() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0xc30, 8, &cq, None);
+    let mut f = post_recv(&qp).into_future();
+    fake.fail_next.store(true, SeqCst);
+    let waker = Waker::from(Arc::new(Count::default()));
+    let t = match poll(&mut f, &waker) {
+        Poll::Ready(Err(e)) => e.token,
+        other => panic!("{:?}", other.map(|r| r.map(|(c, _)| c))),
+    };
+    fake.complete(rwc2(0xc30, 0, 9));
+    let polls = fake.polls.load(SeqCst);
+    assert!(quiet(|| poll(&mut f, &waker)).is_err(), "polled after it resolved: panics");
+    assert_eq!(fake.polls.load(SeqCst), polls, "no poll of the CQ");
+    assert_eq!(fake.left(), 1);
+    let (c, ()) = t.wait(Duration::from_secs(1)).expect("the token gets it");
+    assert_eq!(c.byte_len(), 9);
+    assert_eq!(cq.waiters.load(SeqCst), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `SrqShared::poll`: more CQs than the stack holds, the list's lock, the last `Arc` of a CQ.
+// ---------------------------------------------------------------------------------------------
+
+/// Six CQs (two beyond `SRQ_CQS_INLINE`): one `SrqShared::poll`
+/// polls each CQ once, in the list's order; a receive completing on the sixth CQ is found by a
+/// sync wait, and another by an awaited token's first poll.
+#[test]
+fn an_srq_on_six_cqs_polls_each_once_and_finds_completions_on_the_last() {
+    let w = World::new();
+    let srq = w.srq(16);
+    let cqs: Vec<_> = (0..6).map(|_| w.cq()).collect();
+    for (i, (cq, _)) in cqs.iter().enumerate() {
+        let _ = w.qp(0xc40 + i as u32, 8, cq, Some(Arc::clone(&srq)));
+    }
+    assert_eq!(srq.cqs().len(), 6);
+    let before: Vec<usize> = cqs.iter().map(|(_, f)| f.polls.load(SeqCst)).collect();
+    assert_eq!(srq.poll().expect("polled"), 0);
+    let after: Vec<usize> = cqs.iter().map(|(_, f)| f.polls.load(SeqCst)).collect();
+    assert!(before.iter().zip(&after).all(|(b, a)| a - b == 1), "{before:?} -> {after:?}");
+
+    let (s1, t1) = post_srq_recv(&srq);
+    let (s2, t2) = post_srq_recv(&srq);
+    cqs[5].1.complete(rwc2(0xc45, s1, 81));
+    cqs[4].1.complete(rwc2(0xc44, s2, 82));
+    let (c, ()) = t1.wait(Duration::from_secs(1)).expect("on the sixth CQ");
+    assert_eq!(c.byte_len(), 81);
+    let mut f = t2.into_future();
+    match poll(&mut f, &Waker::from(Arc::new(Count::default()))) {
+        Poll::Ready(Ok((c, ()))) => assert_eq!(c.byte_len(), 82),
+        other => panic!("{:?}", other.map(|r| r.map(|(c, _)| c).map_err(|e| e.error))),
+    }
+    // A failure on a CQ beyond the stack: reported, the completion on a CQ before it found.
+    let (s3, t3) = post_srq_recv(&srq);
+    cqs[1].1.complete(rwc2(0xc41, s3, 83));
+    cqs[5].1.fail_next.store(true, SeqCst);
+    assert!(srq.poll().is_err(), "the sixth CQ's failure");
+    assert!(matches!(srq.rq.try_take(s3), Take::Done(c) if c.byte_len() == 83), "routed before the failure");
+    drop(t3);
+    for (cq, _) in &cqs {
+        assert_eq!(cq.waiters.load(SeqCst), 0);
+    }
+}
+
+/// A waker run by `SrqShared::poll`'s routing (of the first CQ) locks the SRQ's list of CQs
+/// (`cqs`, an attach of a new QP on a new CQ) and drops every other handle of the second CQ
+/// and its QP: the poll goes on (the list's lock is not held while completions are routed),
+/// and the second CQ, whose last `Arc` the poll held, is destroyed when the poll returns.
+#[test]
+fn srq_poll_routes_with_the_list_unlocked_and_drops_a_cqs_last_arc_after_it() {
+    let w = World::new();
+    let (cq1, fake1) = w.cq();
+    let (cq2, fake2) = w.droppable_cq();
+    let srq = w.srq(8);
+    let _q1 = w.qp(0xc50, 8, &cq1, Some(Arc::clone(&srq)));
+    let q2 = QpShared::fake(w.raw_qp(0xc51), 0xc51, 8, &cq2, Arc::clone(&w.pd), Some(Arc::clone(&srq)));
+    let qa = w.qp(0xc52, 8, &cq1, None);
+    let weak_cq2 = Arc::downgrade(&cq2);
+    let (seq, t) = post_srq_recv(&srq);
+    // H waits on cq1; its waker, run by the routing of cq1's poll, does the hostile part.
+    let mut h = post_send(&qa, true).into_future();
+    let hook: Hook = {
+        let srq = Arc::clone(&srq);
+        let mut held = Some((q2, cq2));
+        Box::new(move || {
+            assert_eq!(srq.cqs().len(), 2, "the list, locked from the waker");
+            let (q2, cq2) = held.take().unwrap();
+            drop(q2);
+            drop(cq2);
+            let (cq3, _) = w.cq();
+            let _q3 = w.qp(0xc53, 8, &cq3, Some(Arc::clone(&srq)));
+        })
+    };
+    let on_wake = Arc::new(OnWake { hook: Mutex::new(Some(hook)), wakes: AtomicUsize::new(0) });
+    assert!(poll(&mut h, &Waker::from(Arc::clone(&on_wake))).is_pending());
+    fake1.complete(send_wc(0xc52, 0, sys::IBV_WC_SUCCESS));
+    fake2.complete(rwc2(0xc51, seq, 91));
+    let r =
+        bounded(move || t.wait(Duration::from_secs(5)).map(|(c, ())| c.byte_len()).map_err(|e| e.error.to_string()));
+    assert_eq!(on_wake.wakes.load(SeqCst), 1, "H woken by the SRQ wait's poll");
+    assert_eq!(r, Ok(91), "the receive of the QP dropped meanwhile completes in the SRQ's book");
+    assert_eq!(weak_cq2.strong_count(), 0, "the second CQ was destroyed");
+    assert_eq!(srq.cqs().len(), 2, "cq1 and the new one");
+    assert!(matches!(poll(&mut h, &Waker::from(Arc::new(Count::default()))), Poll::Ready(Ok(_))));
+}
+
+/// The same on one CQ: the future's completion lands after its inline poll missed (at its
+/// waker's registration); its serving's first batch routes it to the book, the poll after the
+/// arming fails: the future resolves with that error, its completion in the book.
+#[test]
+fn a_future_whose_serving_fails_after_routing_its_completion_hands_it_over() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0xc60, 8, &cq, None);
+    let mut f = post_recv(&qp).into_future();
+    let (waker, _h) = hooked(Box::new(move || {
+        fake.complete(rwc2(0xc60, 0, 101));
+        *fake.on_arm.lock().unwrap() = Some(Box::new(move || fake.fail_next.store(true, SeqCst)));
+    }));
+    let r = poll(&mut f, &waker);
+    assert_eq!(fake.arms.load(SeqCst), 1, "armed");
+    assert!(!fake.fail_next.load(SeqCst), "the poll after the arming failed");
+    match r {
+        Poll::Ready(Ok((c, ()))) => assert_eq!(c.byte_len(), 101),
+        Poll::Ready(Err(e)) => {
+            let in_book = qp.rq.try_take(0);
+            panic!("resolved with the serving's error ({}) while its completion was in the book ({in_book:?})", e.error)
+        }
+        Poll::Pending => panic!("pending"),
+    }
+    assert_eq!(cq.waiters.load(SeqCst), 0);
 }

@@ -218,12 +218,14 @@ fn scope_receives_and_srq_receives_allocate_nothing_per_request() {
         for _ in 0..n {
             let rt = srq.post_recv_owned(wr::Recv::new(chunk.take().expect("the chunk is back"))).unwrap();
             let st = sq.post_send_owned(wr::Send::new(out.take().expect("the chunk is back"))).unwrap();
-            let (c, sent) = st.wait(WAIT).unwrap();
-            assert_eq!(c.status(), WcStatus::Success);
-            out = Some(sent);
+            // The receive's wait first: it polls the SRQ's CQs (`SrqShared::poll`) until its
+            // message lands, routing the send's completion on the way.
             let (c, back) = rt.wait(WAIT).unwrap();
             assert_eq!(c.byte_len(), 64);
             chunk = Some(back);
+            let (c, sent) = st.wait(WAIT).unwrap();
+            assert_eq!(c.status(), WcStatus::Success);
+            out = Some(sent);
         }
     };
     round(WARM_UP);
