@@ -450,7 +450,7 @@ pub fn completion<T: AsyncCompletion>(token: T) -> T::Future {
 impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
     type Output = std::result::Result<(Completion, B::Output), OwnedWaitError<B>>;
 
-    /// Takes the completion if it was routed (a send's book says so without its lock);
+    /// Takes the completion if it was routed (the book says without its lock whether it may be);
     /// otherwise (the first time, and as many more times as its CQ's [`Cq::set_await_polls`]
     /// says, waking its own task in between) polls the CQ and takes it if it was there (or if
     /// the poll routed it); otherwise registers the waker with the request, arms the
@@ -481,8 +481,8 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
         }
         // A result another poll routed to the book already is handed over without a poll (a
         // poll may run other futures' wakers, and one that panics would unwind through this
-        // future and drop its token): the rest reads the book first. A send's book says
-        // without its lock whether that can be the case; a receive's book is read under it.
+        // future and drop its token): the rest reads the book first. The book says without
+        // its lock whether that can be the case (`TrackedQueue::may_hold`).
         if !this.waiting.is_empty() || q.may_hold(seq) {
             return this.poll_slow(cx, None);
         }

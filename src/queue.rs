@@ -71,11 +71,28 @@ pub(crate) struct WorkQueue {
     /// receive consumed by a QP whose destroy took its completion off the CQ, as mlx5's does)
     /// would otherwise keep every later slot in the book.
     stuck: Vec<Stuck>,
+    /// Results held for their tokens: the `Done` slots and the completions set aside. Published
+    /// ([`Settled::held`]) so that a waiter knows without the lock that none is there.
+    held: usize,
 }
 
 impl WorkQueue {
     pub(crate) fn new(depth: u32) -> Self {
-        WorkQueue { depth, base: 0, slots: VecDeque::new(), outstanding: 0, aside: Vec::new(), stuck: Vec::new() }
+        WorkQueue {
+            depth,
+            base: 0,
+            slots: VecDeque::new(),
+            outstanding: 0,
+            aside: Vec::new(),
+            stuck: Vec::new(),
+            held: 0,
+        }
+    }
+
+    /// [`WorkQueue::held`] counted from the slots and the completions set aside (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn held_counted(&self) -> (usize, usize) {
+        (self.held, self.slots.iter().filter(|(s, _)| matches!(s, Slot::Done(_))).count() + self.aside.len())
     }
 
     pub(crate) fn depth(&self) -> u32 {
@@ -124,7 +141,12 @@ impl WorkQueue {
             return false;
         };
         self.outstanding -= 1;
-        self.slots[idx].0 = if abandoned { Slot::Gone } else { Slot::Done(c) };
+        self.slots[idx].0 = if abandoned {
+            Slot::Gone
+        } else {
+            self.held += 1;
+            Slot::Done(c)
+        };
         self.compact();
         true
     }
@@ -167,6 +189,7 @@ impl WorkQueue {
         };
         match self.slots[idx].0 {
             Slot::Done(c) => {
+                self.held -= 1;
                 self.consume(idx);
                 Take::Done(c)
             }
@@ -182,7 +205,10 @@ impl WorkQueue {
             return Take::Pending;
         }
         match self.aside.iter().position(|a| a.0 == seq) {
-            Some(i) => Take::Done(self.aside.swap_remove(i).1),
+            Some(i) => {
+                self.held -= 1;
+                Take::Done(self.aside.swap_remove(i).1)
+            }
             None => Take::Unknown,
         }
     }
@@ -208,6 +234,7 @@ impl WorkQueue {
         self.stuck.swap_remove(i);
         self.outstanding -= 1;
         if let (Some(c), false) = (c, abandoned) {
+            self.held += 1;
             self.aside.push((seq, c, owner));
         }
         true
@@ -223,7 +250,10 @@ impl WorkQueue {
             return;
         };
         match &mut self.slots[idx].0 {
-            Slot::Done(_) => self.slots[idx].0 = Slot::Gone,
+            Slot::Done(_) => {
+                self.held -= 1;
+                self.slots[idx].0 = Slot::Gone;
+            }
             Slot::Pending { abandoned, .. } => *abandoned = true,
             Slot::Gone => {}
         }
@@ -276,11 +306,17 @@ impl WorkQueue {
     pub(crate) fn force_flush(&mut self, qp_num: u32) {
         for (s, _) in self.slots.iter_mut() {
             if let Slot::Pending { abandoned, .. } = *s {
-                *s = if abandoned { Slot::Gone } else { Slot::Done(Completion::forced_reset(qp_num)) };
+                *s = if abandoned {
+                    Slot::Gone
+                } else {
+                    self.held += 1;
+                    Slot::Done(Completion::forced_reset(qp_num))
+                };
             }
         }
         for Stuck { seq, abandoned, owner, .. } in std::mem::take(&mut self.stuck) {
             if !abandoned {
+                self.held += 1;
                 self.aside.push((seq, Completion::forced_reset(qp_num), owner));
             }
         }
@@ -567,6 +603,10 @@ impl SendBook {
 pub(crate) struct Settled {
     done: AtomicU64,
     stored_from: AtomicU64,
+    /// A receive queue's book: how many results it holds ([`WorkQueue::held`]), published
+    /// under its lock after each change (`Release`). Zero: no result of any request is there,
+    /// so a waiter may poll the CQ without looking at the book first.
+    held: AtomicUsize,
     /// The completion handed over for an implied success (built once: copying it is cheaper
     /// than building it).
     implied: Completion,
@@ -577,6 +617,7 @@ impl Settled {
         Settled {
             done: AtomicU64::new(0),
             stored_from: AtomicU64::new(u64::MAX),
+            held: AtomicUsize::new(0),
             implied: Completion::implied(qp_num, u32::MAX),
         }
     }
@@ -697,6 +738,7 @@ impl Book {
             }
             Book::Recv(q) => {
                 q.complete(seq, c);
+                settled.held.store(q.held, Ordering::Release);
             }
         }
     }
@@ -715,7 +757,13 @@ impl Book {
                 }
                 taken
             }
-            Book::Recv(q) => q.try_take(seq),
+            Book::Recv(q) => {
+                let taken = q.try_take(seq);
+                if let Take::Done(_) = taken {
+                    settled.held.store(q.held, Ordering::Release);
+                }
+                taken
+            }
         }
     }
 
@@ -1546,12 +1594,17 @@ impl TrackedQueue {
     }
 
     /// Whether the book may hold the result of request `seq` already (routed there by another
-    /// poll), read without the lock where it can be: a send queue's book publishes `done`
-    /// ([`Settled`]), below which every request is complete; a receive queue's publishes
-    /// nothing, so for it the answer is always yes (`send`: this is a send queue's book).
+    /// poll), read without the lock ([`Settled`]): a send queue's book publishes `done`, below
+    /// which every request is complete, a receive queue's how many results it holds (`send`:
+    /// this is a send queue's book). A change published after the read is one the caller's
+    /// next look at the book under its lock sees.
     #[inline(always)]
     pub(crate) fn may_hold(&self, seq: u64, send: bool) -> bool {
-        !send || seq < self.settled.done.load(Ordering::Acquire)
+        if send {
+            seq < self.settled.done.load(Ordering::Acquire)
+        } else {
+            self.settled.held.load(Ordering::Acquire) > 0
+        }
     }
 
     /// The completion of `seq` if it is an implied one, proved without the lock ([`Settled`]):
@@ -1581,11 +1634,12 @@ impl TrackedQueue {
         self.publish(book);
     }
 
-    /// After a change of a send queue's book, under its lock: see [`Settled`].
+    /// After a change of the book, under its lock: see [`Settled`].
     #[inline(always)]
     fn publish(&self, book: &Book) {
-        if let Book::Send(b) = book {
-            b.publish(&self.settled);
+        match book {
+            Book::Send(b) => b.publish(&self.settled),
+            Book::Recv(q) => self.settled.held.store(q.held, Ordering::Release),
         }
     }
 

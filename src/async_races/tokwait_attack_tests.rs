@@ -491,6 +491,13 @@ fn receive_book_model(uncovered_one_in: u64, leak_one_in: u64) {
         let mut leaked: Vec<bool> = Vec::new();
         for step in 0..500 {
             let ctx = format!("seed {seed} step {step} depth {depth}");
+            // The held results the book publishes are the ones it holds, and none is there
+            // when it says so (a waiter then polls without reading the book).
+            if let crate::queue::Book::Recv(w) = &*q.lock() {
+                let (held, counted) = w.held_counted();
+                assert_eq!(held, counted, "{ctx}: held");
+                assert_eq!(q.may_hold(0, false), held > 0, "{ctx}: published");
+            }
             let before = q.recv_slots().expect("receive book");
             let mut pushed = false;
             let mut took_front = false;

@@ -119,6 +119,14 @@ fn check(q: &Book, m: &Model, ctx: &str) {
         assert_eq!(q.room_for(n), pending + n <= m.depth as usize, "{ctx}: room_for({n})");
     }
     assert_eq!(q.has_uncovered(), m.uncovered(), "{ctx}: has_uncovered");
+    // The count of held results a receive book publishes: its slots and set-aside completions,
+    // and the model's complete requests whose results nobody took yet.
+    if let Book::Recv(w) = q {
+        let (held, counted) = w.held_counted();
+        assert_eq!(held, counted, "{ctx}: held, counted from the slots");
+        let done = m.reqs.iter().filter(|r| matches!(r.st, St::Done(_))).count();
+        assert_eq!(held, done, "{ctx}: held, the model's");
+    }
     for (i, r) in m.reqs.iter().enumerate() {
         assert_eq!(q.is_pending(i as u64), r.st == St::Pending, "{ctx}: is_pending({i})");
     }
