@@ -582,7 +582,8 @@ impl SendBook {
     }
 }
 
-/// What a waiter may read of a send queue's book without taking its lock: every request below
+/// What a waiter may read of a book without taking its lock (a receive queue's: only `held`,
+/// see there). A send queue's: every request below
 /// `done` is complete, and no request below `stored_from` has a completion of its own stored
 /// (`u64::MAX`: none is stored). So a request below both is complete without a completion of
 /// its own, a success implied by a later completion, which [`TrackedQueue::try_take`] hands
@@ -727,7 +728,8 @@ impl Book {
     }
 
     /// Records `c` for request `seq` (as [`SendBook::complete`] or [`WorkQueue::complete`]),
-    /// publishing a send queue's change to `settled` (under the lock).
+    /// publishing the change to `settled` (under the lock): a send queue's `done` and first
+    /// stored number, a receive queue's count of held results.
     #[inline(always)]
     fn complete_published(&mut self, seq: u64, c: Completion, settled: &Settled) {
         match self {
@@ -744,7 +746,8 @@ impl Book {
     }
 
     /// Takes request `seq`'s result (as [`SendBook::try_take`] or [`WorkQueue::try_take`]),
-    /// publishing a send queue's change to `settled` (under the lock).
+    /// publishing the change to `settled` (under the lock): a send queue's `done` and first
+    /// stored number, a receive queue's count of held results.
     #[inline(always)]
     fn try_take_published(&mut self, seq: u64, settled: &Settled) -> Take {
         match self {
