@@ -18,13 +18,13 @@
 //! | a token dropped or forgotten | the memory stays borrowed until the scope ends, and the scope waits for the device | dropped: its buffers are kept with the queue until the request completes, the QP is reset or destroyed; forgotten: leaked | nothing to lose: lane tokens are plain data |
 //! | end | `scope` returns only after every request completed; past the drain timeout (30 s by default) it flushes and resets the QP and returns [`Error::QpBroken`](crate::Error::QpBroken) | none: each token is waited for, or dropped | as scope tokens |
 //! | only here | memory window binds and invalidations ([`windows`](super::windows): they borrow the region); a token per request of a post list ([`Scope::post_send_list`](crate::scope::Scope::post_send_list)) | SRQ receives; tokens that outlive any scope, stored or moved between threads | prepared post lists ([`SendLane::post_list`](crate::lane::SendLane::post_list)); unsignaled runs without a token each |
-//! | user-space instructions per RDMA WRITE, against C's 226 (BENCHMARKS.md, "Zero-cost check") | 490: 2.17x | 559: 2.48x | 237: 1.05x (send lane); a SEND with its receive, send and receive lanes: 535 against 440, 1.22x; a ping-pong message, two lanes per QP: 714 against 515, 1.39x |
-//! | against perftest 4.5 on Soft-RoCE (BENCHMARKS.md, "perftest next to `perf`"; differences under ~10 % are noise there) | 64 B message rate: WRITE 1.07, SEND 1.47; t_typical latency: WRITE 1.14, SEND 1.45 | not measured | 64 B message rate: WRITE 1.07, SEND 1.48; t_typical latency: WRITE 1.11, SEND 1.39 (busy-polling `wait_spin`: 0.84 and 1.11) |
+//! | user-space instructions per RDMA WRITE, against C's 226 (BENCHMARKS.md, "Zero-cost check") | 432: 1.91x | 479: 2.12x; awaited, 563: 2.49x | 234: 1.04x (send lane); a SEND with its receive, send and receive lanes: 508 against 440, 1.15x; a ping-pong message, two lanes per QP: 653 against 515, 1.27x |
+//! | against perftest 4.5 on Soft-RoCE (BENCHMARKS.md, "perftest next to `perf`"; differences under ~10 % are noise there) | 64 B message rate: WRITE 1.04, SEND 1.67; t_typical latency: WRITE 1.08, SEND 1.08 | awaited SEND latency: 3.13 (0.99 with `Cq::set_await_polls(256)`, "Awaited latency") | 64 B message rate: WRITE 1.16, SEND 1.52; t_typical latency: WRITE 1.03, SEND 1.03 (busy-polling `wait_spin`: 0.76 and 0.96) |
 //!
 //! The figures are from one commit on Soft-RoCE under QEMU (BENCHMARKS.md, "Current results",
 //! and "Caveats of emulation"): rates and latencies are ratios within one run, whose rounds
 //! spread by 1.5x and more; instruction counts do not depend on the emulator's speed. The
-//! perftest comparison does not run owned tokens.
+//! perftest comparison runs owned tokens only awaited, on the SEND latency.
 //!
 //! In short: scopes by default; owned tokens where buffers must outlive a function or cross
 //! state transitions, and for SRQs; lanes for the loop that re-posts the same few requests and
