@@ -89,6 +89,13 @@ impl WorkQueue {
         }
     }
 
+    /// Publishes how many results the book holds to `settled` (under the lock): see
+    /// [`Settled::held`].
+    #[inline(always)]
+    fn publish(&self, settled: &Settled) {
+        settled.held.store(self.held, Ordering::Release);
+    }
+
     /// [`WorkQueue::held`] counted from the slots and the completions set aside (tests).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn held_counted(&self) -> (usize, usize) {
@@ -739,8 +746,9 @@ impl Book {
                 }
             }
             Book::Recv(q) => {
-                q.complete(seq, c);
-                settled.held.store(q.held, Ordering::Release);
+                if q.complete(seq, c) {
+                    q.publish(settled);
+                }
             }
         }
     }
@@ -763,7 +771,7 @@ impl Book {
             Book::Recv(q) => {
                 let taken = q.try_take(seq);
                 if let Take::Done(_) = taken {
-                    settled.held.store(q.held, Ordering::Release);
+                    q.publish(settled);
                 }
                 taken
             }
@@ -1642,7 +1650,7 @@ impl TrackedQueue {
     fn publish(&self, book: &Book) {
         match book {
             Book::Send(b) => b.publish(&self.settled),
-            Book::Recv(q) => self.settled.held.store(q.held, Ordering::Release),
+            Book::Recv(q) => q.publish(&self.settled),
         }
     }
 

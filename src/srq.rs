@@ -388,18 +388,17 @@ impl SrqShared {
         lock(&self.cqs).iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// [`SrqShared::cqs`] that are not among `have`: empty, and nothing allocated, when `have`
-    /// holds them all (a future waiting on the SRQ's receive looks at every poll). Compared by
-    /// address, without upgrading: no `Arc` is dropped while the list is locked.
+    /// [`SrqShared::cqs`] that are not among `have`: empty, and nothing allocated (collecting
+    /// nothing allocates nothing), when `have` holds them all (a future waiting on the SRQ's
+    /// receive looks at every poll). Compared by address before upgrading: only the missing
+    /// ones are upgraded, and every `Arc` made is returned, none dropped while the list is
+    /// locked.
     pub(crate) fn cqs_not_in(&self, have: &[Arc<CqShared>]) -> Vec<Arc<CqShared>> {
-        let cqs = lock(&self.cqs);
-        let missing = |w: &&Weak<CqShared>| {
-            w.strong_count() > 0 && !have.iter().any(|h| std::ptr::eq(Arc::as_ptr(h), w.as_ptr()))
-        };
-        if !cqs.iter().any(|w| missing(&w)) {
-            return Vec::new();
-        }
-        cqs.iter().filter(missing).filter_map(Weak::upgrade).collect()
+        lock(&self.cqs)
+            .iter()
+            .filter(|w| !have.iter().any(|h| std::ptr::eq(Arc::as_ptr(h), w.as_ptr())))
+            .filter_map(Weak::upgrade)
+            .collect()
     }
 
     /// Polls every CQ an attached QP receives on; returns how many completions were polled.
