@@ -214,10 +214,13 @@ impl<B: Send + 'static> OwnedToken<B> {
         // `held` was not taken; it is not used again.
         let held = unsafe { ManuallyDrop::take(&mut self.held) };
         let q = self.q.as_ref().tracked();
+        // The result first: nobody will collect it (a result kept for the request is dropped,
+        // one still to come is not kept), before the release below, which may drop the
+        // buffers at once and run a drop of the program's that panics.
+        q.abandon(self.seq);
         // The device may still use the buffers: the queue's one release rule keeps them until
         // it is done.
         q.release(self.seq, Box::new(held));
-        q.abandon(self.seq);
     }
 }
 
@@ -249,9 +252,10 @@ impl<T: Transport, S: QpState> Qp<T, S> {
             Err(Refused { error, kept: Some(seq) }) => {
                 // Possibly queued: kept with the queue, under the same rule as a dropped token.
                 let held = (wr.address_handle().cloned(), wr.into_buffers(crate::scope::INTERNAL));
-                self.shared.sq.release(seq, Box::new(held));
-                // No token will take its completion.
+                // No token will take its completion (given up first: the release may drop the
+                // buffers at once, and a drop of the program's may panic).
                 self.shared.sq.abandon(seq);
+                self.shared.sq.release(seq, Box::new(held));
                 return Err(PostError { error, wr: None });
             }
         };
@@ -293,9 +297,10 @@ impl<T: Transport, S: QpState> Qp<T, S> {
             Ok(seq) => seq,
             Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(wr) }),
             Err(Refused { error, kept: Some(seq) }) => {
-                self.shared.rq.release(seq, Box::new(wr.buf));
-                // No token will take its completion.
+                // No token will take its completion (given up first: the release may drop the
+                // buffers at once, and a drop of the program's may panic).
                 self.shared.rq.abandon(seq);
+                self.shared.rq.release(seq, Box::new(wr.buf));
                 return Err(PostError { error, wr: None });
             }
         };

@@ -280,9 +280,10 @@ impl Srq {
                 if let Some(odp) = odp {
                     odp.record();
                 }
-                self.shared.rq.release(seq, Box::new(wr.buf));
-                // No token will take its completion.
+                // No token will take its completion (given up first: the release may drop the
+                // buffers at once, and a drop of the program's may panic).
                 self.shared.rq.abandon(seq);
+                self.shared.rq.release(seq, Box::new(wr.buf));
                 return Err(PostError { error, wr: None });
             }
             if let Some(odp) = odp {

@@ -354,3 +354,39 @@ fn an_awaited_token_polls_its_cq_once_before_it_serves_it() {
     assert_eq!(fake.polls.load(SeqCst) - before, 1, "taken by the first poll");
     assert_eq!((fake.arms.load(SeqCst), cq.waiters.load(SeqCst), wake.get()), (arms, 0, wakes), "no arming, no wake");
 }
+
+/// A dropped token whose request completed (its result routed into the book by another poll)
+/// and whose buffer's drop panics: the result is given up all the same, so the book keeps no
+/// result for good. Kept, a receive book held it forever (`held` never back to 0: every later
+/// awaited receive read the book first), and a send book's first stored result stayed at it
+/// (no later unsignaled request of the queue was proved complete from the published counters).
+#[test]
+fn a_completed_tokens_buffer_whose_drop_panics_still_gives_its_result_up() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x4c, 64, &cq, None);
+    // A receive.
+    let seq = qp.rq.lock().push(true);
+    let token = OwnedToken::new(QueueArc::Recv(Arc::clone(&qp)), seq, crate::scope::PanickingDrop, None);
+    fake.complete(recv_wc(0x4c, seq, sys::IBV_WC_SUCCESS));
+    cq.poll_and_route().expect("poll");
+    assert!(qp.rq.may_hold(seq, false), "the receive's result is in the book");
+    let dropped = quiet(|| drop(token));
+    assert!(dropped.is_err(), "the buffer's panic comes out of the token's drop");
+    if let crate::queue::Book::Recv(b) = &*qp.rq.lock() {
+        assert_eq!(b.held_counted(), (0, 0), "the receive book holds no result");
+    }
+    assert!(!qp.rq.may_hold(seq + 1, false), "the book publishes that it holds nothing");
+    // A send: signaled, completed into the book, dropped with the panicking buffer; then an
+    // unsignaled request and a signaled one after it.
+    let s0 = qp.sq.lock().push(true);
+    let token = OwnedToken::new(QueueArc::Send(Arc::clone(&qp)), s0, crate::scope::PanickingDrop, None);
+    fake.complete(send_wc(0x4c, s0, sys::IBV_WC_SUCCESS));
+    cq.poll_and_route().expect("poll");
+    assert!(quiet(|| drop(token)).is_err(), "the buffer's panic comes out of the token's drop");
+    let s1 = qp.sq.lock().push(false);
+    let s2 = qp.sq.lock().push(true);
+    fake.complete(send_wc(0x4c, s2, sys::IBV_WC_SUCCESS));
+    cq.poll_and_route().expect("poll");
+    assert!(qp.sq.implied(s1).is_some(), "the unsignaled request is proved complete by the counters");
+}
