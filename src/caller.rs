@@ -58,6 +58,12 @@ use crate::pd::Pd;
 ///   process.
 /// - **Released by the drop only.** The memory is not freed, unmapped, remapped or reused
 ///   before the value is dropped; dropping the value is its only release.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an owned buffer `Pd::register` can move into a region",
+    label = "not a `StableBuffer`",
+    note = "`Pd::register` takes the buffer over for as long as the region lives: `Vec<u8>`, `Box<[u8]>`, `memmap2::MmapMut` (feature `memmap2`), or a type of yours that implements `StableBuffer`",
+    note = "for memory you only borrow, use `Pd::register_borrowed` (local access only) or the closure form `Pd::with_registered`, which deregisters before the borrow ends"
+)]
 pub unsafe trait StableBuffer: Send + Sync + 'static {
     /// The buffer's memory: always the same address and length for a given value.
     fn stable_bytes(&mut self) -> &mut [u8];
