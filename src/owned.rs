@@ -242,10 +242,14 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         W: SendWr<T> + AddressedFor<T>,
         W::Buffers: Send + 'static,
     {
-        // SAFETY: the memory `wr` names is owned (`W::Buffers: 'static` holds no borrow) and
-        // moves into the token, which never frees it while the request is outstanding: on drop
-        // it hands it to the QP until the request completes or the QP is reset/destroyed; a
-        // leaked token leaks it.
+        // SAFETY: the memory the device reads or writes after the call is `W::Buffers`' (the
+        // request's scatter/gather entries): owned (`'static` holds no borrow), it moves into
+        // the token, which never frees it while the request is outstanding: on drop it hands it
+        // to the QP until the request completes or the QP is reset/destroyed; a leaked token
+        // leaks it. What else a request may borrow is read during the call only: inline data,
+        // and a TSO header ("Pointer address of inline header", ibv_post_send(3)), which the
+        // provider copies into the work queue entry; the address handle is cloned into the
+        // token.
         let seq = match unsafe { post_raw(self, &wr, 0) } {
             Ok(seq) => seq,
             Err(Refused { error, kept: None }) => return Err(PostError { error, wr: Some(wr) }),
