@@ -2028,3 +2028,6 @@ mod lane_attack_tests;
 // Attacks on the token waits (their polls of the CQ and reads of the book, the awaited token's
 // inline first poll) and the receive books' pop of a front slot taken.
 mod tokwait_attack_tests;
+// A randomized model of a QP's books and of the release rule (stale and duplicate completions,
+// resets), an SRQ's receives through two CQs, hostile wakers and buffers, threads.
+mod model_attack_tests;
