@@ -489,9 +489,11 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         if !std::ptr::eq(wr.qp, self.qp) {
             return Err(foreign("send lane", self.qp));
         }
-        wr.raw.wr.send_flags = wr.flags_signaled;
+        // Between posts the request holds its unsignaled flags (`prepare`): one bit set for
+        // this post, and cleared after it (one instruction each, on the request in memory).
+        wr.raw.wr.send_flags |= sys::IBV_SEND_SIGNALED;
         let posted = self.post_now(&mut wr.raw, seq);
-        wr.raw.wr.send_flags = wr.flags_unsignaled;
+        wr.raw.wr.send_flags &= !sys::IBV_SEND_SIGNALED;
         posted?;
         Ok(self.signaled_posted(seq, wr))
     }
