@@ -207,10 +207,10 @@ pub(crate) fn qp_access_flags<A: AccessSet>(_: A) -> u32 {
 /// "If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then IBV_ACCESS_LOCAL_WRITE
 /// must be set too." Implemented exactly for the sets that obey it.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` sets IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC without IBV_ACCESS_LOCAL_WRITE",
+    message = "`{Self}` is not an access set ibv_reg_mr(3) accepts",
     label = "not a legal memory-region access set",
     note = "ibv_reg_mr(3): \"If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then IBV_ACCESS_LOCAL_WRITE must be set too.\"",
-    note = "add `.local_write()` to the access set"
+    note = "a set with IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC needs `.local_write()`; a region takes the `access` module's values (`access::LOCAL_RW`, `access::REMOTE_RW`, ...), not a window's rights (`access::window::*`)"
 )]
 pub trait LegalAccess: AccessSet {}
 impl<RW, RR, RA, MB> LegalAccess for Access<LocalWrite, RW, RR, RA, MB> where Self: AccessSet {}
