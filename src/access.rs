@@ -286,7 +286,7 @@ impl<RR> PeerCannotWrite for Access<(), (), RR, (), MwBind> where Self: LegalAcc
 /// then write memory that belongs to someone else again. Without them the device only reaches
 /// the memory for local work requests, which need views that borrow the registration.
 #[diagnostic::on_unimplemented(
-    message = "a registration of borrowed memory may not grant remote access or MW_BIND; `{Self}` does",
+    message = "a registration of borrowed memory takes local access only (`access::LOCAL_READ` or `access::LOCAL_RW`), not `{Self}`",
     label = "`Pd::register_borrowed` takes `access::LOCAL_READ` or `access::LOCAL_RW` only",
     note = "a leaked registration (`mem::forget`) outlives the borrow of its memory: a registration of borrowed memory must not let a peer write memory whose borrow has ended",
     note = "for remote access or MW_BIND use the closure form `Pd::with_registered`, which deregisters before the borrow ends, or move the buffer into the region with `Pd::register`"
