@@ -2031,3 +2031,6 @@ mod tokwait_attack_tests;
 // A randomized model of a QP's books and of the release rule (stale and duplicate completions,
 // resets), an SRQ's receives through two CQs, hostile wakers and buffers, threads.
 mod model_attack_tests;
+// Lanes and the scope's drain under hostile closures (panics, early returns, forgotten lanes,
+// drops that panic), other pollers, nested scopes, CQ errors and made-up lane completions.
+mod lane_drain_attack_tests;

@@ -976,23 +976,47 @@ impl LaneBook {
     }
 
     /// Records the completion of request `seq`, and with it of every earlier one. `ok`: its
-    /// status is success; otherwise `c()` decodes it. Called with the CQ's routing lock held,
-    /// so completions are recorded in the order the device produced them.
+    /// status is success; `c()` decodes it when it is kept (a failure, or a success after a
+    /// failure). At most `keep` completions are kept (the queue's depth): the oldest goes
+    /// first, never the first failure's. Called with the CQ's routing lock held, so
+    /// completions are recorded in the order the device produced them.
+    ///
+    /// True if it recorded the completion and it reads as a success: not stale (a number
+    /// already complete or never posted, as a made-up duplicate's), and no earlier request
+    /// failed (a device reporting success after a failure of the same queue, which RC, UC and
+    /// UD send queues flush after, has it kept and reported from there, whoever polled it).
     #[inline]
-    pub(crate) fn complete(&self, seq: u64, ok: bool, c: impl FnOnce() -> Completion) {
+    pub(crate) fn complete(&self, seq: u64, ok: bool, keep: u32, c: impl FnOnce() -> Completion) -> bool {
         if self.is_stale(seq) {
-            return;
+            return false;
         }
-        if !ok {
-            self.failed(seq, c());
+        // Only this poller writes `first_error` (under the routing lock): a relaxed load.
+        let clean = ok && self.first_error.load(Ordering::Relaxed) > seq;
+        if !clean {
+            self.kept_completion(seq, ok, keep, c());
         }
         self.done.store(seq + 1, Ordering::Release);
+        clean
     }
 
+    /// Keeps the completion `c` of request `seq` for its token (`ok`: a success after a
+    /// failure; otherwise a failure), at most `keep` of them: a lane that goes on posting after
+    /// an error has every later request flushed, unsignaled ones included, whose completions
+    /// no token takes.
     #[cold]
-    fn failed(&self, seq: u64, c: Completion) {
-        lock(&self.kept).push((seq, c));
-        self.first_error.fetch_min(seq, Ordering::AcqRel);
+    fn kept_completion(&self, seq: u64, ok: bool, keep: u32, c: Completion) {
+        if !ok {
+            self.first_error.fetch_min(seq, Ordering::AcqRel);
+        }
+        let first = self.first_error.load(Ordering::Acquire);
+        let mut kept = lock(&self.kept);
+        if kept.len() >= keep.max(1) as usize {
+            let oldest = kept.iter().enumerate().filter(|(_, (s, _))| *s != first).min_by_key(|(_, (s, _))| *s);
+            if let Some(i) = oldest.map(|(i, _)| i) {
+                kept.swap_remove(i);
+            }
+        }
+        kept.push((seq, c));
     }
 
     /// Whether request `seq` is complete (successfully or not).

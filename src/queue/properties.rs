@@ -441,7 +441,9 @@ fn lane_book_matches_the_model(send: bool) {
                         // An unsignaled request that succeeded reports nothing (a later one
                         // implies it); a failure always reports.
                         if reqs[i].0 || fails {
-                            book.complete(seq, !fails, || own(i));
+                            // (Kept without a bound here: the bound is `lane_drain_attack_tests`'.)
+                            let clean = book.complete(seq, !fails, u32::MAX, || own(i));
+                            assert_eq!(clean, !fails, "{ctx}: complete({i}) reads as a success");
                             for r in &mut reqs[..i] {
                                 if r.1 == L::Pending {
                                     r.1 = L::Ok;
@@ -474,7 +476,7 @@ fn lane_book_matches_the_model(send: bool) {
                         base + reqs.len() as u64 + rng.below(3)
                     };
                     if send {
-                        book.complete(seq, rng.below(2) == 0, || own(99));
+                        assert!(!book.complete(seq, rng.below(2) == 0, u32::MAX, || own(99)), "{ctx}: stale {seq}");
                     } else if rng.below(2) == 0 {
                         book.complete_kept(seq, own(99), keep);
                     } else {
