@@ -323,7 +323,7 @@ impl<T> PollLock<T> {
         if self.serving.load(Ordering::Acquire) != ticket {
             self.lock_contended(ticket);
         }
-        PollGuard { lock: self }
+        PollGuard { lock: self, _value: std::marker::PhantomData }
     }
 
     #[cold]
@@ -390,6 +390,10 @@ impl FailedCq {
 /// Access to a [`PollLock`]'s value; releases the lock when dropped.
 pub(crate) struct PollGuard<'a, T> {
     lock: &'a PollLock<T>,
+    /// A guard lends `&T` through a shared reference (`Deref`), and `&mut T` through an
+    /// exclusive one: it is `Sync` only for `T: Sync` and `Send` only for `T: Send`, as a
+    /// `&mut T` (the lock alone, `Sync` for every `T: Send`, would make it `Sync` for a `Cell`).
+    _value: std::marker::PhantomData<&'a mut T>,
 }
 
 impl<T> std::ops::Deref for PollGuard<'_, T> {
@@ -1050,8 +1054,16 @@ impl CqShared {
 
 #[cfg(test)]
 mod tests {
-    use super::{PollLock, WcFlagsQuirk};
+    use super::{PollGuard, PollLock, WcFlagsQuirk};
     use typed_verbs_sys as sys;
+
+    // A guard shares its value as a `&mut T` would: between threads only a `Sync` value (two
+    // threads holding `&guard` of a `Cell` would race on it), and it moves to another thread
+    // with a `Send` one.
+    static_assertions::assert_not_impl_any!(PollGuard<'static, std::cell::Cell<u64>>: Sync);
+    static_assertions::assert_impl_all!(PollGuard<'static, std::cell::Cell<u64>>: Send);
+    static_assertions::assert_not_impl_any!(PollGuard<'static, std::rc::Rc<u64>>: Send, Sync);
+    static_assertions::assert_impl_all!(PollGuard<'static, u64>: Send, Sync);
 
     #[test]
     fn the_poll_lock_excludes_and_survives_a_panic() {
