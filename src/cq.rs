@@ -173,6 +173,14 @@ impl Context {
                 format!("{cqe} entries requested; {} allows 1..={max}", self.inner.name),
             ));
         }
+        // The provider's `poll_cq`, which every poll calls as verbs.h's inline `ibv_poll_cq`
+        // does. (libibverbs gives every context a full table of operations; a provider
+        // without one would make any poll call a null pointer, so none is created.)
+        // SAFETY: the context is open; the provider's operations are set when it is opened
+        // and never change.
+        let Some(poll_fn) = (unsafe { (*self.as_ptr()).ops.poll_cq }) else {
+            return Err(crate::device::provider_lacks(Verb::CreateCq, "poll_cq", &self.inner.name));
+        };
         // SAFETY: the context is open; `channel` is null or a live channel of this context, kept
         // alive by `keep` as long as the CQ; no user context.
         let cq = unsafe { sys::ibv_create_cq(self.as_ptr(), cqe as i32, std::ptr::null_mut(), channel, 0) };
@@ -180,9 +188,6 @@ impl Context {
             .ok_or_else(|| Error::last_os(Verb::CreateCq, format!("{cqe} entries on {}", self.inner.name)))?;
         // SAFETY: `cq` is valid; `cqe` is the size the provider granted.
         let granted = unsafe { (*cq.as_ptr()).cqe };
-        // SAFETY: `cq` and its context are alive (the CQ was just created on it); the
-        // provider's operations are set when the context is opened and never change.
-        let poll_fn = unsafe { (*(*cq.as_ptr()).context).ops.poll_cq }.unwrap_or(sys::ibv_poll_cq);
         let inner = Arc::new(CqShared {
             cq,
             poll_fn,

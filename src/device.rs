@@ -136,7 +136,8 @@ pub(crate) struct ContextInner {
 }
 
 // SAFETY: libibverbs contexts are thread-safe: every verb may be called on a context from any
-// thread (libibverbs(7), "thread safety"); the pointer is never mutated by us after creation.
+// thread, the providers keeping their own locks (`Context::open` refuses a provider told to
+// drop them: `provider_keeps_locks`); the pointer is never mutated by us after creation.
 unsafe impl Send for ContextInner {}
 // SAFETY: as above; shared references only lead to thread-safe verbs.
 unsafe impl Sync for ContextInner {}
@@ -301,6 +302,35 @@ impl fmt::Debug for Context {
     }
 }
 
+/// A device context whose provider lacks an operation the library calls directly (as verbs.h's
+/// inline verbs do): nothing is created on it.
+#[cold]
+pub(crate) fn provider_lacks(verb: Verb, op: &str, device: &str) -> Error {
+    Error::Unsupported { verb, what: format!("a provider without {op} (device {device})"), source: None }
+}
+
+/// rdma-core's mlx5 provider drops its own locks when the program says it is single-threaded
+/// (`MLX5_SINGLE_THREADED=1`, read when a context is opened); every handle of the library is
+/// `Send + Sync` and its threads call the provider concurrently (a post beside a poll of the
+/// same QP's CQ), which needs them.
+const SINGLE_THREADED_ENV: &str = "MLX5_SINGLE_THREADED";
+
+/// Refuses to open a device while the environment tells its provider to drop its locks
+/// (`var` read by `get`, the process environment in [`Context::open`]).
+fn provider_keeps_locks(get: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<()> {
+    match get(SINGLE_THREADED_ENV) {
+        Some(v) if v == "1" => Err(Error::invalid(
+            "ibv_open_device",
+            format!(
+                "{SINGLE_THREADED_ENV}=1 makes the mlx5 provider drop the locks of its queues, which this \
+                 library's Send + Sync handles rely on (a post on one thread beside a poll of its CQ on \
+                 another): unset it"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl Context {
     /// `ibv_open_device` on the device called `name`.
     ///
@@ -311,11 +341,14 @@ impl Context {
     ///   if the device's attributes cannot be read (the context keeps them: the library's
     ///   checks compare with its limits and capabilities);
     /// - [`Error::InvalidArgument`] once the process has opened 65,535 other devices (each
-    ///   device keeps the tag its completions carry for the process's life).
+    ///   device keeps the tag its completions carry for the process's life), or while
+    ///   `MLX5_SINGLE_THREADED=1` is set: it makes the mlx5 provider drop the locks of its
+    ///   queues, which the library's `Send + Sync` handles rely on.
     ///
     /// See ibv_open_device(3).
     #[doc(alias = "ibv_open_device")]
     pub fn open(name: &str) -> Result<Context> {
+        provider_keeps_locks(|var| std::env::var_os(var))?;
         let list = DeviceList::get()?;
         let found = list.iter().find(|d| d.name() == name);
         let Some(dev) = found else {
@@ -965,6 +998,22 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `MLX5_SINGLE_THREADED=1` (mlx5 compares the value with "1" exactly) refuses the open;
+    /// unset or any other value does not.
+    #[test]
+    fn a_provider_told_to_drop_its_locks_is_not_opened() {
+        let env =
+            |value: Option<&'static str>| move |var: &str| value.filter(|_| var == SINGLE_THREADED_ENV).map(Into::into);
+        crate::test_util::assert_refused(
+            provider_keeps_locks(env(Some("1"))),
+            "ibv_open_device",
+            "MLX5_SINGLE_THREADED=1",
+        );
+        assert!(provider_keeps_locks(env(None)).is_ok());
+        assert!(provider_keeps_locks(env(Some("0"))).is_ok());
+        assert!(provider_keeps_locks(env(Some("yes"))).is_ok());
+    }
 
     /// A negative limit (a provider's error) reads as 0, nothing allowed; in range, as is.
     #[test]

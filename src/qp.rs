@@ -274,6 +274,15 @@ impl Pd {
             sq_sig_all: 0,
             ..Default::default()
         };
+        // The provider's `post_send` and `post_recv`, which every post calls as verbs.h's
+        // inline verbs do. (libibverbs gives every context a full table of operations; a
+        // provider without them would make a post call a null pointer, so no QP is created.)
+        // SAFETY: the PD's context is open (the PD holds it); the provider's operations are set
+        // when it is opened and never change.
+        let ops = unsafe { &(*self.inner.ctx.ctx.as_ptr()).ops };
+        let (Some(post_send_fn), Some(post_recv_fn)) = (ops.post_send, ops.post_recv) else {
+            return Err(crate::device::provider_lacks(Verb::CreateQp, "post_send or post_recv", &self.inner.ctx.name));
+        };
         // SAFETY: the PD and both CQs are alive (borrowed, and kept alive by the Arcs stored
         // below); `init` is a valid, fully initialised attribute struct.
         let qp = unsafe { sys::ibv_create_qp(self.as_ptr(), &mut init) };
@@ -302,11 +311,6 @@ impl Pd {
             max_recv_sge: init.cap.max_recv_sge.max(c.max_recv_sge),
             max_inline_data: init.cap.max_inline_data.max(c.max_inline_data),
         };
-        // SAFETY: `qp` and its context are alive (the QP was just created on it); the
-        // provider's operations are set when the context is opened and never change.
-        let ops = unsafe { &(*(*qp.as_ptr()).context).ops };
-        let (post_send_fn, post_recv_fn) =
-            (ops.post_send.unwrap_or(sys::ibv_post_send), ops.post_recv.unwrap_or(sys::ibv_post_recv));
         let shared = Arc::new_cyclic(|me| QpShared {
             me: me.clone(),
             qp,
