@@ -43,7 +43,9 @@ use crate::pd::Pd;
 /// The value's drop runs where the region's last handle goes, which may be inside a poll of a
 /// completion queue, with that queue's routing lock held (the poll that completes the last
 /// request of a chunk whose token was dropped). It must not poll, wait on or post to the
-/// library's queues: such a poll would wait for the lock its own thread holds.
+/// library's queues, nor read the device's async events (`Context::next_async_event` looks for
+/// the CQ an event names under every CQ's routing lock): either would wait for the lock its
+/// own thread holds.
 ///
 /// # Safety
 /// An implementation promises, for every value of the type:
