@@ -137,7 +137,7 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
     pub fn wait(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
         // A request a later completion covered comes back inline; a completion polled
         // meanwhile and the polling loop are out of line.
-        if let Some(&c) = self.q.as_ref().tracked().implied(self.seq) {
+        if let Some(c) = self.q.as_ref().tracked().implied(self.seq) {
             return Ok(self.finish(c));
         }
         self.poll_until_done(timeout)
@@ -485,7 +485,7 @@ impl<B: Completes + Send + 'static> Future for OwnedCompletion<B> {
         if this.taken.is_some() {
             return this.poll_slow(cx, None);
         }
-        if let Some(&c) = q.tracked().implied(seq) {
+        if let Some(c) = q.tracked().implied(seq) {
             return Poll::Ready(Ok(this.finish(c)));
         }
         // A result another poll routed to the book already is handed over without a poll (a

@@ -615,19 +615,14 @@ pub(crate) struct Settled {
     /// under its lock after each change (`Release`). Zero: no result of any request is there,
     /// so a waiter may poll the CQ without looking at the book first.
     held: AtomicUsize,
-    /// The completion handed over for an implied success (built once: copying it is cheaper
-    /// than building it).
-    implied: Completion,
+    /// The QP's number, for the completion of an implied success (built where it is handed
+    /// over: its other fields are constants, written straight into the waiter's result).
+    qp_num: u32,
 }
 
 impl Settled {
     fn new(qp_num: u32) -> Self {
-        Settled {
-            done: AtomicU64::new(0),
-            stored_from: AtomicU64::new(u64::MAX),
-            held: AtomicUsize::new(0),
-            implied: Completion::implied(qp_num, u32::MAX),
-        }
+        Settled { done: AtomicU64::new(0), stored_from: AtomicU64::new(u64::MAX), held: AtomicUsize::new(0), qp_num }
     }
 
     /// Whether the published state proves `seq` complete without a completion of its own (see
@@ -1623,7 +1618,7 @@ impl TrackedQueue {
     #[inline(always)]
     pub(crate) fn try_take(&self, seq: u64) -> Take {
         if let Some(c) = self.implied(seq) {
-            return Take::Done(*c);
+            return Take::Done(c);
         }
         self.try_take_locked(seq)
     }
@@ -1646,8 +1641,8 @@ impl TrackedQueue {
     /// the first half of [`TrackedQueue::try_take`], for a wait that hands the completion
     /// straight to its token.
     #[inline(always)]
-    pub(crate) fn implied(&self, seq: u64) -> Option<&Completion> {
-        self.settled.is_implied(seq).then_some(&self.settled.implied)
+    pub(crate) fn implied(&self, seq: u64) -> Option<Completion> {
+        self.settled.is_implied(seq).then(|| Completion::implied(self.settled.qp_num, u32::MAX))
     }
 
     /// The second half of [`TrackedQueue::try_take`]: under the lock.

@@ -627,19 +627,19 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> std::result::Result<(Completion, B::Output), WaitError<'scope, B>> {
         let p = token.guard.posted;
         if let Take::Done(c) = p.q.tracked().try_take_locked(p.seq) {
-            return Ok(token.finish(&c));
+            return Ok(token.finish(c));
         }
         let mut idle = Idle::new(how, timeout);
         let mut mine = None;
         loop {
             let polled = p.q.poll_for(p.seq, &mut mine);
             if let Some(c) = mine {
-                return Ok(token.finish(&c));
+                return Ok(token.finish(c));
             }
             // Before the deadline is looked at: a poll that found the time up may have recorded
             // this request's completion (a later one's, covering it).
             if let Take::Done(c) = p.q.tracked().try_take(p.seq) {
-                return Ok(token.finish(&c));
+                return Ok(token.finish(c));
             }
             match polled {
                 Ok(n) if idle.after_poll(n) => {
@@ -1383,13 +1383,14 @@ impl<B: Completes> Token<'_, B> {
     /// The request completed with `c`: the buffers come back, and the token is gone without
     /// its drop (nothing is left to give up).
     #[inline(always)]
-    fn finish(self, c: &Completion) -> (Completion, B::Output) {
+    fn finish(self, c: Completion) -> (Completion, B::Output) {
         let mut token = ManuallyDrop::new(self);
         // SAFETY: the buffers are taken once: the token is consumed here and never dropped
         // (`ManuallyDrop`), so `Token::drop`, the only other place that takes them, never
         // runs for it. The guard holds nothing to release (a completed request's number).
         let buffers = unsafe { ManuallyDrop::take(&mut token.buffers) };
-        (*c, buffers.complete(c, INTERNAL))
+        let output = buffers.complete(&c, INTERNAL);
+        (c, output)
     }
 }
 

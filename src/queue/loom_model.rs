@@ -567,7 +567,7 @@ fn settled_abandon_scenario(dropped: u64) {
             thread::spawn(move || q.abandon(dropped))
         };
         let look = |q: &super::TrackedQueue, seq: u64| {
-            if let Some(&c) = q.implied(seq) {
+            if let Some(c) = q.implied(seq) {
                 return Some(c);
             }
             match q.try_take_locked(seq) {

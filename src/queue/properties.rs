@@ -368,7 +368,7 @@ fn the_lock_free_take_of_a_send_queue_matches_the_model() {
                     _ => None,
                 };
                 if !r.abandoned && r.st != St::Gone {
-                    let got = q.implied(i as u64).copied();
+                    let got = q.implied(i as u64);
                     // Sound: an implied success only where the model has one.
                     if got.is_some() {
                         assert_eq!(got, implied, "{ctx}: implied({i}), the model says {:?}", r.st);
