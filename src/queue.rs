@@ -985,8 +985,7 @@ impl LaneBook {
         if self.is_stale(seq) {
             return false;
         }
-        // Only this poller writes `first_error` (under the routing lock): a relaxed load.
-        let clean = ok && self.first_error.load(Ordering::Relaxed) > seq;
+        let clean = ok && self.first_error.load(Ordering::Acquire) > seq;
         if !clean {
             self.kept_completion(seq, ok, keep, c());
         }
