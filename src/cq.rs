@@ -791,10 +791,13 @@ impl CqShared {
         };
         // The common case inline: a successful completion of the lane's own request.
         if wc.status == sys::IBV_WC_SUCCESS && is_lane_request(wc.wr_id) && wc.qp_num == qp.qp_num() {
-            // Only a success the book recorded as one is the awaited request's answer (not a
-            // made-up duplicate, nor a success after a failure, which the book keeps).
-            if qp.sq.lane.complete(wc.wr_id, true, qp.sq.depth(), || self.decode(wc)) && wc.wr_id == awaited {
-                return LANE_POLLED_AWAITED;
+            if wc.wr_id == awaited {
+                // Its own success answers the wait, unless it is a made-up duplicate.
+                if qp.sq.lane.complete_awaited(wc.wr_id) {
+                    return LANE_POLLED_AWAITED;
+                }
+            } else {
+                qp.sq.lane.complete(wc.wr_id, true, || (self.decode(wc), qp.sq.depth()));
             }
         } else {
             self.route_cold(routing, wc, Some(qp));
@@ -952,7 +955,7 @@ impl CqShared {
         let route = |qp: &QpShared| {
             if is_lane_request(wc.wr_id) {
                 let ok = wc.status == sys::IBV_WC_SUCCESS;
-                qp.sq.lane.complete(wc.wr_id, ok, qp.sq.depth(), decode);
+                qp.sq.lane.complete(wc.wr_id, ok, || (decode(), qp.sq.depth()));
             } else if is_recv_lane_request(wc.wr_id) {
                 qp.rq.lane.complete_kept(wc.wr_id & !RECV_BIT, decode(), qp.rq.depth() as usize);
             } else {

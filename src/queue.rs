@@ -971,26 +971,37 @@ impl LaneBook {
     }
 
     /// Records the completion of request `seq`, and with it of every earlier one. `ok`: its
-    /// status is success; `c()` decodes it when it is kept (a failure, or a success after a
-    /// failure). At most `keep` completions are kept (the queue's depth): the oldest goes
-    /// first, never the first failure's. Called with the CQ's routing lock held, so
+    /// status is success; `c()` gives it decoded, with the queue's depth, when it is kept: a
+    /// failure, or a success after a failure (a device's mistake: RC, UC and UD send queues
+    /// flush every request after one that failed), kept so that it is reported from the book as
+    /// the device gave it, as the lane's own wait reports it when it polls it
+    /// ([`LaneBook::complete_awaited`]). At most the depth of completions are kept: the oldest
+    /// goes first, never the first failure's. A stale number (already complete, or never
+    /// posted: a made-up duplicate) changes nothing. Called with the CQ's routing lock held, so
     /// completions are recorded in the order the device produced them.
-    ///
-    /// True if it recorded the completion and it reads as a success: not stale (a number
-    /// already complete or never posted, as a made-up duplicate's), and no earlier request
-    /// failed (a device reporting success after a failure of the same queue, which RC, UC and
-    /// UD send queues flush after, has it kept and reported from there, whoever polled it).
     #[inline]
-    pub(crate) fn complete(&self, seq: u64, ok: bool, keep: u32, c: impl FnOnce() -> Completion) -> bool {
+    pub(crate) fn complete(&self, seq: u64, ok: bool, c: impl FnOnce() -> (Completion, u32)) {
+        if self.is_stale(seq) {
+            return;
+        }
+        if !ok || self.first_error.load(Ordering::Acquire) <= seq {
+            let (c, keep) = c();
+            self.kept_completion(seq, ok, keep, c);
+        }
+        self.done.store(seq + 1, Ordering::Release);
+    }
+
+    /// Records the successful completion of request `seq`, polled by the wait for `seq` itself,
+    /// which reports it at once (so nothing is kept). False, and nothing changed, for a stale
+    /// number: a made-up duplicate of a request already complete is no answer to its wait.
+    /// Called with the CQ's routing lock held.
+    #[inline(always)]
+    pub(crate) fn complete_awaited(&self, seq: u64) -> bool {
         if self.is_stale(seq) {
             return false;
         }
-        let clean = ok && self.first_error.load(Ordering::Acquire) > seq;
-        if !clean {
-            self.kept_completion(seq, ok, keep, c());
-        }
         self.done.store(seq + 1, Ordering::Release);
-        clean
+        true
     }
 
     /// Keeps the completion `c` of request `seq` for its token (`ok`: a success after a

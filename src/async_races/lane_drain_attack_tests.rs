@@ -526,7 +526,7 @@ fn a_lane_success_after_a_failure_is_reported_the_same_whichever_thread_polls_it
 /// token. The device then reports the same request again, successfully (a made-up duplicate):
 /// the book ignores it (stale), and the lane's wait, which polls the duplicate first, reports
 /// the kept failure, not a success (`CqShared::poll_for_lane` answers for the awaited request
-/// only when the book recorded its success). Scope and owned tokens reject made-up completions
+/// only when the book finds its number not stale: `LaneBook::complete_awaited`). Scope and owned tokens reject made-up completions
 /// too (`attack_tests::made_up_completions_release_and_complete_nothing`).
 #[test]
 fn a_duplicate_success_of_a_failed_lane_request_is_not_reported_as_success() {

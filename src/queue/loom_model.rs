@@ -119,7 +119,7 @@ fn poll_send(book: &LaneBook, dev: &Device, reqs: &[Req]) -> bool {
         dev.truth[j].store(OK, Ordering::Relaxed);
     }
     dev.truth[i].store(if fails { FAILED } else { OK }, Ordering::Relaxed);
-    book.complete(LANE_BIT + i as u64, !fails, u32::MAX, || device_completion(i));
+    book.complete(LANE_BIT + i as u64, !fails, || (device_completion(i), u32::MAX));
     drop(cq);
     true
 }
