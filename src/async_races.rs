@@ -177,6 +177,11 @@ impl World {
             vctx.priv_ = (ops as *mut [usize; 8192]).cast();
             vctx.context.ops.poll_cq = Some(fake_poll);
             vctx.context.ops.req_notify_cq = Some(fake_arm);
+            // Memory windows: `ibv_alloc_mw`, `ibv_bind_mw` and `ibv_dealloc_mw` are inline
+            // verbs calling these (mw_attack_tests' fake provider).
+            vctx.context.ops.alloc_mw = Some(mw_attack_tests::fake_alloc_mw);
+            vctx.context.ops.bind_mw = Some(mw_attack_tests::fake_bind_mw);
+            vctx.context.ops.dealloc_mw = Some(mw_attack_tests::fake_dealloc_mw);
             let ctxp: *mut sys::ibv_context = &mut vctx.context;
             let mut fds = [0i32; 2];
             assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
@@ -192,7 +197,11 @@ impl World {
                 attr: crate::device::DeviceAttr::fake(0, atomics),
             });
             std::mem::forget(Arc::clone(&ctx));
-            let pd = Arc::new(PdInner { pd: NonNull::dangling(), ctx: Arc::clone(&ctx) });
+            // A zeroed `ibv_pd` of the fake context (leaked): what `ibv_alloc_mw` reads its
+            // context from.
+            let rawpd: &'static mut sys::ibv_pd = Box::leak(Box::new(std::mem::zeroed()));
+            rawpd.context = ctxp;
+            let pd = Arc::new(PdInner { pd: NonNull::from(rawpd), ctx: Arc::clone(&ctx) });
             std::mem::forget(Arc::clone(&pd));
             let ch = CompChannel::fake(NonNull::new(chp).unwrap(), fds[0], Arc::clone(&ctx));
             std::mem::forget(ch.clone());
@@ -2034,3 +2043,7 @@ mod model_attack_tests;
 // Lanes and the scope's drain under hostile closures (panics, early returns, forgotten lanes,
 // drops that panic), other pollers, nested scopes, CQ errors and made-up lane completions.
 mod lane_drain_attack_tests;
+// Hostile sequences against memory windows: binds and invalidations whose completions fail,
+// tokens dropped or forgotten, SEND_WITH_INV and LOCAL_INV of one binding, rkey wraparound,
+// regions and windows of other PDs, threads (the fake provider's window verbs are there).
+mod mw_attack_tests;

@@ -622,7 +622,10 @@ impl DeviceAttr {
     #[cfg(all(test, not(loom)))]
     pub(crate) fn fake(ctx: u64, atomics: bool) -> Self {
         let atomic_cap = if atomics { sys::IBV_ATOMIC_HCA } else { sys::IBV_ATOMIC_NONE };
-        DeviceAttr { raw: sys::ibv_device_attr { atomic_cap, ..Default::default() }, ctx }
+        // Both window types (the fake context's `alloc_mw`, `bind_mw`, `dealloc_mw`: the
+        // memory-window attack tests).
+        let device_cap_flags = sys::IBV_DEVICE_MEM_WINDOW | sys::IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+        DeviceAttr { raw: sys::ibv_device_attr { atomic_cap, device_cap_flags, ..Default::default() }, ctx }
     }
 }
 

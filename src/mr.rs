@@ -671,6 +671,30 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
     }
 }
 
+#[cfg(all(test, not(loom)))]
+impl<A: AccessSet> Mr<A, Pinned> {
+    /// Test only: a region of `len` bytes of zeroed heap memory over the fake registration
+    /// `mr` (an `ibv_mr` inside a zeroed `verbs_mr`-sized allocation, its context the fake
+    /// one, whose private `dereg_mr` succeeds), in `pd`.
+    pub(crate) fn fake(pd: &Arc<PdInner>, mr: NonNull<sys::ibv_mr>, len: usize) -> Self {
+        let mem = alloc_zeroed(len).expect("test memory");
+        // SAFETY: the caller's fake registration, valid for the test.
+        let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
+        Mr {
+            mr,
+            mem,
+            len,
+            lkey,
+            rkey,
+            odp: OdpTag::NONE,
+            backing: Backing::Heap,
+            buffer: None,
+            pd: Arc::clone(pd),
+            _access: PhantomData,
+        }
+    }
+}
+
 /// Zeroed, page-aligned heap memory for a pinned region.
 fn alloc_zeroed(len: usize) -> Result<NonNull<u8>> {
     let layout = Layout::from_size_align(len, MR_ALIGN)

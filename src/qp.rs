@@ -1983,6 +1983,15 @@ impl QpShared {
 }
 
 #[cfg(all(test, not(loom)))]
+impl QpShared {
+    /// Test only: what a transition setting the address vector records
+    /// ([`QpShared::peer_on_device`]).
+    pub(crate) fn set_peer_on_device_for_test(&self, on: bool) {
+        self.peer_on_device.store(on, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
 impl<T: Transport, S: QpState> Qp<T, S> {
     /// A typed handle over a fake QP (test only; never dropped: it would destroy the fake).
     pub(crate) fn from_fake(shared: Arc<QpShared>) -> Self {

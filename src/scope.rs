@@ -1190,10 +1190,12 @@ pub(crate) fn build_into<T: Transport, W: SendRequest>(
             return Err(Error::InlineTooLarge { qp_num: qp.qp_num(), len, max });
         }
     }
-    // A constant of the request's type, as the atomics' below.
-    if W::LOCAL_INV {
+    // Constants of the request's type, as the atomics' below. A SEND_WITH_INV claims a binding
+    // of this process's windows only when its peer is on the QP's own device (`claim`).
+    if W::LOCAL_INV || (W::SEND_INV && qp.peer_on_device()) {
         // Every receive completion the device has written for the QP is decoded: among them,
-        // a SEND_WITH_INV's invalidation of the window (`mw::note_remote_invalidation`).
+        // a SEND_WITH_INV's invalidation of the window (`mw::note_remote_invalidation`), which
+        // the claim below then finds.
         qp.recv_cq.take_all()?;
     }
     wr.build(raw)?;
