@@ -41,7 +41,9 @@
 //! poll: `dispatch`, a future's, [`Cq::progress`](crate::cq::Cq::progress)), once it has
 //! released that CQ's routing lock: a waker may schedule its task (as tokio's, smol's and
 //! async-std's do) or run it inline, even a task that polls other futures waiting on the same
-//! CQ.
+//! CQ. Such an inline task must not block its thread until one of the library's wakes arrives
+//! (a nested executor's `block_on` waiting for its futures, for example): the wakes the
+//! library makes on a thread that is running a waker are delivered when that waker returns.
 //!
 //! Dropping the future at any point is sound: what it still holds is the token, whose drop
 //! parks the buffers with the queue until the device is done with them (above). Only owned
