@@ -224,18 +224,30 @@ impl World {
 
     /// As [`World::droppable_cq`], a CQ of `cqe` entries: the room its QPs reserve.
     fn droppable_cq_holding(&'static self, cqe: u32) -> (Arc<CqShared>, &'static FakeCq) {
+        self.fake_cq_on(&self.ch, self.chp, self.write_fd, cqe)
+    }
+
+    /// A CQ of `cqe` entries on the channel `ch` (its C object `chp`; `write_fd` the write end
+    /// of its pipe), whose last `Arc` destroys it (the fake's no-op).
+    pub(crate) fn fake_cq_on(
+        &'static self,
+        ch: &CompChannel,
+        chp: *mut sys::ibv_comp_channel,
+        write_fd: i32,
+        cqe: u32,
+    ) -> (Arc<CqShared>, &'static FakeCq) {
         // SAFETY: a zeroed `ibv_cq` (a valid value), leaked, pointing at the fake context and
         // channel and at its `FakeCq`, also leaked: `CqShared` calls the fake provider with it.
         unsafe {
             let raw: &'static mut sys::ibv_cq = Box::leak(Box::new(std::mem::zeroed()));
             raw.context = self.ctxp;
-            raw.channel = self.chp;
+            raw.channel = chp;
             let fake: &'static FakeCq = Box::leak(Box::new(FakeCq {
                 entries: Mutex::new(VecDeque::new()),
                 armed: AtomicBool::new(false),
                 solicited_only: AtomicBool::new(false),
                 arms: AtomicUsize::new(0),
-                event_fd: self.write_fd,
+                event_fd: write_fd,
                 raw,
                 on_arm: Mutex::new(None),
                 busy: AtomicBool::new(false),
@@ -244,13 +256,9 @@ impl World {
                 fail_next_arm: AtomicBool::new(false),
             }));
             raw.cq_context = (fake as *const FakeCq).cast_mut().cast();
-            let cq = CqShared::fake(
-                NonNull::from(&mut *raw),
-                Arc::clone(&self.ctx),
-                Some(Arc::clone(self.ch.shared())),
-                cqe,
-            );
-            self.ch.attach_fake(&cq);
+            let cq =
+                CqShared::fake(NonNull::from(&mut *raw), Arc::clone(&self.ctx), Some(Arc::clone(ch.shared())), cqe);
+            ch.attach_fake(&cq);
             (cq, fake)
         }
     }
@@ -299,6 +307,49 @@ pub(crate) fn send_wc(qp_num: u32, seq: u64, status: u32) -> sys::ibv_wc {
 
 pub(crate) fn recv_wc(qp_num: u32, seq: u64, status: u32) -> sys::ibv_wc {
     sys::ibv_wc { wr_id: seq | RECV_BIT, status, opcode: sys::IBV_WC_RECV, qp_num, byte_len: 8, ..Default::default() }
+}
+
+/// A buffer that records (in its own counter) being dropped or handed back before the fake
+/// device finished its request (`device_done`), and every drop (the attack suites').
+pub(crate) struct Watch {
+    pub(crate) device_done: Arc<AtomicBool>,
+    pub(crate) early: Arc<AtomicUsize>,
+    pub(crate) drops: Arc<AtomicUsize>,
+}
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if !self.device_done.load(SeqCst) {
+            self.early.fetch_add(1, SeqCst);
+        }
+        self.drops.fetch_add(1, SeqCst);
+    }
+}
+impl crate::scope::sealed::Sealed for Watch {}
+impl crate::scope::Completes for Watch {
+    type Output = Watch;
+    fn complete(self, _: &crate::wc::Completion, _: crate::scope::sealed::Internal) -> Watch {
+        if !self.device_done.load(SeqCst) {
+            self.early.fetch_add(1, SeqCst);
+        }
+        self
+    }
+    fn into_parked(self, _: crate::scope::sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
+        Some(Box::new(self))
+    }
+}
+
+/// Runs `f` on a thread of its own and returns what it returns (or resumes its panic); a hang
+/// fails the test after `secs` seconds.
+pub(crate) fn bounded<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(Ok(r)) => r,
+        Ok(Err(p)) => std::panic::resume_unwind(p),
+        Err(_) => panic!("hung (deadlock?) after {secs} s"),
+    }
 }
 
 /// A send request posted (in the book only; the fake device is told separately).

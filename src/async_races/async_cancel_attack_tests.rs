@@ -89,19 +89,6 @@ fn gpoll(f: &mut OwnedCompletion<Guard>, w: &Waker) -> Poll<GOut> {
     Pin::new(f).poll(&mut Cx::from_waker(w))
 }
 
-/// Runs `f` on a thread of its own; a hang fails the test after `secs` seconds.
-fn bounded<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(Ok(r)) => r,
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("hung (deadlock?) after {secs} s"),
-    }
-}
-
 fn mt(workers: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap()
 }
@@ -786,29 +773,7 @@ fn own_cq(
     chp: *mut sys::ibv_comp_channel,
     write_fd: i32,
 ) -> (Arc<CqShared>, &'static FakeCq) {
-    // SAFETY: as `World::droppable_cq_holding`: zeroed, leaked C structs of the fake context.
-    unsafe {
-        let raw: &'static mut sys::ibv_cq = Box::leak(Box::new(std::mem::zeroed()));
-        raw.context = w.ctxp;
-        raw.channel = chp;
-        let fake: &'static FakeCq = Box::leak(Box::new(FakeCq {
-            entries: Mutex::new(VecDeque::new()),
-            armed: AtomicBool::new(false),
-            solicited_only: AtomicBool::new(false),
-            arms: AtomicUsize::new(0),
-            event_fd: write_fd,
-            raw,
-            on_arm: Mutex::new(None),
-            busy: AtomicBool::new(false),
-            polls: AtomicUsize::new(0),
-            fail_next: AtomicBool::new(false),
-            fail_next_arm: AtomicBool::new(false),
-        }));
-        raw.cq_context = (fake as *const FakeCq).cast_mut().cast();
-        let cq = CqShared::fake(NonNull::from(&mut *raw), Arc::clone(&w.ctx), Some(Arc::clone(ch.shared())), 1 << 20);
-        ch.attach_fake(&cq);
-        (cq, fake)
-    }
+    w.fake_cq_on(ch, chp, write_fd, 1 << 20)
 }
 
 /// Futures wait on the only CQ of a channel served by tokio drivers (two runtimes); the program

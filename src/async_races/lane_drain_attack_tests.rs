@@ -7,24 +7,6 @@
 
 use super::*;
 
-/// Runs `f` on its own thread and fails the test if it does not end within `secs`.
-fn with_deadline(secs: u64, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let _ = tx.send(());
-        r
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => {
-            if let Err(p) = h.join().unwrap() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(_) => panic!("hung for more than {secs} s"),
-    }
-}
-
 /// The device completes `wr_id` of QP `qp_num` after `ms` milliseconds, on its own thread.
 fn complete_later(fake: &'static FakeCq, qp_num: u32, wr_id: u64, opcode: u32, ms: u64) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
@@ -39,7 +21,7 @@ fn complete_later(fake: &'static FakeCq, qp_num: u32, wr_id: u64, opcode: u32, m
 /// usable (no reset was needed).
 #[test]
 fn a_panicking_closure_with_a_lane_read_in_flight_unwinds_only_after_its_completion() {
-    with_deadline(20, || {
+    bounded(20, || {
         let w = World::new();
         let (cq, fake) = w.cq();
         let (mut qp, shared) = w.rc_qp(0x900, 8, &cq);
@@ -69,7 +51,7 @@ fn a_panicking_closure_with_a_lane_read_in_flight_unwinds_only_after_its_complet
 /// later. The scope returns the closure's error only once the request completed.
 #[test]
 fn an_early_return_with_a_forgotten_lane_token_and_prepared_request_waits_for_the_device() {
-    with_deadline(20, || {
+    bounded(20, || {
         let w = World::new();
         let (cq, fake) = w.cq();
         let (mut qp, shared) = w.rc_qp(0x910, 8, &cq);
@@ -140,7 +122,7 @@ fn an_unsignaled_lane_requests_error_is_reported_and_not_read_as_success() {
 /// ends with nothing outstanding.
 #[test]
 fn a_send_lane_waits_while_another_thread_polls_its_cq() {
-    with_deadline(60, || {
+    bounded(60, || {
         let w = World::new();
         let (cq, fake) = w.cq();
         let (mut qp, shared) = w.rc_qp(0x930, 16, &cq);
@@ -197,7 +179,7 @@ fn a_send_lane_waits_while_another_thread_polls_its_cq() {
 /// receive's buffer is handed out only once its own receive completed.
 #[test]
 fn a_receive_lanes_completions_kept_by_another_poller_go_each_to_its_own_token() {
-    with_deadline(60, || {
+    bounded(60, || {
         let w = World::new();
         let (cq, fake) = w.cq();
         let (mut qp, shared) = w.rc_qp(0x940, 8, &cq);
@@ -246,7 +228,7 @@ fn a_receive_lanes_completions_kept_by_another_poller_go_each_to_its_own_token()
 /// reset the QP and report `QpBroken`, with nothing of the lane left outstanding.
 #[test]
 fn a_lanes_unsignaled_tail_with_a_busy_other_poller_is_reset_within_bounds() {
-    with_deadline(30, || {
+    bounded(30, || {
         let w = World::new();
         let (cq, fake) = w.cq();
         let (mut qp, shared) = w.rc_qp(0x950, 8, &cq);
@@ -285,7 +267,7 @@ fn a_lanes_unsignaled_tail_with_a_busy_other_poller_is_reset_within_bounds() {
 /// resumed, so no borrow ends with the READ possibly running.
 #[test]
 fn a_drop_that_panics_at_the_closures_end_with_a_lane_tail_is_resumed_after_the_reset() {
-    with_deadline(30, || {
+    bounded(30, || {
         struct Bomb;
         impl Drop for Bomb {
             fn drop(&mut self) {
@@ -314,7 +296,7 @@ fn a_drop_that_panics_at_the_closures_end_with_a_lane_tail_is_resumed_after_the_
 /// does.
 #[test]
 fn an_inner_scope_posting_through_an_outer_lane_leaves_the_wait_to_the_outer_scope() {
-    with_deadline(20, || {
+    bounded(20, || {
         let w = World::new();
         let (cq, fake) = w.cq();
         let (mut qp, shared) = w.rc_qp(0x970, 8, &cq);
@@ -350,7 +332,7 @@ fn an_inner_scope_posting_through_an_outer_lane_leaves_the_wait_to_the_outer_sco
 /// completes both in order; the scope ends without a reset.
 #[test]
 fn a_receive_refused_unnamed_on_a_dropped_receive_lane_is_kept_until_its_completion() {
-    with_deadline(20, || {
+    bounded(20, || {
         let w = World::new();
         let (cq, fake) = w.cq();
         let (mut qp, shared) = w.rc_qp(0x980, 4, &cq);
@@ -392,7 +374,7 @@ fn a_receive_refused_unnamed_on_a_dropped_receive_lane_is_kept_until_its_complet
 /// lane on the QP is refused.
 #[test]
 fn a_cq_error_while_a_lane_waits_ends_in_a_reset_by_the_drain() {
-    with_deadline(30, || {
+    bounded(30, || {
         let (w, wfd) = world_with_events();
         let (cq, fake) = w.cq();
         w.ctx.cqs.lock().unwrap().push(Arc::downgrade(&cq));

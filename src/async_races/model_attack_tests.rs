@@ -7,35 +7,6 @@ use crate::test_util::Rng;
 use crate::wc::{Completion, CompletionSource};
 static STATS: [AtomicUsize; 4] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
 
-/// A buffer that records being dropped or handed back before the fake device executed its
-/// request (`done`), and how often it was dropped.
-struct Watch {
-    done: Arc<AtomicBool>,
-    early: Arc<AtomicUsize>,
-    drops: Arc<AtomicUsize>,
-}
-impl Drop for Watch {
-    fn drop(&mut self) {
-        if !self.done.load(SeqCst) {
-            self.early.fetch_add(1, SeqCst);
-        }
-        self.drops.fetch_add(1, SeqCst);
-    }
-}
-impl sealed::Sealed for Watch {}
-impl Completes for Watch {
-    type Output = Watch;
-    fn complete(self, _: &Completion, _: sealed::Internal) -> Watch {
-        if !self.done.load(SeqCst) {
-            self.early.fetch_add(1, SeqCst);
-        }
-        self
-    }
-    fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
-        Some(Box::new(self))
-    }
-}
-
 /// Counters shared by every [`Watch`] of a test.
 #[derive(Default, Clone)]
 struct Counters {
@@ -46,7 +17,7 @@ struct Counters {
 impl Counters {
     fn watch(&self) -> (Watch, Arc<AtomicBool>) {
         let done = Arc::new(AtomicBool::new(false));
-        (Watch { done: Arc::clone(&done), early: Arc::clone(&self.early), drops: Arc::clone(&self.drops) }, done)
+        (Watch { device_done: Arc::clone(&done), early: Arc::clone(&self.early), drops: Arc::clone(&self.drops) }, done)
     }
 }
 
@@ -87,24 +58,6 @@ fn srq_watched(srq: &Arc<SrqShared>, c: &Counters) -> Option<(OwnedToken<Watch>,
 type WOut = <OwnedCompletion<Watch> as Future>::Output;
 fn wpoll(f: &mut OwnedCompletion<Watch>, w: &Waker) -> Poll<WOut> {
     Pin::new(f).poll(&mut Cx::from_waker(w))
-}
-
-/// Runs `f` on a thread and fails if it does not end within `secs` (a hang is a finding).
-fn with_deadline(secs: u64, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let _ = tx.send(());
-        r
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => {
-            if let Err(p) = h.join().unwrap() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(_) => panic!("hung for more than {secs} s"),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -443,7 +396,7 @@ fn srq_random_any_order_two_cqs_dups_no_early_release() {
 /// reset), and a completion of the pre-reset request delivered afterwards changes nothing.
 #[test]
 fn a_waker_that_resets_the_qp_and_drops_a_neighbour_inside_its_wake() {
-    with_deadline(20, || {
+    bounded(20, || {
         let w = World::new();
         let (cq, fake) = w.cq();
         let qp = w.qp(0x7c1, 8, &cq, None);
@@ -566,7 +519,7 @@ fn a_panicking_waker_and_a_panicking_parked_buffer_in_one_poll() {
 /// then (the program owns the `Qp`: posts stop meanwhile, tokens on other threads go on).
 #[test]
 fn threads_waiting_awaiting_and_dropping_across_resets_never_release_early() {
-    with_deadline(60, || {
+    bounded(60, || {
         for round in 0..20u64 {
             let w = World::new();
             let (cq, fake) = w.cq();

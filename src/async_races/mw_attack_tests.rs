@@ -19,7 +19,7 @@ use crate::mr::Mr;
 use crate::mw::{inc_rkey, Type1, Type2};
 use crate::pd::{Pd, PdInner};
 use crate::qp::{Qp, QpShared};
-use crate::scope::{scope, scope_with_timeout};
+use crate::scope::{scope, scope_with_timeout, Scope};
 use crate::transport::{RC, RTS};
 use crate::wr::{BindMw, InlineSendInv, LocalInv};
 
@@ -175,6 +175,12 @@ fn window_of_rkey(rkey: u32) -> usize {
 
 // ---------------------------------------------------------------------------------------------
 // The test's side.
+
+/// Posts a SEND_WITH_INV of `rkey` on `qp` and asserts that its build refuses it (`why`).
+fn send_inv_refused<'s, 'e>(s: &'s Scope<'s, 'e>, qp: &'s Qp<RC, RTS>, rkey: u32, why: &str) {
+    let e = s.post_send(qp, InlineSendInv::new(b"x", rkey)).map(drop).expect_err(why);
+    assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{why}: {:?}", e.error);
+}
 
 /// An RC QP in RTS over the fake device, posting through [`mw_send`]; never destroyed.
 fn qp(w: &'static World, qp_num: u32, cq: &Arc<CqShared>) -> (Qp<RC, RTS>, Arc<QpShared>) {
@@ -486,12 +492,10 @@ fn a_local_invalidation_and_a_send_with_invalidate_of_one_binding_exclude_each_o
         let k = b.rkey();
         let t = s.post_send(&qp, LocalInv::new(b)).expect("posted");
         let inv = last_wr(&shared);
-        let e = s.post_send(&qp, InlineSendInv::new(b"x", k)).map(drop).expect_err("a LOCAL_INV is in flight");
-        assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{:?}", e.error);
+        send_inv_refused(s, &qp, k, "a LOCAL_INV is in flight");
         deliver(fake, &shared, inv, sys::IBV_WC_SUCCESS, sys::IBV_WC_LOCAL_INV);
         let mw = s.wait(t, T).expect("completed").1.expect("unbound");
-        let e = s.post_send(&qp, InlineSendInv::new(b"x", k)).map(drop).expect_err("unbound now");
-        assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{:?}", e.error);
+        send_inv_refused(s, &qp, k, "unbound now");
         mw
     });
     drop(r.expect("scope"));
@@ -515,8 +519,7 @@ fn a_binding_is_invalidated_once_then_handed_back_by_its_invalidation() {
         let b = s.wait(t, T).expect("completed").1.expect("bound");
         let k = b.rkey();
         let t1 = s.post_send(&qp, InlineSendInv::new(b"x", k)).expect("the first");
-        let e = s.post_send(&qp, InlineSendInv::new(b"y", k)).map(drop).expect_err("the second");
-        assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{:?}", e.error);
+        send_inv_refused(s, &qp, k, "the second");
         let e = s.post_send(&qp, LocalInv::new(b)).map(drop).expect_err("sent here");
         let b = e.wr.expect("handed back").into_bound();
         deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_SEND);
@@ -524,8 +527,7 @@ fn a_binding_is_invalidated_once_then_handed_back_by_its_invalidation() {
         // It arrives at the receiving QP (of this process, on the device).
         let c = peer_invalidates(fake, &cq, &rshared, k);
         let mw = b.invalidated_by(&c).expect("unbound by it");
-        let e = s.post_send(&qp, InlineSendInv::new(b"z", k)).map(drop).expect_err("stale");
-        assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{:?}", e.error);
+        send_inv_refused(s, &qp, k, "stale");
         mw
     });
     drop(r.expect("scope"));
@@ -556,8 +558,7 @@ fn a_stale_rkey_after_a_rebind_invalidates_nothing() {
         deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
         let b = s.wait(t, T).expect("completed").1.expect("bound");
         assert_eq!(b.rkey(), inc_rkey(k));
-        let e = s.post_send(&qp, InlineSendInv::new(b"x", k)).map(drop).expect_err("stale");
-        assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{:?}", e.error);
+        send_inv_refused(s, &qp, k, "stale");
         let b = b.invalidated_by(&old).expect_err("the old completion names the old rkey");
         let t = s.post_send(&qp, LocalInv::new(b)).expect("the new binding is live");
         deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_LOCAL_INV);
@@ -666,8 +667,7 @@ fn threads_invalidating_one_binding_let_exactly_one_invalidation_through() {
             hs.into_iter().map(|h| h.join().unwrap()).filter(|&ok| ok).count()
         });
         assert_eq!(accepted, 1);
-        let e = s.post_send(&qp, InlineSendInv::new(b"x", k)).map(drop).expect_err("claimed");
-        assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{:?}", e.error);
+        send_inv_refused(s, &qp, k, "claimed");
         b
     });
     drop(r.expect("scope"));
@@ -801,8 +801,7 @@ fn a_refused_send_with_invalidate_gives_its_claim_back_only_when_certainly_not_p
         answer_next(&shared, Answer::RefuseNull);
         let e = s.post_send(&qp, InlineSendInv::new(b"x", k)).map(drop).expect_err("refused, maybe queued");
         assert!(e.wr.is_none(), "kept");
-        let e = s.post_send(&qp, InlineSendInv::new(b"y", k)).map(drop).expect_err("claimed");
-        assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{:?}", e.error);
+        send_inv_refused(s, &qp, k, "claimed");
         let e = s.post_send(&qp, LocalInv::new(b)).map(drop).expect_err("claimed");
         assert!(is_invalid(&e.error, "ibv_post_send (LOCAL_INV)"), "{:?}", e.error);
         drop(e.wr.expect("back").into_bound());

@@ -4,38 +4,8 @@
 
 use super::*;
 use crate::queue::{Take, TrackedQueue};
-use crate::scope::{sealed, Completes};
 use crate::test_util::Rng;
 use crate::wc::Completion;
-
-/// A buffer that records (in its own counter) being dropped or handed back before the fake
-/// device finished its request.
-struct Watch {
-    device_done: Arc<AtomicBool>,
-    early: Arc<AtomicUsize>,
-    drops: Arc<AtomicUsize>,
-}
-impl Drop for Watch {
-    fn drop(&mut self) {
-        if !self.device_done.load(SeqCst) {
-            self.early.fetch_add(1, SeqCst);
-        }
-        self.drops.fetch_add(1, SeqCst);
-    }
-}
-impl sealed::Sealed for Watch {}
-impl Completes for Watch {
-    type Output = Watch;
-    fn complete(self, _: &Completion, _: sealed::Internal) -> Watch {
-        if !self.device_done.load(SeqCst) {
-            self.early.fetch_add(1, SeqCst);
-        }
-        self
-    }
-    fn into_parked(self, _: sealed::Internal) -> Option<Box<dyn std::any::Any + Send>> {
-        Some(Box::new(self))
-    }
-}
 
 struct Watched {
     device_done: Arc<AtomicBool>,
