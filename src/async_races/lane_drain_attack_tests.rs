@@ -150,7 +150,7 @@ fn a_send_lane_waits_while_another_thread_polls_its_cq() {
                 let (seq, signaled) = *sends(&shared).last().unwrap();
                 assert!(signaled);
                 // Only the last request fails: on a real send queue an error flushes the ones
-                // after it (see the findings below for a success after a failure).
+                // after it (a success after a failure: `a_lane_success_after_a_failure_is_reported_the_same_whichever_thread_polls_it`).
                 let fail = i == 600;
                 let status = if fail { sys::IBV_WC_REM_ACCESS_ERR } else { sys::IBV_WC_SUCCESS };
                 fake.complete(wc_of(0x930, seq, status, sys::IBV_WC_RDMA_WRITE));
