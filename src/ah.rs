@@ -312,6 +312,15 @@ fn header_version(grh: &GrhBytes) -> Option<u8> {
     Some(if u32::from(checksum) == word(5) { 4 } else { 6 })
 }
 
+/// An `Ah` over a fake `ibv_ah` in `pd` (`async_races`, test only): its destroy calls
+/// `ah->context`'s `destroy_ah`, which the test's fake context provides.
+#[cfg(all(test, not(loom)))]
+impl Ah {
+    pub(crate) fn fake(ah: NonNull<sys::ibv_ah>, pd: Arc<PdInner>) -> Ah {
+        Ah { inner: Arc::new(AhInner { ah, av: AddressVector::local(1, 1), _pd: pd }) }
+    }
+}
+
 impl Ah {
     /// The address vector the handle was created from.
     pub fn address(&self) -> &AddressVector {

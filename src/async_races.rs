@@ -2098,6 +2098,9 @@ mod lane_drain_attack_tests;
 // tokens dropped or forgotten, SEND_WITH_INV and LOCAL_INV of one binding, rkey wraparound,
 // regions and windows of other PDs, threads (the fake provider's window verbs are there).
 mod mw_attack_tests;
+// UD address handles (other PDs, lifetimes against requests in flight), shared receive queues
+// (other PDs, receives of their QPs, ODP transports racing attaches) and ODP checks on UD.
+mod ud_srq_odp_attack_tests;
 // Cancellation of awaited completions on tokio: futures dropped after every poll count,
 // timeouts at every await point, runtimes ended under waiting futures, blocking wakers, a
 // channel dropped under its drivers, event readers cancelled.
