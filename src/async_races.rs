@@ -2106,3 +2106,7 @@ mod ud_srq_odp_attack_tests;
 // channel dropped under its drivers, event readers cancelled.
 #[cfg(feature = "tokio")]
 mod async_cancel_attack_tests;
+// Post lists and provider refusals: scope lists refused at every index and every way, lists
+// longer than the queue, later requests failing their checks, forced signals across lists, a
+// random model; lane lists; scope, owned, lane and SRQ receives refused every way.
+mod list_attack_tests;
