@@ -328,7 +328,14 @@ fn a_send_with_invalidate_refused_unposted_can_be_posted_again() {
     let WindowRig { ctx, pd, p, target, src, .. } = window_rig();
     let cq = ctx.create_cq(256).unwrap();
     let caps = QpCaps { max_send_wr: 2, ..QpCaps::default() };
-    let q = rc_pair(&pd, &cq, &cq, Access::NONE, caps);
+    // Side a's receives complete on a CQ of their own: the SEND_WITH_INV's build polls a's
+    // receive CQ empty (to see a peer's invalidation landed there), which must not collect the
+    // two sends that fill a's send queue.
+    let rcq = ctx.create_cq(64).unwrap();
+    let a = pd.create_qp::<RC>(&QpConfig { recv_cq: &rcq, ..QpConfig::new(&cq).caps(caps) }).unwrap();
+    let b = pd.create_qp::<RC>(&QpConfig::new(&cq).caps(caps)).unwrap();
+    let (ea, eb) = (a.endpoint(PORT, gid_index(), 0x1000).unwrap(), b.endpoint(PORT, gid_index(), 0x2000).unwrap());
+    let q = RcPair { a: connect_rc(a, Access::NONE, &ea, &eb), b: connect_rc(b, Access::NONE, &eb, &ea) };
     let bound = bind_writable(&p.b, pd.alloc_mw::<Type2>().unwrap(), &target);
     let rkey = bound.rkey();
     let mut rbufs = pd.alloc_mr(4 * 64, access::LOCAL_RW).unwrap();
