@@ -1014,9 +1014,15 @@ impl LaneBook {
             self.first_error.fetch_min(seq, Ordering::AcqRel);
         }
         let first = self.first_error.load(Ordering::Acquire);
+        self.keep_bounded(seq, c, keep as usize, Some(first));
+    }
+
+    /// Keeps the completion `c` of request `seq`, at most `keep` (at least one): when there is
+    /// no room, the oldest kept one goes, never `spared`'s.
+    fn keep_bounded(&self, seq: u64, c: Completion, keep: usize, spared: Option<u64>) {
         let mut kept = lock(&self.kept);
-        if kept.len() >= keep.max(1) as usize {
-            let oldest = kept.iter().enumerate().filter(|(_, (s, _))| *s != first).min_by_key(|(_, (s, _))| *s);
+        if kept.len() >= keep.max(1) {
+            let oldest = kept.iter().enumerate().filter(|(_, (s, _))| Some(*s) != spared).min_by_key(|(_, (s, _))| *s);
             if let Some(i) = oldest.map(|(i, _)| i) {
                 kept.swap_remove(i);
             }
@@ -1069,15 +1075,7 @@ impl LaneBook {
         if self.is_stale(seq) {
             return;
         }
-        {
-            let mut kept = lock(&self.kept);
-            if kept.len() >= keep.max(1) {
-                if let Some(oldest) = kept.iter().enumerate().min_by_key(|(_, (s, _))| *s).map(|(i, _)| i) {
-                    kept.swap_remove(oldest);
-                }
-            }
-            kept.push((seq, c));
-        }
+        self.keep_bounded(seq, c, keep, None);
         self.done.store(seq + 1, Ordering::Release);
     }
 
