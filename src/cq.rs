@@ -789,16 +789,18 @@ impl CqShared {
             Ok(wc) => wc,
             Err(n) => return n,
         };
-        // The common case inline: a successful completion of the lane's own request.
-        if wc.status == sys::IBV_WC_SUCCESS && is_lane_request(wc.wr_id) && wc.qp_num == qp.qp_num() {
-            if wc.wr_id == awaited {
-                // Its own success answers the wait, unless it is a made-up duplicate.
-                if qp.sq.lane.complete_awaited(wc.wr_id) {
-                    return LANE_POLLED_AWAITED;
-                }
-            } else {
-                qp.sq.lane.complete(wc.wr_id, true, || (self.decode(wc), qp.sq.depth()));
+        // The common case inline: the awaited request's own success, which answers the wait
+        // unless it is a made-up duplicate. Lane numbers carry `LANE_BIT`: a completion whose
+        // number is the awaited one is a lane request's, with no separate test of the bit.
+        debug_assert!(is_lane_request(awaited), "a lane's number: {awaited:#x}");
+        let ok = wc.status == sys::IBV_WC_SUCCESS && wc.qp_num == qp.qp_num();
+        if ok && wc.wr_id == awaited {
+            if qp.sq.lane.complete_awaited(awaited) {
+                return LANE_POLLED_AWAITED;
             }
+        } else if ok && is_lane_request(wc.wr_id) {
+            // An earlier signaled request of the lane.
+            qp.sq.lane.complete(wc.wr_id, true, || (self.decode(wc), qp.sq.depth()));
         } else {
             self.route_cold(routing, wc, Some(qp));
         }

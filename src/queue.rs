@@ -992,12 +992,18 @@ impl LaneBook {
     }
 
     /// Records the successful completion of request `seq`, polled by the wait for `seq` itself,
-    /// which reports it at once (so nothing is kept). False, and nothing changed, for a stale
-    /// number: a made-up duplicate of a request already complete is no answer to its wait.
-    /// Called with the CQ's routing lock held.
+    /// which reports it at once (so nothing is kept). False, and nothing changed, for a number
+    /// already complete: a made-up duplicate is no answer to its wait. Called with the CQ's
+    /// routing lock held.
+    ///
+    /// `seq` is a token's, so it was posted: a token is made only once the provider took its
+    /// request, recorded as posted before the call, and `posted` goes back only to the first
+    /// request of a list that the provider refused, above every earlier token's number. Only
+    /// the lower bound of [`LaneBook::is_stale`] is checked here (a test in debug builds).
     #[inline(always)]
     pub(crate) fn complete_awaited(&self, seq: u64) -> bool {
-        if self.is_stale(seq) {
+        debug_assert!(seq < self.posted.load(Ordering::Acquire), "a token's number {seq:#x} is posted");
+        if seq < self.done.load(Ordering::Acquire) {
             return false;
         }
         self.done.store(seq + 1, Ordering::Release);
