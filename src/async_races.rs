@@ -2110,3 +2110,8 @@ mod async_cancel_attack_tests;
 // longer than the queue, later requests failing their checks, forced signals across lists, a
 // random model; lane lists; scope, owned, lane and SRQ receives refused every way.
 mod list_attack_tests;
+// A send lane's signaled flag around refused posts, the bounded completions of lane books
+// (depth 1 and 2, made-up numbers at the ends of the lane range), SEND_WITH_INV builds polling
+// a receive CQ shared with other QPs' lanes and tokens, owned tokens given up while another
+// thread completes them, implied successes on a CQ of two QPs.
+mod lane_book_attack_tests;

@@ -120,10 +120,11 @@ pub struct LaneToken<'scope> {
     _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
-/// A lane wait that ran out: the error, and the token to wait on again.
+/// A send-lane wait that ran out (or whose completion was dropped): the error, and the token
+/// to wait on again.
 #[derive(Debug)]
 pub struct LaneWaitError<'scope> {
-    /// The timeout (or poll failure).
+    /// The timeout, poll failure, foreign token, or the reason the completion is gone.
     pub error: Error,
     /// The token, still valid.
     pub token: LaneToken<'scope>,
@@ -779,13 +780,18 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     /// Waits at most `timeout` for the completion of `token`'s request, polling the send CQ.
     /// A successful completion is reported from the request (status, opcode, byte length: all
     /// that a send queue's successful `ibv_wc` says); an error, flush or forced reset with the
-    /// completion the device (or the drain) produced.
+    /// completion the device (or the drain) produced. A failed request's completion polled by
+    /// another thread (or by a wait for a later request) is kept for its token, as is a
+    /// success after a failure: collect tokens before the send queue's depth of later requests
+    /// complete after an error, or the oldest kept completion is dropped (never the first
+    /// failure's).
     ///
     /// Yields the thread after every empty poll; [`SendLane::wait_spin`] busy-polls instead.
     ///
     /// # Errors
     /// [`LaneWaitError`] with [`Error::Timeout`] (or a poll failure, or
-    /// [`Error::InvalidArgument`] for a token of another lane) and the token, still valid.
+    /// [`Error::InvalidArgument`] for a token of another lane or a completion that was
+    /// dropped) and the token, still valid.
     #[inline]
     pub fn wait(
         &mut self,
@@ -856,6 +862,9 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
             match self.qp.sq.lane.result(token.seq, self.qp.qp_num()) {
                 LaneResult::Success => return Ok(success(&token)),
                 LaneResult::Failed(c) => return Ok(c),
+                LaneResult::Lost => {
+                    return Err(LaneWaitError { error: lost_send(self.qp, token.seq, self.depth), token })
+                }
                 LaneResult::Pending => {}
             }
             match self.qp.send_cq.poll_for_lane(self.qp, token.seq).min(1) {
@@ -1291,6 +1300,18 @@ impl<T: Transport> std::fmt::Debug for OrderedRecvLane<'_, T> {
             .field("next_out", &self.next_out)
             .finish()
     }
+}
+
+/// The completion of send lane request `seq` was pushed out of its book (`LaneResult::Lost`).
+#[cold]
+fn lost_send(qp: &QpShared, seq: u64, depth: u64) -> Error {
+    Error::invalid(
+        "send lane",
+        format!(
+            "the completion of lane request {seq} on QP {:#x} is gone: it failed, or succeeded after a failure, and was dropped (more completions were kept after it than the send queue is deep, {depth}: a lane that goes on posting after an error has every later request flushed)",
+            qp.qp_num()
+        ),
+    )
 }
 
 #[cold]

@@ -878,6 +878,9 @@ pub(crate) struct LaneBook {
     covered: AtomicU64,
     /// The lowest request number that did not complete successfully (`u64::MAX`: none).
     first_error: AtomicU64,
+    /// The lowest request number a reset of the QP completed (`u64::MAX`: none since the lane
+    /// opened): those have no completion of their own.
+    reset_from: AtomicU64,
     /// The completions kept until collected: a send lane's failures; a receive lane's
     /// completions that its wait did not take itself (at most the queue's depth of them).
     kept: Mutex<Vec<(u64, Completion)>>,
@@ -909,6 +912,9 @@ pub(crate) enum LaneResult {
     Success,
     /// Completed with this (error, flush, or forced reset) completion.
     Failed(Completion),
+    /// Complete, not successfully or after a failure, but its completion was dropped: more
+    /// completions were kept after it than the queue is deep.
+    Lost,
 }
 
 impl LaneBook {
@@ -918,6 +924,7 @@ impl LaneBook {
             done: AtomicU64::new(LANE_BIT),
             covered: AtomicU64::new(LANE_BIT),
             first_error: AtomicU64::new(u64::MAX),
+            reset_from: AtomicU64::new(u64::MAX),
             kept: Mutex::new(Vec::new()),
             open: AtomicBool::new(false),
             refused: AtomicU64::new(0),
@@ -932,6 +939,7 @@ impl LaneBook {
             return None;
         }
         self.first_error.store(u64::MAX, Ordering::Release);
+        self.reset_from.store(u64::MAX, Ordering::Release);
         // Nothing below is outstanding: the new lane's first run starts here.
         self.covered.store(posted, Ordering::Release);
         self.refused.store(0, Ordering::Release);
@@ -1062,8 +1070,15 @@ impl LaneBook {
 
     #[cold]
     fn failure(&self, seq: u64, qp_num: u32) -> LaneResult {
-        // No completion of its own: the QP was reset before the device reported it.
-        LaneResult::Failed(self.take(seq).unwrap_or_else(|| Completion::forced_reset(qp_num)))
+        match self.take(seq) {
+            Some(c) => LaneResult::Failed(c),
+            // No completion of its own: the QP was reset before the device reported it.
+            None if self.reset_from.load(Ordering::Acquire) <= seq => {
+                LaneResult::Failed(Completion::forced_reset(qp_num))
+            }
+            // Its completion came and was pushed out of the bounded store: said, not invented.
+            None => LaneResult::Lost,
+        }
     }
 
     /// Takes the kept completion of request `seq`, if there is one.
@@ -1114,7 +1129,7 @@ impl LaneBook {
         match self.take(seq) {
             Some(c) => Kept::Done(c),
             // No completion of its own: the QP was reset before the device reported it.
-            None if self.first_error.load(Ordering::Acquire) <= seq => Kept::Done(Completion::forced_reset(qp_num)),
+            None if self.reset_from.load(Ordering::Acquire) <= seq => Kept::Done(Completion::forced_reset(qp_num)),
             None => Kept::Lost,
         }
     }
@@ -1168,6 +1183,7 @@ impl LaneBook {
         let posted = self.posted.load(Ordering::Acquire);
         let done = self.done.load(Ordering::Acquire);
         if done < posted {
+            self.reset_from.fetch_min(done, Ordering::AcqRel);
             self.first_error.fetch_min(done, Ordering::AcqRel);
         }
         self.done.store(posted, Ordering::Release);

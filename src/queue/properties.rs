@@ -389,7 +389,7 @@ fn the_lock_free_take_of_a_send_queue_matches_the_model() {
 enum L {
     Pending,
     Ok,
-    /// Failed with this completion; `None` once taken (or never kept: a reset).
+    /// Failed with this completion; `None`: completed by a reset, without one.
     Failed(Option<Completion>),
     /// Receive lane: complete, its completion kept (or dropped from the store, `None`).
     Kept(Option<Completion>),
@@ -498,11 +498,16 @@ fn lane_book_matches_the_model(send: bool) {
                         let expect = match st {
                             L::Pending => LaneResult::Pending,
                             L::Ok => LaneResult::Success,
-                            L::Failed(c) => {
-                                reqs[i].1 = L::Failed(None);
-                                LaneResult::Failed(c.unwrap_or(Completion::forced_reset(QP)))
+                            L::Failed(Some(c)) => {
+                                reqs[i].1 = L::Taken;
+                                LaneResult::Failed(c)
                             }
-                            _ => unreachable!(),
+                            // Completed by the reset, without a completion: a synthetic flush,
+                            // each time it is asked.
+                            L::Failed(None) => LaneResult::Failed(Completion::forced_reset(QP)),
+                            // Its completion was handed out: gone, not invented.
+                            L::Taken => LaneResult::Lost,
+                            L::Kept(_) => unreachable!(),
                         };
                         assert_eq!(book.succeeded(seq), st == L::Ok, "{ctx}: succeeded({i})");
                         assert_eq!(book.result(seq, QP), expect, "{ctx}: result({i})");
