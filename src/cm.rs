@@ -604,8 +604,9 @@ fn expected(step: Verb, want: CmEvent, e: Event) -> Result<Event> {
 }
 
 /// A QP held by a CM step that has not finished (`Connecting`, `Accepting`, an async step's
-/// future): moved to ERR if it is dropped unfinished, so owned receives posted on it come back
-/// flushed (as after a failed step) instead of waiting on a QP in INIT or RTR forever.
+/// future), or by a `Connection`: moved to ERR if it is dropped unfinished (or undisconnected),
+/// so owned requests posted on it come back flushed (as after a failed step) instead of
+/// waiting on a QP in INIT or RTR, or on a connection nobody serves, forever.
 struct FlushOnDrop<S: crate::transport::QpState>(Option<Qp<RC, S>>);
 
 impl<S: crate::transport::QpState> FlushOnDrop<S> {
@@ -615,6 +616,10 @@ impl<S: crate::transport::QpState> FlushOnDrop<S> {
 
     fn qp(&self) -> &Qp<RC, S> {
         self.0.as_ref().expect("held until taken")
+    }
+
+    fn qp_mut(&mut self) -> &mut Qp<RC, S> {
+        self.0.as_mut().expect("held until taken")
     }
 }
 
@@ -1402,7 +1407,7 @@ impl Connecting {
         // SAFETY: the identifier is alive and got its connect response.
         let ret = unsafe { sys::rdma_establish(id.ptr()) };
         or_flush!(check(ret, Verb::Establish, || format!("QP {:#x}", qp.qp_num())), qp);
-        Ok(Connection { raw: id, qp, private_data: reply.private_data })
+        Ok(Connection { raw: id, qp: FlushOnDrop(Some(qp)), private_data: reply.private_data })
     }
 }
 
@@ -1737,7 +1742,7 @@ impl Accepting {
     pub fn accept(self, timeout: Duration) -> Result<Connection> {
         let (id, qp, private_data) = self.start()?;
         or_flush!(id.expect(Verb::Accept, CmEvent::Established, timeout), qp);
-        Ok(Connection { raw: id, qp, private_data })
+        Ok(Connection { raw: id, qp: FlushOnDrop(Some(qp)), private_data })
     }
 
     /// `rdma_accept`, awaited: the asynchronous [`accept`](Self::accept) (`tokio` feature); bound
@@ -1760,7 +1765,7 @@ impl Accepting {
         let established = id.expect_async(Verb::Accept, CmEvent::Established).await;
         let qp = held.take();
         or_flush!(established, qp);
-        Ok(Connection { raw: id, qp, private_data })
+        Ok(Connection { raw: id, qp: FlushOnDrop(Some(qp)), private_data })
     }
 
     /// The QP to RTS and `rdma_accept` (the QP flushed on failure).
@@ -1796,24 +1801,25 @@ pub enum PeerEnded {
 /// The QP is the program's: post on it with scopes, lanes and owned tokens ([`Connection::qp`],
 /// [`Connection::qp_mut`]). [`Connection::wait_disconnected`] sees the peer's disconnect;
 /// [`Connection::disconnect`] ends the connection and hands the QP back in ERR, its outstanding
-/// requests flushed. Dropping it destroys the identifier, which disconnects (the QP is dropped
-/// with it).
+/// requests flushed. Dropping it destroys the identifier, which disconnects, and moves the QP
+/// to ERR before dropping it: owned requests still outstanding on it (their tokens keep the QP
+/// alive) come back flushed instead of waiting on a connection nobody serves.
 pub struct Connection {
     raw: RawId,
-    qp: Qp<RC, RTS>,
+    qp: FlushOnDrop<RTS>,
     private_data: Vec<u8>,
 }
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connection").field("qp", &self.qp).finish()
+        f.debug_struct("Connection").field("qp", self.qp.qp()).finish()
     }
 }
 
 impl Connection {
     /// The connected QP.
     pub fn qp(&self) -> &Qp<RC, RTS> {
-        &self.qp
+        self.qp.qp()
     }
 
     /// The connected QP, exclusively (for lanes). A QP put in its place (`mem::swap`,
@@ -1821,7 +1827,7 @@ impl Connection {
     /// then move that one to ERR, and the QP taken out stays connected as it is, a QP of the
     /// program's like any other.
     pub fn qp_mut(&mut self) -> &mut Qp<RC, RTS> {
-        &mut self.qp
+        self.qp.qp_mut()
     }
 
     /// The private data the peer sent: with its accept (active side) or its connect (passive
@@ -1873,6 +1879,7 @@ impl Connection {
         // rdma_disconnect accepts).
         let ret = unsafe { sys::rdma_disconnect(self.raw.ptr()) };
         let Connection { raw, qp, .. } = self;
+        let qp = qp.take();
         let disconnected = check(ret, Verb::Disconnect, || format!("QP {:#x}", qp.qp_num()));
         let qp = qp.to_error()?;
         drop(raw);

@@ -598,6 +598,26 @@ fn receives_posted_before_a_failed_connect_come_back_flushed() {
     assert_eq!(chunk.len(), 16);
 }
 
+/// A `Connection` dropped, not disconnected, with an owned receive outstanding on its QP: the
+/// token keeps the QP alive, and the drop moves it to ERR, so the receive comes back flushed in
+/// bounded time instead of waiting on a connection nobody serves; the peer sees the disconnect.
+#[test]
+fn receives_outstanding_when_a_connection_is_dropped_come_back_flushed() {
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 4).expect("listen");
+    let port = listener.port();
+    let server = serve(listener, None);
+    let id = resolve(SocketAddr::new(IpAddr::V4(local_ip()), port));
+    let side = Side::on(&device_name());
+    let param = ConnParam { private_data: b"hello".to_vec(), ..ConnParam::default() };
+    let conn = id.connect(side.qp(), Access::NONE.remote_write(), &param, WAIT).expect("rdma_connect");
+    let (_peer_side, peer) = server.join().expect("the server thread").expect("accepted");
+    let recv = conn.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
+    drop(conn);
+    let (c, chunk) = recv.wait(Duration::from_secs(5)).map_err(|e| e.error).expect("the receive back, flushed");
+    assert_eq!((c.status(), chunk.len()), (WcStatus::WrFlushErr, 16), "{c:?}");
+    assert_eq!(peer.wait_disconnected(WAIT).expect("the peer's view"), PeerEnded::Disconnected);
+}
+
 /// A `Connecting` and an `Accepting` dropped without connecting or accepting hand the receives
 /// posted on their QPs back, flushed (the QP moves to ERR), as a failed step does; the peer of
 /// the dropped request fails in bounded time.
