@@ -430,11 +430,22 @@ impl RawId {
 
     /// Waits at most `timeout` for the next event, copies what it carried and acknowledges it.
     fn next_event(&self, timeout: Duration, what: impl Fn() -> String) -> Result<Event> {
+        self.next_with(timeout, &what, || self.try_event(&what))
+    }
+
+    /// Waits at most `timeout` for the channel to give what `try_one` makes of its next event
+    /// (`None`: no event pending yet), sleeping in `poll` between tries.
+    fn next_with<R>(
+        &self,
+        timeout: Duration,
+        what: &impl Fn() -> String,
+        try_one: impl Fn() -> Result<Option<R>>,
+    ) -> Result<R> {
         // Saturating: a timeout too long for an `Instant` (e.g. `Duration::MAX`) does not panic.
         let deadline = crate::scope::deadline_after(Instant::now(), timeout);
         loop {
-            if let Some(event) = self.try_event(&what)? {
-                return Ok(event);
+            if let Some(r) = try_one()? {
+                return Ok(r);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -469,9 +480,21 @@ impl RawId {
     /// future, again if a task of another runtime polls it (`channel::Readable`).
     #[cfg(feature = "tokio")]
     async fn next_event_async(&self, what: impl Fn() -> String) -> Result<Event> {
+        self.next_async_with(&what, || self.try_event(&what)).await
+    }
+
+    /// The asynchronous [`next_with`](Self::next_with), cancel-safe as
+    /// [`next_event_async`](Self::next_event_async): `try_one` runs in the poll that resolves
+    /// the future.
+    #[cfg(feature = "tokio")]
+    async fn next_async_with<R>(
+        &self,
+        what: &impl Fn() -> String,
+        try_one: impl Fn() -> Result<Option<R>>,
+    ) -> Result<R> {
         let mut readable = crate::channel::Readable::default();
         let fail = |doing, e| Error::verb(Verb::GetCmEvent, format!("{}: {doing}", what()), e);
-        std::future::poll_fn(|cx| readable.poll_read(self.borrowed_fd(), cx, || self.try_event(&what), fail)).await
+        std::future::poll_fn(|cx| readable.poll_read(self.borrowed_fd(), cx, &try_one, fail)).await
     }
 
     /// Waits for `want`, the outcome of `step`: any other event is an error.
@@ -1416,6 +1439,10 @@ impl Connecting {
 /// ([`CmListener::bind_ud`]). Destroyed on drop.
 pub struct CmListener<T: CmTransport = RC> {
     raw: RawId,
+    /// Held from reading a request's event to its identifier's migration to a channel of its
+    /// own ([`CmListener::try_request`]): until then the new identifier's events come to this
+    /// channel, where another thread's read would take them.
+    reading: std::sync::Mutex<()>,
     _transport: PhantomData<T>,
 }
 
@@ -1467,7 +1494,7 @@ impl<T: CmTransport> CmListener<T> {
         // SAFETY: the identifier is alive and bound.
         let ret = unsafe { sys::rdma_listen(raw.ptr(), i32::from(backlog)) };
         check(ret, Verb::Listen, || format!("{addr}, backlog {backlog}"))?;
-        Ok(CmListener { raw, _transport: PhantomData })
+        Ok(CmListener { raw, reading: std::sync::Mutex::new(()), _transport: PhantomData })
     }
 
     /// `rdma_get_src_port`: the local port it listens on (in host byte order).
@@ -1480,6 +1507,9 @@ impl<T: CmTransport> CmListener<T> {
     }
 
     /// `rdma_get_cm_event`, bounded: waits at most `timeout` for the next connection request.
+    /// Threads (and tasks) may wait on one listener together: each request goes to one of
+    /// them, with its identifier moved to a channel of its own before another reads the
+    /// listener's.
     ///
     /// # Errors
     /// [`Error::Timeout`]; [`Error::Cm`] for another event on the listener (e.g.
@@ -1488,7 +1518,7 @@ impl<T: CmTransport> CmListener<T> {
     /// See rdma_get_cm_event(3).
     #[doc(alias = "rdma_get_cm_event")]
     pub fn next_request(&self, timeout: Duration) -> Result<ConnRequest<T>> {
-        self.request(self.raw.expect(Verb::Listen, CmEvent::ConnectRequest, timeout)?)
+        self.raw.next_with(timeout, &Self::what, || self.try_request())
     }
 
     /// `rdma_get_cm_event`, awaited: the asynchronous [`next_request`](Self::next_request) (`tokio`
@@ -1502,7 +1532,21 @@ impl<T: CmTransport> CmListener<T> {
     #[cfg(feature = "tokio")]
     #[doc(alias = "rdma_get_cm_event")]
     pub async fn next_request_async(&self) -> Result<ConnRequest<T>> {
-        self.request(self.raw.expect_async(Verb::Listen, CmEvent::ConnectRequest).await?)
+        self.raw.next_async_with(&Self::what, || self.try_request()).await
+    }
+
+    fn what() -> String {
+        format!("{}: the {:?} event", Verb::Listen, CmEvent::ConnectRequest)
+    }
+
+    /// The next request, if an event is pending: read, and its identifier moved to a channel
+    /// of its own, under `reading`, so that no other thread reads this channel in between
+    /// (where the new identifier's first events still arrive; its migration moves those not
+    /// read yet). Never blocks but on that lock, whose holders do not block either.
+    fn try_request(&self) -> Result<Option<ConnRequest<T>>> {
+        let _reading = self.reading.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(e) = self.raw.try_event(&Self::what)? else { return Ok(None) };
+        self.request(expected(Verb::Listen, CmEvent::ConnectRequest, e)?).map(Some)
     }
 
     /// The request a `CONNECT_REQUEST` event carried.

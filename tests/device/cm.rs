@@ -598,6 +598,55 @@ fn receives_posted_before_a_failed_connect_come_back_flushed() {
     assert_eq!(chunk.len(), 16);
 }
 
+/// Two threads wait for requests on one listener while six clients connect at once: each
+/// request goes to one of them, whole (a request's identifier leaves the listener's channel
+/// before another thread reads it, so no thread takes an event of another's request), and every
+/// client is connected with the private data it sent echoed back.
+#[test]
+fn six_concurrent_clients_are_served_whole_by_two_threads_waiting_on_one_listener() {
+    const CLIENTS: usize = 6;
+    let listener = std::sync::Arc::new(CmListener::bind(SocketAddr::new(IpAddr::V4(local_ip()), 0), 8).unwrap());
+    let to = SocketAddr::new(IpAddr::V4(local_ip()), listener.port());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let servers: Vec<_> = (0..2)
+        .map(|_| {
+            let (listener, accepted) = (listener.clone(), accepted.clone());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + WAIT;
+                let mut conns = Vec::new();
+                while accepted.load(std::sync::atomic::Ordering::SeqCst) < CLIENTS && Instant::now() < deadline {
+                    let req = match listener.next_request(Duration::from_millis(200)) {
+                        Ok(req) => req,
+                        Err(Error::Timeout { .. }) => continue,
+                        Err(e) => panic!("a waiting thread got {e:?}"),
+                    };
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let side = Side::on(&req.device_name().expect("the request's device"));
+                    let param = ConnParam { private_data: req.private_data()[..1].to_vec(), ..ConnParam::default() };
+                    let conn = req.accept(side.qp(), Access::NONE, &param, WAIT).expect("rdma_accept");
+                    conns.push((side, conn));
+                }
+                conns
+            })
+        })
+        .collect();
+    let clients: Vec<_> = (0..CLIENTS as u8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let side = Side::on(&device_name());
+                let param = ConnParam { private_data: vec![i], ..ConnParam::default() };
+                let conn = resolve(to).connect(side.qp(), Access::NONE, &param, WAIT).expect("rdma_connect");
+                assert_eq!(conn.peer_private_data().first(), Some(&i), "client {i}'s own request was answered");
+                (side, conn)
+            })
+        })
+        .collect();
+    let connected: Vec<_> = clients.into_iter().map(|c| c.join().expect("a client")).collect();
+    let served: Vec<_> = servers.into_iter().map(|s| s.join().expect("a waiting thread")).collect();
+    assert_eq!(connected.len(), CLIENTS);
+    assert_eq!(served.iter().map(Vec::len).sum::<usize>(), CLIENTS, "every request accepted once");
+}
+
 /// A `Connection` dropped, not disconnected, with an owned receive outstanding on its QP: the
 /// token keeps the QP alive, and the drop moves it to ERR, so the receive comes back flushed in
 /// bounded time instead of waiting on a connection nobody serves; the peer sees the disconnect.
