@@ -3,7 +3,9 @@
 //! registrations, the closure form, and raw memory. Each carries traffic with every byte
 //! checked; `deregister` gives the same buffer back; a leaked registration of each kind is
 //! followed by traffic checked with sentinels; a panic in the closure deregisters; a
-//! deregistration the closure form cannot make aborts the process.
+//! deregistration the closure form cannot make aborts the process. Hostile buffers: one that
+//! answers other memory on every call is asked once, and one whose drop panics is dropped only
+//! after its deregistration.
 
 use std::os::unix::process::ExitStatusExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -180,6 +182,94 @@ fn a_registered_region_swapped_for_another_reports_it_holds_no_such_buffer() {
     drop(boxed);
     assert_eq!(heap.as_slice(), &[1u8; 4096][..], "the plain region now owns the Vec and reads it");
     heap.deregister().map_err(|(e, _)| e).expect("deregister the plain region owning the Vec");
+}
+
+/// A buffer breaking `StableBuffer`'s promise: every call of `stable_bytes` answers a shorter
+/// tail of its memory, and counts the calls.
+struct Shifty {
+    mem: Box<[u8]>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+// SAFETY: deliberately not upheld ("the same memory every time"), to show that the library asks
+// once and keeps to that answer; every answer lies inside the buffer's own allocation, which
+// only its drop frees.
+#[allow(unsafe_code)]
+unsafe impl StableBuffer for Shifty {
+    fn stable_bytes(&mut self) -> &mut [u8] {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let off = n.min(self.mem.len() - 1);
+        &mut self.mem[off..]
+    }
+}
+
+/// A buffer whose `stable_bytes` would answer other memory on a second call is asked once, at
+/// registration: the region is that first answer, whole, a peer's RDMA WRITE lands there, and
+/// neither views, volatile reads nor `deregister` ask again.
+#[test]
+fn a_buffer_answering_other_memory_each_call_is_registered_once_as_it_first_answered() {
+    const LEN: usize = 4096;
+    let (r, p) = pair();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mem = vec![0u8; LEN].into_boxed_slice();
+    let at = mem.as_ptr() as u64;
+    let reg = r.pd.register(Shifty { mem, calls: calls.clone() }, access::REMOTE_RW).expect("registered");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "asked once, at registration");
+    assert_eq!((reg.addr(), reg.len()), (at, LEN), "the region is the first answer, whole");
+    let mut src = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    src.as_mut_slice().copy_from_slice(&pattern(LEN, 11));
+    assert_eq!(peer_write(&p, src.slice(..).unwrap(), reg.remote(..).unwrap()), WcStatus::Success);
+    let mut landed = vec![0u8; LEN];
+    reg.read_volatile_into(0, &mut landed).unwrap();
+    assert!(landed == src.as_slice(), "every byte of the WRITE, from the region's start");
+    let back = reg.deregister().map_err(|(e, _)| e).expect("deregistered");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "never asked again");
+    assert_eq!(back.mem.as_ptr() as u64, at, "the same buffer back");
+    assert!(back.mem[..] == src.as_slice()[..], "holding what the device wrote");
+}
+
+/// A buffer whose drop panics.
+struct PanicsOnDrop(Vec<u8>);
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("the buffer's own drop panics");
+    }
+}
+
+// SAFETY: the `Vec`'s heap memory, whole, every time (as `Vec<u8>`'s own impl); the panic comes
+// after nothing more than the `Vec`'s drop would do (its memory is freed as the panic unwinds).
+#[allow(unsafe_code)]
+unsafe impl StableBuffer for PanicsOnDrop {
+    fn stable_bytes(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+/// A registered buffer whose drop panics. Handed back by `deregister` (after a peer's WRITE
+/// into it) and dropped by the caller, it panics once. Dropped with its region, the region's
+/// drop deregisters first (the old rkey no longer reaches the memory: a peer's WRITE through it
+/// fails), then drops the buffer, whose panic comes out of the region's drop; the PD still
+/// registers and deregisters afterwards.
+#[test]
+fn a_buffer_whose_drop_panics_is_dropped_after_its_deregistration_and_the_panic_comes_out() {
+    const LEN: usize = 4096;
+    let (r, p) = pair();
+    let mut src = r.pd.alloc_mr(LEN, access::LOCAL_RW).unwrap();
+    src.as_mut_slice().copy_from_slice(&pattern(LEN, 5));
+    let reg = r.pd.register(PanicsOnDrop(vec![0u8; LEN]), access::REMOTE_RW).expect("registered");
+    assert_eq!(peer_write(&p, src.slice(..).unwrap(), reg.remote(..).unwrap()), WcStatus::Success);
+    let back = reg.deregister().map_err(|(e, _)| e).expect("deregistered");
+    assert!(back.0 == src.as_slice(), "every byte of the WRITE");
+    assert!(catch_unwind(AssertUnwindSafe(move || drop(back))).is_err(), "the caller's drop panics, once");
+
+    let reg = r.pd.register(PanicsOnDrop(vec![0u8; LEN]), access::REMOTE_RW).expect("the PD registers again");
+    let old = reg.remote(..).unwrap();
+    let panicked = catch_unwind(AssertUnwindSafe(move || drop(reg)));
+    assert!(panicked.is_err(), "the buffer's panic comes out of the region's drop");
+    assert_ne!(peer_write(&p, src.slice(..).unwrap(), old), WcStatus::Success, "deregistered before the panic");
+    let again = r.pd.register(vec![0u8; 64], access::LOCAL_RW).expect("the PD registers after the panic");
+    again.deregister().map_err(|(e, _)| e).expect("and deregisters");
 }
 
 /// A leaked `Registered` leaks its buffer: the memory stays registered and is never handed back
