@@ -2115,3 +2115,7 @@ mod list_attack_tests;
 // a receive CQ shared with other QPs' lanes and tokens, owned tokens given up while another
 // thread completes them, implied successes on a CQ of two QPs.
 mod lane_book_attack_tests;
+// A send lane's own success found by its number alone, around post lists refused every way,
+// made-up completions of awaited, refused and unposted numbers, and lanes reopened after a
+// drain's forced reset.
+mod lane_numbering_attack_tests;

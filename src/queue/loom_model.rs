@@ -169,6 +169,8 @@ fn check_result(book: &LaneBook, dev: &Device, i: usize) -> LaneResult {
             assert_eq!(dev.truth(i), FAILED, "request {i} reported a failure: not (yet) recorded as one");
             assert_eq!(c, device_completion(i), "request {i} failed with another request's completion");
         }
+        // The book keeps every failure here (no bound) and each is looked at once.
+        LaneResult::Lost => panic!("request {i} reported gone, with nothing to push its completion out"),
     }
     r
 }
@@ -455,6 +457,7 @@ fn reset_scenario(reqs: &'static [Req], racing: bool) {
                     assert_eq!(c, Completion::forced_reset(QP));
                     assert!(!succeeded);
                 }
+                LaneResult::Lost => panic!("request {i} reported gone: a recorded failure is kept, and read once"),
             }
         }
     });
