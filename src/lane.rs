@@ -354,9 +354,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         shared.check_usable()?;
         let tracked = q.tracked();
         let busy = tracked.outstanding();
-        let next = match tracked.lane.open() {
-            Some(next) if busy == 0 => next,
-            _ => {
+        // The lane's book is opened (and cleared) only for a queue with nothing outstanding.
+        let next = match (busy == 0).then(|| tracked.lane.open()).flatten() {
+            Some(next) => next,
+            None => {
                 let queue = if matches!(q, QueueRef::Send(_)) { "send" } else { "receive" };
                 return Err(Error::invalid(
                     what,

@@ -231,12 +231,10 @@ fn a_lane_reopened_after_a_forced_reset_reports_a_pushed_out_completion_gone() {
     });
 }
 
-/// A lane that cannot open (its send queue has an owned request outstanding) must leave the
-/// book as it was: `LaneBook::open` clears `first_error`, `reset_from`, the kept completions and
-/// the covered mark before `open_book` looks at the queue's other requests. Here that clearing
-/// is harmless only because no lane is live on the queue: the refused opening is checked to
-/// change nothing a later, real opening depends on (the kept store is empty, the numbering goes
-/// on where it was).
+/// A lane that cannot open (its send queue has an owned request outstanding) leaves the book
+/// as it was: `open_book` opens the lane's book (which clears `first_error`, `reset_from`, the
+/// kept completions and the covered mark) only for a queue with nothing outstanding. The
+/// numbering goes on where it was.
 #[test]
 fn a_refused_lane_opening_leaves_the_numbering_where_it_was() {
     bounded(20, || {

@@ -11,7 +11,7 @@
 //! | [`Mr`](crate::mr::Mr) | `ibv_dereg_mr`, then frees the memory it owns (or drops the caller's buffer) | the memory is leaked; over memory the region does not own (`register_borrowed`, `with_registered`, `register_raw`) the process aborts |
 //! | [`Srq`](crate::srq::Srq) | `ibv_destroy_srq`, then frees its parked receives | they are leaked |
 //! | [`BoundMw`](crate::mw::BoundMw), [`Mw`](crate::mw::Mw) | `ibv_dealloc_mw` (revokes a bound window) | |
-//! | [`Connection`](crate::cm::Connection) | destroys the CM identifier (which disconnects), drops the QP | |
+//! | [`Connection`](crate::cm::Connection) | destroys the CM identifier (which disconnects), moves the QP to ERR (owned requests still outstanding on it come back flushed) and drops it | a failed move to ERR drops the QP as it is |
 //! | an [`OwnedToken`](crate::owned::OwnedToken) | its buffers stay with the queue until the request completes, the QP is reset or destroyed | |
 //!
 //! The borrow checker orders the rest: a region cannot be dropped while a view of it is
