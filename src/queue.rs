@@ -1070,14 +1070,18 @@ impl LaneBook {
 
     #[cold]
     fn failure(&self, seq: u64, qp_num: u32) -> LaneResult {
+        self.completion_of_done(seq, qp_num).map_or(LaneResult::Lost, LaneResult::Failed)
+    }
+
+    /// The completion of complete request `seq` that the book hands out (a send lane's
+    /// failure or success after one, a receive lane's completion): the kept one, taken; a
+    /// forced reset's for a request the reset completed, which has none of its own; `None`
+    /// when it came and was pushed out of the bounded store (said, not invented).
+    fn completion_of_done(&self, seq: u64, qp_num: u32) -> Option<Completion> {
         match self.take(seq) {
-            Some(c) => LaneResult::Failed(c),
-            // No completion of its own: the QP was reset before the device reported it.
-            None if self.reset_from.load(Ordering::Acquire) <= seq => {
-                LaneResult::Failed(Completion::forced_reset(qp_num))
-            }
-            // Its completion came and was pushed out of the bounded store: said, not invented.
-            None => LaneResult::Lost,
+            Some(c) => Some(c),
+            None if self.reset_from.load(Ordering::Acquire) <= seq => Some(Completion::forced_reset(qp_num)),
+            None => None,
         }
     }
 
@@ -1126,12 +1130,7 @@ impl LaneBook {
         if !self.is_done(seq) {
             return Kept::Pending;
         }
-        match self.take(seq) {
-            Some(c) => Kept::Done(c),
-            // No completion of its own: the QP was reset before the device reported it.
-            None if self.reset_from.load(Ordering::Acquire) <= seq => Kept::Done(Completion::forced_reset(qp_num)),
-            None => Kept::Lost,
-        }
+        self.completion_of_done(seq, qp_num).map_or(Kept::Lost, Kept::Done)
     }
 
     /// Requests posted and not complete.
