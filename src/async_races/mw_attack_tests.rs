@@ -16,10 +16,10 @@ use super::{answer_next, fake_recv, fake_send, sends, wc_of, with_fake_qp, Answe
 use crate::access::{self, window};
 use crate::cq::CqShared;
 use crate::mr::Mr;
-use crate::mw::{inc_rkey, Type1, Type2};
+use crate::mw::{inc_rkey, Mw, PendingBind, Type1, Type2};
 use crate::pd::{Pd, PdInner};
 use crate::qp::{Qp, QpShared};
-use crate::scope::{scope, scope_with_timeout, Scope};
+use crate::scope::{scope, scope_with_timeout, Completes, Scope};
 use crate::transport::{RC, RTS};
 use crate::wr::{BindMw, InlineSendInv, LocalInv};
 
@@ -229,6 +229,23 @@ fn deliver(fake: &FakeCq, qp: &QpShared, wr_id: u64, status: u32, opcode: u32) {
     fake.complete(wc_of(qp.qp_num(), wr_id, status, opcode));
 }
 
+/// Binds `mw` over the first 64 bytes of `mr` (remote writes) on `qp`, the fake device
+/// completing the bind with `status`: what the bind's wait hands back (the window bound, or
+/// handed back unbound).
+fn bind<'s, 'e, 'm: 's>(
+    s: &'s Scope<'s, 'e>,
+    qp: &'s Qp<RC, RTS>,
+    shared: &QpShared,
+    fake: &FakeCq,
+    mw: Mw<Type2>,
+    mr: &'m Mr<access::WindowBindable>,
+    status: u32,
+) -> <PendingBind<'m, Type2, window::Write> as Completes>::Output {
+    let t = s.post_send(qp, BindMw::new(mw, mr, 0, 64, window::WRITE)).expect("posted");
+    deliver(fake, shared, last_wr(shared), status, sys::IBV_WC_BIND_MW);
+    s.wait(t, T).expect("completed").1
+}
+
 /// The `wr_id` of the last request the provider took from `qp`.
 fn last_wr(qp: &QpShared) -> u64 {
     sends(qp).last().expect("a request taken").0
@@ -351,17 +368,13 @@ fn a_failed_type2_bind_leaves_its_rkey_unclaimable_until_the_next_bind() {
     let mw = pd(w).alloc_mw::<Type2>().expect("type 2");
     let k = mw.raw_rkey();
     let r = scope(|s| {
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_WR_FLUSH_ERR, sys::IBV_WC_BIND_MW);
-        let mw = s.wait(t, T).expect("completed").1.expect_err("unbound");
+        let mw = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_WR_FLUSH_ERR).expect_err("unbound");
         assert_eq!(mw.raw_rkey(), k);
         let e = s.post_send(&qp, InlineSendInv::new(b"x", inc_rkey(k))).expect_err("no live binding");
         assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{:?}", e.error);
         let e = s.post_send(&qp, InlineSendInv::new(b"x", k)).expect_err("an unbound window's rkey");
         assert!(is_invalid(&e.error, "ibv_post_send (SEND_WITH_INV)"), "{:?}", e.error);
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         assert_eq!(b.rkey(), inc_rkey(k));
         b
     });
@@ -448,9 +461,7 @@ fn a_send_with_invalidate_of_a_binding_whose_invalidation_waits_on_the_cq_is_ref
     let mr = region(w, 4096);
     let mw = pd(w).alloc_mw::<Type2>().expect("type 2");
     let r = scope(|s| {
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         let k = b.rkey();
         // The peer's SEND_WITH_INV arrives on this QP's receive queue; nobody polled yet.
         let (seq, tok) = recv(&shared);
@@ -486,9 +497,7 @@ fn a_local_invalidation_and_a_send_with_invalidate_of_one_binding_exclude_each_o
     let mr = region(w, 4096);
     let mw = pd(w).alloc_mw::<Type2>().expect("type 2");
     let r = scope(|s| {
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         let k = b.rkey();
         let t = s.post_send(&qp, LocalInv::new(b)).expect("posted");
         let inv = last_wr(&shared);
@@ -514,9 +523,7 @@ fn a_binding_is_invalidated_once_then_handed_back_by_its_invalidation() {
     let mr = region(w, 4096);
     let mw = pd(w).alloc_mw::<Type2>().expect("type 2");
     let r = scope(|s| {
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         let k = b.rkey();
         let t1 = s.post_send(&qp, InlineSendInv::new(b"x", k)).expect("the first");
         send_inv_refused(s, &qp, k, "the second");
@@ -548,15 +555,11 @@ fn a_stale_rkey_after_a_rebind_invalidates_nothing() {
     let mr = region(w, 4096);
     let mw = pd(w).alloc_mw::<Type2>().expect("type 2");
     let r = scope(|s| {
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         let k = b.rkey();
         let old = peer_invalidates(fake, &cq, &shared, k);
         let mw = b.invalidated_by(&old).expect("invalidated");
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         assert_eq!(b.rkey(), inc_rkey(k));
         send_inv_refused(s, &qp, k, "stale");
         let b = b.invalidated_by(&old).expect_err("the old completion names the old rkey");
@@ -581,9 +584,7 @@ fn an_rkey_wrapped_around_is_not_unbound_by_the_first_bindings_invalidation() {
         let mut mw = mw;
         let mut first = None;
         for i in 0..=256u32 {
-            let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-            deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-            let b = s.wait(t, T).expect("completed").1.expect("bound");
+            let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
             if i == 256 {
                 let (c, k) = first.expect("the first binding's invalidation");
                 assert_eq!(b.rkey(), k, "wrapped around");
@@ -650,9 +651,7 @@ fn threads_invalidating_one_binding_let_exactly_one_invalidation_through() {
     let mr = region(w, 4096);
     let mw = pd(w).alloc_mw::<Type2>().expect("type 2");
     let r = scope(|s| {
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         let k = b.rkey();
         let go = std::sync::Barrier::new(8);
         let accepted = std::thread::scope(|ts| {
@@ -685,9 +684,7 @@ fn a_failed_local_invalidation_is_not_tried_again() {
     let mw = pd(w).alloc_mw::<Type2>().expect("type 2");
     let p = mw.as_ptr();
     let r = scope(|s| {
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         let k = b.rkey();
         let t = s.post_send(&qp, LocalInv::new(b)).expect("posted");
         deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_WR_FLUSH_ERR, sys::IBV_WC_LOCAL_INV);
@@ -759,17 +756,13 @@ fn a_type2_binding_holds_its_qp_until_it_is_certainly_unbound() {
     let mw = pd(w).alloc_mw::<Type2>().expect("type 2");
     let base = Arc::strong_count(&shared);
     let r = scope(|s| {
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         assert_eq!(Arc::strong_count(&shared), base + 1, "held by the binding");
         let t = s.post_send(&qp, LocalInv::new(b)).expect("posted");
         deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_LOCAL_INV);
         let mw = s.wait(t, T).expect("completed").1.expect("unbound");
         assert_eq!(Arc::strong_count(&shared), base, "let go once certainly unbound");
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_WR_FLUSH_ERR, sys::IBV_WC_BIND_MW);
-        let mw = s.wait(t, T).expect("completed").1.expect_err("failed");
+        let mw = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_WR_FLUSH_ERR).expect_err("failed");
         assert_eq!(Arc::strong_count(&shared), base + 1, "a failed bind may have run: kept");
         mw
     });
@@ -791,9 +784,7 @@ fn a_refused_send_with_invalidate_gives_its_claim_back_only_when_certainly_not_p
     let mw = pd(w).alloc_mw::<Type2>().expect("type 2");
     let p = mw.as_ptr();
     let r = scope_with_timeout(Duration::from_millis(300), |s| {
-        let t = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).expect("posted");
-        deliver(fake, &shared, last_wr(&shared), sys::IBV_WC_SUCCESS, sys::IBV_WC_BIND_MW);
-        let b = s.wait(t, T).expect("completed").1.expect("bound");
+        let b = bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound");
         let k = b.rkey();
         answer_next(&shared, Answer::RefuseAt(0));
         let e = s.post_send(&qp, InlineSendInv::new(b"x", k)).map(drop).expect_err("refused");
