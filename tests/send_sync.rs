@@ -26,8 +26,8 @@ use typed_verbs::odp::{ImplicitMr, ImplicitOdpCap, OdpCap, OdpCaps, OdpOps, Pref
 use typed_verbs::owned::{OwnedCompletion, OwnedToken, OwnedWaitError};
 use typed_verbs::pd::Pd;
 use typed_verbs::qp::{
-    ConnectedInit, Endpoint, ObservedState, Qp, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, TransitionError, UcRtr, UdInit,
-    UdRtr,
+    ConnectedInit, Endpoint, ObservedState, PeerPath, Qp, QpCaps, QpConfig, RcRtr, RcRts, SqPsn, TransitionError,
+    UcRtr, UdInit, UdRtr,
 };
 use typed_verbs::scope::{PostError, PostListError, Scope, Token, WaitError};
 use typed_verbs::srq::Srq;
@@ -153,6 +153,7 @@ assert_impl_all!(Grh: Send, Sync, Unpin, Copy);
 assert_impl_all!(QpCaps: Send, Sync, Unpin, Copy);
 assert_impl_all!(QpConfig<'static>: Send, Sync, Unpin, Clone);
 assert_impl_all!(Endpoint: Send, Sync, Unpin, Copy);
+assert_impl_all!(PeerPath: Send, Sync, Unpin, Copy);
 assert_impl_all!(ObservedState: Send, Sync, Unpin, Copy);
 assert_impl_all!(ConnectedInit: Send, Sync, Unpin, Copy);
 assert_impl_all!(UdInit: Send, Sync, Unpin, Copy);
