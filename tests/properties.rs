@@ -55,23 +55,34 @@ fn window_adverts_round_trip_and_garbage_never_panics() {
     }
 }
 
+/// A slice is accepted exactly when it lies inside the remote region and its address is
+/// representable: `off + n <= len` without overflow, and `addr + off` without overflow. The
+/// address comes from the wire (a peer's advertisement), so it is drawn from the whole `u64`
+/// range, a quarter of the time within `len` of `u64::MAX`, where `addr + off` overflows.
 #[test]
 fn remote_slicing_stays_inside_and_never_overflows() {
     let mut rng = Rng(42);
+    let mut address_overflows = 0;
     for _ in 0..50_000 {
         let len = rng.next() % (1 << 40);
-        let base = RemoteSlice::<access::RemoteRw>::from_wire(rng.next() >> 1, len, 7);
+        let addr = if rng.next() % 4 == 0 { u64::MAX - rng.next() % (len + 1) } else { rng.next() };
+        let base = RemoteSlice::<access::RemoteRw>::from_wire(addr, len, 7);
         let (off, n) = match rng.next() % 3 {
             0 => (rng.next(), rng.next()),
             1 => (rng.next() % (len + 1), rng.next() % (len + 1)),
             _ => (len, 0),
         };
+        let inside = off.checked_add(n).is_some_and(|end| end <= len);
+        let at = addr.checked_add(off);
+        address_overflows += usize::from(inside && at.is_none());
         match base.slice(off, n) {
             Ok(s) => {
-                assert!(off.checked_add(n).is_some_and(|end| end <= len));
-                assert_eq!((s.addr(), s.len(), s.rkey()), (base.addr() + off, n, 7));
+                assert!(inside, "{off}+{n} accepted in a region of {len}");
+                assert_eq!((Some(s.addr()), s.len(), s.rkey()), (at, n, 7), "{addr:#x}+{off}");
             }
-            Err(_) => assert!(off.checked_add(n).is_none_or(|end| end > len)),
+            Err(_) => assert!(!inside || at.is_none(), "{off}+{n} refused in a region of {len} at {addr:#x}"),
         }
     }
+    // The draws reach the address overflow, not only the length overflow.
+    assert!(address_overflows > 1000, "only {address_overflows} slices whose address overflows");
 }
