@@ -190,10 +190,21 @@ fn exchange(
     chunk.as_slice().to_vec()
 }
 
-/// A 16-byte receive buffer, owned, for a receive posted before the connection exists.
+/// A 16-byte receive buffer, owned, for a receive posted before the connection exists. It is
+/// filled with [`RECV_SENTINEL`], so that a message's bytes are seen to land (a fresh region
+/// reads as zeros, which is what rdma-core's `rdma_client` and `rdma_server` send).
 pub(crate) fn recv_chunk(side: &Side) -> Chunk<access::LocalRw> {
-    side.pd.alloc_mr(16, access::LOCAL_RW).unwrap().into_chunks(16).unwrap().remove(0)
+    let mut chunk = side.pd.alloc_mr(16, access::LOCAL_RW).unwrap().into_chunks(16).unwrap().remove(0);
+    chunk.as_mut_slice().fill(RECV_SENTINEL);
+    chunk
 }
+
+/// What [`recv_chunk`] holds until a message lands in it.
+const RECV_SENTINEL: u8 = 0xEE;
+
+/// The 16 bytes rdma-core's `rdma_client` and `rdma_server` send: their `send_msg`, a static
+/// buffer nothing writes (all zeros); our examples send the same.
+const C_CM_MESSAGE: [u8; 16] = [0; 16];
 
 #[test]
 fn our_listener_serves_rdma_cores_rdma_client() {
@@ -209,7 +220,7 @@ fn our_listener_serves_rdma_cores_rdma_client() {
     let recv = accepting.qp().post_recv_owned(wr::Recv::new(recv_chunk(&side))).map_err(|e| e.error).unwrap();
     let conn = accepting.accept(WAIT).expect("rdma_accept");
     let got = exchange(&conn, &side, recv, b"from typed-verbs");
-    assert_eq!(got.len(), 16, "rdma_client's message");
+    assert_eq!(got, C_CM_MESSAGE, "rdma_client's message, over the receive's sentinel {RECV_SENTINEL:#x}");
     assert_eq!(conn.wait_disconnected(WAIT).expect("rdma_client disconnects when done"), PeerEnded::Disconnected);
     conn.disconnect().expect("our side of the disconnect");
     let out = client.expect_success(WAIT);
@@ -243,7 +254,7 @@ fn our_connect_talks_to_rdma_cores_rdma_server() {
     let side = Side::on(&device_name());
     let (mut server, conn, recv) = connect_to_c_server(&side, TcpPort::CmCServerWithOurs);
     let got = exchange(&conn, &side, recv, b"from typed-verbs");
-    assert_eq!(got.len(), 16, "rdma_server's answer");
+    assert_eq!(got, C_CM_MESSAGE, "rdma_server's answer, over the receive's sentinel {RECV_SENTINEL:#x}");
     assert_eq!(conn.wait_disconnected(WAIT).expect("rdma_server disconnects when done"), PeerEnded::Disconnected);
     conn.disconnect().expect("our side of the disconnect");
     server.expect_success(WAIT);
