@@ -8,9 +8,9 @@
 //!   into that page in the zero page itself, so untouched pages of every later mapping read the
 //!   written bytes: zeroed allocations (`vec![None::<&T>; n]` is `alloc_zeroed`) would hold
 //!   garbage in safe code, in every process. These tests write the pattern in safe code: a
-//!   buffer read, then received into (or read by the device, then written); afterwards a new
-//!   ODP region must read as zeros, and ODP memory must be a memfd's shared mapping, which has
-//!   no zero page behind it.
+//!   buffer read, then received into (or read by the device, then written); afterwards the zero
+//!   page (read through a new private anonymous mapping) and a new ODP region must read as
+//!   zeros, and ODP memory must be a memfd's shared mapping, which has no zero page behind it.
 //!
 //! Observed on the 6.18.15 backport's rxe while ODP memory was anonymous and private: A
 //! (program read, then a RECV) was clean; B (the device reads an untouched page for a SEND,
@@ -45,12 +45,16 @@ fn send_recv(p: &RcPair, from: LocalBuf<'_>, into: LocalBufMut<'_>) {
     .unwrap();
 }
 
-/// Where a sentinel byte shows up in memory that must read as zeros: the untouched pages of a
-/// new ODP region (read through `as_slice`). The zero page itself has no reliable probe in safe
-/// code (a fresh `vec![0u8; n]` maps it only while `n` is above malloc's dynamic mmap threshold
-/// and below a transparent huge page); the test checks instead that ODP memory is a memfd's.
+/// Where a sentinel byte shows up in memory that must read as zeros: the kernel's shared zero
+/// page itself, read through the untouched pages of a new private anonymous mapping (each read
+/// fault of such a page maps the zero page; huge pages are refused before the first fault, so
+/// that no huge zero page stands in for it), and the untouched pages of a new ODP region (read
+/// through `as_slice`).
 fn zero_page_probe(pd: &Pd, cap: &OdpCap<RC>) -> Vec<(String, usize, u8)> {
     let mut seen = Vec::new();
+    if let Some((i, b)) = zero_page_bytes(4) {
+        seen.push(("the zero page (a new private anonymous mapping)".to_string(), i, b));
+    }
     let fresh = pd.alloc_mr_odp(4 * PAGE, access::LOCAL_RW, cap).unwrap();
     if let Some((i, &b)) = fresh.as_slice().iter().enumerate().find(|(_, &b)| b != 0) {
         seen.push(("a new ODP region".to_string(), i, b));
@@ -58,8 +62,28 @@ fn zero_page_probe(pd: &Pd, cap: &OdpCap<RC>) -> Vec<(String, usize, u8)> {
     seen
 }
 
+/// The first nonzero byte (offset, value) of `pages` untouched pages of a new private anonymous
+/// read-only mapping, each read once: what the kernel's shared zero page holds.
+#[allow(unsafe_code)] // mmap(2): the zero page is reached through a private anonymous mapping only
+fn zero_page_bytes(pages: usize) -> Option<(usize, u8)> {
+    let len = pages * PAGE;
+    // SAFETY: a new private anonymous mapping of `len` bytes that nothing else knows of; it is
+    // only read (each read stays inside it) and unmapped before returning.
+    unsafe {
+        let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+        assert_ne!(p, libc::MAP_FAILED, "mmap(2): {}", std::io::Error::last_os_error());
+        let no_thp = libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
+        assert_eq!(no_thp, 0, "madvise(MADV_NOHUGEPAGE): {}", std::io::Error::last_os_error());
+        let bytes = p.cast::<u8>();
+        let found = (0..len).map(|i| (i, bytes.add(i).read_volatile())).find(|&(_, b)| b != 0);
+        assert_eq!(libc::munmap(p, len), 0, "munmap(2): {}", std::io::Error::last_os_error());
+        found
+    }
+}
+
 /// Three ways, in safe code, to have the device write into an ODP page that was only read
-/// since it was mapped; after each, freshly zeroed memory of the process must read as zeros.
+/// since it was mapped; after each, the kernel's zero page and freshly zeroed memory of the
+/// process must read as zeros.
 /// ODP memory is a shared memory file's (`Pd::alloc_mr_odp`), whose read faults allocate
 /// pages of its own: on the 6.18 backport's rxe, B and C wrote the kernel's zero page while
 /// the memory was anonymous and private.
