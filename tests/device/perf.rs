@@ -144,7 +144,14 @@ fn send_bw_receives_with_lanes_and_with_tokens_by_count_and_by_duration() {
         let mut p = Proc::spawn("perf send_bw", &example("perf"), &a);
         let out = finished(&mut p);
         assert!(out.lines().any(|l| l.contains("Receives") && l.contains(receives)), "{extra:?}:\n{out}");
-        assert!(json_num(&out, "iterations") >= 2.0, "{extra:?}:\n{out}");
+        // By count, every request of the count on each of the two QPs completed (perftest's
+        // -n is per QP); by duration, at least two.
+        let n = json_num(&out, "iterations");
+        if extra.contains(&"-n") {
+            assert_eq!(n, 2.0 * 400.0, "400 per QP, 2 QPs: {extra:?}:\n{out}");
+        } else {
+            assert!(n >= 2.0, "{extra:?}:\n{out}");
+        }
         assert!(json_num(&out, "bw_avg_mb_s") > 0.0, "{extra:?}:\n{out}");
     }
 }
