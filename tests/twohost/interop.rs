@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{c_tool, device_name, example, gid_index, Proc, TcpPort};
-use crate::peer::{local_addr, Peer, RemoteProc};
+use crate::peer::{local_addr, peer_addr, Peer, RemoteProc};
 
 /// Bound on one whole ping-pong (both processes).
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -55,8 +55,26 @@ fn assert_results(server: &str, client: &str, size: u32, report: &str) {
     assert!(!local.is_empty(), "no local address printed:\n{report}");
     assert_eq!(local, qpns(client, "remote address"), "QPNs differ:\n{report}");
     assert_eq!(qpns(client, "local address"), qpns(server, "remote address"), "QPNs differ:\n{report}");
-    // Across the wire: each side's GID is its own host's address.
-    assert!(server.contains("GID ::ffff:192.0.2.") && client.contains("GID ::ffff:192.0.2."), "{report}");
+    // Across the wire: each side's GID is its own host's address (the server runs on host A,
+    // the client on host B, in both placements), and each side addressed the other's.
+    let gids = |out: &str, which: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.contains(which))
+            .filter_map(|l| l.split_once("GID ").map(|(_, g)| g.trim().to_string()))
+            .collect()
+    };
+    let (a, b) = (format!("::ffff:{}", local_addr()), format!("::ffff:{}", peer_addr()));
+    for (out, side, mine, theirs) in [(server, "server (host A)", &a, &b), (client, "client (host B)", &b, &a)] {
+        let (local, remote) = (gids(out, "local address"), gids(out, "remote address"));
+        assert!(
+            !local.is_empty() && local.iter().all(|g| g == mine),
+            "{side}: local GIDs {local:?}, not {mine}:\n{report}"
+        );
+        assert!(
+            !remote.is_empty() && remote.iter().all(|g| g == theirs),
+            "{side}: remote GIDs {remote:?}, not {theirs}:\n{report}"
+        );
+    }
 }
 
 /// Where our example runs.
