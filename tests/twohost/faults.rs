@@ -426,10 +426,15 @@ fn a_path_mtu_above_the_peer_port_is_refused_here_negotiated_or_fails_typed_ther
     // landed.
     let second: Vec<u8> = big.iter().map(|b| b ^ 0xff).collect();
     src.as_mut_slice().copy_from_slice(&second);
+    // The first READ's destination holds a sentinel: what it returned is seen, not what step
+    // 1 left there.
+    back.as_mut_slice().fill(0xEE);
+    let mut first_read = vec![0u8; 3000];
     let (statuses, read_after) = scope(|s| {
         let wait = configured_retry_time() + MARGIN + WAIT;
         let t = s.post_send(&qp, wr::Read::new(back.slice_mut(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
         let (read, into) = s.wait(t, wait).unwrap();
+        into.read_volatile_into(&mut first_read);
         let t = s.post_send(&qp, wr::Write::new(src.slice(..).unwrap(), target.slice(0, 3000).unwrap())).unwrap();
         let (write, _) = s.wait(t, wait).unwrap();
         // A WRITE that completed: its bytes are read back (one response packet, as above).
@@ -451,6 +456,11 @@ fn a_path_mtu_above_the_peer_port_is_refused_here_negotiated_or_fails_typed_ther
     );
     eprintln!("{}", owner.output());
     owner.kill();
+    // A READ that completed returned the new owner's untouched region (its pattern).
+    if statuses.0 == WcStatus::Success {
+        let pristine: Vec<u8> = (0..3000).map(remote::pattern).collect();
+        assert!(first_read == pristine, "the READ completed but did not return the owner's bytes");
+    }
     // Observed on rxe (6.12 and 6.18 on either side): the READ's single 3000-byte response
     // packet is accepted by this side's 1024-byte QP. The WRITE's 1024-byte packets are mostly
     // refused by the responder expecting 4096-byte ones (a NAK: REM_INV_REQ_ERR here), and in
