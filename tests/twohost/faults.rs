@@ -195,10 +195,20 @@ fn host_b_powered_off_mid_stream_gives_retry_exc_err_in_time_every_buffer_back_t
     assert!(statuses[1..].iter().all(|s| *s == WcStatus::WrFlushErr), "{statuses:?}");
     assert!(took <= bound, "RETRY_EXC_ERR after {took:?}, configured {:?} + {MARGIN:?}", configured_retry_time());
     assert!(took >= configured_retry_time() / 2, "RETRY_EXC_ERR after only {took:?}: the retries did not run");
-    // Every buffer came back, intact.
+    // Every buffer came back, intact: each chunk still holds the one byte it was filled with.
     let mut back: Vec<u64> = chunks.iter().map(|c| c.addr()).collect();
     back.sort_unstable();
     assert_eq!(back, addrs, "every chunk is back");
+    let mut fills: Vec<u8> = chunks
+        .iter()
+        .map(|c| {
+            let b = c.as_slice()[0];
+            assert!(c.as_slice().iter().all(|&x| x == b), "chunk at {:#x} changed", c.addr());
+            b
+        })
+        .collect();
+    fills.sort_unstable();
+    assert_eq!(fills, (0..CHUNKS as u8).map(|i| 0x40 + i).collect::<Vec<_>>(), "every chunk's bytes are intact");
     assert_eq!(qp.outstanding(), (0, 0));
     assert_eq!(qp.query_state().unwrap(), ObservedState::Err);
     // The retries exhausted, the QP in ERR: this host's device reports no async event of it.
