@@ -2119,3 +2119,7 @@ mod lane_book_attack_tests;
 // made-up completions of awaited, refused and unposted numbers, and lanes reopened after a
 // drain's forced reset.
 mod lane_numbering_attack_tests;
+// Values from the provider, the device and the network taken as untrusted: QP numbers handed
+// out at creation, `ibv_poll_cq` return values outside the contract, completions with unknown
+// statuses, opcodes and flags, async events of unknown types or objects.
+mod provider_values_attack_tests;
