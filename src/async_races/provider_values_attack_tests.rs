@@ -64,3 +64,217 @@ fn a_provider_repeating_a_live_qp_number_does_not_complete_the_other_qps_request
     a_done.store(true, SeqCst);
     drop(tb);
 }
+
+/// The device's side of a CQ whose `poll_cq` may return, instead of the number of entries it
+/// wrote, what the test queued in `returns` (a negative value: a failure, nothing taken), and
+/// whose `req_notify_cq` returns what the test queued in `arm_returns` (0 when none is left).
+struct OddCq {
+    entries: Mutex<VecDeque<sys::ibv_wc>>,
+    returns: Mutex<VecDeque<i32>>,
+    arm_returns: Mutex<VecDeque<i32>>,
+    polls: AtomicUsize,
+}
+
+impl OddCq {
+    fn complete(&self, wc: sys::ibv_wc) {
+        self.entries.lock().unwrap().push_back(wc);
+    }
+    fn next_returns(&self, r: i32) {
+        self.returns.lock().unwrap().push_back(r);
+    }
+}
+
+/// The odd provider's `poll_cq`.
+///
+/// # Safety
+/// `cq` is one of [`odd_cq`]'s (its `cq_context` a leaked `OddCq`), `wc` has room for `n`
+/// entries: as `ibv_poll_cq` is called.
+unsafe extern "C" fn odd_poll(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_wc) -> i32 {
+    // SAFETY: per this function's contract.
+    let f = unsafe { &*((*cq).cq_context as *const OddCq) };
+    f.polls.fetch_add(1, SeqCst);
+    let ret = f.returns.lock().unwrap().pop_front();
+    if let Some(r) = ret.filter(|&r| r < 0) {
+        return r;
+    }
+    let mut e = f.entries.lock().unwrap();
+    let mut i = 0;
+    while i < n && !e.is_empty() {
+        // SAFETY: `i < n`, within the caller's array.
+        unsafe { *wc.add(i as usize) = e.pop_front().unwrap() };
+        i += 1;
+    }
+    ret.unwrap_or(i)
+}
+
+/// The odd provider's `req_notify_cq`.
+///
+/// # Safety
+/// `cq` is one of [`odd_cq`]'s.
+unsafe extern "C" fn odd_arm(cq: *mut sys::ibv_cq, _solicited: i32) -> i32 {
+    // SAFETY: per this function's contract.
+    let f = unsafe { &*((*cq).cq_context as *const OddCq) };
+    f.arm_returns.lock().unwrap().pop_front().unwrap_or(0)
+}
+
+/// A CQ of `w`'s device (its `CqShared` never destroyed) whose provider is [`odd_poll`] and
+/// [`odd_arm`], reporting to no completion channel.
+fn odd_cq(w: &'static World) -> (Arc<CqShared>, &'static OddCq) {
+    // SAFETY: zeroed C structs (a valid value of each: pointers null), leaked for the test;
+    // the context's two operations are this module's functions of the right types, which
+    // `CqShared` calls as a provider's; the CQ points at the leaked `OddCq`.
+    unsafe {
+        let vctx: &'static mut sys::verbs_context = Box::leak(Box::new(std::mem::zeroed()));
+        vctx.context.ops.poll_cq = Some(odd_poll);
+        vctx.context.ops.req_notify_cq = Some(odd_arm);
+        let raw: &'static mut sys::ibv_cq = Box::leak(Box::new(std::mem::zeroed()));
+        raw.context = &mut vctx.context;
+        let odd: &'static OddCq = Box::leak(Box::new(OddCq {
+            entries: Mutex::new(VecDeque::new()),
+            returns: Mutex::new(VecDeque::new()),
+            arm_returns: Mutex::new(VecDeque::new()),
+            polls: AtomicUsize::new(0),
+        }));
+        raw.cq_context = (odd as *const OddCq).cast_mut().cast();
+        let cq = CqShared::fake(NonNull::from(raw), Arc::clone(&w.ctx), None, 1 << 20);
+        std::mem::forget(Arc::clone(&cq));
+        (cq, odd)
+    }
+}
+
+/// The typed error of a failed `ibv_poll_cq` that returned `ret`: the verb named, an errno.
+#[track_caller]
+fn assert_poll_failed(e: &crate::Error, ret: i32) {
+    match e {
+        crate::Error::Verb { verb, source, .. } => {
+            assert_eq!(verb.name(), "ibv_poll_cq", "{e}");
+            let errno = source.raw_os_error().expect("an errno");
+            assert_eq!(errno, ret.checked_neg().unwrap_or(ret), "{e}");
+        }
+        other => panic!("a failed poll returning {ret}: {other:?}"),
+    }
+}
+
+/// `ibv_poll_cq` returning more entries than asked for (a provider's mistake): the waits of an
+/// owned send, an owned receive and `Cq::progress` take what was asked for at most, never read
+/// past it, hand each completion to its own token once, and complete nothing else.
+#[test]
+fn a_poll_returning_more_entries_than_asked_completes_only_what_it_wrote() {
+    let w = World::new();
+    let (cq, odd) = odd_cq(w);
+    let qp = w.qp(0x7b0, 8, &cq, None);
+    // The awaited send's completion, the return saying 9 where 1 was asked for.
+    let (s0, t0, d0, e0) = watched_send(&qp);
+    let (s1, t1, d1, e1) = watched_send(&qp);
+    d0.store(true, SeqCst);
+    odd.complete(send_wc(0x7b0, s0, sys::IBV_WC_SUCCESS));
+    odd.next_returns(9);
+    let (c, _buf) = t0.wait(Duration::from_secs(1)).map_err(|e| e.error).expect("its own completion");
+    assert!(c.is_success());
+    assert!(qp.sq.is_pending(s1), "a request nothing completed is complete");
+    // An empty CQ that says it returned entries: no completion of anybody's.
+    for r in [1, 16, i32::MAX] {
+        odd.next_returns(r);
+        let n = crate::cq::Cq { inner: Arc::clone(&cq) }.progress().expect("a poll");
+        assert!(n <= 16, "{n} entries taken from a batch of 16");
+    }
+    assert!(qp.sq.is_pending(s1), "a request nothing completed is complete");
+    let Err(t1) = t1.try_complete() else { panic!("handed back while still on the device") };
+    // A receive, its completion in a batch that claims more than the batch holds.
+    let r = post_recv(&qp);
+    odd.complete(recv_wc(0x7b0, 0, sys::IBV_WC_SUCCESS));
+    odd.next_returns(1000);
+    let mut out = [crate::wc::Completion::default(); 3];
+    let n = crate::cq::Cq { inner: Arc::clone(&cq) }.poll_into(&mut out).expect("a poll");
+    assert!(n <= out.len());
+    let (c, ()) = r.wait(Duration::from_secs(1)).map_err(|e| e.error).expect("the receive's own completion");
+    assert!(c.is_success() && c.qp_num() == 0x7b0);
+    d1.store(true, SeqCst);
+    odd.complete(send_wc(0x7b0, s1, sys::IBV_WC_SUCCESS));
+    assert!(t1.wait(Duration::from_secs(1)).is_ok());
+    assert_eq!(e0.load(SeqCst) + e1.load(SeqCst), 0, "a buffer handed back or dropped early");
+}
+
+/// `ibv_poll_cq` failing with negative values other than -1 (an errno returned negated, or a
+/// value no errno has): every wait reports `Error::Verb` naming `ibv_poll_cq` with the token
+/// handed back, nothing panics, and the request completes by its own completion afterwards.
+#[test]
+fn polls_failing_with_any_negative_value_are_typed_errors_on_every_wait() {
+    let w = World::new();
+    let (cq, odd) = odd_cq(w);
+    let qp = w.qp(0x7c0, 8, &cq, None);
+    let srq = w.srq(4);
+    let qs = w.qp(0x7c1, 8, &cq, Some(Arc::clone(&srq)));
+    let _ = &qs;
+    for ret in [-2, -libc::EIO, -4095, i32::MIN, -1] {
+        // An owned send.
+        let (seq, t, done, early) = watched_send(&qp);
+        odd.next_returns(ret);
+        let Err(e) = t.wait(Duration::from_secs(1)) else { panic!("{ret}: the poll failed, the wait succeeded") };
+        assert_poll_failed(&e.error, ret);
+        done.store(true, SeqCst);
+        odd.complete(send_wc(0x7c0, seq, sys::IBV_WC_SUCCESS));
+        assert!(e.token.wait(Duration::from_secs(1)).is_ok(), "{ret}: its own completion");
+        assert_eq!(early.load(SeqCst), 0);
+        // An owned receive.
+        let rseq = qp.rq.lock().push(true);
+        let r = OwnedToken::new(QueueArc::Recv(Arc::clone(&qp)), rseq, (), None);
+        odd.next_returns(ret);
+        let e = r.wait(Duration::from_secs(1)).expect_err("the poll failed");
+        assert_poll_failed(&e.error, ret);
+        odd.complete(recv_wc(0x7c0, rseq, sys::IBV_WC_SUCCESS));
+        assert!(e.token.wait(Duration::from_secs(1)).is_ok(), "{ret}: the receive's own completion");
+        // A shared receive queue's receive.
+        let (sseq, st) = post_srq_recv(&srq);
+        odd.next_returns(ret);
+        let e = st.wait(Duration::from_secs(1)).expect_err("the poll failed");
+        assert_poll_failed(&e.error, ret);
+        odd.complete(recv_wc(0x7c1, sseq, sys::IBV_WC_SUCCESS));
+        assert!(e.token.wait(Duration::from_secs(1)).is_ok(), "{ret}: the SRQ receive's own completion");
+        // Progress without a token.
+        odd.next_returns(ret);
+        let e = crate::cq::Cq { inner: Arc::clone(&cq) }.progress().expect_err("the poll failed");
+        assert_poll_failed(&e, ret);
+    }
+}
+
+/// The lanes' waits over a provider whose polls fail with negative values other than -1, or
+/// claim more entries than asked: the send lane's and the receive lane's waits report the
+/// failure with the token back, and the request's own completion answers the next wait.
+#[test]
+fn lane_waits_over_odd_poll_returns_are_typed_and_answer_the_own_completion() {
+    let w = World::new();
+    let (cq, odd) = odd_cq(w);
+    let shared = w.posting_qp(0x7d0, 8, &cq, None);
+    std::mem::forget(Arc::clone(&shared));
+    let mut qp: Qp<RC, RTS> = Qp::from_fake(Arc::clone(&shared));
+    let r = scope(|s| {
+        let (mut send, mut recv) = s.lanes(&mut qp).expect("lanes");
+        let mut wr = send.prepare(Write::new(w.local(0x1000, 64), remote())).expect("prepared");
+        let mut rr = recv.prepare(Recv::new(w.local_mut(0x2000, 64))).expect("prepared");
+        for ret in [-2, i32::MIN, -libc::EAGAIN] {
+            let t = send.post(&mut wr).expect("posted");
+            let seq = sends(&shared).last().unwrap().0;
+            odd.next_returns(ret);
+            odd.next_returns(ret);
+            let e = send.wait(t, Duration::from_secs(1)).expect_err("the poll failed");
+            assert_poll_failed(&e.error, ret);
+            odd.complete(wc_of(0x7d0, seq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_WRITE));
+            // Claimed as more entries than the one asked for.
+            odd.next_returns(5);
+            assert!(send.wait(e.token, Duration::from_secs(1)).expect("own completion").is_success());
+            let t = recv.post(&mut rr).expect("posted");
+            let rseq = *recvs(&shared).last().unwrap();
+            odd.next_returns(ret);
+            odd.next_returns(ret);
+            let e = recv.wait(t, Duration::from_secs(1)).expect_err("the poll failed");
+            assert_poll_failed(&e.error, ret);
+            assert!(rr.received().is_none(), "handed out while the device may write it");
+            odd.complete(wc_of(0x7d0, rseq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV));
+            odd.next_returns(3);
+            assert!(recv.wait(e.token, Duration::from_secs(1)).expect("own completion").is_success());
+            assert!(rr.received().is_some());
+        }
+    });
+    assert!(r.is_ok(), "{r:?}");
+}
