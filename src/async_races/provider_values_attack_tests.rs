@@ -278,3 +278,50 @@ fn lane_waits_over_odd_poll_returns_are_typed_and_answer_the_own_completion() {
     });
     assert!(r.is_ok(), "{r:?}");
 }
+
+/// Asynchronous events the library does not know, or about objects it does not know: an event
+/// type of a newer kernel comes out as `Unknown` with its value; a port event whose number is
+/// no `u8` names port 0 (no port) rather than another port; a CQ error naming a CQ that none
+/// of the context's CQs is breaks no QP; a QP event of a QP the library did not create is
+/// reported with its number and changes nothing. Each is acknowledged, nothing panics.
+#[test]
+fn async_events_of_unknown_types_and_objects_are_typed_and_change_nothing() {
+    let (w, wfd) = world_with_events();
+    let (cq, _) = w.cq();
+    w.ctx.cqs.lock().unwrap().push(Arc::downgrade(&cq));
+    let qp = w.qp(0x7e0, 4, &cq, None);
+    let ctx = crate::device::Context { inner: Arc::clone(&w.ctx) };
+    let next = || ctx.next_async_event(Duration::from_secs(1)).expect("an event");
+    for t in [0x7777, sys::IBV_EVENT_WQ_FATAL + 1000, u32::MAX] {
+        inject_event(wfd, 0xdead_beef, t);
+        let ev = next();
+        assert_eq!(ev, AsyncEvent::Unknown(t));
+        assert!(ev.to_string().contains(&t.to_string()), "{ev}");
+        assert_eq!((ev.qp_num(), ev.port()), (None, None));
+    }
+    for (element, port) in [(1u64, 1u8), (255, 255), (256, 0), (0xffff_ffff, 0), (u64::MAX, 0)] {
+        inject_event(wfd, element, sys::IBV_EVENT_PORT_ERR);
+        assert_eq!(next(), AsyncEvent::PortError { port }, "element {element:#x}");
+    }
+    // A CQ of the device that is none of the context's CQs (an `ibv_cq` the library never
+    // registered).
+    // SAFETY: a zeroed `ibv_cq` (a valid value: its mutex and condition their static
+    // initialisers), leaked: the acknowledgement locks it.
+    let stray: &'static mut sys::ibv_cq = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
+    let stray_ptr: *mut sys::ibv_cq = stray;
+    inject_event(wfd, stray_ptr as u64, sys::IBV_EVENT_CQ_ERR);
+    assert_eq!(next(), AsyncEvent::CqError { cq: HandleId::of(stray_ptr) });
+    assert!(qp.check_usable().is_ok(), "a CQ error of another CQ broke a QP");
+    // A QP event of a QP the library did not create, numbered as one of its own.
+    // SAFETY: a zeroed `ibv_qp`, leaked: the decoding reads its number, the acknowledgement
+    // locks it.
+    let foreign: &'static mut sys::ibv_qp = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
+    foreign.qp_num = 0x7e0;
+    let foreign_ptr: *mut sys::ibv_qp = foreign;
+    for t in [sys::IBV_EVENT_QP_FATAL, sys::IBV_EVENT_QP_LAST_WQE_REACHED, sys::IBV_EVENT_COMM_EST] {
+        inject_event(wfd, foreign_ptr as u64, t);
+        assert_eq!(next().qp_num(), Some(0x7e0));
+    }
+    assert!(qp.check_usable().is_ok(), "a QP event broke a QP");
+    assert!(matches!(ctx.next_async_event(Duration::ZERO), Err(crate::Error::Timeout { .. })));
+}
