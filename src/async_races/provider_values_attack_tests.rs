@@ -325,3 +325,27 @@ fn async_events_of_unknown_types_and_objects_are_typed_and_change_nothing() {
     assert!(qp.check_usable().is_ok(), "a QP event broke a QP");
     assert!(matches!(ctx.next_async_event(Duration::ZERO), Err(crate::Error::Timeout { .. })));
 }
+
+/// QP numbers are 24 bits; the number a provider hands out at creation is taken as it comes.
+/// A destroyed shared receive queue is recorded among a CQ's destroyed objects under the
+/// number no QP has (`u32::MAX`): a QP the provider numbered so must not have its completions
+/// taken for the destroyed SRQ's when the next registration drains that list (its request
+/// would never complete: its wait would time out, a scope would break the QP).
+#[test]
+fn a_qp_numbered_beyond_24_bits_keeps_its_completions_across_a_drain_of_destroyed_objects() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let x = w.qp(u32::MAX, 4, &cq, None);
+    let srq = w.destroyable_srq(4);
+    let y = w.posting_qp(0x7f1, 4, &cq, Some(Arc::clone(&srq)));
+    drop(y);
+    drop(srq);
+    let t = post_send(&x, true);
+    fake.complete(send_wc(u32::MAX, 0, sys::IBV_WC_SUCCESS));
+    // The next QP created on the CQ drains what the destroyed ones may have left in it.
+    let _z = w.qp(0x7f2, 4, &cq, None);
+    match t.wait(Duration::from_millis(200)) {
+        Ok((c, ())) => assert!(c.is_success()),
+        Err(e) => panic!("the live QP's completion was taken for a destroyed SRQ's: {}", e.error),
+    }
+}
