@@ -349,3 +349,47 @@ fn a_qp_numbered_beyond_24_bits_keeps_its_completions_across_a_drain_of_destroye
         Err(e) => panic!("the live QP's completion was taken for a destroyed SRQ's: {}", e.error),
     }
 }
+
+/// A UD receive's source fields come from the network (the LRH's service level, the source
+/// LID, the destination LID's path bits): an address handle back from a completion whose
+/// fields do not fit the headers' widths is refused before the provider sees them, as an
+/// address vector of the program's own would be (providers shift them unmasked into their
+/// hardware's words). A completion that is no successful receive (an unknown status or
+/// opcode) is refused too. Nothing panics.
+#[test]
+fn an_address_handle_back_from_out_of_range_datagram_fields_is_refused_before_the_provider() {
+    let w = World::new();
+    let pd = crate::pd::Pd { inner: Arc::clone(&w.pd) };
+    let recv = |sl: u8, path_bits: u8| {
+        let wc = sys::ibv_wc {
+            opcode: sys::IBV_WC_RECV,
+            qp_num: 0x7f8,
+            src_qp: 0xff_ffff,
+            slid: u16::MAX,
+            pkey_index: u16::MAX,
+            sl,
+            dlid_path_bits: path_bits,
+            byte_len: u32::MAX,
+            ..Default::default()
+        };
+        crate::wc::Completion::from_raw(&wc, crate::cq::WcFlagsQuirk::None, w.ctx.tag)
+    };
+    for (sl, bits, why) in [
+        (16, 0, "service level"),
+        (255, 0, "service level"),
+        (0, 0x80, "path bits"),
+        (15, 0xff, "path bits"),
+    ] {
+        match pd.create_ah_from_wc(1, &recv(sl, bits), &[0u8; 40]) {
+            Err(crate::Error::InvalidArgument { reason, .. }) => assert!(reason.contains(why), "{reason}"),
+            other => panic!("sl {sl}, path bits {bits:#x}: {:?}", other.map(|ah| *ah.address())),
+        }
+    }
+    for (status, opcode) in [(0x77, sys::IBV_WC_RECV), (sys::IBV_WC_SUCCESS, 0x7777), (sys::IBV_WC_SUCCESS, sys::IBV_WC_SEND)]
+    {
+        let wc = sys::ibv_wc { status, opcode, qp_num: 0x7f8, ..Default::default() };
+        let c = crate::wc::Completion::from_raw(&wc, crate::cq::WcFlagsQuirk::None, w.ctx.tag);
+        crate::test_util::assert_refused(pd.create_ah_from_wc(1, &c, &[0u8; 40]), "ibv_create_ah_from_wc", "not a received datagram");
+    }
+    std::mem::forget(pd);
+}
