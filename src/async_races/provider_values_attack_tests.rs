@@ -374,22 +374,84 @@ fn an_address_handle_back_from_out_of_range_datagram_fields_is_refused_before_th
         };
         crate::wc::Completion::from_raw(&wc, crate::cq::WcFlagsQuirk::None, w.ctx.tag)
     };
-    for (sl, bits, why) in [
-        (16, 0, "service level"),
-        (255, 0, "service level"),
-        (0, 0x80, "path bits"),
-        (15, 0xff, "path bits"),
-    ] {
+    for (sl, bits, why) in
+        [(16, 0, "service level"), (255, 0, "service level"), (0, 0x80, "path bits"), (15, 0xff, "path bits")]
+    {
         match pd.create_ah_from_wc(1, &recv(sl, bits), &[0u8; 40]) {
             Err(crate::Error::InvalidArgument { reason, .. }) => assert!(reason.contains(why), "{reason}"),
             other => panic!("sl {sl}, path bits {bits:#x}: {:?}", other.map(|ah| *ah.address())),
         }
     }
-    for (status, opcode) in [(0x77, sys::IBV_WC_RECV), (sys::IBV_WC_SUCCESS, 0x7777), (sys::IBV_WC_SUCCESS, sys::IBV_WC_SEND)]
+    for (status, opcode) in
+        [(0x77, sys::IBV_WC_RECV), (sys::IBV_WC_SUCCESS, 0x7777), (sys::IBV_WC_SUCCESS, sys::IBV_WC_SEND)]
     {
         let wc = sys::ibv_wc { status, opcode, qp_num: 0x7f8, ..Default::default() };
         let c = crate::wc::Completion::from_raw(&wc, crate::cq::WcFlagsQuirk::None, w.ctx.tag);
-        crate::test_util::assert_refused(pd.create_ah_from_wc(1, &c, &[0u8; 40]), "ibv_create_ah_from_wc", "not a received datagram");
+        crate::test_util::assert_refused(
+            pd.create_ah_from_wc(1, &c, &[0u8; 40]),
+            "ibv_create_ah_from_wc",
+            "not a received datagram",
+        );
     }
     std::mem::forget(pd);
+}
+
+/// Completions whose status, opcode and flags the library does not know, and whose length
+/// exceeds any buffer: each reaches its own token as the device wrote it (an unknown status is
+/// a failure, never a success; its flags decode no invalidation), and nothing reads a buffer
+/// by the reported length.
+#[test]
+fn completions_with_unknown_status_opcode_flags_and_any_length_reach_their_own_tokens() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let qp = w.qp(0x7f9, 8, &cq, None);
+    let odd = |wr_id: u64, status: u32| sys::ibv_wc {
+        wr_id,
+        status,
+        opcode: 0x999,
+        qp_num: 0x7f9,
+        wc_flags: u32::MAX,
+        byte_len: u32::MAX,
+        vendor_err: u32::MAX,
+        ..Default::default()
+    };
+    // A send with an unknown status, an earlier unsignaled one it covers, a receive.
+    let a = post_send(&qp, false);
+    let b = post_send(&qp, true);
+    let r = post_recv(&qp);
+    fake.complete(odd(1, 0x55));
+    fake.complete(odd(RECV_BIT, 0x56));
+    let (cb, ()) = b.wait(Duration::from_secs(1)).map_err(|e| e.error).expect("b's own completion");
+    assert_eq!((cb.status(), cb.opcode()), (crate::wc::WcStatus::Unknown(0x55), crate::wc::WcOpcode::Unknown(0x999)));
+    assert!(!cb.is_success() && cb.ok().is_err());
+    // Shown (`Debug`, and as an error) with the unknown values' numbers.
+    assert!(format!("{cb:?}").contains("Unknown(85)"), "{cb:?}");
+    assert!(cb.ok().unwrap_err().to_string().contains("unknown (85)"));
+    assert_eq!(cb.invalidation_serial(), 0, "a failed completion's flags mean nothing");
+    let (ca, ()) = a.wait(Duration::from_secs(1)).map_err(|e| e.error).expect("a, covered");
+    assert_eq!(ca.source(), crate::wc::CompletionSource::ImpliedByLater);
+    let (cr, ()) = r.wait(Duration::from_secs(1)).map_err(|e| e.error).expect("the receive's own");
+    assert_eq!((cr.status(), cr.byte_len()), (crate::wc::WcStatus::Unknown(0x56), u32::MAX));
+    // A receive lane's receive whose success says it wrote more than its buffer holds: the
+    // buffer is handed out as it is, once its receive completed.
+    let shared = w.posting_qp(0x7fa, 8, &cq, None);
+    std::mem::forget(Arc::clone(&shared));
+    let mut typed: Qp<RC, RTS> = Qp::from_fake(Arc::clone(&shared));
+    let res = scope(|s| {
+        let mut lane = s.recv_lane(&mut typed).expect("lane");
+        let mut rr = lane.prepare(Recv::new(w.local_mut(0x3000, 16))).expect("prepared");
+        let t = lane.post(&mut rr).expect("posted");
+        assert!(rr.received().is_none());
+        let seq = *recvs(&shared).last().unwrap();
+        fake.complete(sys::ibv_wc {
+            qp_num: 0x7fa,
+            status: sys::IBV_WC_SUCCESS,
+            opcode: sys::IBV_WC_RECV,
+            ..odd(seq, 0)
+        });
+        let c = lane.wait(t, Duration::from_secs(1)).expect("its completion");
+        assert_eq!(c.byte_len(), u32::MAX);
+        assert_eq!(rr.received().map(|b| b.len()), Some(16));
+    });
+    assert!(res.is_ok(), "{res:?}");
 }
