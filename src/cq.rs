@@ -102,16 +102,12 @@ pub(crate) struct Routing {
 /// receive completions belong to.
 #[derive(Clone)]
 pub(crate) struct Retired {
-    /// The QP's number; [`Retired::NO_QP`] for an SRQ that was destroyed.
-    pub(crate) qp_num: u32,
+    /// The QP's number; `None` for a shared receive queue that was destroyed (its completions
+    /// name the QPs that consumed its receives, never it).
+    pub(crate) qp_num: Option<u32>,
     pub(crate) srq: Option<Weak<crate::srq::SrqShared>>,
     /// The capacity it had reserved on the CQ, freed once its completions are off the CQ.
     pub(crate) reserved: u64,
-}
-
-impl Retired {
-    /// No QP has this number (QP numbers are 24 bits).
-    pub(crate) const NO_QP: u32 = u32::MAX;
 }
 
 // SAFETY: CQs may be polled and used from any thread (libibverbs is thread-safe); our own state
@@ -445,7 +441,8 @@ impl CqShared {
     /// reservation is freed only once its completions are off the CQ, here.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `need` does not fit; [`Error::Verb`] with `ibv_poll_cq`
+    /// [`Error::InvalidArgument`] when `need` does not fit, or when a live QP completing here
+    /// has the number `qp_num` already; [`Error::Verb`] with `ibv_poll_cq`
     /// when a poll of the destroyed QPs' completions fails (they stay recorded, for the next
     /// registration to take off). Nothing is registered then.
     pub(crate) fn register(
@@ -472,6 +469,19 @@ impl CqShared {
             used = used.saturating_sub(retired.iter().map(|r| r.reserved).sum());
             self.reserved.store(used, Relaxed);
         }
+        // Completions are told apart by QP number: a second live QP under one number would
+        // have its completions taken for the first's (whose buffers would come back while the
+        // device still uses them). Only a provider breaking the numbers' uniqueness does that.
+        routing.routes.retain(|r| r.qp.strong_count() > 0);
+        if routing.routes.iter().any(|r| r.qp_num == qp_num) {
+            return Err(Error::invalid(
+                "ibv_create_qp",
+                format!(
+                    "the provider numbered the new QP {qp_num:#x}, the number of a live QP that completes on the same CQ: \
+                     their completions could not be told apart"
+                ),
+            ));
+        }
         if used + need > u64::from(self.cqe) {
             return Err(Error::invalid(
                 "ibv_create_qp",
@@ -483,7 +493,6 @@ impl CqShared {
             ));
         }
         self.reserved.store(used + need, Relaxed);
-        routing.routes.retain(|r| r.qp.strong_count() > 0);
         routing.routes.push(Route { qp_num, qp, srq });
         Ok(())
     }
@@ -516,7 +525,7 @@ impl CqShared {
         let Routing { routes, wcs } = routing;
         while left > 0 {
             let polled = self.poll_locked(wcs, left.min(POLL_BATCH), |_, wc| {
-                match retired.iter().find(|r| r.qp_num == wc.qp_num) {
+                match retired.iter().find(|r| r.qp_num == Some(wc.qp_num)) {
                     Some(r) => Self::route_retired(r.srq.as_ref(), wc, || self.decode(wc)),
                     None => self.route(routes, wc, None, || self.decode(wc)),
                 }
@@ -552,7 +561,7 @@ impl CqShared {
         // Routed after the list's lock is released: the routing may drop the last `Arc` of the
         // shared receive queue (its handle dropped meanwhile on another thread), whose drop
         // locks this list to retire itself.
-        let found = self.retired().iter().find(|r| r.qp_num == wc.qp_num).map(|r| r.srq.clone());
+        let found = self.retired().iter().find(|r| r.qp_num == Some(wc.qp_num)).map(|r| r.srq.clone());
         // A QP being dropped: its last `Arc` is gone, and its drop has not yet recorded it as
         // retired (it does so under this list's lock, around `ibv_destroy_qp`). Its route
         // still names its shared receive queue.

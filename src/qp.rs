@@ -167,7 +167,7 @@ impl Drop for QpShared {
         let retired = |on: &Arc<CqShared>| {
             let i = usize::from(Arc::ptr_eq(on, recv));
             let reserved = self.reserved[i].load(Ordering::Relaxed);
-            crate::cq::Retired { qp_num: self.qp_num, srq: self.srq.as_ref().map(Arc::downgrade), reserved }
+            crate::cq::Retired { qp_num: Some(self.qp_num), srq: self.srq.as_ref().map(Arc::downgrade), reserved }
         };
         if let Some(second) = second.as_mut() {
             second.push(retired(second_cq));

@@ -115,8 +115,7 @@ impl Drop for SrqShared {
         }
         // The SRQ's reservations on its CQs are freed once its completions are off them.
         for cq in lock(&self.cqs).iter().filter_map(Weak::upgrade) {
-            let gone =
-                crate::cq::Retired { qp_num: crate::cq::Retired::NO_QP, srq: None, reserved: u64::from(self.max_wr) };
+            let gone = crate::cq::Retired { qp_num: None, srq: None, reserved: u64::from(self.max_wr) };
             cq.retired().push(gone);
         }
     }
