@@ -2119,3 +2119,7 @@ mod lane_book_attack_tests;
 // made-up completions of awaited, refused and unposted numbers, and lanes reopened after a
 // drain's forced reset.
 mod lane_numbering_attack_tests;
+// Scatter/gather lists (entry counts, empty entries, lengths past u32::MAX, ODP entries among
+// pinned ones, inline pieces), RAW_PACKET TSO and checksum requests, and ODP prefetch ranges and
+// advices, against a provider that records what it is given.
+mod xrc_sgl_odp_attack_tests;
