@@ -577,3 +577,146 @@ fn a_provider_answering_enosys_to_advise_mr_is_reported_unsupported() {
     assert!(matches!(sync, Err(Error::Unsupported { .. })), "prefetch_sync: {sync:?}");
     assert!(matches!(best_effort, Err(Error::Unsupported { .. })), "prefetch: {best_effort:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The checks of a list against a model.
+// ---------------------------------------------------------------------------------------------
+
+/// One entry of a random list: its view's fields and what the model needs of them.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    addr: u64,
+    len: u32,
+    other_pd: bool,
+    /// `(transport, operations, page_starts, implicit)` of an ODP entry.
+    odp: Option<(u32, u32, bool, bool)>,
+}
+
+impl Entry {
+    fn tag(&self) -> OdpTag {
+        match self.odp {
+            None => OdpTag::default(),
+            Some((t, ops, starts, implicit)) => {
+                let tag = OdpTag::verified(t, ops, starts);
+                if implicit {
+                    tag.implicit()
+                } else {
+                    tag
+                }
+            }
+        }
+    }
+
+    fn view(&self) -> LocalBufMut<'static> {
+        let pd = if self.other_pd { crate::pd::PdId::other_dummy() } else { crate::pd::PdId::dummy() };
+        LocalBufMut::from_parts(self.addr, self.len, 9, self.tag(), pd)
+    }
+
+    fn random(rng: &mut crate::test_util::Rng, page: u64) -> Entry {
+        let len = match rng.below(8) {
+            0 | 1 => 0,
+            2 => u32::MAX,
+            3 => crate::odp::IMPLICIT_MAX_OP as u32,
+            4 => (1 << 27) + 1,
+            _ => 1 + rng.below(4096) as u32,
+        };
+        let addr = page * (1 + rng.below(64)) + if rng.below(4) == 0 { 8 } else { 0 };
+        let ops_of = |bits: u64| {
+            [sys::IBV_ODP_SUPPORT_SEND, sys::IBV_ODP_SUPPORT_RECV, sys::IBV_ODP_SUPPORT_WRITE]
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| bits >> i & 1 == 1)
+                .fold(0, |a, (_, &b)| a | b)
+        };
+        let odp = match rng.below(3) {
+            0 => None,
+            _ => Some((
+                [sys::IBV_QPT_RC, sys::IBV_QPT_UD][rng.below(2) as usize],
+                ops_of(rng.below(8)),
+                rng.below(2) == 0,
+                rng.below(4) == 0,
+            )),
+        };
+        Entry { addr, len, other_pd: rng.below(16) == 0, odp }
+    }
+}
+
+/// What the verbs allow of a list: every entry of one PD, every ODP entry placed where a device
+/// that moves packets to page starts needs it, at most `u32::MAX` bytes in all and at most
+/// `IMPLICIT_MAX_OP` through the implicit lkey; then the non-empty entries in order, and an
+/// operation on a transport allowed when every non-empty ODP entry verified it there.
+fn model_allows(list: &[Entry], page: u64) -> bool {
+    let one_pd = list.iter().all(|e| e.other_pd == list[0].other_pd);
+    let placed = list.iter().all(|e| !matches!(e.odp, Some((_, _, true, _))) || e.addr % page == 0);
+    let total: u64 = list.iter().map(|e| u64::from(e.len)).sum();
+    let implicit: u64 = list.iter().filter(|e| matches!(e.odp, Some((_, _, _, true)))).map(|e| u64::from(e.len)).sum();
+    one_pd && placed && total <= u64::from(u32::MAX) && implicit <= crate::odp::IMPLICIT_MAX_OP as u64
+}
+
+fn model_verifies(list: &[Entry], t: u32, op: u32) -> bool {
+    list.iter().filter(|e| e.len != 0).all(|e| match e.odp {
+        None => true,
+        Some((u, ops, _, _)) => u == t && ops & op == op,
+    })
+}
+
+/// Random lists of four entries (two PDs, empty and huge lengths, ODP entries of RC and UD with
+/// random operations, placed or not, through the implicit lkey or not) against the model: the
+/// list is accepted exactly when the model allows it, keeps exactly its non-empty entries in
+/// order, and lets no operation through on a transport that one of its non-empty ODP entries
+/// did not verify; where a non-empty entry comes before every empty ODP entry, it lets through
+/// exactly what every non-empty entry verified.
+#[test]
+fn random_lists_are_checked_as_the_model_says() {
+    let page = crate::mr::page_size() as u64;
+    let mut rng = crate::test_util::Rng(0x5eed_1234_abcd_0001);
+    let mut accepted = 0;
+    for round in 0..20_000 {
+        let list: [Entry; 4] = std::array::from_fn(|_| Entry::random(&mut rng, page));
+        let views = list.map(|e| e.view());
+        let got = crate::sgl::Collected::of(&views, "ibv_post_send");
+        let allowed = model_allows(&list, page);
+        match got {
+            Err(Error::InvalidArgument { verb: "ibv_post_send", .. }) if !allowed => {}
+            Err(e) => panic!("round {round}: {list:?} refused ({e}) though the model allows it: {allowed}"),
+            Ok(_) if !allowed => panic!("round {round}: {list:?} accepted though the model refuses it"),
+            Ok(c) => {
+                accepted += 1;
+                let want: Vec<_> = list.iter().filter(|e| e.len != 0).map(|e| (e.addr, e.len)).collect();
+                let have: Vec<_> = c.used().iter().map(|s| (s.addr, s.length)).collect();
+                assert_eq!(have, want, "round {round}: the non-empty entries in order");
+                let first = list.iter().position(|e| e.len != 0);
+                let exact = first.is_some_and(|f| list[f..].iter().all(|e| e.len != 0 || e.odp.is_none()));
+                for t in [sys::IBV_QPT_RC, sys::IBV_QPT_UD] {
+                    for op in [sys::IBV_ODP_SUPPORT_SEND, sys::IBV_ODP_SUPPORT_RECV, sys::IBV_ODP_SUPPORT_WRITE] {
+                        let lets = c.odp.check(t, "T", op).is_ok();
+                        let model = model_verifies(&list, t, op);
+                        assert!(!lets || model, "round {round}: {list:?} lets op {op:#x} through on QP type {t}");
+                        if exact {
+                            assert_eq!(lets, model, "round {round}: {list:?}, op {op:#x} on QP type {t}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(accepted > 1000, "the model's lists are mostly refused: {accepted} accepted");
+}
+
+/// Entries of zero bytes are no entries (left out of the list): an empty ODP entry verified
+/// for another transport does not decide what the list may be posted for, whether it comes
+/// before or after the non-empty ones.
+#[test]
+fn an_empty_odp_entry_counts_alike_before_and_after_the_others() {
+    let (rc, ud, send) = (sys::IBV_QPT_RC, sys::IBV_QPT_UD, sys::IBV_ODP_SUPPORT_SEND);
+    let pd = crate::pd::PdId::dummy();
+    let page = crate::mr::page_size() as u64;
+    let on_ud = LocalBuf::from_parts(page, 64, 5, OdpTag::verified(ud, send, false), pd);
+    let empty_on_rc = LocalBuf::from_parts(2 * page, 0, 5, OdpTag::verified(rc, send, false), pd);
+    let before = crate::sgl::Collected::of(&(empty_on_rc, on_ud), "ibv_post_send").expect("one PD");
+    let after = crate::sgl::Collected::of(&(on_ud, empty_on_rc), "ibv_post_send").expect("one PD");
+    assert_eq!((before.num_sge, after.num_sge), (1, 1), "the empty entry is left out either way");
+    let (b, a) = (before.odp.check(ud, "UD", send).is_ok(), after.odp.check(ud, "UD", send).is_ok());
+    assert!(b, "the empty entry first: a SEND on UD is verified");
+    assert_eq!(a, b, "the empty entry last refuses the same SEND on UD that it allows first");
+}
