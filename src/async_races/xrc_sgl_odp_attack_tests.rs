@@ -720,3 +720,42 @@ fn an_empty_odp_entry_counts_alike_before_and_after_the_others() {
     assert!(b, "the empty entry first: a SEND on UD is verified");
     assert_eq!(a, b, "the empty entry last refuses the same SEND on UD that it allows first");
 }
+
+// ---------------------------------------------------------------------------------------------
+// ODP receives of a shared receive queue without QPs.
+// ---------------------------------------------------------------------------------------------
+
+/// An SRQ with no QP attached takes an ODP receive verified for UD; a second one verified for
+/// RC is refused (it would leave the SRQ holding receives that a QP of neither transport may
+/// consume, since each transport's attach is then refused for the other's receives), and the
+/// provider sees only the first; a UD QP may still attach, an RC QP may not.
+#[test]
+fn odp_receives_of_two_transports_never_both_land_in_an_srq_without_qps() {
+    let w = World::new();
+    // SAFETY: the world's context is leaked and this test's own; the inline
+    // `ibv_post_srq_recv` reads `srq->context->ops.post_srq_recv`.
+    unsafe { (*w.ctxp).ops.post_srq_recv = Some(record_srq_recv) };
+    let srq = w.srq(8);
+    let handle = Srq { shared: Arc::clone(&srq) };
+    let page = crate::mr::page_size() as u64;
+    let srq_recv = sys::IBV_ODP_SUPPORT_SRQ_RECV;
+    let ud = OdpTag::verified(sys::IBV_QPT_UD, srq_recv, false);
+    let rc = OdpTag::verified(sys::IBV_QPT_RC, srq_recv, false);
+    let first = handle.post_recv_owned(Recv::new(sink(w, page, 64, ud))).expect("the first ODP receive");
+    let second = handle.post_recv_owned(Recv::new(sink(w, 2 * page, 64, rc)));
+    let (rc_attach, ud_attach) =
+        (srq.attach_transport(sys::IBV_QPT_RC, "RC").is_ok(), srq.attach_transport(sys::IBV_QPT_UD, "UD").is_ok());
+    let provider_saw = srq_recvs(&srq);
+    let second_ok = second.is_ok();
+    if let Ok(t) = second {
+        std::mem::forget(t);
+    }
+    std::mem::forget(first);
+    assert!(
+        !second_ok,
+        "a receive verified for RC joined one verified for UD: the provider took {provider_saw} receives, and now an RC \
+         QP attaches: {rc_attach}, a UD QP: {ud_attach}"
+    );
+    assert_eq!(provider_saw, 1);
+    assert!(ud_attach && !rc_attach, "RC attaches: {rc_attach}, UD: {ud_attach}");
+}
