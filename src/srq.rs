@@ -234,9 +234,10 @@ impl Srq {
     /// another PD than the SRQ's, more entries than the SRQ takes (`max_sge`), or memory of
     /// an On-Demand Paging region not verified for SRQ receives on the transport of every QP
     /// attached to the SRQ and of every ODP receive posted to it before; [`Error::QueueFull`];
-    /// [`Error::Verb`] with `ibv_post_srq_recv` (with no request back when the provider may have queued it: the buffer stays with the
-    /// SRQ, and the receive keeps its place in the SRQ's depth, until its completion or the
-    /// SRQ's destruction, since nothing else proves it was not queued).
+    /// [`Error::Verb`] with `ibv_post_srq_recv` (with no request back when the provider may
+    /// have queued it: the buffer stays with the SRQ, and the receive keeps its place in the
+    /// SRQ's depth, until its completion or the SRQ's destruction, since nothing else proves
+    /// it was not queued).
     ///
     /// See ibv_post_srq_recv(3).
     #[doc(alias = "ibv_post_srq_recv")]
