@@ -378,6 +378,11 @@ fn raw_packet_tso_and_checksum_requests_reach_the_provider_only_as_checked() {
         let other = crate::device::IpCsum::<RAW_PACKET>::of_context(w.ctx.id + 1);
         let e = s.post_send(&qp, WrSend::new(source(w, 0x5000, 60)).ip_csum(other)).map(drop).expect_err("other");
         invalid(&e.error, "ibv_post_send", "another device context");
+        // Each capability of a checksummed TSO is checked: the checksum's own, the TSO's foreign.
+        let e = s.post_send(&qp, Tso::new(payload(), &hdr, 1460, foreign).ip_csum(csum)).map(drop).expect_err("TSO's");
+        invalid(&e.error, "ibv_post_send", "another device context");
+        let e = s.post_send(&qp, Tso::new(payload(), &hdr, 1460, cap).ip_csum(other)).map(drop).expect_err("csum's");
+        invalid(&e.error, "ibv_post_send", "another device context");
         assert_eq!(seen_sends(&shared).len(), 2);
         fake.complete(wc_of(0xc06, 0, sys::IBV_WC_SUCCESS, sys::IBV_WC_SEND));
         fake.complete(wc_of(0xc06, 1, sys::IBV_WC_SUCCESS, sys::IBV_WC_SEND));
