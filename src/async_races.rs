@@ -2123,3 +2123,7 @@ mod lane_numbering_attack_tests;
 // out at creation, `ibv_poll_cq` return values outside the contract, completions with unknown
 // statuses, opcodes and flags, async events of unknown types or objects.
 mod provider_values_attack_tests;
+// Scatter/gather lists (entry counts, empty entries, lengths past u32::MAX, ODP entries among
+// pinned ones, inline pieces), RAW_PACKET TSO and checksum requests, and ODP prefetch ranges and
+// advices, against a provider that records what it is given.
+mod xrc_sgl_odp_attack_tests;

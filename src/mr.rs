@@ -695,6 +695,29 @@ impl<A: AccessSet> Mr<A, Pinned> {
     }
 }
 
+#[cfg(all(test, not(loom)))]
+impl<A: AccessSet> Mr<A, Odp> {
+    /// Test only: as [`Mr::fake`], an On-Demand Paging region whose views carry `odp` (the
+    /// tag a capability's registration gives them), over zeroed heap memory.
+    pub(crate) fn fake_odp(pd: &Arc<PdInner>, mr: NonNull<sys::ibv_mr>, len: usize, odp: OdpTag) -> Self {
+        let mem = alloc_zeroed(len).expect("test memory");
+        // SAFETY: the caller's fake registration, valid for the test.
+        let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
+        Mr {
+            mr,
+            mem,
+            len,
+            lkey,
+            rkey,
+            odp,
+            backing: Backing::Heap,
+            buffer: None,
+            pd: Arc::clone(pd),
+            _access: PhantomData,
+        }
+    }
+}
+
 /// Zeroed, page-aligned heap memory for a pinned region.
 fn alloc_zeroed(len: usize) -> Result<NonNull<u8>> {
     let layout = Layout::from_size_align(len, MR_ALIGN)

@@ -389,6 +389,18 @@ impl<A> Drop for ImplicitMr<A> {
     }
 }
 
+#[cfg(all(test, not(loom)))]
+impl<A> ImplicitMr<A> {
+    /// Test only: an implicit region over the fake registration `mr` (its context the fake
+    /// one, whose private `dereg_mr` succeeds) in `pd`, verified for `ops` on `qp_type`.
+    pub(crate) fn fake(pd: &Arc<PdInner>, mr: NonNull<sys::ibv_mr>, qp_type: u32, ops: OdpOps) -> Self {
+        // SAFETY: the caller's fake registration, valid for the test.
+        let lkey = unsafe { (*mr.as_ptr()).lkey };
+        let odp = OdpTag::verified(qp_type, ops.bits(), false).implicit();
+        ImplicitMr { mr, lkey, odp, pd: Arc::clone(pd), _access: PhantomData }
+    }
+}
+
 impl<A> fmt::Debug for ImplicitMr<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ImplicitMr").field("lkey", &format_args!("{:#x}", self.lkey)).finish()

@@ -281,7 +281,8 @@ impl<T: Transport, S: QpState> Qp<T, S> {
     /// # Errors
     /// Returns the request with a [`PostError`]: [`Error::InvalidArgument`] for a buffer of
     /// another PD or a QP whose receives come from an SRQ; [`Error::TooManySges`];
-    /// [`Error::Unsupported`] for ODP memory the transport cannot receive into;
+    /// [`Error::InvalidArgument`] for ODP memory whose capability did not verify receives on
+    /// the QP's transport;
     /// [`Error::QueueFull`], [`Error::QpBroken`]; [`Error::Verb`] with `ibv_post_recv`.
     ///
     /// See ibv_post_recv(3).

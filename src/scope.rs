@@ -339,11 +339,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Errors
     /// Returns the request with a [`PostError`]:
     /// - [`Error::InvalidArgument`] for what the request's checks reject (atomic alignment,
-    ///   sizes, memory or an address handle of another PD, a capability of another context);
+    ///   sizes, memory or an address handle of another PD, a capability of another context,
+    ///   ODP memory whose capability did not verify the operation on the QP's transport);
     /// - [`Error::TooManySges`] above the QP's `max_send_sge`;
     /// - [`Error::Unsupported`] for an atomic request, or a bind granting remote atomics, on a
-    ///   device without atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`), or ODP memory the
-    ///   transport cannot use;
+    ///   device without atomic operations (`atomic_cap` `IBV_ATOMIC_NONE`);
     /// - [`Error::InlineTooLarge`] for an inline payload above the QP's `max_inline_data`;
     /// - [`Error::QueueFull`] when the send queue is full of outstanding requests;
     /// - [`Error::QpBroken`] after a forced reset or a [`Scope::flush`], until the QP is reset;
@@ -504,7 +504,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// - [`Error::InvalidArgument`] for a buffer of another PD, a QP whose receives come from
     ///   an SRQ, or while a receive lane is open on the QP;
     /// - [`Error::TooManySges`] above the QP's `max_recv_sge`;
-    /// - [`Error::Unsupported`] for ODP memory the transport cannot receive into;
+    /// - [`Error::InvalidArgument`] for ODP memory whose capability did not verify receives on
+    ///   the QP's transport, or that starts mid-page where the device misplaces ODP packets;
     /// - [`Error::QueueFull`], [`Error::QpBroken`];
     /// - [`Error::Verb`] with `ibv_post_recv` and its errno.
     ///

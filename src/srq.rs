@@ -232,10 +232,11 @@ impl Srq {
     /// Returns the request with a [`PostError`]: [`Error::InvalidArgument`] for memory of
     /// another PD than the SRQ's, more entries than the SRQ takes (`max_sge`), or memory of
     /// an On-Demand Paging region not verified for SRQ receives on the transport of every QP
-    /// attached to the SRQ; [`Error::QueueFull`]; [`Error::Verb`] with `ibv_post_srq_recv`
-    /// (with no request back when the provider may have queued it: the buffer stays with the
-    /// SRQ, and the receive keeps its place in the SRQ's depth, until its completion or the
-    /// SRQ's destruction, since nothing else proves it was not queued).
+    /// attached to the SRQ and of every ODP receive posted to it before; [`Error::QueueFull`];
+    /// [`Error::Verb`] with `ibv_post_srq_recv` (with no request back when the provider may
+    /// have queued it: the buffer stays with the SRQ, and the receive keeps its place in the
+    /// SRQ's depth, until its completion or the SRQ's destruction, since nothing else proves
+    /// it was not queued).
     ///
     /// See ibv_post_srq_recv(3).
     #[doc(alias = "ibv_post_srq_recv")]
@@ -315,14 +316,16 @@ impl SrqShared {
 
     /// Refuses a receive into On-Demand Paging memory whose capability did not verify SRQ
     /// receives (`IBV_ODP_SUPPORT_SRQ_RECV`) on the transport of every QP attached to this
-    /// SRQ. For an ODP receive it accepts, the SRQ's transports stay locked until the post
-    /// records the receive's transport for later attachments ([`SrqShared::attach_transport`],
-    /// [`OdpRecv::record`]) or drops it, refused.
+    /// SRQ and of every ODP receive it has had. For an ODP receive it accepts, the SRQ's
+    /// transports stay locked until the post records the receive's transport for later
+    /// attachments ([`SrqShared::attach_transport`], [`OdpRecv::record`]) or drops it, refused.
     fn check_odp_recv(&self, tag: crate::mr::OdpTag) -> Result<Option<OdpRecv<'_>>> {
         let Some((qp_type, ops)) = tag.get() else { return Ok(None) };
         let t = lock(&self.transports);
         let attached = t.attached();
-        let other = attached & !qpt_bit(qp_type);
+        // Another transport's QPs, or ODP receives verified for another transport, which
+        // would leave the receives of one of them to no QP that may consume them.
+        let other = (attached | t.odp) & !qpt_bit(qp_type);
         if ops & sys::IBV_ODP_SUPPORT_SRQ_RECV == 0 || other != 0 {
             return Err(Error::invalid(
                 "ibv_post_srq_recv",
