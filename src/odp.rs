@@ -447,14 +447,15 @@ impl<A: LocalOnly> ImplicitMr<A> {
     /// `ibv_advise_mr`: best-effort prefetch of `data`'s pages ("may silently ignore errors").
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a length above [`IMPLICIT_MAX_OP`];
-    /// [`Error::Unsupported`] when the provider has no `advise_mr`; the verb's other failures
-    /// are ignored.
+    /// [`Error::InvalidArgument`] for a length above [`IMPLICIT_MAX_OP`], or
+    /// [`Prefetch::Write`] of a region without LOCAL_WRITE; [`Error::Unsupported`] when the
+    /// provider has no `advise_mr`; the verb's other failures are ignored.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
     pub fn prefetch(&self, data: &[u8], advice: Prefetch) -> Result<()> {
         let len = implicit_len(data.len(), "ibv_advise_mr")?;
+        check_advice::<A>(advice)?;
         advise_best_effort(&self.pd, advice, data.as_ptr() as u64, len, self.lkey)
     }
 
@@ -462,13 +463,15 @@ impl<A: LocalOnly> ImplicitMr<A> {
     /// errors.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`]; [`Error::Unsupported`] when the provider has no
-    /// `advise_mr`; [`Error::Verb`] with `ibv_advise_mr` and its errno.
+    /// [`Error::InvalidArgument`] for a length above [`IMPLICIT_MAX_OP`], or
+    /// [`Prefetch::Write`] of a region without LOCAL_WRITE; [`Error::Unsupported`] when the
+    /// provider has no `advise_mr`; [`Error::Verb`] with `ibv_advise_mr` and its errno.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
     pub fn prefetch_sync(&self, data: &[u8], advice: Prefetch) -> Result<()> {
         let len = implicit_len(data.len(), "ibv_advise_mr")?;
+        check_advice::<A>(advice)?;
         advise(&self.pd, advice, sys::IB_UVERBS_ADVISE_MR_FLAG_FLUSH, data.as_ptr() as u64, len, self.lkey)
     }
 }
@@ -494,6 +497,19 @@ impl Prefetch {
     }
 }
 
+/// ibv_advise_mr(3) fails `IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE` with EPERM when "the specified
+/// MR ... is not registered as writable access": refused before the provider, typed.
+fn check_advice<A: crate::access::AccessSet>(advice: Prefetch) -> Result<()> {
+    if advice == Prefetch::Write && A::BITS & sys::IBV_ACCESS_LOCAL_WRITE == 0 {
+        return Err(Error::invalid(
+            "ibv_advise_mr",
+            "Prefetch::Write (IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE) of a region without LOCAL_WRITE: \
+             ibv_advise_mr(3) refuses a write prefetch of an MR \"not registered as writable access\"",
+        ));
+    }
+    Ok(())
+}
+
 fn advise(pd: &PdInner, advice: Prefetch, flags: u32, addr: u64, len: u32, lkey: u32) -> Result<()> {
     let mut sge = sys::ibv_sge { addr, length: len, lkey };
     // SAFETY: the PD is alive; `sge` names memory of a live ODP registration (the caller's
@@ -501,11 +517,12 @@ fn advise(pd: &PdInner, advice: Prefetch, flags: u32, addr: u64, len: u32, lkey:
     let ret = unsafe { sys::ibv_advise_mr(pd.pd.as_ptr(), advice.raw(), flags, &mut sge, 1) };
     match ret {
         0 => Ok(()),
-        // The provider has no `advise_mr` (rxe in rdma-core 44 and 56).
-        r if r == libc::EOPNOTSUPP || r == -libc::EOPNOTSUPP => Err(Error::Unsupported {
+        // The provider has no `advise_mr` (rxe in rdma-core 44 and 56), or libibverbs has
+        // none ("ENOSYS may sometimes be returned by old versions of libibverbs").
+        r if [libc::EOPNOTSUPP, libc::ENOSYS].contains(&r.saturating_abs()) => Err(Error::Unsupported {
             verb: Verb::AdviseMr,
             what: format!("prefetching On-Demand Paging memory ({advice:?}): the provider has no advise_mr"),
-            source: Some(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+            source: Some(std::io::Error::from_raw_os_error(r.saturating_abs())),
         }),
         r => Err(Error::from_ret(Verb::AdviseMr, format!("{len} bytes at {addr:#x}, {advice:?}"), r)),
     }
@@ -554,8 +571,8 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a range outside the region, empty, or above `u32::MAX`
-    /// bytes; [`Error::Unsupported`] when the provider has no `advise_mr`; the verb's other
-    /// failures are ignored.
+    /// bytes, or [`Prefetch::Write`] of a region without LOCAL_WRITE; [`Error::Unsupported`]
+    /// when the provider has no `advise_mr`; the verb's other failures are ignored.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
@@ -564,6 +581,7 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
         K: IsOdp,
     {
         let (off, len) = range_of(range, self.len(), "ibv_advise_mr")?;
+        check_advice::<A>(advice)?;
         advise_best_effort(self.pd(), advice, self.addr() + off as u64, advise_len(len)?, self.lkey())
     }
 
@@ -572,8 +590,8 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a range outside the region, empty, or above `u32::MAX`
-    /// bytes; [`Error::Unsupported`] when the provider has no `advise_mr`; [`Error::Verb`] with
-    /// `ibv_advise_mr` and its errno.
+    /// bytes, or [`Prefetch::Write`] of a region without LOCAL_WRITE; [`Error::Unsupported`]
+    /// when the provider has no `advise_mr`; [`Error::Verb`] with `ibv_advise_mr` and its errno.
     ///
     /// See ibv_advise_mr(3).
     #[doc(alias = "ibv_advise_mr")]
@@ -582,6 +600,7 @@ impl<A: crate::access::AccessSet, K: MrKind> Mr<A, K> {
         K: IsOdp,
     {
         let (off, len) = range_of(range, self.len(), "ibv_advise_mr")?;
+        check_advice::<A>(advice)?;
         advise(
             self.pd(),
             advice,

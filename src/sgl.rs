@@ -130,8 +130,10 @@ impl<L: LocalSource> Gather for L {
     fn collect(&self, verb: &'static str) -> Result<Collected<[sys::ibv_sge; 1]>> {
         let (sge, odp) = (self.sge(), self.odp_tag());
         odp.check_device_access(sge.addr, verb)?;
-        // Some devices read a zero byte count as 2 GiB: an empty view is no entry.
+        // Some devices read a zero byte count as 2 GiB: an empty view is no entry, and its
+        // memory's verification does not count (as in a list).
         let num_sge = i32::from(sge.length != 0);
+        let odp = if num_sge != 0 { odp } else { OdpTag::NONE };
         Ok(Collected { sges: [sge], num_sge, odp, pd: Some(self.pd_id()) })
     }
 }
@@ -217,9 +219,10 @@ impl<S: SgeStore> Collected<S> {
                 result = Err(e);
                 return;
             }
-            out.odp = if n == 0 { odp } else { out.odp.meet(odp) };
-            // Some devices read a zero byte count as 2 GiB: an empty view is no entry.
+            // Some devices read a zero byte count as 2 GiB: an empty view is no entry, and its
+            // memory's verification does not count either (the device touches none of it).
             if sge.length != 0 {
+                out.odp = if n == 0 { odp } else { out.odp.meet(odp) };
                 out.sges.entries_mut()[n] = sge;
                 n += 1;
                 total += u64::from(sge.length);
