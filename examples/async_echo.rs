@@ -291,8 +291,13 @@ async fn one_connection(c: &Common, id: u32, to: SocketAddr, messages: usize) ->
         let ((sc, sbuf), (rc, rbuf)) = joined.map_err(err)??;
         sc.ok().map_err(err)?;
         rc.ok().map_err(err)?;
-        // Replies come in the server's order: this receive holds some request's reply.
-        let reply = &rbuf.as_slice()[..rc.byte_len() as usize];
+        // Replies come in the server's order: this receive holds some request's reply. Its
+        // length is the peer's word: checked, never trusted to slice with.
+        let reply = rbuf
+            .as_slice()
+            .get(..rc.byte_len() as usize)
+            .filter(|r| r.len() >= 8)
+            .ok_or_else(|| format!("connection {id}: a reply of {} bytes", rc.byte_len()))?;
         let seq = u32::from_le_bytes(reply[4..8].try_into().map_err(err)?);
         let conn_of = u32::from_le_bytes(reply[..4].try_into().map_err(err)?);
         match expected.remove(&seq) {

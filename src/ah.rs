@@ -196,8 +196,10 @@ impl Pd {
     /// device's GID table), or if the local GID the datagram was sent to is at an index above
     /// 255 of the port's GID table (an address vector's `sgid_index` is a `u8`;
     /// `ibv_init_ah_from_wc` would name another entry); [`Error::Verb`] with
-    /// `ibv_create_ah_from_wc` and its errno (e.g. no local GID matching the GRH's
-    /// destination).
+    /// `ibv_init_ah_from_wc` and its errno (e.g. no local GID matching the GRH's
+    /// destination); then the errors of [`Pd::create_ah`] for the address vector the datagram's
+    /// fields make (e.g. `InvalidArgument` naming `ibv_create_ah` for a service level above 15
+    /// or source path bits above `0x7f` in the completion).
     ///
     /// See ibv_create_ah_from_wc(3).
     #[doc(alias = "ibv_create_ah_from_wc")]

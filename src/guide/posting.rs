@@ -95,7 +95,8 @@
 //!         // The chunk comes back on success, error and flush alike.
 //!         let (c, chunk) = token.wait(t)?;
 //!         if c.is_success() {
-//!             let _bytes = &chunk.as_slice()[..c.byte_len() as usize];
+//!             // The length is the device's word: `get`, not an index that could panic.
+//!             let _bytes = chunk.as_slice().get(..c.byte_len() as usize);
 //!         }
 //!     }
 //!     Ok(())

@@ -47,7 +47,8 @@
 //!         let sent = s.post_send(qp, wr::Send::new(out.slice(..100)?).to(&ah, peer.qp_num, QKEY))?;
 //!         s.wait(sent, t)?.0.ok()?;
 //!         let (c, buf) = s.wait(answer, t)?;
-//!         let payload_len = c.ok()?.byte_len() as usize - 40; // after the GRH
+//!         // After the GRH; the length is the device's word, so checked.
+//!         let payload_len = (c.ok()?.byte_len() as usize).saturating_sub(40);
 //!         let mut grh = [0u8; 40];
 //!         buf.read_volatile_into(&mut grh);
 //!         // The sender's address, from the completion and the GRH: how a service answers.
