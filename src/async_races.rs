@@ -138,10 +138,103 @@ unsafe extern "C" fn fake_arm(cq: *mut sys::ibv_cq, solicited: i32) -> i32 {
     0
 }
 
-/// Every private operation of the fake context, succeeding (`ibv_get_cq_event` calls
-/// `cq_event`; `ibv_modify_qp`, a drain's forced ERR and RESET, calls `modify_qp`;
-/// `ibv_destroy_qp` and `ibv_destroy_srq` their destroys).
-extern "C" fn noop() -> i32 {
+/// The fake device's verbs (`ContextInner::verbs`), in place of what libibverbs dispatches
+/// through a context's private operations: moves (a drain's forced ERR and RESET), destroys and
+/// deregistrations succeed; completion and asynchronous events are read from the fake's pipes
+/// as libibverbs reads them from the kernel's descriptors.
+pub(crate) static FAKE_VERBS: crate::device::Verbs = crate::device::Verbs {
+    modify_qp: fake_modify_qp,
+    destroy_qp: fake_destroy_qp,
+    destroy_srq: fake_destroy_srq,
+    destroy_cq: fake_destroy_cq,
+    dereg_mr: fake_dereg_mr,
+    get_cq_event: fake_get_cq_event,
+    get_async_event: fake_get_async_event,
+};
+
+unsafe extern "C" fn fake_modify_qp(
+    _: *mut sys::ibv_qp,
+    _: *mut sys::ibv_qp_attr,
+    _: std::ffi::c_int,
+) -> std::ffi::c_int {
+    0
+}
+
+unsafe extern "C" fn fake_destroy_qp(_: *mut sys::ibv_qp) -> std::ffi::c_int {
+    0
+}
+
+unsafe extern "C" fn fake_destroy_srq(_: *mut sys::ibv_srq) -> std::ffi::c_int {
+    0
+}
+
+unsafe extern "C" fn fake_destroy_cq(_: *mut sys::ibv_cq) -> std::ffi::c_int {
+    0
+}
+
+unsafe extern "C" fn fake_dereg_mr(_: *mut sys::ibv_mr) -> std::ffi::c_int {
+    0
+}
+
+/// `ibv_get_cq_event` as libibverbs' (`verbs.c`): one 8-byte descriptor read from the
+/// channel's descriptor names the CQ, whose `cq_context` is handed out with it; -1 (errno set
+/// by the read) if none is there.
+///
+/// # Safety
+/// `ch` is a live channel; `cq` and `cq_context` are valid out-pointers; every descriptor
+/// written to the channel names a live `ibv_cq` (`FakeCq::complete`).
+unsafe extern "C" fn fake_get_cq_event(
+    ch: *mut sys::ibv_comp_channel,
+    cq: *mut *mut sys::ibv_cq,
+    cq_context: *mut *mut std::ffi::c_void,
+) -> std::ffi::c_int {
+    let mut handle = 0u64;
+    // SAFETY: per this function's contract; the read writes at most 8 bytes into `handle`.
+    unsafe {
+        if libc::read((*ch).fd, (&mut handle as *mut u64).cast(), 8) != 8 {
+            return -1;
+        }
+        *cq = handle as *mut sys::ibv_cq;
+        *cq_context = (**cq).cq_context;
+    }
+    0
+}
+
+/// `ibv_get_async_event` as libibverbs' (`device.c`): one `ib_uverbs_async_event_desc` (the
+/// element as 64 bits, the event type, 32 reserved bits) read from the context's `async_fd`,
+/// the element stored as the member its type names; -1 (errno set by the read) if none is there.
+///
+/// # Safety
+/// `ctx` is a live context; `event` a valid out-pointer.
+unsafe extern "C" fn fake_get_async_event(
+    ctx: *mut sys::ibv_context,
+    event: *mut sys::ibv_async_event,
+) -> std::ffi::c_int {
+    let mut desc = [0u64; 2];
+    // SAFETY: per this function's contract; the read writes at most 16 bytes into `desc`.
+    let (element, event_type) = unsafe {
+        if libc::read((*ctx).async_fd, desc.as_mut_ptr().cast(), 16) != 16 {
+            return -1;
+        }
+        (desc[0], desc[1] as u32)
+    };
+    // SAFETY: `event` is a valid out-pointer (this function's contract).
+    let e = unsafe { &mut *event };
+    e.event_type = event_type;
+    match event_type {
+        sys::IBV_EVENT_CQ_ERR => e.element.cq = element as *mut sys::ibv_cq,
+        sys::IBV_EVENT_QP_FATAL
+        | sys::IBV_EVENT_QP_REQ_ERR
+        | sys::IBV_EVENT_QP_ACCESS_ERR
+        | sys::IBV_EVENT_COMM_EST
+        | sys::IBV_EVENT_SQ_DRAINED
+        | sys::IBV_EVENT_PATH_MIG
+        | sys::IBV_EVENT_PATH_MIG_ERR
+        | sys::IBV_EVENT_QP_LAST_WQE_REACHED => e.element.qp = element as *mut sys::ibv_qp,
+        sys::IBV_EVENT_SRQ_ERR | sys::IBV_EVENT_SRQ_LIMIT_REACHED => e.element.srq = element as *mut sys::ibv_srq,
+        sys::IBV_EVENT_WQ_FATAL => e.element.wq = element as *mut sys::ibv_wq,
+        _ => e.element.port_num = element as std::ffi::c_int,
+    }
     0
 }
 
@@ -171,10 +264,6 @@ impl World {
         // `pipe2` with a valid out-array.
         unsafe {
             let vctx: &'static mut sys::verbs_context = Box::leak(Box::new(std::mem::zeroed()));
-            // `get_ops(ctx)` (what the real `ibv_get_cq_event` calls `cq_event` through) is the
-            // private ops behind `priv`: every word a no-op function, wherever `cq_event` is.
-            let ops: &'static mut [usize; 8192] = Box::leak(Box::new([noop as extern "C" fn() -> i32 as usize; 8192]));
-            vctx.priv_ = (ops as *mut [usize; 8192]).cast();
             vctx.context.ops.poll_cq = Some(fake_poll);
             vctx.context.ops.req_notify_cq = Some(fake_arm);
             // Memory windows: `ibv_alloc_mw`, `ibv_bind_mw` and `ibv_dealloc_mw` are inline
@@ -194,6 +283,9 @@ impl World {
                 tag: u16::MAX,
                 id: 0,
                 cqs: Mutex::new(Vec::new()),
+                // What libibverbs dispatches through the private operations (`priv`, left null:
+                // nothing reaches them).
+                verbs: &FAKE_VERBS,
                 attr: crate::device::DeviceAttr::fake(0, atomics),
             });
             std::mem::forget(Arc::clone(&ctx));

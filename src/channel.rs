@@ -363,8 +363,9 @@ impl CompChannel {
         let mut cq: *mut sys::ibv_cq = ptr::null_mut();
         let mut cq_context: *mut std::ffi::c_void = ptr::null_mut();
         // SAFETY: the channel is live; its fd is non-blocking, so the call returns at once;
-        // the out-pointers are valid.
-        let ret = unsafe { sys::ibv_get_cq_event(self.inner.ch.as_ptr(), &mut cq, &mut cq_context) };
+        // the out-pointers are valid; `verbs.get_cq_event` is `ibv_get_cq_event` (a test's fake
+        // of its type on the fake device).
+        let ret = unsafe { (self.inner.ctx.verbs.get_cq_event)(self.inner.ch.as_ptr(), &mut cq, &mut cq_context) };
         if ret != 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {

@@ -129,8 +129,9 @@ impl Drop for CqShared {
             let _ = self.drain_retired(&mut self.routes.lock(), &retired);
         }
         // SAFETY: every QP using this CQ holds an `Arc` to it, so none is left. A failure
-        // (EBUSY) cannot be acted on in drop; ignored.
-        let _ = unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };
+        // (EBUSY) cannot be acted on in drop; ignored. (`verbs` is libibverbs' for every
+        // context the library opens.)
+        let _ = unsafe { (self.ctx.verbs.destroy_cq)(self.cq.as_ptr()) };
     }
 }
 

@@ -2,7 +2,7 @@
 //! `ibv_query_device`, `ibv_query_port`, `ibv_query_gid`.
 #![allow(unsafe_code)]
 
-use std::ffi::CStr;
+use std::ffi::{c_int, c_void, CStr};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -103,6 +103,34 @@ impl RawDevice<'_> {
     }
 }
 
+/// The verbs that libibverbs dispatches through a context's private operations (whose layout
+/// no installed header gives), as function pointers of their C types: `ibv_modify_qp`, the
+/// destroys and deregistrations, and the reads of completion and asynchronous events. Every
+/// context the library opens calls libibverbs' own ([`LIBIBVERBS`]); the unit tests' fake
+/// device has fakes of the same types (`async_races`), so that nothing calls a function through
+/// a pointer of another type.
+pub(crate) struct Verbs {
+    pub(crate) modify_qp: unsafe extern "C" fn(*mut sys::ibv_qp, *mut sys::ibv_qp_attr, c_int) -> c_int,
+    pub(crate) destroy_qp: unsafe extern "C" fn(*mut sys::ibv_qp) -> c_int,
+    pub(crate) destroy_srq: unsafe extern "C" fn(*mut sys::ibv_srq) -> c_int,
+    pub(crate) destroy_cq: unsafe extern "C" fn(*mut sys::ibv_cq) -> c_int,
+    pub(crate) dereg_mr: unsafe extern "C" fn(*mut sys::ibv_mr) -> c_int,
+    pub(crate) get_cq_event:
+        unsafe extern "C" fn(*mut sys::ibv_comp_channel, *mut *mut sys::ibv_cq, *mut *mut c_void) -> c_int,
+    pub(crate) get_async_event: unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_async_event) -> c_int,
+}
+
+/// libibverbs' verbs: what every context the library opens calls.
+pub(crate) static LIBIBVERBS: Verbs = Verbs {
+    modify_qp: sys::ibv_modify_qp,
+    destroy_qp: sys::ibv_destroy_qp,
+    destroy_srq: sys::ibv_destroy_srq,
+    destroy_cq: sys::ibv_destroy_cq,
+    dereg_mr: sys::ibv_dereg_mr,
+    get_cq_event: sys::ibv_get_cq_event,
+    get_async_event: sys::ibv_get_async_event,
+};
+
 /// An open device: `struct ibv_context`. Cheap to clone (shared); closed when the last clone and
 /// every object created from it are gone.
 #[derive(Clone)]
@@ -129,6 +157,9 @@ pub(crate) struct ContextInner {
     /// The context's CQs, to find the one an `IBV_EVENT_CQ_ERR` names
     /// ([`crate::cq::FailedCq`]).
     pub(crate) cqs: std::sync::Mutex<Vec<std::sync::Weak<crate::cq::CqShared>>>,
+    /// The verbs dispatched through the context's private operations: [`LIBIBVERBS`] (a test's
+    /// fakes for its fake device).
+    pub(crate) verbs: &'static Verbs,
     /// The device's attributes, read when the context was opened: its capabilities and limits
     /// (ports, depths, `atomic_cap`), which the library's checks compare with, are fixed for
     /// the device's life. [`Context::query_device`] reads them afresh.
@@ -370,7 +401,7 @@ impl Context {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let attr = DeviceAttr { raw: sys::ibv_device_attr::default(), ctx: id };
-        let mut inner = ContextInner { ctx, name: name.to_owned(), identity, tag, id, cqs, attr };
+        let mut inner = ContextInner { ctx, name: name.to_owned(), identity, tag, id, cqs, verbs: &LIBIBVERBS, attr };
         // (On failure `inner`'s drop closes the device.)
         inner.attr = inner.query_device()?;
         Ok(Context { inner: Arc::new(inner) })

@@ -40,7 +40,7 @@ pub struct DmabufMr<A: AccessSet> {
     lkey: u32,
     rkey: u32,
     /// Keeps the PD allocated until the region is deregistered.
-    _pd: Arc<PdInner>,
+    pd: Arc<PdInner>,
     _access: PhantomData<A>,
 }
 
@@ -54,8 +54,9 @@ impl<A: AccessSet> Drop for DmabufMr<A> {
     fn drop(&mut self) {
         // SAFETY: a valid registration, deregistered once, here. Views borrow `self`, so none is
         // in flight. A failure cannot be acted on: no memory of ours is involved (the exporter's
-        // stays with the kernel's reference).
-        let _ = unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
+        // stays with the kernel's reference). `verbs` is libibverbs' for every context the
+        // library opens.
+        let _ = unsafe { (self.pd.ctx.verbs.dereg_mr)(self.mr.as_ptr()) };
     }
 }
 
@@ -119,7 +120,7 @@ impl Pd {
         };
         // SAFETY: `mr` is a valid registration returned just now.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
-        Ok(DmabufMr { mr, iova, len, lkey, rkey, _pd: Arc::clone(&self.inner), _access: PhantomData })
+        Ok(DmabufMr { mr, iova, len, lkey, rkey, pd: Arc::clone(&self.inner), _access: PhantomData })
     }
 }
 
@@ -157,7 +158,7 @@ impl<A: AccessSet> DmabufMr<A> {
     /// scatter/gather entry).
     pub fn local(&self, range: impl RangeBounds<usize>) -> Result<DeviceBuf<'_>> {
         let (addr, len) = self.entry(range, "DmabufMr::local")?;
-        Ok(DeviceBuf { addr, len, lkey: self.lkey, pd: self._pd.id(), _borrow: PhantomData })
+        Ok(DeviceBuf { addr, len, lkey: self.lkey, pd: self.pd.id(), _borrow: PhantomData })
     }
 
     /// A device view of `range` that the local device may write (a receive, an RDMA READ
@@ -171,7 +172,7 @@ impl<A: AccessSet> DmabufMr<A> {
         A: HasLocalWrite,
     {
         let (addr, len) = self.entry(range, "DmabufMr::local_mut")?;
-        Ok(DeviceBufMut { addr, len, lkey: self.lkey, pd: self._pd.id(), _borrow: PhantomData })
+        Ok(DeviceBufMut { addr, len, lkey: self.lkey, pd: self.pd.id(), _borrow: PhantomData })
     }
 
     /// The iova and length of `range` as one scatter/gather entry.

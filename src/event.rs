@@ -314,8 +314,9 @@ fn try_get(ctx: &Context) -> Result<Option<AsyncEvent>> {
     let mut raw = sys::ibv_async_event::default();
     // SAFETY: the context is open; `raw` is a valid out-pointer; the context's `async_fd` was
     // set non-blocking by every caller (`next_async_event`, `Context::async_events`), so the
-    // read returns at once.
-    let ret = unsafe { sys::ibv_get_async_event(ctx.as_ptr(), &mut raw) };
+    // read returns at once; `verbs.get_async_event` is `ibv_get_async_event` (a test's fake of
+    // its type on the fake device).
+    let ret = unsafe { (ctx.inner.verbs.get_async_event)(ctx.as_ptr(), &mut raw) };
     if ret != 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {

@@ -527,8 +527,9 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
     pub(crate) fn deregister_into_buffer(self) -> std::result::Result<Option<CallerBuffer>, (Error, Self)> {
         let mut this = std::mem::ManuallyDrop::new(self);
         // SAFETY: the registration is valid and deregistered at most once (`this` is not
-        // dropped; on failure it is handed back).
-        let ret = unsafe { sys::ibv_dereg_mr(this.mr.as_ptr()) };
+        // dropped; on failure it is handed back). `verbs` is libibverbs' for every context the
+        // library opens.
+        let ret = unsafe { (this.pd.ctx.verbs.dereg_mr)(this.mr.as_ptr()) };
         if ret != 0 {
             let err = Error::from_ret(Verb::DeregMr, format!("region at {:#x}, {} bytes", this.addr(), this.len), ret);
             return Err((err, std::mem::ManuallyDrop::into_inner(this)));
@@ -897,8 +898,9 @@ unsafe fn free_region_memory(mem: NonNull<u8>, len: usize, backing: Backing) {
 
 impl<A: AccessSet, K: MrKind> Drop for Mr<A, K> {
     fn drop(&mut self) {
-        // SAFETY: the registration is valid and is deregistered exactly once, here.
-        let ret = unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
+        // SAFETY: the registration is valid and is deregistered exactly once, here (`verbs`:
+        // libibverbs' for every context the library opens).
+        let ret = unsafe { (self.pd.ctx.verbs.dereg_mr)(self.mr.as_ptr()) };
         if ret == 0 {
             // SAFETY: deregistered just now; freed once.
             unsafe { self.free_memory() };

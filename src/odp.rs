@@ -385,7 +385,8 @@ impl<A> Drop for ImplicitMr<A> {
     fn drop(&mut self) {
         // SAFETY: valid registration, deregistered once. Views borrow `self`, so none is in
         // flight. A failure cannot be acted on; ignored (no memory of ours is involved).
-        let _ = unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
+        // `verbs` is libibverbs' for every context the library opens.
+        let _ = unsafe { (self.pd.ctx.verbs.dereg_mr)(self.mr.as_ptr()) };
     }
 }
 

@@ -155,8 +155,9 @@ impl Drop for QpShared {
         // SAFETY: the QP is valid and destroyed once. Work requests that borrow memory are
         // only posted inside a scope that holds a borrow of the `Qp`, so none is outstanding
         // with memory the caller can still free; owned buffers of dropped tokens are kept in
-        // the queues' graves, released below only if the destroy succeeded.
-        let ret = unsafe { sys::ibv_destroy_qp(self.qp.as_ptr()) };
+        // the queues' graves, released below only if the destroy succeeded. (`verbs` is
+        // libibverbs' for every context the library opens.)
+        let ret = unsafe { (self.pd.ctx.verbs.destroy_qp)(self.qp.as_ptr()) };
         if ret != 0 {
             // The device may still reach every buffer the QP's queues keep: they are leaked,
             // never freed (DESIGN.md §6, the release rule).
@@ -1308,8 +1309,9 @@ impl QpShared {
             mask & sys::IBV_QP_ACCESS_FLAGS != 0 && a.qp_access_flags & sys::IBV_ACCESS_REMOTE_ATOMIC != 0;
         self.check_atomics(Verb::ModifyQp, atomic_access)?;
         self.check_device_limits(&a, mask)?;
-        // SAFETY: the QP is alive; `a` is initialised and `mask` names only fields we set.
-        let ret = unsafe { sys::ibv_modify_qp(self.qp.as_ptr(), &mut a, mask as i32) };
+        // SAFETY: the QP is alive; `a` is initialised and `mask` names only fields we set;
+        // `verbs.modify_qp` is `ibv_modify_qp` (a test's fake of its type on the fake device).
+        let ret = unsafe { (self.pd.ctx.verbs.modify_qp)(self.qp.as_ptr(), &mut a, mask as i32) };
         if ret != 0 {
             return Err(Error::from_ret(
                 Verb::ModifyQp,

@@ -107,8 +107,8 @@ impl Drop for SrqShared {
         // so none is left. Destroying the SRQ takes its outstanding receives out of the device;
         // the buffers kept for dropped tokens (`rq`'s graves) are released after this, when the
         // fields drop. If the destroy fails, the device may still write them: they are
-        // leaked, never freed.
-        let ret = unsafe { sys::ibv_destroy_srq(self.srq.as_ptr()) };
+        // leaked, never freed. (`verbs` is libibverbs' for every context the library opens.)
+        let ret = unsafe { (self.pd.ctx.verbs.destroy_srq)(self.srq.as_ptr()) };
         if ret != 0 {
             self.rq.leak_graves();
             return;
