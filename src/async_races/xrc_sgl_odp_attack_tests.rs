@@ -724,6 +724,10 @@ fn an_empty_odp_entry_counts_alike_before_and_after_the_others() {
     let (b, a) = (before.odp.check(ud, "UD", send).is_ok(), after.odp.check(ud, "UD", send).is_ok());
     assert!(b, "the empty entry first: a SEND on UD is verified");
     assert_eq!(a, b, "the empty entry last refuses the same SEND on UD that it allows first");
+    // A request of a single empty view is checked against that view's memory (DESIGN §5).
+    let single = crate::sgl::Gather::collect(&empty_on_rc, "ibv_post_send").expect("one PD");
+    assert_eq!(single.num_sge, 0);
+    assert!(single.odp.check(ud, "UD", send).is_err() && single.odp.check(rc, "RC", send).is_ok());
 }
 
 // ---------------------------------------------------------------------------------------------
