@@ -4,6 +4,7 @@
 //! transports across its life.
 
 use super::*;
+use crate::mr::LocalBufMut;
 
 /// A receive of `qp`'s own receive queue, booked (the fake device is told separately).
 fn own_recv(qp: &Arc<QpShared>) -> (u64, OwnedToken<()>) {
@@ -77,4 +78,107 @@ fn a_refused_duplicate_number_does_not_swallow_the_live_qps_send_completion() {
         Ok((c, ())) => assert!(c.is_success()),
         Err(e) => panic!("the live QP's send completion was taken for the refused QP's: {}", e.error),
     }
+}
+
+/// The entry counts the recording provider's `ibv_post_srq_recv` was given, by SRQ address.
+static SRQ_POSTS: Mutex<Vec<(usize, i32)>> = Mutex::new(Vec::new());
+
+/// A provider's `ibv_post_srq_recv` that takes every receive and notes its SRQ and entry count.
+///
+/// # Safety
+/// As `ibv_post_srq_recv` is called: `wr` a valid request.
+unsafe extern "C" fn count_srq_recv(
+    srq: *mut sys::ibv_srq,
+    wr: *mut sys::ibv_recv_wr,
+    _bad: *mut *mut sys::ibv_recv_wr,
+) -> i32 {
+    // SAFETY: the caller's valid request.
+    let n = unsafe { (*wr).num_sge };
+    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).push((srq as usize, n));
+    0
+}
+
+fn srq_posts(srq: &Arc<SrqShared>) -> Vec<i32> {
+    let me = crate::srq::Srq { shared: Arc::clone(srq) }.as_ptr() as usize;
+    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(s, _)| *s == me).map(|&(_, n)| n).collect()
+}
+
+/// A world whose provider takes SRQ receives ([`count_srq_recv`]).
+fn srq_posting_world() -> &'static World {
+    let w = World::new();
+    // SAFETY: the world's context is leaked and this test's own; the inline
+    // `ibv_post_srq_recv` reads `srq->context->ops.post_srq_recv`.
+    unsafe { (*w.ctxp).ops.post_srq_recv = Some(count_srq_recv) };
+    w
+}
+
+fn view(w: &World, addr: u64, len: u32, odp: OdpTag) -> LocalBufMut<'static> {
+    LocalBufMut::from_parts(addr, len, 7, odp, w.pd.id())
+}
+
+/// An empty receive entry is no entry, and the device writes none of its memory: an SRQ
+/// receive whose only ODP memory is empty (alone, or beside pinned memory) reaches the provider
+/// without it and binds the SRQ to no transport, so QPs and ODP receives of any transport still
+/// come after it.
+#[test]
+fn empty_odp_entries_of_srq_receives_bind_the_srq_to_no_transport() {
+    let w = srq_posting_world();
+    let srq = w.srq(8);
+    let handle = crate::srq::Srq { shared: Arc::clone(&srq) };
+    let page = crate::mr::page_size() as u64;
+    let srq_recv = sys::IBV_ODP_SUPPORT_SRQ_RECV;
+    let ud = OdpTag::verified(sys::IBV_QPT_UD, srq_recv, false);
+    let rc = OdpTag::verified(sys::IBV_QPT_RC, srq_recv, false);
+    let alone = handle.post_recv_owned(Recv::new(view(w, page, 0, ud))).map_err(|e| e.error).expect("an empty receive");
+    let beside = handle
+        .post_recv_owned(Recv::new((view(w, 2 * page, 0, ud), view(w, 3 * page, 64, OdpTag::NONE))))
+        .map_err(|e| e.error)
+        .expect("an empty ODP entry beside pinned memory");
+    assert_eq!(srq_posts(&srq), vec![0, 1], "the empty entries reach the provider as no entries");
+    srq.attach_transport(sys::IBV_QPT_RC, "RC").expect("an RC QP attaches");
+    let rc_recv = handle.post_recv_owned(Recv::new(view(w, 4 * page, 64, rc))).map_err(|e| e.error).expect("an RC receive");
+    srq.detach_transport(sys::IBV_QPT_RC);
+    std::mem::forget((alone, beside, rc_recv));
+}
+
+/// A shared receive queue whose QPs of one transport took its ODP receives, and whose QPs are
+/// all destroyed since, still takes receives: into pinned memory, and into ODP memory verified
+/// for the transport its earlier ODP receives were (a QP of it may still attach). An ODP
+/// receive of another transport is refused, and the refusal names the transports of the
+/// earlier receives that bar it (no QP is attached any more).
+#[test]
+fn an_srq_whose_odp_receives_completed_and_qps_are_gone_still_takes_receives() {
+    let w = srq_posting_world();
+    let (cq, fake) = w.cq();
+    let srq = w.srq(8);
+    let handle = crate::srq::Srq { shared: Arc::clone(&srq) };
+    let page = crate::mr::page_size() as u64;
+    let srq_recv = sys::IBV_ODP_SUPPORT_SRQ_RECV;
+    let rc = OdpTag::verified(sys::IBV_QPT_RC, srq_recv, false);
+    let ud = OdpTag::verified(sys::IBV_QPT_UD, srq_recv, false);
+    // An RC QP (the fake's transport) consumes an ODP receive, then is destroyed.
+    let qp = QpShared::fake(w.raw_qp(0x7d0), 0x7d0, 4, &cq, Arc::clone(&w.pd), Some(Arc::clone(&srq)));
+    let t = handle.post_recv_owned(Recv::new(view(w, page, 64, rc))).map_err(|e| e.error).expect("an RC receive");
+    fake.complete(recv_wc(0x7d0, 0, sys::IBV_WC_SUCCESS));
+    let (c, _buf) = t.wait(Duration::from_secs(1)).map_err(|e| e.error).expect("its completion");
+    assert!(c.is_success());
+    drop(qp);
+    let pinned = handle.post_recv_owned(Recv::new(view(w, 2 * page, 64, OdpTag::NONE))).map_err(|e| e.error);
+    let again = handle.post_recv_owned(Recv::new(view(w, 3 * page, 64, rc))).map_err(|e| e.error);
+    let other = handle.post_recv_owned(Recv::new(view(w, 4 * page, 64, ud))).map_err(|e| e.error);
+    let rc_attach = srq.attach_transport(sys::IBV_QPT_RC, "RC");
+    assert!(pinned.is_ok(), "a pinned receive: {:?}", pinned.as_ref().err());
+    assert!(again.is_ok(), "an ODP receive of the earlier receives' transport: {:?}", again.as_ref().err());
+    assert!(rc_attach.is_ok(), "an RC QP: {rc_attach:?}");
+    srq.detach_transport(sys::IBV_QPT_RC);
+    let reason = match &other {
+        Err(crate::Error::InvalidArgument { verb: "ibv_post_srq_recv", reason }) => reason.clone(),
+        other => panic!("an ODP receive of UD after RC ones: {other:?}"),
+    };
+    std::mem::forget((pinned, again));
+    // RC's bit among the transports (IBV_QPT_RC is 2).
+    assert!(
+        reason.contains("mask 0x4"),
+        "the refusal does not name the earlier receives' transports that bar it: {reason}"
+    );
 }
