@@ -49,7 +49,9 @@ fn a_refused_duplicate_number_does_not_divert_the_live_qps_completions_at_the_ne
         srq.rq.is_pending(s_seq),
         "the live QP's receive completion completed the refused QP's SRQ receive: its buffer is handed back while the device may write it"
     );
-    let Err(s_tok) = s_tok.try_complete() else { panic!("the SRQ's receive completed without a completion of its own") };
+    let Err(s_tok) = s_tok.try_complete() else {
+        panic!("the SRQ's receive completed without a completion of its own")
+    };
     match a_tok.wait(Duration::from_millis(300)) {
         Ok((c, ())) => assert!(c.is_success()),
         Err(e) => panic!("the live QP's receive completion was lost: {}", e.error),
@@ -69,7 +71,8 @@ fn a_refused_duplicate_number_does_not_swallow_the_live_qps_send_completion() {
     let w = World::new();
     let (cq, fake) = w.cq();
     let a = w.qp(0x7c0, 4, &cq, None);
-    let refused = QpShared::try_fake_with_posts(w.raw_qp(0x7c0), 0x7c0, 4, &cq, Arc::clone(&w.pd), None, fake_send, fake_recv);
+    let refused =
+        QpShared::try_fake_with_posts(w.raw_qp(0x7c0), 0x7c0, 4, &cq, Arc::clone(&w.pd), None, fake_send, fake_recv);
     assert!(refused.is_err(), "the second live QP numbered 0x7c0 was not refused");
     let t = post_send(&a, true);
     fake.complete(send_wc(0x7c0, 0, sys::IBV_WC_SUCCESS));
@@ -136,7 +139,8 @@ fn empty_odp_entries_of_srq_receives_bind_the_srq_to_no_transport() {
         .expect("an empty ODP entry beside pinned memory");
     assert_eq!(srq_posts(&srq), vec![0, 1], "the empty entries reach the provider as no entries");
     srq.attach_transport(sys::IBV_QPT_RC, "RC").expect("an RC QP attaches");
-    let rc_recv = handle.post_recv_owned(Recv::new(view(w, 4 * page, 64, rc))).map_err(|e| e.error).expect("an RC receive");
+    let rc_recv =
+        handle.post_recv_owned(Recv::new(view(w, 4 * page, 64, rc))).map_err(|e| e.error).expect("an RC receive");
     srq.detach_transport(sys::IBV_QPT_RC);
     std::mem::forget((alone, beside, rc_recv));
 }
