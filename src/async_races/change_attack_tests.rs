@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::mr::LocalBufMut;
+use crate::pd::PdInner;
 
 /// A receive of `qp`'s own receive queue, booked (the fake device is told separately).
 fn own_recv(qp: &Arc<QpShared>) -> (u64, OwnedToken<()>) {
@@ -185,4 +186,61 @@ fn an_srq_whose_odp_receives_completed_and_qps_are_gone_still_takes_receives() {
         reason.contains("mask 0x4"),
         "the refusal does not name the earlier receives' transports that bar it: {reason}"
     );
+}
+
+/// `ibv_destroy_qp` failing (EBUSY, as when the QP is still in use): the QP stays in the
+/// device.
+unsafe extern "C" fn busy_destroy_qp(_: *mut sys::ibv_qp) -> std::ffi::c_int {
+    libc::EBUSY
+}
+
+/// The fake device's verbs, but a QP's destroy fails.
+static BUSY_DESTROY: crate::device::Verbs = crate::device::Verbs {
+    modify_qp: fake_modify_qp,
+    destroy_qp: busy_destroy_qp,
+    destroy_srq: fake_destroy_srq,
+    destroy_cq: fake_destroy_cq,
+    dereg_mr: fake_dereg_mr,
+    get_cq_event: fake_get_cq_event,
+    get_async_event: fake_get_async_event,
+};
+
+/// A PD over `w`'s C objects whose context's QP destroys fail (both leaked).
+fn busy_destroy_pd(w: &'static World) -> Arc<PdInner> {
+    let ctx = Arc::new(ContextInner {
+        ctx: w.ctx.ctx,
+        name: "fake-busy".into(),
+        identity: crate::device::DeviceIdentity::Name("fake-busy".into()),
+        tag: u16::MAX,
+        id: 0,
+        cqs: Mutex::new(Vec::new()),
+        verbs: &BUSY_DESTROY,
+        attr: crate::device::DeviceAttr::fake(0, true),
+    });
+    let pd = Arc::new(PdInner { pd: w.pd.pd, ctx });
+    // Never dropped: the context's drop would close the fake device.
+    std::mem::forget(Arc::clone(&pd));
+    pd
+}
+
+/// A QP whose destroy failed stays in the device and may still consume receives of its shared
+/// receive queue: their completions, whenever polled (after other QPs were created on the CQ
+/// too), complete the SRQ's requests, which would otherwise hold their buffers and their room
+/// in the SRQ for ever.
+#[test]
+fn an_srq_receive_consumed_by_a_qp_whose_destroy_failed_reaches_the_srq_after_later_registrations() {
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let srq = w.srq(4);
+    let x = QpShared::fake(w.raw_qp(0x7e0), 0x7e0, 4, &cq, busy_destroy_pd(w), Some(Arc::clone(&srq)));
+    let (seq, t) = post_srq_recv(&srq);
+    drop(x);
+    // Another QP is created on the CQ; then the device completes the receive through the QP
+    // whose destroy failed.
+    let _z = w.qp(0x7e1, 4, &cq, None);
+    fake.complete(recv_wc(0x7e0, seq, sys::IBV_WC_SUCCESS));
+    match t.wait(Duration::from_millis(300)) {
+        Ok((c, ())) => assert!(c.is_success()),
+        Err(e) => panic!("the SRQ's receive consumed by the undestroyed QP never completes: {}", e.error),
+    }
 }
