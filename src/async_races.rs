@@ -2219,3 +2219,6 @@ mod provider_values_attack_tests;
 // pinned ones, inline pieces), RAW_PACKET TSO and checksum requests, and ODP prefetch ranges and
 // advices, against a provider that records what it is given.
 mod xrc_sgl_odp_attack_tests;
+// Completions routed by QP number around a refused registration, the fake device's typed
+// verbs, empty ODP entries, write prefetches and an SRQ's ODP transports across its life.
+mod change_attack_tests;

@@ -526,7 +526,9 @@ impl CqShared {
         let Routing { routes, wcs } = routing;
         while left > 0 {
             let polled = self.poll_locked(wcs, left.min(POLL_BATCH), |_, wc| {
-                match retired.iter().find(|r| r.qp_num == Some(wc.qp_num)) {
+                // A live QP's number is its own (a refused QP's record may carry it).
+                let live = routes.iter().any(|r| r.qp_num == wc.qp_num && r.qp.strong_count() > 0);
+                match retired.iter().find(|r| !live && r.qp_num == Some(wc.qp_num)) {
                     Some(r) => Self::route_retired(r.srq.as_ref(), wc, || self.decode(wc)),
                     None => self.route(routes, wc, None, || self.decode(wc)),
                 }

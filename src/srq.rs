@@ -332,7 +332,9 @@ impl SrqShared {
                 format!(
                     "memory of an ODP region verified for QP type {qp_type}, operations {ops:#x} (ibv_query_device_ex \
                      odp_caps): an SRQ receive needs IBV_ODP_SUPPORT_SRQ_RECV verified for the transport of every \
-                     QP attached to the SRQ (attached QP types: mask {attached:#x})"
+                     QP attached to the SRQ and of every ODP receive it has had (attached QP types: mask {attached:#x}; \
+                     earlier ODP receives' transports: mask {:#x})",
+                    t.odp
                 ),
             ));
         }
