@@ -473,8 +473,14 @@ impl CqShared {
         // Completions are told apart by QP number: a second live QP under one number would
         // have its completions taken for the first's (whose buffers would come back while the
         // device still uses them). Only a provider breaking the numbers' uniqueness does that.
-        routing.routes.retain(|r| r.qp.strong_count() > 0);
-        if routing.routes.iter().any(|r| r.qp_num == qp_num) {
+        // The dead routes go once their QP's completions were drained (its number among the
+        // records just drained); one that names a shared receive queue and was not recorded
+        // stays: its QP's destroy failed, so the device may still complete the SRQ's receives
+        // it consumed, or its drop is under way (`route_orphan`).
+        routing.routes.retain(|r| {
+            r.qp.strong_count() > 0 || (r.srq.is_some() && !retired.iter().any(|d| d.qp_num == Some(r.qp_num)))
+        });
+        if routing.routes.iter().any(|r| r.qp_num == qp_num && r.qp.strong_count() > 0) {
             return Err(Error::invalid(
                 "ibv_create_qp",
                 format!(

@@ -127,7 +127,9 @@ pub(crate) struct QpShared {
     /// (`crate::mw::claim_remote_invalidation`).
     peer_on_device: AtomicBool,
     /// What the QP reserved on its send CQ and on its receive CQ (all on the receive CQ when
-    /// they are one), freed once its completions are off them.
+    /// they are one), freed once its completions are off them; [`NOT_REGISTERED`] on a CQ
+    /// where its registration did not happen or was refused (it has no route there, and is
+    /// not recorded there when destroyed).
     reserved: [AtomicU64; 2],
     /// The multicast groups the QP is attached to (GID, LID) and how many memberships hold
     /// each: the kernel attaches a QP to a group once (a second `ibv_attach_mcast` is a no-op)
@@ -141,6 +143,9 @@ pub(crate) struct QpShared {
 unsafe impl Send for QpShared {}
 // SAFETY: as above.
 unsafe impl Sync for QpShared {}
+
+/// [`QpShared::reserved`] on a CQ where the QP is not registered.
+const NOT_REGISTERED: u64 = u64::MAX;
 
 impl Drop for QpShared {
     fn drop(&mut self) {
@@ -165,15 +170,22 @@ impl Drop for QpShared {
             self.rq.leak_graves();
             return;
         }
+        // Recorded only where it was registered: a QP refused at its registration (another
+        // live QP completing there has its number) has no completion there, and a record
+        // under that number would take the other QP's for it.
         let retired = |on: &Arc<CqShared>| {
             let i = usize::from(Arc::ptr_eq(on, recv));
             let reserved = self.reserved[i].load(Ordering::Relaxed);
-            crate::cq::Retired { qp_num: Some(self.qp_num), srq: self.srq.as_ref().map(Arc::downgrade), reserved }
+            (reserved != NOT_REGISTERED).then(|| crate::cq::Retired {
+                qp_num: Some(self.qp_num),
+                srq: self.srq.as_ref().map(Arc::downgrade),
+                reserved,
+            })
         };
         if let Some(second) = second.as_mut() {
-            second.push(retired(second_cq));
+            second.extend(retired(second_cq));
         }
-        first.push(retired(first_cq));
+        first.extend(retired(first_cq));
         drop((first, second));
         // Destroyed, the QP consumes no receive of its SRQ any more. The SRQ's transports are
         // locked with no lock of the QP's held (a post of an ODP receive locks them first, then
@@ -329,7 +341,7 @@ impl Pd {
             srq_transport: std::sync::OnceLock::new(),
             broken: AtomicBool::new(false),
             peer_on_device: AtomicBool::new(false),
-            reserved: [AtomicU64::new(0), AtomicU64::new(0)],
+            reserved: [AtomicU64::new(NOT_REGISTERED), AtomicU64::new(NOT_REGISTERED)],
             mcast: std::sync::Mutex::new(Vec::new()),
         });
         // Room on the CQs for every completion the queues can have outstanding (their depths,
@@ -1970,7 +1982,7 @@ impl QpShared {
             srq_transport: std::sync::OnceLock::new(),
             broken: AtomicBool::new(false),
             peer_on_device: AtomicBool::new(false),
-            reserved: [AtomicU64::new(0), AtomicU64::new(0)],
+            reserved: [AtomicU64::new(NOT_REGISTERED), AtomicU64::new(NOT_REGISTERED)],
             mcast: std::sync::Mutex::new(Vec::new()),
         });
         let register = |srq_need: u64| {

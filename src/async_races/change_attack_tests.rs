@@ -120,10 +120,11 @@ fn view(w: &World, addr: u64, len: u32, odp: OdpTag) -> LocalBufMut<'static> {
     LocalBufMut::from_parts(addr, len, 7, odp, w.pd.id())
 }
 
-/// An empty receive entry is no entry, and the device writes none of its memory: an SRQ
-/// receive whose only ODP memory is empty (alone, or beside pinned memory) reaches the provider
-/// without it and binds the SRQ to no transport, so QPs and ODP receives of any transport still
-/// come after it.
+/// An empty receive entry of a list is no entry, and the device writes none of its memory: an
+/// SRQ receive whose only ODP memory is an empty entry beside pinned memory reaches the
+/// provider without it and binds the SRQ to no transport, so QPs and ODP receives of any
+/// transport still come after it. A receive of a single view keeps that view's verification
+/// even when it is empty (DESIGN §5): it binds its SRQ to the view's transport.
 #[test]
 fn empty_odp_entries_of_srq_receives_bind_the_srq_to_no_transport() {
     let w = srq_posting_world();
@@ -133,16 +134,23 @@ fn empty_odp_entries_of_srq_receives_bind_the_srq_to_no_transport() {
     let srq_recv = sys::IBV_ODP_SUPPORT_SRQ_RECV;
     let ud = OdpTag::verified(sys::IBV_QPT_UD, srq_recv, false);
     let rc = OdpTag::verified(sys::IBV_QPT_RC, srq_recv, false);
-    let alone = handle.post_recv_owned(Recv::new(view(w, page, 0, ud))).map_err(|e| e.error).expect("an empty receive");
     let beside = handle
         .post_recv_owned(Recv::new((view(w, 2 * page, 0, ud), view(w, 3 * page, 64, OdpTag::NONE))))
         .map_err(|e| e.error)
         .expect("an empty ODP entry beside pinned memory");
-    assert_eq!(srq_posts(&srq), vec![0, 1], "the empty entries reach the provider as no entries");
+    assert_eq!(srq_posts(&srq), vec![1], "the empty entry reaches the provider as no entry, the pinned one alone");
     srq.attach_transport(sys::IBV_QPT_RC, "RC").expect("an RC QP attaches");
     let rc_recv =
         handle.post_recv_owned(Recv::new(view(w, 4 * page, 64, rc))).map_err(|e| e.error).expect("an RC receive");
     srq.detach_transport(sys::IBV_QPT_RC);
+    // A single empty view: its UD verification is the receive's.
+    let single = w.srq(8);
+    let handle = crate::srq::Srq { shared: Arc::clone(&single) };
+    let alone = handle.post_recv_owned(Recv::new(view(w, page, 0, ud))).map_err(|e| e.error).expect("an empty receive");
+    assert_eq!(srq_posts(&single), vec![0]);
+    assert!(single.attach_transport(sys::IBV_QPT_RC, "RC").is_err(), "the single view's UD verification binds it");
+    single.attach_transport(sys::IBV_QPT_UD, "UD").expect("a UD QP attaches");
+    single.detach_transport(sys::IBV_QPT_UD);
     std::mem::forget((alone, beside, rc_recv));
 }
 
