@@ -8,7 +8,12 @@ use typed_verbs::scope::scope;
 use typed_verbs::transport::{RC, RTS};
 use typed_verbs::wr::BindMw;
 
-fn f(qp: &Qp<RC, RTS>, mw: Mw<Type2>, mut owned: Registered<access::WindowBindable, Vec<u8>>, mut other: Mr<access::WindowBindable>) {
+fn f(
+    qp: &Qp<RC, RTS>,
+    mw: Mw<Type2>,
+    mut owned: Registered<access::WindowBindable, Vec<u8>>,
+    mut other: Mr<access::WindowBindable>,
+) {
     let bound = scope(|s| {
         let t = s.post_send(qp, BindMw::new(mw, &owned, 0, 64, window::READ_WRITE)).unwrap();
         s.wait(t, std::time::Duration::from_secs(1)).unwrap().1.unwrap()

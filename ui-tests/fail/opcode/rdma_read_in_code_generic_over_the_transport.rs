@@ -7,7 +7,11 @@ use typed_verbs::scope::scope;
 use typed_verbs::transport::{Transport, Unaddressed, RTS};
 use typed_verbs::wr;
 
-fn read<T: Transport + Unaddressed>(qp: &Qp<T, RTS>, dst: &mut Mr<access::LocalRw>, remote: RemoteSlice<access::RemoteRw>) {
+fn read<T: Transport + Unaddressed>(
+    qp: &Qp<T, RTS>,
+    dst: &mut Mr<access::LocalRw>,
+    remote: RemoteSlice<access::RemoteRw>,
+) {
     let _ = scope(|s| {
         let _ = s.post_send(qp, wr::Read::new(dst.slice_mut(..).unwrap(), remote));
     });
