@@ -251,19 +251,18 @@ impl<S: SgeStore> Collected<S> {
                 format!("the scatter/gather entries total {total} bytes; one work request moves at most u32::MAX"),
             ));
         }
-        // The implicit ODP lkey serves operations of at most IMPLICIT_MAX_OP bytes (the ODP
-        // manual), however many entries use it; each view is within it on its own.
-        let mut implicit = 0u64;
-        list.each(&mut |sge, odp, _| {
-            if odp.is_implicit() {
-                implicit += u64::from(sge.length);
-            }
-        });
-        if implicit > crate::odp::IMPLICIT_MAX_OP as u64 {
+        // "The size of operations that can use this lkey is limited to 128MB" (the ODP
+        // manual): an operation with any entry through the implicit ODP lkey moves at most
+        // IMPLICIT_MAX_OP bytes in all, its other entries' included (this is called only for
+        // lists above it).
+        let mut implicit = false;
+        list.each(&mut |_, odp, _| implicit |= odp.is_implicit());
+        if implicit {
             return Err(Error::invalid(
                 verb,
                 format!(
-                    "the entries through the implicit ODP lkey total {implicit} bytes; an operation through it takes at most {}",
+                    "the entries total {total} bytes, some through the implicit ODP lkey: an operation that uses it \
+                     moves at most {} (\"The size of operations that can use this lkey is limited to 128MB\")",
                     crate::odp::IMPLICIT_MAX_OP
                 ),
             ));
@@ -400,7 +399,7 @@ mod tests {
     /// (each view is within it on its own: two of them were not); entries of explicit ODP or
     /// pinned memory beside them do not count.
     #[test]
-    fn entries_through_the_implicit_lkey_total_at_most_its_operation_limit() {
+    fn operations_through_the_implicit_lkey_total_at_most_its_operation_limit() {
         use crate::odp::IMPLICIT_MAX_OP;
         let pd = PdId::dummy();
         let (rc, send) = (sys::IBV_QPT_RC, sys::IBV_ODP_SUPPORT_SEND);
@@ -414,10 +413,17 @@ mod tests {
         assert!(r.is_err(), "one byte over, in three entries");
         let c = Collected::of(&(implicit(0x1000, max / 2), implicit(0x1000, max / 2)), "t").expect("exactly the limit");
         assert_eq!(c.num_sge, 2);
-        let c = Collected::of(&(implicit(0x1000, max), explicit(0x1000, max), pinned(0x1000, max)), "t")
-            .expect("only the implicit entry counts");
+        // The operation's whole size counts once one entry uses the implicit lkey.
+        let r = Collected::of(&(implicit(0x1000, max), explicit(0x1000, max), pinned(0x1000, max)), "t");
+        assert!(r.is_err(), "three times the limit, one entry through the implicit lkey");
+        let r = Collected::of(&(implicit(0x1000, 1), pinned(0x1000, max)), "t");
+        assert!(r.is_err(), "one byte through the implicit lkey, one over in all");
+        let c = Collected::of(&(implicit(0x1000, max / 2), explicit(0x1000, max / 4), pinned(0x1000, max / 4)), "t")
+            .expect("exactly the limit in all");
         assert_eq!(c.num_sge, 3);
         assert!(c.odp.check(rc, "RC", send).is_ok(), "the implicit mark is no operation");
+        // Without an implicit entry, the limit is the message's, u32::MAX.
+        Collected::of(&(explicit(0x1000, max), pinned(0x1000, max)), "t").expect("no implicit entry");
     }
 
     /// Entries of two protection domains are refused; so is a count above the queue's maximum.

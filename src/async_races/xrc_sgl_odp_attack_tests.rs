@@ -648,14 +648,14 @@ impl Entry {
 
 /// What the verbs allow of a list: every entry of one PD, every ODP entry placed where a device
 /// that moves packets to page starts needs it, at most `u32::MAX` bytes in all and at most
-/// `IMPLICIT_MAX_OP` through the implicit lkey; then the non-empty entries in order, and an
+/// `IMPLICIT_MAX_OP` in all where any entry goes through the implicit lkey; then the non-empty entries in order, and an
 /// operation on a transport allowed when every non-empty ODP entry verified it there.
 fn model_allows(list: &[Entry], page: u64) -> bool {
     let one_pd = list.iter().all(|e| e.other_pd == list[0].other_pd);
     let placed = list.iter().all(|e| !matches!(e.odp, Some((_, _, true, _))) || e.addr % page == 0);
     let total: u64 = list.iter().map(|e| u64::from(e.len)).sum();
-    let implicit: u64 = list.iter().filter(|e| matches!(e.odp, Some((_, _, _, true)))).map(|e| u64::from(e.len)).sum();
-    one_pd && placed && total <= u64::from(u32::MAX) && implicit <= crate::odp::IMPLICIT_MAX_OP as u64
+    let implicit = list.iter().any(|e| matches!(e.odp, Some((_, _, _, true))));
+    one_pd && placed && total <= u64::from(u32::MAX) && (!implicit || total <= crate::odp::IMPLICIT_MAX_OP as u64)
 }
 
 fn model_verifies(list: &[Entry], t: u32, op: u32) -> bool {
