@@ -916,6 +916,8 @@ impl PortAttr {
 /// `IBV_SEND_IP_CSUM`).
 #[diagnostic::on_unimplemented(
     message = "IBV_SEND_IP_CSUM is not available on {Self} queue pairs",
+    label = "no checksum offload on this transport",
+    note = "ibv_post_send(3): IBV_SEND_IP_CSUM is \"Valid only when device_cap_flags in device_attr indicates current QP is supported by checksum offload\"",
     note = "devices report checksum offload for UD (IBV_DEVICE_UD_IP_CSUM) and RAW_PACKET (IBV_DEVICE_RAW_IP_CSUM) only"
 )]
 pub trait ChecksumOffload: Transport {

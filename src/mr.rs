@@ -128,7 +128,7 @@ pub trait WindowHost: MrKind + Sized {
 /// region ([`DmabufMr`](crate::dmabuf::DmabufMr)): windows over another device's memory are not
 /// offered. Sealed.
 #[diagnostic::on_unimplemented(
-    message = "a memory window cannot be bound to `{Self}`: a window is bound to a registered region (`Mr`)",
+    message = "a memory window cannot be bound to `{Self}`: a window is bound to a pinned region with MW_BIND (an `Mr`, or memory registered with `Pd::register`)",
     label = "not a region a window can be bound to",
     note = "the implicit ODP region (`ImplicitMr`) is none: it \"only has a valid lkey, whereas its rkey is invalid\" and \"is limited to local access permissions\" (vendor ODP manual, Registering ODP Implicit MR), so no window can expose it to a peer",
     note = "nor is a DMA-BUF region (`DmabufMr`): windows over another device's memory are not offered",
@@ -1314,7 +1314,7 @@ pub trait LocalSource: local_sealed::Sealed + crate::scope::Completes {
     message = "`{Self}` is not memory the device may write",
     label = "needs a `LocalBufMut` (from `Mr::slice_mut`) or a `Chunk` of a region with LOCAL_WRITE",
     note = "a receive buffer, an RDMA READ destination and an atomic result are written by the local device (ibv_reg_mr(3): IBV_ACCESS_LOCAL_WRITE)",
-    note = "an atomic's result is exactly one 8-byte entry (ibv_post_send(3)): one view or chunk, never a scatter list"
+    note = "an atomic's result is exactly one 8-byte entry, the 64-bit value the atomic returns: one view or chunk, never a scatter list"
 )]
 pub trait LocalSink: LocalSource {}
 

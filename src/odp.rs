@@ -626,7 +626,7 @@ fn advise_len(len: usize) -> Result<u32> {
 #[diagnostic::on_unimplemented(
     message = "the pages of a pinned region cannot be discarded: the device keeps the pinned pages, the program would see new ones",
     label = "not an ODP region",
-    note = "ibv_reg_mr(3): a pinned registration holds the pages it saw at registration; only an On-Demand Paging region (`Pd::alloc_mr_odp`) follows the process's page tables"
+    note = "a pinned registration keeps the pages it pinned at registration; only an On-Demand Paging region (`Pd::alloc_mr_odp`) follows the process's page tables"
 )]
 pub trait Discardable: MrKind {}
 impl Discardable for Odp {}
