@@ -238,6 +238,18 @@ unsafe extern "C" fn fake_get_async_event(
     0
 }
 
+/// `e` is an `InvalidArgument` of `verb` whose reason contains `what`.
+#[track_caller]
+pub(crate) fn invalid(e: &crate::Error, verb: &str, what: &str) {
+    match e {
+        crate::Error::InvalidArgument { verb: v, reason } => {
+            assert_eq!(*v, verb, "{e}");
+            assert!(reason.contains(what), "{what:?} not in {reason:?}");
+        }
+        other => panic!("expected InvalidArgument of {verb} ({what}), got {other:?}"),
+    }
+}
+
 pub(crate) struct World {
     ctxp: *mut sys::ibv_context,
     chp: *mut sys::ibv_comp_channel,

@@ -673,34 +673,11 @@ impl<A: AccessSet, K: MrKind> Mr<A, K> {
 }
 
 #[cfg(all(test, not(loom)))]
-impl<A: AccessSet> Mr<A, Pinned> {
+impl<A: AccessSet, K: MrKind> Mr<A, K> {
     /// Test only: a region of `len` bytes of zeroed heap memory over the fake registration
     /// `mr` (an `ibv_mr` inside a zeroed `verbs_mr`-sized allocation, its context the fake
-    /// one, whose private `dereg_mr` succeeds), in `pd`.
-    pub(crate) fn fake(pd: &Arc<PdInner>, mr: NonNull<sys::ibv_mr>, len: usize) -> Self {
-        let mem = alloc_zeroed(len).expect("test memory");
-        // SAFETY: the caller's fake registration, valid for the test.
-        let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
-        Mr {
-            mr,
-            mem,
-            len,
-            lkey,
-            rkey,
-            odp: OdpTag::NONE,
-            backing: Backing::Heap,
-            buffer: None,
-            pd: Arc::clone(pd),
-            _access: PhantomData,
-        }
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-impl<A: AccessSet> Mr<A, Odp> {
-    /// Test only: as [`Mr::fake`], an On-Demand Paging region whose views carry `odp` (the
-    /// tag a capability's registration gives them), over zeroed heap memory.
-    pub(crate) fn fake_odp(pd: &Arc<PdInner>, mr: NonNull<sys::ibv_mr>, len: usize, odp: OdpTag) -> Self {
+    /// one, whose `dereg_mr` is the fake device's), in `pd`, its views carrying `odp`.
+    fn fake_of_kind(pd: &Arc<PdInner>, mr: NonNull<sys::ibv_mr>, len: usize, odp: OdpTag) -> Self {
         let mem = alloc_zeroed(len).expect("test memory");
         // SAFETY: the caller's fake registration, valid for the test.
         let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
@@ -716,6 +693,23 @@ impl<A: AccessSet> Mr<A, Odp> {
             pd: Arc::clone(pd),
             _access: PhantomData,
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+impl<A: AccessSet> Mr<A, Pinned> {
+    /// Test only: a pinned region over a fake registration ([`Mr::fake_of_kind`]).
+    pub(crate) fn fake(pd: &Arc<PdInner>, mr: NonNull<sys::ibv_mr>, len: usize) -> Self {
+        Mr::fake_of_kind(pd, mr, len, OdpTag::NONE)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+impl<A: AccessSet> Mr<A, Odp> {
+    /// Test only: an On-Demand Paging region over a fake registration, whose views carry `odp`
+    /// (the tag a capability's registration gives them) ([`Mr::fake_of_kind`]).
+    pub(crate) fn fake_odp(pd: &Arc<PdInner>, mr: NonNull<sys::ibv_mr>, len: usize, odp: OdpTag) -> Self {
+        Mr::fake_of_kind(pd, mr, len, odp)
     }
 }
 

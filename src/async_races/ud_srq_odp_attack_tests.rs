@@ -86,18 +86,6 @@ fn odp_sink(w: &World, addr: u64, len: u32, odp: OdpTag) -> LocalBufMut<'static>
     LocalBufMut::from_parts(addr, len, 7, odp, w.pd.id())
 }
 
-/// `e` is an `InvalidArgument` of `verb` whose reason contains `what`.
-#[track_caller]
-fn invalid(e: &Error, verb: &str, what: &str) {
-    match e {
-        Error::InvalidArgument { verb: v, reason } => {
-            assert_eq!(*v, verb, "{e}");
-            assert!(reason.contains(what), "{what:?} not in {reason:?}");
-        }
-        other => panic!("expected InvalidArgument of {verb} ({what}), got {other:?}"),
-    }
-}
-
 /// `ibv_post_srq_recv` calls of the fake SRQ provider, by `wr_id`, and what it answers.
 static SRQ_POSTS: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
 

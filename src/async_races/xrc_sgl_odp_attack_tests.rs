@@ -126,18 +126,6 @@ fn seen_recvs(qp: &QpShared) -> Vec<Vec<(u64, u32, u32)>> {
     with_seen(qp.as_ptr() as usize, |_, r| r.clone())
 }
 
-/// `e` is an `InvalidArgument` of `verb` whose reason contains `what`.
-#[track_caller]
-fn invalid(e: &Error, verb: &str, what: &str) {
-    match e {
-        Error::InvalidArgument { verb: v, reason } => {
-            assert_eq!(*v, verb, "{e}");
-            assert!(reason.contains(what), "{what:?} not in {reason:?}");
-        }
-        other => panic!("expected InvalidArgument of {verb} ({what}), got {other:?}"),
-    }
-}
-
 /// `e` is `TooManySges` of `n` entries over `max`.
 #[track_caller]
 fn too_many(e: &Error, n: u32, max: u32) {
