@@ -332,7 +332,7 @@ impl World {
     }
 
     /// A CQ of `cqe` entries on the channel `ch` (its C object `chp`; `write_fd` the write end
-    /// of its pipe), whose last `Arc` destroys it (the fake's no-op).
+    /// of its pipe), whose last `Arc` destroys it (`FAKE_VERBS`' destroy, which succeeds).
     pub(crate) fn fake_cq_on(
         &'static self,
         ch: &CompChannel,
@@ -379,8 +379,8 @@ impl World {
         qp
     }
 
-    /// A leaked `ibv_qp` of the fake context: its verbs (modify, destroy) reach the context's
-    /// no-op operations, which succeed.
+    /// A leaked `ibv_qp` of the fake context: its verbs (modify, destroy) are `FAKE_VERBS`',
+    /// which succeed.
     fn raw_qp(&'static self, qp_num: u32) -> NonNull<sys::ibv_qp> {
         // SAFETY: all-zero is a valid `ibv_qp` (pointers null).
         let raw: &'static mut sys::ibv_qp = Box::leak(Box::new(unsafe { std::mem::zeroed() }));
@@ -395,8 +395,7 @@ impl World {
         s
     }
 
-    /// A fake SRQ whose last `Arc` destroys it (the destroy reaches the fake's no-op
-    /// operations, which succeed).
+    /// A fake SRQ whose last `Arc` destroys it (`FAKE_VERBS`' destroy, which succeeds).
     fn destroyable_srq(&'static self, max_wr: u32) -> Arc<SrqShared> {
         // SAFETY: all-zero is a valid `ibv_srq`; leaked.
         let raw: &'static mut sys::ibv_srq = Box::leak(Box::new(unsafe { std::mem::zeroed() }));

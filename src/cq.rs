@@ -470,9 +470,6 @@ impl CqShared {
             used = used.saturating_sub(retired.iter().map(|r| r.reserved).sum());
             self.reserved.store(used, Relaxed);
         }
-        // Completions are told apart by QP number: a second live QP under one number would
-        // have its completions taken for the first's (whose buffers would come back while the
-        // device still uses them). Only a provider breaking the numbers' uniqueness does that.
         // The dead routes go once their QP's completions were drained (its number among the
         // records just drained); one that names a shared receive queue and was not recorded
         // stays: its QP's destroy failed, so the device may still complete the SRQ's receives
@@ -480,6 +477,9 @@ impl CqShared {
         routing.routes.retain(|r| {
             r.qp.strong_count() > 0 || (r.srq.is_some() && !retired.iter().any(|d| d.qp_num == Some(r.qp_num)))
         });
+        // Completions are told apart by QP number: a second live QP under one number would
+        // have its completions taken for the first's (whose buffers would come back while the
+        // device still uses them). Only a provider breaking the numbers' uniqueness does that.
         if routing.routes.iter().any(|r| r.qp_num == qp_num && r.qp.strong_count() > 0) {
             return Err(Error::invalid(
                 "ibv_create_qp",

@@ -393,7 +393,7 @@ impl<A> Drop for ImplicitMr<A> {
 #[cfg(all(test, not(loom)))]
 impl<A> ImplicitMr<A> {
     /// Test only: an implicit region over the fake registration `mr` (its context the fake
-    /// one, whose private `dereg_mr` succeeds) in `pd`, verified for `ops` on `qp_type`.
+    /// one, whose `dereg_mr` is the fake device's) in `pd`, verified for `ops` on `qp_type`.
     pub(crate) fn fake(pd: &Arc<PdInner>, mr: NonNull<sys::ibv_mr>, qp_type: u32, ops: OdpOps) -> Self {
         // SAFETY: the caller's fake registration, valid for the test.
         let lkey = unsafe { (*mr.as_ptr()).lkey };

@@ -766,7 +766,7 @@ fn own_channel(w: &'static World) -> (CompChannel, *mut sys::ibv_comp_channel, i
     (ch, chp, fds[1])
 }
 
-/// A CQ on [`own_channel`]'s channel, whose last `Arc` destroys it (the fake's no-op).
+/// A CQ on [`own_channel`]'s channel, whose last `Arc` destroys it (`FAKE_VERBS`' destroy).
 fn own_cq(
     w: &'static World,
     ch: &CompChannel,
