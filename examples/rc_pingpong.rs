@@ -10,6 +10,10 @@
 //! rc_pingpong -d rxe0 -g 1 192.0.2.1            # client (or: ibv_rc_pingpong -d rxe0 -g 1 192.0.2.1)
 //! ```
 //!
+//! `-c` on both sides, as the C tool's `--chk`: the client marks each page of its message,
+//! and this example checks every byte of every message it receives (the C tool checks the
+//! marks of its buffer once, at the end, on the server).
+//!
 //! `-g` (the GID index) is needed on RoCE, including Soft-RoCE (`-g 1` on rxe). Without RDMA
 //! hardware, both ends can run in the Soft-RoCE VM:
 //! `scripts/softroce-run -- sh -c 'target/debug/examples/rc_pingpong -g 1 -n 100 & sleep 1;

@@ -61,13 +61,19 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
     }
 
     // `-r` receives into the SRQ, posted before the exchange as in the C tool.
+    // `ibv_srq_pingpong` clears its buffer where the other tools fill it with 0x7b.
+    let mut check = pingpong::Check::new(opts, 0);
     let ring = pd.alloc_mr(size * opts.rx_depth as usize, access::LOCAL_RW)?.into_chunks(size)?;
     let mut recvs: Vec<Option<OwnedToken<RecvChunk>>> = Vec::with_capacity(ring.len());
-    for chunk in ring {
+    for mut chunk in ring {
+        check.fill_recv(chunk.as_mut_slice());
         recvs.push(Some(srq.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error)?));
     }
     // One send buffer per QP (each QP has at most one send in flight).
-    let send_bufs: Vec<SendChunk> = pd.alloc_mr(size * num_qp, access::LOCAL_READ)?.into_chunks(size)?;
+    let mut send_bufs: Vec<SendChunk> = pd.alloc_mr(size * num_qp, access::LOCAL_READ)?.into_chunks(size)?;
+    for buf in &mut send_bufs {
+        check.fill_send(buf.as_mut_slice());
+    }
 
     let mut mine = Vec::with_capacity(MAX_QP);
     for qp in &qps {
@@ -152,9 +158,11 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
         for slot in &mut recvs {
             let Some(token) = slot.take() else { continue };
             match token.try_complete() {
-                Ok((c, chunk)) => {
+                Ok((c, mut chunk)) => {
                     let i = *index.get(&c.qp_num()).ok_or_else(|| format!("couldn't find QPN {:#08x}", c.qp_num()))?;
                     c.ok().map_err(|e| format!("receive on QP {i} ({:#08x}): {e}", c.qp_num()))?;
+                    check.received(u64::from(rcnt) + 1, c.byte_len() as usize, chunk.as_slice())?;
+                    check.fill_recv(chunk.as_mut_slice());
                     *slot = Some(srq.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error)?);
                     rcnt += 1;
                     done.push((i, RECV));
@@ -183,9 +191,11 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
             }
         }
     }
+    let elapsed = start.elapsed();
+    check.print();
     // Sends still in flight (at most one per QP) and the receives left in the SRQ keep their
     // buffers until the QPs and the SRQ are destroyed.
-    Ok(start.elapsed())
+    Ok(elapsed)
 }
 
 fn print_remote(peers: &[Endpoint]) {

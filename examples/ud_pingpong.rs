@@ -63,14 +63,16 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
     let qp = qp.to_init(&UdInit { port: opts.ib_port, pkey_index: 0, qkey: QKEY })?;
 
     // The receive ring: `-r` buffers of 40 + size bytes, posted now, in INIT.
+    let mut check = pingpong::Check::new(opts, pingpong::FILL);
     let ring = pd.alloc_mr((GRH_LEN + size) * opts.rx_depth as usize, access::LOCAL_RW)?.into_chunks(GRH_LEN + size)?;
     let mut posted = VecDeque::with_capacity(ring.len());
-    for chunk in ring {
+    for mut chunk in ring {
+        check.fill_recv(chunk.as_mut_slice());
         posted.push_back(qp.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error)?);
     }
     // The send buffer (the C tool sends the bytes after its receive buffer's GRH room).
     let mut send_mr = pd.alloc_mr(size, access::LOCAL_READ)?;
-    send_mr.as_mut_slice().fill(0x7b);
+    check.fill_send(send_mr.as_mut_slice());
     let mut send_buf = send_mr.into_chunks(size)?.pop();
 
     let me = pingpong::local_endpoint(&ctx, &qp, opts)?;
@@ -108,9 +110,13 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
     let mut recv = |i: u32| -> Result<(), Box<dyn StdError>> {
         // One QP's receive queue completes in order: the oldest receive is the next one.
         let token = posted.pop_front().ok_or("no receive posted")?;
-        let (c, chunk) = token.wait(wait).map_err(|e| format!("receive {i}: {}", e.error))?;
+        let (c, mut chunk) = token.wait(wait).map_err(|e| format!("receive {i}: {}", e.error))?;
         c.ok().map_err(|e| format!("receive {i}: {e}"))?;
+        // A UD receive's length counts the GRH room; the payload follows it.
+        let byte_len = (c.byte_len() as usize).saturating_sub(GRH_LEN);
+        check.received(u64::from(i), byte_len, &chunk.as_slice()[GRH_LEN..])?;
         // The buffer goes straight back into the ring.
+        check.fill_recv(chunk.as_mut_slice());
         posted.push_back(qp.post_recv_owned(wr::Recv::new(chunk)).map_err(|e| e.error)?);
         Ok(())
     };
@@ -127,9 +133,11 @@ fn run(opts: &Options) -> Result<Duration, Box<dyn StdError>> {
             send(i)?;
         }
     }
+    let elapsed = start.elapsed();
+    check.print();
     // The receives still posted are flushed when the QP is destroyed; their buffers stay with
     // the QP until then (dropped owned tokens).
-    Ok(start.elapsed())
+    Ok(elapsed)
 }
 
 fn main() -> ExitCode {

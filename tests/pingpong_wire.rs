@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use pingpong::{
     client_exchange, client_exchange_all, client_exchange_with, encode, encode_all, parse, parse_all, parse_args,
-    parse_args_for, Listener, Options, Tool, DONE, WIRE_LEN,
+    parse_args_for, Check, Listener, Options, Tool, DONE, FILL, UNWRITTEN, WIRE_LEN,
 };
 use typed_verbs::prelude::*;
 
@@ -140,6 +140,7 @@ fn command_line_defaults_are_the_c_tools() {
     assert_eq!(o.sl, 0);
     assert_eq!(o.gid_index, None);
     assert_eq!(o.server, None);
+    assert!(!o.chk);
 }
 
 #[test]
@@ -165,6 +166,7 @@ fn command_line_getopt_forms() {
     // as with getopt).
     let o = run_opts("--port=0x4857 --size=0100 -s64 -n5");
     assert_eq!((o.port, o.size, o.iters), (0x4857, 64, 5));
+    assert!(run_opts("-c").chk && run_opts("--chk -n 5").chk);
     assert_eq!(args("-h").unwrap_err().kind(), ErrorKind::DisplayHelp);
     assert_eq!(args("--help").unwrap_err().kind(), ErrorKind::DisplayHelp);
 }
@@ -456,4 +458,45 @@ fn the_wire_parser_is_total_on_arbitrary_input() {
     // The mutations that leave a message valid (a hex digit for a hex digit) happen often
     // enough for the comparison above to have run.
     assert!(parsed > 1000, "only {parsed} of 30000 inputs parsed");
+}
+
+/// `-c`: the message is the C tools' (their fill byte, 0 at each 4096-byte page start), and
+/// every byte of a received message is checked, as is its length.
+#[test]
+fn chk_writes_the_c_tools_marks_and_catches_any_other_byte() {
+    let opts = run_opts("-c -s 10000");
+    let mut check = Check::new(&opts, FILL);
+    let mut msg = vec![0u8; 10000];
+    check.fill_send(&mut msg);
+    let marks: Vec<usize> = msg.iter().enumerate().filter(|&(_, &b)| b == 0).map(|(at, _)| at).collect();
+    assert_eq!(marks, [0, 4096, 8192]);
+    assert!(msg.iter().filter(|&&b| b != 0).all(|&b| b == 0x7b));
+    check.received(1, 10000, &msg).expect("the C tools' message");
+
+    let mut wrong = msg.clone();
+    wrong[4097] = 0;
+    let e = check.received(2, 10000, &wrong).unwrap_err();
+    assert!(e.starts_with("invalid data in page 1 (message 2: byte 4097 is 0x00, 0x7b expected)"), "{e}");
+    let e = check.received(3, 9999, &msg).unwrap_err();
+    assert_eq!(e, "message 3: 9999 bytes received, 10000 expected");
+    let e = check.received(4, 10000, &msg[..100]).unwrap_err();
+    assert_eq!(e, "message 4: buffer shorter than the message");
+    // A receive buffer whose message never landed.
+    let mut unwritten = vec![0u8; 10000];
+    check.fill_recv(&mut unwritten);
+    assert!(unwritten.iter().all(|&b| b == UNWRITTEN));
+    let e = check.received(5, 10000, &unwritten).unwrap_err();
+    assert!(e.starts_with("invalid data in page 0"), "{e}");
+    // A peer without -c: no marks.
+    let mut unmarked = vec![0x7b; 10000];
+    let e = check.received(6, 10000, &unmarked).unwrap_err();
+    assert!(e.starts_with("invalid data in page 0 (message 6: byte 0 is 0x7b, 0x00 expected)"), "{e}");
+
+    // Without -c nothing is marked, checked or overwritten.
+    let mut off = Check::new(&run_opts("-s 10000"), FILL);
+    off.fill_send(&mut unmarked);
+    assert!(unmarked.iter().all(|&b| b == 0x7b));
+    off.fill_recv(&mut unmarked);
+    assert!(unmarked.iter().all(|&b| b == 0x7b));
+    off.received(1, 3, &[]).expect("no check without -c");
 }

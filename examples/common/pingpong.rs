@@ -485,6 +485,9 @@ pub struct Options {
     /// how long the server waits for a client
     #[arg(long = "accept-timeout", value_name = "secs", default_value = "300", value_parser = seconds)]
     pub accept_timeout: Duration,
+    /// validate received buffer (every byte of every message; both sides must use it)
+    #[arg(short = 'c', long = "chk")]
+    pub chk: bool,
     /// connect to the server at <host>; without it, start a server and wait for a connection
     #[arg(value_name = "host")]
     pub server: Option<String>,
@@ -733,11 +736,16 @@ where
     // The C tools use one buffer for everything, since they never look at the data. Here a
     // receive buffer is exclusively lent to the device until its completion comes back, so
     // each posted receive has its own; the send buffer is only read by the device.
+    let mut check = Check::new(opts, FILL);
     let mut send_mr = pd.alloc_mr(size, access::LOCAL_READ)?;
-    send_mr.as_mut_slice().fill(0x7b);
+    check.fill_send(send_mr.as_mut_slice());
     // Exactly `iters` receives are ever posted (see below), at most `rx_depth` at a time.
+    // (`-c` marks the buffers once: a buffer posted again holds its previous message, so
+    // each message's own arrival is checked only while `-n` is at most `-r`.)
     let nbufs = opts.rx_depth.min(opts.iters) as usize;
     let mut recv_mr = pd.alloc_mr(size * nbufs, access::LOCAL_RW)?;
+    check.fill_recv(recv_mr.as_mut_slice());
+    let mut received = vec![0; if check.is_on() { size } else { 0 }];
 
     let caps =
         QpCaps { max_send_wr: 1, max_recv_wr: opts.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
@@ -805,6 +813,11 @@ where
                     let token = posted.pop_front().ok_or("no receive posted")?;
                     let (c, buf) = s.wait(token, wait).map_err(|e| e.error)?;
                     c.ok().map_err(|e| format!("receive {}: {e}", i + 1))?;
+                    if check.is_on() {
+                        let len = (c.byte_len() as usize).min(size);
+                        buf.read_volatile_into(&mut received[..len]);
+                        check.received(u64::from(i) + 1, c.byte_len() as usize, &received[..len])?;
+                    }
                     if to_post > 0 {
                         posted.push_back(s.post_recv(&qp, wr::Recv::new(buf)).map_err(|e| e.error)?);
                         to_post -= 1;
@@ -827,7 +840,9 @@ where
                     send()?;
                 }
             }
-            Ok(start.elapsed())
+            let elapsed = start.elapsed();
+            check.print();
+            Ok(elapsed)
         })();
         if let Err(e) = &result {
             failure = Some(e.to_string());
@@ -838,6 +853,101 @@ where
         (Ok(result), _) => result,
         (Err(scope_error), Some(first)) => Err(format!("{first} (then: {scope_error})").into()),
         (Err(scope_error), None) => Err(scope_error.into()),
+    }
+}
+
+// --- message contents: `-c` --------------------------------------------------------------
+
+/// What every byte of the rc, uc and ud C tools' buffers holds (`memset(ctx->buf, 0x7b, size)`);
+/// `ibv_srq_pingpong` clears its buffer instead.
+pub const FILL: u8 = 0x7b;
+
+/// What a receive buffer holds before its message lands (with `-c`): no side ever sends it, so
+/// a receive that completes without its bytes is caught.
+pub const UNWRITTEN: u8 = 0xa5;
+
+/// `-c` (`--chk`) of the C tools: the client writes `i / page_size % sizeof(char)`, which is 0,
+/// at each page start `i` of its buffer, and the server checks those bytes of its buffer once
+/// the loop ends, printing "invalid data in page N". The C tools send from the buffer they
+/// receive into, so with `-c` on the client every message, both ways, holds the fill byte with
+/// 0 at each page start. These examples mark their send buffer on both sides (a server echoes
+/// the client's bytes) and check every byte of every message they receive, failing at the
+/// first that differs.
+pub struct Check {
+    on: bool,
+    fill: u8,
+    size: usize,
+    checked: u64,
+}
+
+/// The C tools' `page_size` (`sysconf(_SC_PAGESIZE)`) on the x86-64 hosts these examples run
+/// on. (A peer with larger pages marks fewer bytes: `-c` then fails loudly, never silently.)
+const PAGE_SIZE: usize = 4096;
+
+impl Check {
+    /// The check of `opts` (off without `-c`), for messages of the tool whose buffers hold
+    /// `fill`.
+    pub fn new(opts: &Options, fill: u8) -> Check {
+        Check { on: opts.chk, fill, size: opts.size as usize, checked: 0 }
+    }
+
+    /// The byte at `offset` of every message.
+    fn expected(&self, offset: usize) -> u8 {
+        if offset % PAGE_SIZE == 0 {
+            0
+        } else {
+            self.fill
+        }
+    }
+
+    /// Writes the message into a send buffer of `size` bytes (`-c`: with the page marks).
+    pub fn fill_send(&self, buf: &mut [u8]) {
+        buf.fill(self.fill);
+        if self.on {
+            for at in (0..buf.len()).step_by(PAGE_SIZE) {
+                buf[at] = 0;
+            }
+        }
+    }
+
+    /// Prepares a receive buffer (`-c`: [`UNWRITTEN`]).
+    pub fn fill_recv(&self, buf: &mut [u8]) {
+        if self.on {
+            buf.fill(UNWRITTEN);
+        }
+    }
+
+    /// Whether received messages are checked (`-c`).
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
+
+    /// `-c`: checks received message `n` (from 1), `byte_len` bytes long by its completion,
+    /// whose payload is `payload` (the buffer's bytes after a UD GRH).
+    pub fn received(&mut self, n: u64, byte_len: usize, payload: &[u8]) -> Result<(), String> {
+        if !self.on {
+            return Ok(());
+        }
+        if byte_len != self.size {
+            return Err(format!("message {n}: {byte_len} bytes received, {} expected", self.size));
+        }
+        let got = payload.get(..self.size).ok_or_else(|| format!("message {n}: buffer shorter than the message"))?;
+        if let Some((at, &b)) = got.iter().enumerate().find(|&(at, &b)| b != self.expected(at)) {
+            return Err(format!(
+                "invalid data in page {} (message {n}: byte {at} is {b:#04x}, {:#04x} expected)",
+                at / PAGE_SIZE,
+                self.expected(at)
+            ));
+        }
+        self.checked += 1;
+        Ok(())
+    }
+
+    /// The line that says what was checked (`-c`), printed before the result lines.
+    pub fn print(&self) {
+        if self.on {
+            println!("  -c: {} received messages checked, every byte as expected", self.checked);
+        }
     }
 }
 
