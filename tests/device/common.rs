@@ -515,6 +515,8 @@ pub enum TcpPort {
     TwoHostRpingOursOnB,
     // examples/async_echo (tests/device/async_owned.rs).
     CmAsyncEcho,
+    // tests/device/interop.rs: `-c` on our server only.
+    RcServerChkUnmarked,
 }
 
 impl TcpPort {
@@ -525,6 +527,23 @@ impl TcpPort {
     /// The port number.
     pub const fn get(self) -> u16 {
         Self::BASE + self as u16
+    }
+}
+
+/// A ping-pong example against its C tool with `-c` on both sides: the C tool found no invalid
+/// data (it checks the page marks of its buffer at the end, the server only, and prints a line
+/// per bad page), and ours checked every byte of at least `iters` received messages
+/// (`exactly`: of `iters`).
+pub fn assert_pingpong_checked(ours: &str, theirs: &str, iters: u32, exactly: bool, report: &str) {
+    assert!(!theirs.contains("invalid data"), "the C tool found invalid data:\n{report}");
+    let checked: u32 = ours
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("-c: ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("ours did not say what it checked:\n{report}"));
+    if exactly {
+        assert_eq!(checked, iters, "messages checked:\n{report}");
+    } else {
+        assert!(checked >= iters, "{checked} messages checked, fewer than {iters}:\n{report}");
     }
 }
 

@@ -1,6 +1,7 @@
 //! Interoperation with rdma-core's C tools: `examples/{rc,uc,ud,srq}_pingpong` against
 //! `ibv_{rc,uc,ud,srq}_pingpong` (package ibverbs-utils), in both roles, as separate processes
-//! on the device under test.
+//! on the device under test, with `-c` on both sides: the C tool checks its page marks, ours
+//! every byte of every message it receives.
 //!
 //! The examples must be built first (`cargo build --examples`): `cargo test --test device`
 //! alone does not build them. They are looked up next to this test binary
@@ -9,7 +10,7 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use crate::common::{c_tool, device_name, example, gid_index, Proc, TcpPort};
+use crate::common::{assert_pingpong_checked, c_tool, device_name, example, gid_index, Proc, TcpPort};
 
 /// Bound on one whole ping-pong (both processes), generous for software emulation.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -106,7 +107,7 @@ enum Ours {
 
 /// Runs one ping-pong between our example `ours` and the C tool `theirs` on TCP port `port`.
 fn pingpong(ours: &str, theirs: &str, our_role: Ours, port: u16) {
-    pingpong_with(ours, theirs, our_role, port, SIZE, ITERS, &[]);
+    pingpong_with(ours, theirs, our_role, port, SIZE, ITERS, &["-c"]);
 }
 
 /// [`pingpong`] with `size`-byte messages, `iters` iterations and `extra` arguments for both
@@ -159,6 +160,10 @@ fn pingpong_with(
     };
     assert_result_lines(ours, &ours_out, &report, size, iters);
     assert_result_lines(theirs, &theirs_out, &report, size, iters);
+    if extra.contains(&"-c") {
+        // srq_pingpong counts messages over all QPs and may receive up to -q - 1 more.
+        assert_pingpong_checked(&ours_out, &theirs_out, iters, ours != "srq_pingpong", &report);
+    }
     // Both sides agree on each other's QP numbers: ours printed the C tool's local address
     // as its remote one.
     let qpn_of = |out: &str, which: &str| -> Option<String> {
@@ -200,12 +205,28 @@ const UD_SIZE: u32 = 1024;
 
 #[test]
 fn ud_pingpong_server_with_c_client() {
-    pingpong_with("ud_pingpong", "ibv_ud_pingpong", Ours::Server, TcpPort::UdServerWithC.get(), UD_SIZE, ITERS, &[]);
+    pingpong_with(
+        "ud_pingpong",
+        "ibv_ud_pingpong",
+        Ours::Server,
+        TcpPort::UdServerWithC.get(),
+        UD_SIZE,
+        ITERS,
+        &["-c"],
+    );
 }
 
 #[test]
 fn ud_pingpong_client_with_c_server() {
-    pingpong_with("ud_pingpong", "ibv_ud_pingpong", Ours::Client, TcpPort::UdClientWithC.get(), UD_SIZE, ITERS, &[]);
+    pingpong_with(
+        "ud_pingpong",
+        "ibv_ud_pingpong",
+        Ours::Client,
+        TcpPort::UdClientWithC.get(),
+        UD_SIZE,
+        ITERS,
+        &["-c"],
+    );
 }
 
 /// QPs per side in the SRQ tests: several, so that completions of different QPs interleave.
@@ -237,7 +258,7 @@ fn srq_pingpong_server_with_c_client() {
         TcpPort::SrqServerWithC.get(),
         SIZE,
         ITERS,
-        &["-q", &q],
+        &["-q", &q, "-c"],
     );
     assert_srq_addresses(&ours, &theirs);
 }
@@ -252,7 +273,7 @@ fn srq_pingpong_client_with_c_server() {
         TcpPort::SrqClientWithC.get(),
         SIZE,
         ITERS,
-        &["-q", &q],
+        &["-q", &q, "-c"],
     );
     assert_srq_addresses(&ours, &theirs);
 }
@@ -313,6 +334,29 @@ fn rc_pingpong_client_rejects_a_malformed_address() {
     assert_eq!(exited_by_itself, [true], "the client did not exit by itself within {MALFORMED_BOUND:?}:\n{report}");
     assert!(!ok, "the client accepted a malformed address:\n{report}");
     assert!(report.contains("malformed pingpong address message"), "{report}");
+}
+
+/// `-c` on our server only: the C client sends its buffer without the page marks, and ours
+/// must refuse the first message, naming the page and the byte, and exit non-zero by itself
+/// (the check of the ping-pongs above is not vacuous).
+#[test]
+fn rc_pingpong_server_with_chk_refuses_a_c_client_without_the_marks() {
+    let port = TcpPort::RcServerChkUnmarked.get();
+    let server_args = args_with(port, SIZE, ITERS, &["-c", "--timeout", "60", "--accept-timeout", "100"]);
+    let mut client_args = common_args(port);
+    client_args.push("127.0.0.1".into());
+    let mut procs = Procs(vec![Proc::spawn("rc_pingpong (server, -c)", &example("rc_pingpong"), &server_args)]);
+    if let Err(e) = procs.0[0].wait_for_line("waiting for a client", Duration::from_secs(60)) {
+        panic!("{e}\n{}", procs.wait_all(Instant::now()).report);
+    }
+    procs.0.push(Proc::spawn("ibv_rc_pingpong (client)", &c_tool("ibv_rc_pingpong"), &client_args));
+    let Outcome { ok, exited_by_itself, report } = procs.wait_all(Instant::now() + DEADLINE);
+    assert!(!ok, "the ping-pong succeeded:\n{report}");
+    assert!(exited_by_itself[0], "our server did not exit by itself:\n{report}");
+    assert!(
+        report.contains("invalid data in page 0 (message 1: byte 0 is 0x7b, 0x00 expected)"),
+        "our server did not name the first unmarked byte:\n{report}"
+    );
 }
 
 /// A client (this test) that completes the exchange but never sends: our UC server must give

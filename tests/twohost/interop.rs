@@ -1,10 +1,11 @@
 //! Our pingpong examples against rdma-core's C tools across the wire, both roles: our example
-//! on host A with the C tool on host B, and the C tool on host A with our example on host B.
+//! on host A with the C tool on host B, and the C tool on host A with our example on host B,
+//! with `-c` on both sides (the C tool checks its page marks, ours every received byte).
 //! The server starts first on its host; the client is given the server's address.
 
 use std::time::{Duration, Instant};
 
-use crate::common::{c_tool, device_name, example, gid_index, Proc, TcpPort};
+use crate::common::{assert_pingpong_checked, c_tool, device_name, example, gid_index, Proc, TcpPort};
 use crate::peer::{local_addr, peer_addr, Peer, RemoteProc};
 
 /// Bound on one whole ping-pong (both processes).
@@ -135,45 +136,65 @@ fn pingpong(ours: &str, theirs: &str, placement: Ours, port: TcpPort, size: u32,
         }
     };
     assert_results(&server_out, &client_out, size, &report);
+    let (ours_out, theirs_out) = match placement {
+        Ours::ServerOnA => (&server_out, &client_out),
+        Ours::ClientOnB => (&client_out, &server_out),
+    };
+    // srq_pingpong counts messages over all QPs and may receive up to -q - 1 more.
+    assert_pingpong_checked(ours_out, theirs_out, ITERS, ours != "srq_pingpong", &report);
     println!("{report}\n{ours} vs {theirs} across hosts: {:?}", start.elapsed());
 }
 
 #[test]
 fn rc_pingpong_ours_on_a_c_on_b() {
-    pingpong("rc_pingpong", "ibv_rc_pingpong", Ours::ServerOnA, TcpPort::TwoHostRcOursOnA, SIZE, &[]);
+    pingpong("rc_pingpong", "ibv_rc_pingpong", Ours::ServerOnA, TcpPort::TwoHostRcOursOnA, SIZE, &["-c"]);
 }
 
 #[test]
 fn rc_pingpong_c_on_a_ours_on_b() {
-    pingpong("rc_pingpong", "ibv_rc_pingpong", Ours::ClientOnB, TcpPort::TwoHostRcOursOnB, SIZE, &[]);
+    pingpong("rc_pingpong", "ibv_rc_pingpong", Ours::ClientOnB, TcpPort::TwoHostRcOursOnB, SIZE, &["-c"]);
 }
 
 #[test]
 fn uc_pingpong_ours_on_a_c_on_b() {
-    pingpong("uc_pingpong", "ibv_uc_pingpong", Ours::ServerOnA, TcpPort::TwoHostUcOursOnA, SIZE, &[]);
+    pingpong("uc_pingpong", "ibv_uc_pingpong", Ours::ServerOnA, TcpPort::TwoHostUcOursOnA, SIZE, &["-c"]);
 }
 
 #[test]
 fn uc_pingpong_c_on_a_ours_on_b() {
-    pingpong("uc_pingpong", "ibv_uc_pingpong", Ours::ClientOnB, TcpPort::TwoHostUcOursOnB, SIZE, &[]);
+    pingpong("uc_pingpong", "ibv_uc_pingpong", Ours::ClientOnB, TcpPort::TwoHostUcOursOnB, SIZE, &["-c"]);
 }
 
 #[test]
 fn ud_pingpong_ours_on_a_c_on_b() {
-    pingpong("ud_pingpong", "ibv_ud_pingpong", Ours::ServerOnA, TcpPort::TwoHostUdOursOnA, UD_SIZE, &[]);
+    pingpong("ud_pingpong", "ibv_ud_pingpong", Ours::ServerOnA, TcpPort::TwoHostUdOursOnA, UD_SIZE, &["-c"]);
 }
 
 #[test]
 fn ud_pingpong_c_on_a_ours_on_b() {
-    pingpong("ud_pingpong", "ibv_ud_pingpong", Ours::ClientOnB, TcpPort::TwoHostUdOursOnB, UD_SIZE, &[]);
+    pingpong("ud_pingpong", "ibv_ud_pingpong", Ours::ClientOnB, TcpPort::TwoHostUdOursOnB, UD_SIZE, &["-c"]);
 }
 
 #[test]
 fn srq_pingpong_ours_on_a_c_on_b() {
-    pingpong("srq_pingpong", "ibv_srq_pingpong", Ours::ServerOnA, TcpPort::TwoHostSrqOursOnA, SIZE, &["-q", SRQ_QPS]);
+    pingpong(
+        "srq_pingpong",
+        "ibv_srq_pingpong",
+        Ours::ServerOnA,
+        TcpPort::TwoHostSrqOursOnA,
+        SIZE,
+        &["-q", SRQ_QPS, "-c"],
+    );
 }
 
 #[test]
 fn srq_pingpong_c_on_a_ours_on_b() {
-    pingpong("srq_pingpong", "ibv_srq_pingpong", Ours::ClientOnB, TcpPort::TwoHostSrqOursOnB, SIZE, &["-q", SRQ_QPS]);
+    pingpong(
+        "srq_pingpong",
+        "ibv_srq_pingpong",
+        Ours::ClientOnB,
+        TcpPort::TwoHostSrqOursOnB,
+        SIZE,
+        &["-q", SRQ_QPS, "-c"],
+    );
 }
