@@ -427,14 +427,19 @@ fn a_completion_that_lands_while_its_future_polls_is_taken_without_the_event() {
         let (fut, polls) = counted_receive(&r);
         rt.block_on(async {
             let task = tokio::spawn(fut);
-            sleep(Duration::from_millis(50)).await;
-            let before = polls.load(Ordering::SeqCst);
-            assert!(before > 1, "{name}: polled {before} times while nothing was sent");
+            // It polls again and again while nothing was sent. (Waited for, bounded: on a
+            // loaded emulator its worker may get no time for a while.)
+            let start = Instant::now();
+            while polls.load(Ordering::SeqCst) < 2 {
+                let n = polls.load(Ordering::SeqCst);
+                assert!(start.elapsed() < WAIT, "{name}: polled {n} times in {WAIT:?} while nothing was sent");
+                sleep(Duration::from_millis(5)).await;
+            }
             send_sync(&r.pd, &r.pair.a, b"taken by a poll");
             let (c, buf) = timeout(WAIT, task).await.expect("bounded").unwrap().map_err(|e| e.error).unwrap();
             assert!(c.is_success(), "{name}: {c:?}");
             assert_eq!(&buf.as_slice()[..15], b"taken by a poll", "{name}");
-            // The poll that takes it may be one counted before `before` was read (on the
+            // The poll that takes it may be one counted before the loop above ended (on the
             // multi-threaded runtime it may wait meanwhile for the CQ's routing lock, which the
             // send's own wait holds while it routes the receive).
             // The finished task leaves the count just after it wakes its `JoinHandle` (on the
