@@ -2233,3 +2233,7 @@ mod xrc_sgl_odp_attack_tests;
 // Completions routed by QP number around a refused registration, the fake device's typed
 // verbs, empty ODP entries, write prefetches and an SRQ's ODP transports across its life.
 mod change_attack_tests;
+// The connection manager's parameters against the man pages (what the CM tells the peer about
+// the program's QP, what a request's event says about the peer), completion channels and
+// asynchronous event readers dropped, raced and polled every way.
+mod cm_channel_attack_tests;

@@ -758,6 +758,21 @@ impl Default for ConnParam {
 }
 
 impl ConnParam {
+    /// The raw parameters of a connect or accept of `qp`, checked; `max` is the limit of the
+    /// private data. They say whether `qp` takes its receives from a shared receive queue
+    /// (`srq`, rdma_connect(3), rdma_accept(3): librdmacm reads it off a QP created on the
+    /// identifier, and takes the parameter's for any other QP, as the library's are).
+    pub(crate) fn raw_for<S: crate::transport::QpState>(
+        &self,
+        qp: &Qp<RC, S>,
+        max: usize,
+        verb: &'static str,
+    ) -> Result<sys::rdma_conn_param> {
+        let mut raw = self.raw(qp.qp_num(), max, verb)?;
+        raw.srq = u8::from(qp.shared.srq.is_some());
+        Ok(raw)
+    }
+
     /// The raw parameters naming `qp_num`, checked; `max` is the limit of the private data.
     fn raw(&self, qp_num: u32, max: usize, verb: &'static str) -> Result<sys::rdma_conn_param> {
         if self.private_data.len() > max {
@@ -1329,6 +1344,14 @@ impl UdPeer {
     }
 }
 
+/// The peer's (responder resources, initiator depth) from a `CONNECT_REQUEST` event's
+/// `responder_resources` and `initiator_depth` fields, which are the recipient's view
+/// (rdma_get_cm_event(3)): the event's responder resources are the peer's initiator depth, and
+/// its initiator depth the peer's responder resources.
+pub(crate) fn peer_depths(event_responder_resources: u8, event_initiator_depth: u8) -> (u8, u8) {
+    (event_initiator_depth, event_responder_resources)
+}
+
 /// The largest private data of a UD connect (SIDR REQ, 216 bytes, less the CM's 36-byte
 /// header) and of a UD accept or reject (SIDR REP).
 const UD_CONNECT_PRIVATE: usize = 180;
@@ -1412,7 +1435,7 @@ impl Connecting {
 
     /// `rdma_connect` with `param` naming `qp`.
     fn start(id: &RawId, qp: &Qp<RC, INIT>, param: &ConnParam) -> Result<()> {
-        let mut raw = param.raw(qp.qp_num(), CONNECT_PRIVATE, "rdma_connect")?;
+        let mut raw = param.raw_for(qp, CONNECT_PRIVATE, "rdma_connect")?;
         // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
         // points at live across the call (librdmacm copies them).
         let ret = unsafe { sys::rdma_connect(id.ptr(), &mut raw) };
@@ -1557,8 +1580,7 @@ impl<T: CmTransport> CmListener<T> {
         Ok(ConnRequest {
             raw,
             private_data: e.private_data,
-            responder_resources: e.responder_resources,
-            initiator_depth: e.initiator_depth,
+            peer_depths: peer_depths(e.responder_resources, e.initiator_depth),
             _transport: PhantomData,
         })
     }
@@ -1571,8 +1593,8 @@ impl<T: CmTransport> CmListener<T> {
 pub struct ConnRequest<T: CmTransport = RC> {
     raw: RawId,
     private_data: Vec<u8>,
-    responder_resources: u8,
-    initiator_depth: u8,
+    /// The peer's (responder resources, initiator depth) ([`peer_depths`]).
+    peer_depths: (u8, u8),
     _transport: PhantomData<T>,
 }
 
@@ -1682,9 +1704,11 @@ impl ConnRequest<UD> {
 
 impl ConnRequest<RC> {
     /// The RDMA READ / atomic depths the peer asked for: (its responder resources, its
-    /// initiator depth).
+    /// initiator depth), as it gave them to its `rdma_connect`. Its initiator depth is how many
+    /// it may have outstanding towards this side at once: what [`ConnParam::responder_resources`]
+    /// of 255 takes.
     pub fn peer_depths(&self) -> (u8, u8) {
-        (self.responder_resources, self.initiator_depth)
+        self.peer_depths
     }
 
     /// `rdma_init_qp_attr` and `ibv_modify_qp`: moves `qp` (the program's own, on the request's
@@ -1816,7 +1840,7 @@ impl Accepting {
     fn start(self) -> Result<(RawId, Qp<RC, RTS>, Vec<u8>)> {
         let Accepting { raw: id, qp, param, private_data } = self;
         let qp = qp.take();
-        let mut raw = or_flush!(param.raw(qp.qp_num(), ACCEPT_PRIVATE, "rdma_accept"), qp);
+        let mut raw = or_flush!(param.raw_for(&qp, ACCEPT_PRIVATE, "rdma_accept"), qp);
         let qp = id.qp_to_rts(qp, param.initiator_depth)?;
         // SAFETY: the identifier is alive (a connection request's); `raw` and its private data
         // live across the call.
