@@ -727,7 +727,7 @@ impl Readable {
     ) -> Poll<std::result::Result<T, E>> {
         loop {
             let mut guard = match self.poll_read_ready(fd, cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => return self.poll_error(cx, read, fail),
                 Poll::Ready(Ok(guard)) => guard,
                 Poll::Ready(Err((what, e))) => return Poll::Ready(Err(fail(what, e))),
             };
@@ -736,6 +736,35 @@ impl Readable {
                 Ok(None) => guard.clear_ready(),
                 Err(e) => return Poll::Ready(Err(e)),
             }
+        }
+    }
+
+    /// The registered descriptor is not readable: whether it reports an error instead. A
+    /// descriptor that reports only an error (`EPOLLERR` without `EPOLLIN`: a uverbs event
+    /// file once its device was disassociated, whose reads then fail with EIO) never becomes
+    /// readable, and tokio wakes no read-readiness waiter for it: it reports it as write-closed
+    /// (mio), which wakes a write-readiness waiter. So `cx` waits on that side too (the
+    /// registration asks for no write readiness: none comes but with an error or a hang-up),
+    /// and on an error the descriptor is read once: what it gives (its error, typically), or
+    /// `fail` when it gives nothing (a dead descriptor would report the same at every poll).
+    fn poll_error<T, E>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        mut read: impl FnMut() -> std::result::Result<Option<T>, E>,
+        fail: impl Fn(&'static str, io::Error) -> E,
+    ) -> Poll<std::result::Result<T, E>> {
+        let Some(r) = &self.reg else { return Poll::Pending };
+        match r.fd.poll_write_ready(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(fail("waiting for the descriptor", e))),
+            Poll::Ready(Ok(_)) => Poll::Ready(match read() {
+                Ok(Some(v)) => Ok(v),
+                Ok(None) => Err(fail(
+                    "the descriptor reports an error (EPOLLERR) and has nothing to read",
+                    io::Error::other("the descriptor reports an error"),
+                )),
+                Err(e) => Err(e),
+            }),
         }
     }
 

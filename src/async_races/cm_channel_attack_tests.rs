@@ -40,3 +40,98 @@ fn a_requests_peer_depths_are_the_peers_own_not_the_recipients_view() {
     let (event_responder_resources, event_initiator_depth) = (4, 2);
     assert_eq!(crate::cm::peer_depths(event_responder_resources, event_initiator_depth), (2, 4));
 }
+
+/// A completion channel whose descriptor reports only an error (`EPOLLERR` without `EPOLLIN`:
+/// a uverbs event file after its device was disassociated, whose reads then fail with EIO):
+/// here the write end of a pipe whose read end is closed (its reads fail too, EBADF).
+fn erroring_channel(w: &'static World) -> CompChannel {
+    let mut fds = [0i32; 2];
+    // SAFETY: a valid out-array of two descriptors; the read end is closed at once and never
+    // used again.
+    unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
+        assert_eq!(libc::close(fds[0]), 0);
+    }
+    let chp: *mut sys::ibv_comp_channel =
+        Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: fds[1], refcnt: 1 << 20 }));
+    let ch = CompChannel::fake(NonNull::new(chp).unwrap(), fds[1], Arc::clone(&w.ctx));
+    std::mem::forget(ch.clone());
+    ch
+}
+
+/// The blocking wait on a descriptor that reports only an error fails typed at once.
+#[test]
+fn a_channel_whose_descriptor_reports_an_error_fails_the_blocking_wait() {
+    let w = World::new();
+    let ch = erroring_channel(w);
+    let start = std::time::Instant::now();
+    let got = ch.wait(Duration::from_secs(5));
+    assert!(matches!(got, Err(crate::Error::Verb { .. })), "{got:?}");
+    assert!(start.elapsed() < Duration::from_secs(1), "not at once: {:?}", start.elapsed());
+}
+
+/// The awaited wait on the same descriptor.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_channel_whose_descriptor_reports_an_error_fails_the_awaited_wait() {
+    let w = World::new();
+    let ch = erroring_channel(w);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let got = rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), ch.wait_async()).await });
+    assert!(matches!(got, Ok(Err(crate::Error::Verb { .. }))), "{got:?}");
+}
+
+/// A channel over a pipe's write end whose read end the test closes when it likes (returned):
+/// until then the descriptor reports nothing (its write readiness is not asked for), after it
+/// only an error.
+#[cfg(feature = "tokio")]
+fn channel_erroring_later(w: &'static World) -> (CompChannel, i32) {
+    let mut fds = [0i32; 2];
+    // SAFETY: a valid out-array of two descriptors.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }, 0);
+    let chp: *mut sys::ibv_comp_channel =
+        Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: fds[1], refcnt: 1 << 20 }));
+    let ch = CompChannel::fake(NonNull::new(chp).unwrap(), fds[1], Arc::clone(&w.ctx));
+    std::mem::forget(ch.clone());
+    (ch, fds[0])
+}
+
+/// The awaited wait already waiting when the descriptor starts to report only an error (a
+/// device disassociated under it) is woken and fails typed.
+#[cfg(feature = "tokio")]
+#[test]
+fn an_awaited_channel_wait_is_woken_by_its_descriptors_error() {
+    let w = World::new();
+    let (ch, read_end) = channel_erroring_later(w);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let h = rt.spawn(async move { ch.wait_async().await.map(|_| ()) });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!h.is_finished(), "nothing to read yet: still waiting");
+    // SAFETY: the read end is this test's, closed once and never used again.
+    assert_eq!(unsafe { libc::close(read_end) }, 0);
+    let got = rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), h).await });
+    assert!(matches!(got, Ok(Ok(Err(crate::Error::Verb { .. })))), "{got:?}");
+}
+
+/// The device's asynchronous events read through the same wait: a context whose `async_fd`
+/// reports only an error fails the awaited read typed, as the blocking one.
+#[cfg(feature = "tokio")]
+#[test]
+fn async_events_on_a_descriptor_reporting_an_error_fail_typed() {
+    let w = World::new();
+    let mut fds = [0i32; 2];
+    // SAFETY: a valid out-array; the read end closed at once; the fake context is leaked and
+    // this test's alone.
+    unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
+        assert_eq!(libc::close(fds[0]), 0);
+        (*w.ctx.ctx.as_ptr()).async_fd = fds[1];
+    }
+    let ctx = crate::device::Context { inner: Arc::clone(&w.ctx) };
+    let blocking = ctx.next_async_event(Duration::from_secs(5));
+    assert!(matches!(blocking, Err(crate::Error::Verb { .. })), "{blocking:?}");
+    let mut events = ctx.async_events().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let got = rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), events.next()).await });
+    assert!(matches!(got, Ok(Err(crate::Error::Verb { .. }))), "{got:?}");
+}
