@@ -135,3 +135,49 @@ fn async_events_on_a_descriptor_reporting_an_error_fail_typed() {
     let got = rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), events.next()).await });
     assert!(matches!(got, Ok(Err(crate::Error::Verb { .. }))), "{got:?}");
 }
+
+/// A CQ destroyed and another created at its address (an allocator reuses it; the channel's
+/// list of CQs still holds the first one's dead entry): an event naming the address is the
+/// live CQ's, whichever entry comes first, and a second event while the live CQ's last handle
+/// is gone is acknowledged and skipped (a wait sees nothing).
+#[test]
+fn an_event_for_a_reused_cq_address_goes_to_the_live_cq() {
+    let w = World::new();
+    let (first, _fake) = w.droppable_cq();
+    let raw = NonNull::new(crate::cq::Cq { inner: Arc::clone(&first) }.as_ptr()).unwrap();
+    drop(first);
+    let second = CqShared::fake(raw, Arc::clone(&w.ctx), Some(Arc::clone(w.ch.shared())), 64);
+    w.ch.attach_fake(&second);
+    let desc = raw.as_ptr() as u64;
+    // SAFETY: the 8 bytes of `desc` (the handle `ibv_get_cq_event` reads back as the CQ) to the
+    // channel's pipe, whose write end is open for the whole test (leaked).
+    let write = || unsafe { libc::write(w.write_fd, (&desc as *const u64).cast(), 8) };
+    assert_eq!(write(), 8);
+    let ev = w.ch.wait(Duration::from_secs(1)).expect("the live CQ's event");
+    assert!(ev.is_for(&crate::cq::Cq { inner: Arc::clone(&second) }), "delivered to the live CQ");
+    drop(ev);
+    drop(second);
+    assert_eq!(write(), 8);
+    match w.ch.wait(Duration::from_millis(100)) {
+        Err(crate::Error::Timeout { .. }) => {}
+        other => panic!("an event of a CQ with no handle left: {other:?}"),
+    }
+}
+
+/// Port numbers of asynchronous events as the provider gives them: a port number that is no
+/// `u8` (negative, above 255) reads as port 0, never a truncated other port (257 is not port
+/// 1), and does not panic. (A QP event naming no QP is not among them: libibverbs' own
+/// `ibv_ack_async_event` locks the QP it names.)
+#[test]
+fn async_events_with_out_of_range_ports_decode_to_port_zero() {
+    let (w, wfd) = world_with_events();
+    let ctx = crate::device::Context { inner: Arc::clone(&w.ctx) };
+    for (element, event_type, want) in [
+        (257, sys::IBV_EVENT_PORT_ACTIVE, crate::event::AsyncEvent::PortActive { port: 0 }),
+        (u64::from(u32::MAX), sys::IBV_EVENT_PORT_ERR, crate::event::AsyncEvent::PortError { port: 0 }),
+        (255, sys::IBV_EVENT_LID_CHANGE, crate::event::AsyncEvent::LidChange { port: 255 }),
+    ] {
+        inject_event(wfd, element, event_type);
+        assert_eq!(ctx.next_async_event(Duration::from_secs(1)).unwrap(), want, "element {element:#x}");
+    }
+}
