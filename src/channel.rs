@@ -871,10 +871,10 @@ impl Drop for DriverGuard {
 /// of looping: the work per wakeup is one `dispatch`. With no future waiting it idles, reading
 /// nothing, until a future waits again (`ChannelShared::add_waiter` wakes it). Ends when the
 /// channel is gone (its drop wakes the task), or when the reactor or a dispatch fails (a
-/// dispatch whose serving of a CQ failed wakes every future waiting on the channel's CQs, also
-/// after this task counts as ended: polled again, each that still has to wait serves its CQ
-/// itself and starts a new driver, or reports the failure; a failed read of the channel wakes
-/// nobody, see DESIGN.md).
+/// failed dispatch, whether its serving of a CQ or its read of the channel failed, wakes every
+/// future waiting on the channel's CQs, also after this task counts as ended: polled again,
+/// each that still has to wait serves its CQ itself and starts a new driver, or reports the
+/// failure; see DESIGN.md).
 #[cfg(feature = "tokio")]
 fn drive(
     guard: &DriverGuard,

@@ -181,3 +181,59 @@ fn async_events_with_out_of_range_ports_decode_to_port_zero() {
         assert_eq!(ctx.next_async_event(Duration::from_secs(1)).unwrap(), want, "element {element:#x}");
     }
 }
+
+/// A channel whose descriptor the reactor sees readable (`poll_fd`, a pipe's read end the test
+/// writes into) while `ibv_get_cq_event` fails on it (the fake reads the C channel's `fd`, here
+/// a pipe's write end: EBADF): a read that fails with the descriptor readable. Returns the
+/// channel and the write end of `poll_fd`'s pipe.
+#[cfg(feature = "tokio")]
+fn channel_whose_reads_fail(w: &'static World) -> (CompChannel, *mut sys::ibv_comp_channel, i32) {
+    let (mut polled, mut read) = ([0i32; 2], [0i32; 2]);
+    // SAFETY: valid out-arrays of two descriptors each.
+    unsafe {
+        assert_eq!(libc::pipe2(polled.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
+        assert_eq!(libc::pipe2(read.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
+    }
+    let chp: *mut sys::ibv_comp_channel =
+        Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: read[1], refcnt: 1 << 20 }));
+    let ch = CompChannel::fake(NonNull::new(chp).unwrap(), polled[0], Arc::clone(&w.ctx));
+    std::mem::forget(ch.clone());
+    (ch, chp, polled[1])
+}
+
+/// The tokio driver's `dispatch` fails reading the channel (the descriptor readable, the read
+/// failing): the driver ends and every future waiting on the channel's CQs is woken; polled
+/// again, each serves its CQ itself and starts a new driver, whose first dispatch fails the
+/// same way and wakes it again. (Waking them is what every failed dispatch does: the future
+/// neither resolves nor is left unwoken while the read fails.) A future polled by hand, the
+/// runtime's driver started by each of its polls.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_driver_whose_read_of_the_channel_fails_wakes_the_waiting_futures_again_and_again() {
+    let w = World::new();
+    let (ch, chp, poll_write) = channel_whose_reads_fail(w);
+    // Readable from the start.
+    // SAFETY: one byte to the open write end of the polled pipe (leaked).
+    assert_eq!(unsafe { libc::write(poll_write, [1u8].as_ptr().cast(), 1) }, 1);
+    let (cq, fake) = w.fake_cq_on(&ch, chp, poll_write, 1 << 20);
+    std::mem::forget(Arc::clone(&cq));
+    let qp = w.qp(0x5e1, 16, &cq, None);
+    let mut f = post_send(&qp, true).into_future();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let wakes = Arc::new(Count::default());
+    let waker = Waker::from(Arc::clone(&wakes));
+    for round in 1..=5 {
+        rt.block_on(async { assert!(poll(&mut f, &waker).is_pending(), "round {round}: nothing completed") });
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        while wakes.get() < round {
+            assert!(std::time::Instant::now() < until, "round {round}: the failed read woke no waiting future");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert_eq!(cq.waiters.load(SeqCst), 1, "still waiting: the failure is not the future's result");
+    // Its request completes: the future resolves (served by its own poll).
+    fake.complete(send_wc(0x5e1, 0, sys::IBV_WC_SUCCESS));
+    let got = rt.block_on(async { poll(&mut f, &waker) });
+    assert!(matches!(got, Poll::Ready(Ok(_))), "resolved by its own serving");
+    drop(rt);
+}
