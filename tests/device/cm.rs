@@ -568,6 +568,28 @@ fn depths_never_exceed_the_peers_responder_resources() {
     }
 }
 
+/// A request's `peer_depths` are what the peer gave its `rdma_connect` (its responder
+/// resources, its initiator depth), not the event's recipient view, which carries them swapped
+/// (rdma_get_cm_event(3)).
+#[test]
+fn a_requests_peer_depths_are_what_the_peer_asked_for() {
+    let ip = local_ip();
+    let listener = CmListener::bind(SocketAddr::new(IpAddr::V4(ip), 0), 4).unwrap();
+    let port = listener.port();
+    let server = std::thread::spawn(move || {
+        let req = listener.next_request(WAIT).expect("a request");
+        let depths = req.peer_depths();
+        drop(req.reject(&[]));
+        depths
+    });
+    let id = resolve(SocketAddr::new(IpAddr::V4(ip), port));
+    let side = Side::on(&device_name());
+    let param = ConnParam { responder_resources: 3, initiator_depth: 2, ..ConnParam::default() };
+    let refused = id.connect(side.qp(), Access::NONE, &param, WAIT);
+    assert!(refused.is_err(), "the server rejects");
+    assert_eq!(server.join().expect("the server thread"), (3, 2), "(responder resources, initiator depth)");
+}
+
 /// `Duration::MAX` is a legal timeout ("wait as long as it takes"): every CM wait takes it
 /// without panicking (`timeout + 1s` and `Instant::now() + timeout` overflowed).
 #[test]
