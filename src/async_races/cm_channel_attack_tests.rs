@@ -1,7 +1,9 @@
 //! Hostile programs and values against the connection manager's parameters (`src/cm.rs`), the
 //! completion channel (`src/channel.rs`) and the asynchronous events (`src/event.rs`) over the
-//! fake device: what the CM tells the peer about the program's QP, what a request's event says
-//! about the peer, channels and event readers dropped, raced and polled every way.
+//! fake device: what the CM tells the peer about the program's QP (an SRQ), what a request's
+//! event says about the peer (its depths), descriptors that report only an error (a device
+//! disassociated under its waits), a read of the channel that fails under the tokio driver, a
+//! CQ address reused after a destroy, and port numbers outside a `u8`.
 
 use super::*;
 use crate::cm::ConnParam;
