@@ -974,7 +974,8 @@ impl CompChannel {
     /// [`Error::Verb`] with `ibv_get_cq_event` when there is no tokio runtime or it has no I/O
     /// driver (built without `enable_io`; the latter needs unwinding: tokio panics there, which
     /// aborts under `panic = "abort"`), when the descriptor cannot be registered with the
-    /// reactor, or when the read fails.
+    /// reactor, or when the read fails (also when the descriptor reports only an error, as once
+    /// the device is gone: the read is tried then).
     ///
     /// See ibv_get_cq_event(3).
     #[doc(alias = "ibv_get_cq_event")]

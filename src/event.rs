@@ -547,7 +547,8 @@ impl AsyncEvents {
     /// reactor or the reactor reports an error (polled outside any runtime after the runtime
     /// it was registered with shut down), when it is polled outside any runtime after it was
     /// registered with a current-thread runtime (whose reactor runs only inside its
-    /// `block_on`), or when the read fails.
+    /// `block_on`), or when the read fails (also when the descriptor reports only an error, as
+    /// once the device is gone: the read is tried then).
     ///
     /// See ibv_get_async_event(3).
     #[doc(alias = "ibv_get_async_event")]
