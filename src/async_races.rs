@@ -2237,3 +2237,8 @@ mod change_attack_tests;
 // the program's QP, what a request's event says about the peer), completion channels and
 // asynchronous event readers dropped, raced and polled every way.
 mod cm_channel_attack_tests;
+// Memory the caller owns moved into a region (`Pd::register`) and carried by owned tokens: the
+// buffer is asked for its memory once, handed back as registered, travels with its `Mr` through
+// swaps, is never dropped while a request or a failed deregistration may still reach it, and a
+// drop of its that panics inside a poll leaves the books consistent.
+mod memory_attack_tests;

@@ -332,6 +332,39 @@ fn check_len(len: usize) -> Result<()> {
     Ok(())
 }
 
+/// The part of [`Pd::register`] that handles the buffer: boxes it (the value sits at its final
+/// place before its address is taken, and the box is never moved out of or reborrowed until the
+/// region is deregistered), asks it for its memory once, refuses an empty one, and hands the
+/// memory and the type-erased buffer to `reg`, which registers them into a region owning the
+/// buffer (`Backing::Caller`). The buffer is dropped if `reg` fails.
+fn register_boxed<A: AccessSet, B: StableBuffer>(
+    buf: B,
+    reg: impl FnOnce(NonNull<u8>, usize, Box<CallerBuffer>) -> Result<Mr<A>>,
+) -> Result<Registered<A, B>> {
+    let mut boxed = Box::new(buf);
+    let bytes = boxed.stable_bytes();
+    let len = bytes.len();
+    let mem = NonNull::from(bytes).cast::<u8>();
+    check_len(len)?;
+    let erased: CallerBuffer = boxed;
+    let mr = reg(mem, len, Box::new(erased))?;
+    Ok(Registered { mr, _buffer: PhantomData })
+}
+
+#[cfg(all(test, not(loom)))]
+impl<A: AccessSet, B: StableBuffer> Registered<A, B> {
+    /// Test only: `buf` registered as [`Pd::register`] registers it (the same boxing and single
+    /// request for its memory), under the fake registration `mr` of `pd` instead of
+    /// `ibv_reg_mr`.
+    pub(crate) fn fake(
+        pd: &std::sync::Arc<crate::pd::PdInner>,
+        mr: NonNull<typed_verbs_sys::ibv_mr>,
+        buf: B,
+    ) -> Result<Self> {
+        register_boxed(buf, |mem, len, buffer| Ok(Mr::fake_caller(pd, mr, mem, len, buffer)))
+    }
+}
+
 impl Pd {
     /// `ibv_reg_mr` over a buffer the caller owns, moved into the region (pinned): its
     /// `stable_bytes` (a `Vec`'s `len` bytes, not its capacity).
@@ -354,23 +387,16 @@ impl Pd {
     pub fn register<A: LegalAccess, B: StableBuffer>(&self, buf: B, access: A) -> Result<Registered<A, B>> {
         let _ = access;
         self.check_atomic_access(crate::Verb::RegMr, A::BITS)?;
-        // Boxed first: the value sits at its final place before its address is taken, and the
-        // box is never moved out of or reborrowed until the region is deregistered.
-        let mut boxed = Box::new(buf);
-        let bytes = boxed.stable_bytes();
-        let len = bytes.len();
-        let mem = NonNull::from(bytes).cast::<u8>();
-        check_len(len)?;
-        let erased: CallerBuffer = boxed;
-        let buffer = Some(Box::new(erased));
-        // SAFETY: `mem..mem+len` is the buffer's memory: initialised, readable and writable, at
-        // a fixed address while the value lives and is only moved, accessed by nobody else, and
-        // released only by the value's drop (`StableBuffer`'s contract). The value moves into
-        // the region (`Backing::Caller`, its `buffer`), which drops it only after a successful
-        // deregistration (or hands it back then, `Registered::deregister`), and leaks it if that
-        // fails.
-        let mr = unsafe { self.register_memory::<A, Pinned>(mem, len, OdpTag::default(), Backing::Caller, buffer) }?;
-        Ok(Registered { mr, _buffer: PhantomData })
+        register_boxed(buf, |mem, len, buffer| {
+            // SAFETY: `mem..mem+len` is the buffer's memory (`register_boxed` took it from the
+            // boxed value, once): initialised, readable and writable, at a fixed address while
+            // the value lives and is only moved, accessed by nobody else, and released only by
+            // the value's drop (`StableBuffer`'s contract). The value moves into the region
+            // (`Backing::Caller`, its `buffer`), which drops it only after a successful
+            // deregistration (or hands it back then, `Registered::deregister`), and leaks it if
+            // that fails.
+            unsafe { self.register_memory::<A, Pinned>(mem, len, OdpTag::default(), Backing::Caller, Some(buffer)) }
+        })
     }
 
     /// `ibv_reg_mr` over borrowed memory, for local work requests only (pinned): no remote

@@ -705,6 +705,25 @@ impl<A: AccessSet> Mr<A, Pinned> {
 }
 
 #[cfg(all(test, not(loom)))]
+impl<A: AccessSet> Mr<A, Pinned> {
+    /// Test only: a pinned region over the fake registration `mr` of the caller's buffer
+    /// `buffer`, whose memory is `mem..mem + len` (`Backing::Caller`: released by dropping the
+    /// buffer, after the fake deregistration).
+    pub(crate) fn fake_caller(
+        pd: &Arc<PdInner>,
+        mr: NonNull<sys::ibv_mr>,
+        mem: NonNull<u8>,
+        len: usize,
+        buffer: Box<CallerBuffer>,
+    ) -> Self {
+        // SAFETY: the caller's fake registration, valid for the test.
+        let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
+        let (odp, backing, pd) = (OdpTag::NONE, Backing::Caller, Arc::clone(pd));
+        Mr { mr, mem, len, lkey, rkey, odp, backing, buffer: Some(buffer), pd, _access: PhantomData }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
 impl<A: AccessSet> Mr<A, Odp> {
     /// Test only: an On-Demand Paging region over a fake registration, whose views carry `odp`
     /// (the tag a capability's registration gives them) ([`Mr::fake_of_kind`]).
