@@ -361,3 +361,122 @@ fn a_callers_buffer_whose_drop_panics_in_a_poll_leaves_the_queue_consistent() {
         assert_eq!(rec2.drops(), 1);
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// A random model: chunks of callers' buffers posted, refused, dropped, forgotten and collected
+// ---------------------------------------------------------------------------------------------
+
+/// A small deterministic generator (xorshift64*): the sequences are reproducible.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// An owned request over a chunk whose token the program still holds.
+type Held = OwnedToken<crate::mr::Chunk<LocalRw>>;
+
+/// Rounds of: a caller's buffer registered and cut into chunks; each chunk posted as an owned
+/// send (signaled or not) or receive, some refused (named: handed back; unnamed: kept with the
+/// queue), their tokens dropped, forgotten or kept; the device executing the queues in order
+/// (a completion for each receive and each signaled send) between polls and collections; the
+/// QP reset at the end of the round. The buffer is never dropped before the device executed
+/// every request naming it (or the QP was reset), and it is dropped exactly once by the end of
+/// the round unless a token holding one of its chunks was forgotten.
+#[test]
+fn callers_buffers_behind_owned_requests_are_dropped_only_once_the_device_is_done() {
+    bounded(60, || {
+        let w = World::new();
+        let (cq, fake) = w.cq();
+        let (qp, shared) = w.rc_qp(0xc10, 16, &cq);
+        let mut qp = Some(qp);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..200u32 {
+            let live = qp.take().expect("the round's QP");
+            let (buf, rec) = Tracked::new(round, 8 * 64);
+            let chunks = register(w, &w.pd, buf).into_mr().into_chunks(64).expect("8 chunks");
+            let (sent_before, recv_before) = (sends(&shared).len(), recvs(&shared).len());
+            let mut held: Vec<Held> = Vec::new();
+            let mut forgotten = false;
+            for chunk in chunks {
+                let refusal = match rng.below(6) {
+                    0 => Some(Answer::RefuseAt(0)),
+                    1 => Some(Answer::RefuseNull),
+                    _ => None,
+                };
+                if let Some(a) = refusal {
+                    answer_next(&shared, a);
+                }
+                let posted = match rng.below(3) {
+                    0 => live.post_recv_owned(Recv::new(chunk)).map_err(|e| e.wr.is_some()),
+                    1 => live.post_send_owned(crate::wr::Send::new(chunk)).map_err(|e| e.wr.is_some()),
+                    _ => live.post_send_owned(crate::wr::Send::new(chunk).unsignaled()).map_err(|e| e.wr.is_some()),
+                };
+                match (posted, refusal) {
+                    (Ok(token), None) => match rng.below(4) {
+                        0 => drop(token),
+                        1 => {
+                            forgotten = true;
+                            std::mem::forget(token);
+                        }
+                        _ => held.push(token),
+                    },
+                    (Err(handed_back), Some(a)) => {
+                        assert_eq!(handed_back, a == Answer::RefuseAt(0), "named: handed back; unnamed: kept")
+                    }
+                    (got, a) => panic!("{:?} for {a:?}", got.map(|_| ())),
+                }
+            }
+            // The device's side: what the provider took this round, executed in queue order.
+            let mut to_send: VecDeque<(u64, bool)> = sends(&shared)[sent_before..].iter().copied().collect();
+            let mut to_recv: VecDeque<u64> = recvs(&shared)[recv_before..].iter().copied().collect();
+            while !to_send.is_empty() || !to_recv.is_empty() {
+                let send_side = to_recv.is_empty() || (!to_send.is_empty() && rng.below(2) == 0);
+                if send_side {
+                    let (wr_id, signaled) = to_send.pop_front().unwrap();
+                    if signaled {
+                        fake.complete(wc_of(0xc10, wr_id, sys::IBV_WC_SUCCESS, sys::IBV_WC_SEND));
+                    }
+                } else {
+                    let wr_id = to_recv.pop_front().unwrap();
+                    fake.complete(wc_of(0xc10, wr_id, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV));
+                }
+                if to_send.is_empty() && to_recv.is_empty() {
+                    rec.device_done();
+                }
+                match rng.below(4) {
+                    0 => cq.take_all().expect("poll"),
+                    1 if !held.is_empty() => {
+                        let i = rng.below(held.len() as u64) as usize;
+                        match held.swap_remove(i).try_complete() {
+                            Ok((_, chunk)) => drop(chunk),
+                            Err(token) => held.push(token),
+                        }
+                    }
+                    2 if !held.is_empty() => drop(held.swap_remove(0)),
+                    _ => {}
+                }
+                assert_eq!(rec.early(), 0, "round {round}: the buffer was dropped under the device");
+            }
+            rec.device_done();
+            let reset = live.reset().map_err(|e| e.error).expect("the fake device resets");
+            drop(reset);
+            for token in held.drain(..) {
+                let (_, chunk) = token.wait(Duration::from_secs(1)).map_err(|e| e.error).expect("flushed by the reset");
+                drop(chunk);
+            }
+            assert_eq!((shared.sq.outstanding(), shared.rq.outstanding()), (0, 0), "round {round}");
+            assert_eq!((shared.sq.parked(), shared.rq.parked()), (0, 0), "round {round}");
+            let want = usize::from(!forgotten);
+            assert_eq!((rec.drops(), rec.early(), rec.asked()), (want, 0, 1), "round {round}");
+            qp = Some(Qp::from_fake(Arc::clone(&shared)));
+        }
+    });
+}
