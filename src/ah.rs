@@ -184,6 +184,9 @@ impl Pd {
 /// RoCE v2 over IPv4 its last 20 bytes are the packet's IPv4 header.
 pub type GrhBytes = [u8; 40];
 
+// `create_ah_from_wc` reads an `ibv_grh` out of a `GrhBytes`: exactly its bytes, no more.
+static_assertions::const_assert_eq!(std::mem::size_of::<sys::ibv_grh>(), std::mem::size_of::<GrhBytes>());
+
 impl Pd {
     /// `ibv_create_ah_from_wc`: an address handle back to where the UD receive `wc` came from,
     /// its global route header `grh` (the first 40 bytes of the receive's buffer) and the port
