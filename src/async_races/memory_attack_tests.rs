@@ -480,3 +480,38 @@ fn callers_buffers_behind_owned_requests_are_dropped_only_once_the_device_is_don
         }
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Windows: a type 2 window whose bind failed after it may have run
+// ---------------------------------------------------------------------------------------------
+
+/// A type 2 bind that completed with a flush error may have run (rxe executes local operations
+/// such as BIND_MW without waiting for the requests ahead of them, and its flush then reports
+/// them failed): the window handed back may still be bound on the device, so a BIND_MW of it
+/// again (IBTA o10-37.2.30: a bound type 2 window is invalidated before it is bound again) is
+/// refused before the provider, and the window handed back; dropping it deallocates it. A bind
+/// the device refused (`IBV_WC_MW_BIND_ERR`) bound nothing: its window is bound again.
+#[test]
+fn a_type2_window_whose_bind_was_flushed_is_not_bound_again() {
+    use super::mw_attack_tests::{bind, pd, qp, region};
+    use crate::access::window;
+    use crate::mw::Type2;
+    use crate::wr::BindMw;
+    let w = World::new();
+    let (cq, fake) = w.cq();
+    let (qp, shared) = qp(w, 0x9c01, &cq);
+    let mr = region(w, 4096);
+    let flushed = pd(w).alloc_mw::<Type2>().expect("type 2");
+    let refused = pd(w).alloc_mw::<Type2>().expect("type 2");
+    let r = scope(|s| {
+        let mw = bind(s, &qp, &shared, fake, flushed, &mr, sys::IBV_WC_WR_FLUSH_ERR).expect_err("failed");
+        let taken = sends(&shared).len();
+        let e = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).map(drop).expect_err("may be bound");
+        invalid(&e.error, "ibv_post_send (BIND_MW)", "o10-37.2.30");
+        assert_eq!(sends(&shared).len(), taken, "the provider never saw it");
+        drop(e.wr.expect("handed back").into_window());
+        let mw = bind(s, &qp, &shared, fake, refused, &mr, sys::IBV_WC_MW_BIND_ERR).expect_err("refused");
+        bind(s, &qp, &shared, fake, mw, &mr, sys::IBV_WC_SUCCESS).expect("bound again")
+    });
+    drop(r.expect("scope"));
+}

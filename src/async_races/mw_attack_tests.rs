@@ -183,7 +183,7 @@ fn send_inv_refused<'s, 'e>(s: &'s Scope<'s, 'e>, qp: &'s Qp<RC, RTS>, rkey: u32
 }
 
 /// An RC QP in RTS over the fake device, posting through [`mw_send`]; never destroyed.
-fn qp(w: &'static World, qp_num: u32, cq: &Arc<CqShared>) -> (Qp<RC, RTS>, Arc<QpShared>) {
+pub(super) fn qp(w: &'static World, qp_num: u32, cq: &Arc<CqShared>) -> (Qp<RC, RTS>, Arc<QpShared>) {
     let shared =
         QpShared::try_fake_with_posts(w.raw_qp(qp_num), qp_num, 16, cq, Arc::clone(&w.pd), None, mw_send, fake_recv)
             .expect("fake QP");
@@ -206,11 +206,11 @@ fn raw_mr(w: &'static World, pd: &Arc<PdInner>) -> std::ptr::NonNull<sys::ibv_mr
 }
 
 /// A window-bindable region of `len` bytes in the world's PD.
-fn region(w: &'static World, len: usize) -> Mr<access::WindowBindable> {
+pub(super) fn region(w: &'static World, len: usize) -> Mr<access::WindowBindable> {
     Mr::fake(&w.pd, raw_mr(w, &w.pd), len)
 }
 
-fn pd(w: &'static World) -> Pd {
+pub(super) fn pd(w: &'static World) -> Pd {
     Pd { inner: Arc::clone(&w.pd) }
 }
 
@@ -232,7 +232,7 @@ fn deliver(fake: &FakeCq, qp: &QpShared, wr_id: u64, status: u32, opcode: u32) {
 /// Binds `mw` over the first 64 bytes of `mr` (remote writes) on `qp`, the fake device
 /// completing the bind with `status`: what the bind's wait hands back (the window bound, or
 /// handed back unbound).
-fn bind<'s, 'e, 'm: 's>(
+pub(super) fn bind<'s, 'e, 'm: 's>(
     s: &'s Scope<'s, 'e>,
     qp: &'s Qp<RC, RTS>,
     shared: &QpShared,
