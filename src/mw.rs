@@ -139,6 +139,12 @@ impl<K: MwType> UnboundWindow for Mw<K> {
 pub(crate) struct MwInner {
     mw: NonNull<sys::ibv_mw>,
     pd: Arc<PdInner>,
+    /// A type 2 bind of the window completed with an error after it may have run (a flushed
+    /// queue: rxe executes a BIND_MW without waiting for the requests ahead of it, and its flush
+    /// reports it failed all the same): the window may be bound on the device though it is typed
+    /// unbound, so it is not bound again (IBTA o10-37.2.30), only deallocated. Written only
+    /// while the window is owned by value (`PendingBind::finish`).
+    maybe_bound: bool,
 }
 
 // SAFETY: windows may be used from any thread (libibverbs is thread-safe); the only field we
@@ -232,7 +238,7 @@ impl Pd {
         // SAFETY: the PD is alive; the type is a valid `ibv_mw_type`.
         let mw = unsafe { sys::ibv_alloc_mw(self.as_ptr(), K::RAW) };
         let mw = NonNull::new(mw).ok_or_else(|| Error::last_os(Verb::AllocMw, format!("{} window", K::NAME)))?;
-        Ok(Mw { inner: MwInner { mw, pd: Arc::clone(&self.inner) }, _type: PhantomData })
+        Ok(Mw { inner: MwInner { mw, pd: Arc::clone(&self.inner), maybe_bound: false }, _type: PhantomData })
     }
 }
 
@@ -260,6 +266,12 @@ impl<K: MwType> Mw<K> {
 
     pub(crate) fn pd_id(&self) -> crate::pd::PdId {
         self.inner.pd.id()
+    }
+
+    /// A type 2 bind of the window failed after it may have run: it may be bound on the device
+    /// ([`MwInner::maybe_bound`]).
+    pub(crate) fn maybe_bound(&self) -> bool {
+        self.inner.maybe_bound
     }
 
     /// Restores the rkey recorded in the `ibv_mw` (ibv_bind_mw(3): "The user should keep a copy
@@ -815,6 +827,12 @@ impl<'m, K: MwType, R: WindowRights> PendingBind<'m, K, R> {
             Ok(BoundMw::new(self.mw, self.mr, self.new_rkey, self.addr, self.len, self.watch))
         } else {
             self.mw.set_raw_rkey(self.old_rkey);
+            // Only the device's refusal of the bind itself says it bound nothing; any other
+            // error (a flush above all) may come after it ran. A type 1 window may be bound
+            // again while bound (the new binding replaces the old one); a type 2 window may not.
+            if K::RAW == sys::IBV_MW_TYPE_2 && c.status() != crate::wc::WcStatus::MwBindErr {
+                self.mw.inner.maybe_bound = true;
+            }
             Err(self.mw)
         }
     }

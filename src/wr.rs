@@ -919,6 +919,14 @@ impl<'m, K: MwType, MA: AccessSet, R: WindowRights> SendRequest for BindMw<'m, K
         }
     }
     fn build(&self, raw: &mut RawSendWr<[sys::ibv_sge; 0]>) -> Result<()> {
+        if self.mw.maybe_bound() {
+            return Err(Error::invalid(
+                "ibv_post_send (BIND_MW)",
+                "an earlier bind of this type 2 window completed with an error after it may have run (a flushed \
+                 queue): the window may still be bound, and a bound type 2 window is not bound again before it \
+                 is invalidated (IBTA o10-37.2.30); drop it, which deallocates it",
+            ));
+        }
         check_window_range("ibv_post_send (BIND_MW)", self.offset, self.len, self.mr.len() as u64)?;
         let start = self.mr.addr() + self.offset;
         let zero_based_atomics = sys::IBV_ACCESS_ZERO_BASED | sys::IBV_ACCESS_REMOTE_ATOMIC;
