@@ -886,7 +886,10 @@ impl<'m, K: BoundByWr, MA: AccessSet, R: WindowOn<MA>> BindMw<'m, K, MA, R> {
     /// checked at compile time. The range must lie inside the region and be non-empty, the window
     /// must belong to the region's PD, and a zero-based window granting remote atomics must start
     /// on an 8-byte boundary (an atomic's target is checked aligned as the peer addresses it, from
-    /// the window's start): checked when posting ([`Error::InvalidArgument`], the request handed
+    /// the window's start), and the window must not come from a bind that completed with an error
+    /// after it may have run (any error but `IBV_WC_MW_BIND_ERR`, a flush above all: the window may
+    /// still be bound, and IBTA o10-37.2.30 forbids binding a bound type 2 window; such a window
+    /// can only be dropped): checked when posting ([`Error::InvalidArgument`], the request handed
     /// back).
     pub fn new<W, H>(mw: W, mr: &'m H, offset: u64, len: u64, access: R) -> Self
     where
