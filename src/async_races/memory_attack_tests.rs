@@ -14,6 +14,7 @@ use crate::access::LocalRw;
 use crate::caller::{Registered, StableBuffer};
 use crate::device::Verbs;
 use crate::mr::Mr;
+use crate::test_util::Rng;
 use crate::Error;
 
 // ---------------------------------------------------------------------------------------------
@@ -365,20 +366,6 @@ fn a_callers_buffer_whose_drop_panics_in_a_poll_leaves_the_queue_consistent() {
 // ---------------------------------------------------------------------------------------------
 // A random model: chunks of callers' buffers posted, refused, dropped, forgotten and collected
 // ---------------------------------------------------------------------------------------------
-
-/// A small deterministic generator (xorshift64*): the sequences are reproducible.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// An owned request over a chunk whose token the program still holds.
 type Held = OwnedToken<crate::mr::Chunk<LocalRw>>;
