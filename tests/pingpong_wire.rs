@@ -500,3 +500,38 @@ fn chk_writes_the_c_tools_marks_and_catches_any_other_byte() {
     assert!(unmarked.iter().all(|&b| b == 0x7b));
     off.received(1, 3, &[]).expect("no check without -c");
 }
+
+/// `-c` with more messages than receive buffers (`-n` above `-r`): a buffer is posted again
+/// after its message was checked. A receive that completes with the right length but whose
+/// bytes never landed in the reused buffer (it still holds the previous, valid message) must
+/// fail the check as it does in a fresh buffer: the buffer is rearmed with [`UNWRITTEN`]
+/// once checked (`Check::take`, what the rc/uc loop does with its receive views).
+#[test]
+fn chk_catches_a_message_that_never_landed_in_a_reused_receive_buffer() {
+    let opts = run_opts("-c -s 5000 -r 1 -n 3");
+    let mut check = Check::new(&opts, FILL);
+    let mut msg = vec![0u8; 5000];
+    check.fill_send(&mut msg);
+    // One receive buffer, prepared as the loop prepares it.
+    let mut buf = vec![0u8; 5000];
+    check.fill_recv(&mut buf);
+    // Message 1 lands and is checked; the buffer goes back to the device.
+    buf.copy_from_slice(&msg);
+    check.take(1, 5000, &mut buf[..]).expect("message 1 landed");
+    assert!(buf.iter().all(|&b| b == UNWRITTEN), "rearmed before it is posted again");
+    // Message 2's completion says 5000 bytes, but none of them was written.
+    let e = check.take(2, 5000, &mut buf[..]).unwrap_err();
+    assert!(e.starts_with("invalid data in page 0 (message 2: byte 0 is 0xa5"), "{e}");
+    // Message 3 lands in part only (its first page).
+    buf[..4096].copy_from_slice(&msg[..4096]);
+    let e = check.take(3, 5000, &mut buf[..]).unwrap_err();
+    assert!(e.starts_with("invalid data in page 1 (message 3: byte 4096 is 0xa5"), "{e}");
+    // A completion longer than the buffer (a peer's byte_len) is an error, not a panic.
+    let e = check.take(4, 1 << 20, &mut buf[..]).unwrap_err();
+    assert_eq!(e, "message 4: 1048576 bytes received, 5000 expected");
+    // Without -c the buffer is neither read nor rearmed.
+    let mut off = Check::new(&run_opts("-s 5000"), FILL);
+    buf.copy_from_slice(&msg);
+    off.take(1, 7, &mut buf[..]).expect("no check without -c");
+    assert_eq!(buf, msg);
+}

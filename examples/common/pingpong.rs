@@ -740,12 +740,10 @@ where
     let mut send_mr = pd.alloc_mr(size, access::LOCAL_READ)?;
     check.fill_send(send_mr.as_mut_slice());
     // Exactly `iters` receives are ever posted (see below), at most `rx_depth` at a time.
-    // (`-c` marks the buffers once: a buffer posted again holds its previous message, so
-    // each message's own arrival is checked only while `-n` is at most `-r`.)
+    // (`-c` rearms a buffer once its message is checked, before it is posted again.)
     let nbufs = opts.rx_depth.min(opts.iters) as usize;
     let mut recv_mr = pd.alloc_mr(size * nbufs, access::LOCAL_RW)?;
     check.fill_recv(recv_mr.as_mut_slice());
-    let mut received = vec![0; if check.is_on() { size } else { 0 }];
 
     let caps =
         QpCaps { max_send_wr: 1, max_recv_wr: opts.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
@@ -811,13 +809,9 @@ where
                 let mut recv = || -> Result<(), Box<dyn std::error::Error>> {
                     // The receive queue completes in order: the oldest receive is the next one.
                     let token = posted.pop_front().ok_or("no receive posted")?;
-                    let (c, buf) = s.wait(token, wait).map_err(|e| e.error)?;
+                    let (c, mut buf) = s.wait(token, wait).map_err(|e| e.error)?;
                     c.ok().map_err(|e| format!("receive {}: {e}", i + 1))?;
-                    if check.is_on() {
-                        let len = (c.byte_len() as usize).min(size);
-                        buf.read_volatile_into(&mut received[..len]);
-                        check.received(u64::from(i) + 1, c.byte_len() as usize, &received[..len])?;
-                    }
+                    check.take(u64::from(i) + 1, c.byte_len() as usize, &mut buf)?;
                     if to_post > 0 {
                         posted.push_back(s.post_recv(&qp, wr::Recv::new(buf)).map_err(|e| e.error)?);
                         to_post -= 1;
@@ -878,6 +872,39 @@ pub struct Check {
     fill: u8,
     size: usize,
     checked: u64,
+    /// `-c`: a message's bytes copied out of a receive buffer ([`Check::take`]).
+    copy: Vec<u8>,
+    /// `-c`: [`UNWRITTEN`], `size` bytes: what a checked receive buffer is rearmed with.
+    blank: Vec<u8>,
+}
+
+/// A receive buffer as [`Check::take`] reads and rearms it: a registered view (volatile
+/// accesses, the device may write the region) or plain bytes.
+pub trait RecvBuffer {
+    /// Copies the first `dst.len()` bytes (at most the buffer's length) into `dst`.
+    fn read_into(&self, dst: &mut [u8]);
+    /// Overwrites the first `src.len()` bytes (at most the buffer's length) with `src`.
+    fn write_from(&mut self, src: &[u8]);
+}
+
+impl RecvBuffer for LocalBufMut<'_> {
+    fn read_into(&self, dst: &mut [u8]) {
+        self.read_volatile_into(dst);
+    }
+    fn write_from(&mut self, src: &[u8]) {
+        self.write_volatile_from(src);
+    }
+}
+
+impl RecvBuffer for [u8] {
+    fn read_into(&self, dst: &mut [u8]) {
+        let n = dst.len().min(self.len());
+        dst[..n].copy_from_slice(&self[..n]);
+    }
+    fn write_from(&mut self, src: &[u8]) {
+        let n = src.len().min(self.len());
+        self[..n].copy_from_slice(&src[..n]);
+    }
 }
 
 /// The C tools' `page_size` (`sysconf(_SC_PAGESIZE)`) on the x86-64 hosts these examples run
@@ -888,7 +915,9 @@ impl Check {
     /// The check of `opts` (off without `-c`), for messages of the tool whose buffers hold
     /// `fill`.
     pub fn new(opts: &Options, fill: u8) -> Check {
-        Check { on: opts.chk, fill, size: opts.size as usize, checked: 0 }
+        let size = opts.size as usize;
+        let (copy, blank) = if opts.chk { (vec![0; size], vec![UNWRITTEN; size]) } else { (Vec::new(), Vec::new()) };
+        Check { on: opts.chk, fill, size, checked: 0, copy, blank }
     }
 
     /// The byte at `offset` of every message.
@@ -941,6 +970,23 @@ impl Check {
         }
         self.checked += 1;
         Ok(())
+    }
+
+    /// `-c`: checks received message `n` (from 1), `byte_len` bytes long by its completion,
+    /// in the receive buffer `buf` (its first bytes, as [`Check::received`]), then rearms the
+    /// buffer ([`UNWRITTEN`]) for the message it is posted again for: a reused buffer still
+    /// holds its previous message, which would pass for one that never landed.
+    pub fn take<B: RecvBuffer + ?Sized>(&mut self, n: u64, byte_len: usize, buf: &mut B) -> Result<(), String> {
+        if !self.on {
+            return Ok(());
+        }
+        let mut copy = std::mem::take(&mut self.copy);
+        let len = byte_len.min(copy.len());
+        buf.read_into(&mut copy[..len]);
+        let checked = self.received(n, byte_len, &copy[..len]);
+        self.copy = copy;
+        buf.write_from(&self.blank);
+        checked
     }
 
     /// The line that says what was checked (`-c`), printed before the result lines.
