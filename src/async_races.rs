@@ -2242,3 +2242,6 @@ mod cm_channel_attack_tests;
 // swaps, is never dropped while a request or a failed deregistration may still reach it, and a
 // drop of its that panics inside a poll leaves the books consistent.
 mod memory_attack_tests;
+// Memory windows whose bind failed after it may have run: the window the device may still
+// hold bound is deallocated, and a new one handed back.
+mod own_change_attack_tests;

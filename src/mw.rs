@@ -18,7 +18,10 @@
 //! rkey to travel before that only "using a send request on the same QP", which is
 //! [`Scope::advertise_window`](crate::scope::Scope::advertise_window). A failed bind hands the
 //! window back as it was (unbound, or for a rebind bound to its old range), with its previous
-//! rkey restored. A [`BoundMw`] borrows its region, so the
+//! rkey restored; a type 2 window whose bind failed after it may have run (any error but
+//! `IBV_WC_MW_BIND_ERR`) is deallocated instead, and a new window of its PD handed back, so that
+//! no window the device may hold bound to the region outlives the region's borrow. A
+//! [`BoundMw`] borrows its region, so the
 //! region cannot be dropped (deregistered) while a window is bound to it (ibv_reg_mr(3):
 //! "ibv_dereg_mr() fails if any memory window is still bound to this MR").
 #![allow(unsafe_code)]
@@ -141,9 +144,10 @@ pub(crate) struct MwInner {
     pd: Arc<PdInner>,
     /// A type 2 bind of the window completed with an error after it may have run (a flushed
     /// queue: rxe executes a BIND_MW without waiting for the requests ahead of it, and its flush
-    /// reports it failed all the same): the window may be bound on the device though it is typed
-    /// unbound, so it is not bound again (IBTA o10-37.2.30), only deallocated. Written only
-    /// while the window is owned by value (`PendingBind::finish`).
+    /// reports it failed all the same), and no new window could be allocated in its place
+    /// (`PendingBind::finish` deallocates such a window otherwise): the window may be bound on
+    /// the device though it is typed unbound, so it is not bound again (IBTA o10-37.2.30), only
+    /// deallocated. Written only while the window is owned by value (`PendingBind::finish`).
     maybe_bound: bool,
 }
 
@@ -272,6 +276,13 @@ impl<K: MwType> Mw<K> {
     /// ([`MwInner::maybe_bound`]).
     pub(crate) fn maybe_bound(&self) -> bool {
         self.inner.maybe_bound
+    }
+
+    /// Marks the window as maybe bound, as a failed bind does when no new window can be
+    /// allocated in its place.
+    #[cfg(test)]
+    pub(crate) fn mark_maybe_bound_for_test(&mut self) {
+        self.inner.maybe_bound = true;
     }
 
     /// Restores the rkey recorded in the `ibv_mw` (ibv_bind_mw(3): "The user should keep a copy
@@ -831,7 +842,14 @@ impl<'m, K: MwType, R: WindowRights> PendingBind<'m, K, R> {
             // error (a flush above all) may come after it ran. A type 1 window may be bound
             // again while bound (the new binding replaces the old one); a type 2 window may not.
             if K::RAW == sys::IBV_MW_TYPE_2 && c.status() != crate::wc::WcStatus::MwBindErr {
-                self.mw.inner.maybe_bound = true;
+                // The window may be bound to the region, whose borrow ends here: it is
+                // deallocated now (which unbinds it wherever it is, and lets the region be
+                // deregistered), and a new window of the same PD takes its place. Without a new
+                // window (`ibv_alloc_mw` failed) it is handed back marked: it can only be dropped.
+                match (Pd { inner: Arc::clone(&self.mw.inner.pd) }).alloc_mw::<K>() {
+                    Ok(fresh) => drop(std::mem::replace(&mut self.mw, fresh)),
+                    Err(_) => self.mw.inner.maybe_bound = true,
+                }
             }
             Err(self.mw)
         }

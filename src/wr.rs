@@ -888,9 +888,10 @@ impl<'m, K: BoundByWr, MA: AccessSet, R: WindowOn<MA>> BindMw<'m, K, MA, R> {
     /// on an 8-byte boundary (an atomic's target is checked aligned as the peer addresses it, from
     /// the window's start), and the window must not come from a bind that completed with an error
     /// after it may have run (any error but `IBV_WC_MW_BIND_ERR`, a flush above all: the window may
-    /// still be bound, and IBTA o10-37.2.30 forbids binding a bound type 2 window; such a window
-    /// can only be dropped): checked when posting ([`Error::InvalidArgument`], the request handed
-    /// back).
+    /// still be bound, and IBTA o10-37.2.30 forbids binding a bound type 2 window; such a bind's
+    /// result deallocates that window and hands back a new one of the same PD, and only when
+    /// `ibv_alloc_mw` fails the window itself, which can only be dropped): checked when posting
+    /// ([`Error::InvalidArgument`], the request handed back).
     pub fn new<W, H>(mw: W, mr: &'m H, offset: u64, len: u64, access: R) -> Self
     where
         W: UnboundWindow<Kind = K>,

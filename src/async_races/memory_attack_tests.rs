@@ -474,10 +474,13 @@ fn callers_buffers_behind_owned_requests_are_dropped_only_once_the_device_is_don
 
 /// A type 2 bind that completed with a flush error may have run (rxe executes local operations
 /// such as BIND_MW without waiting for the requests ahead of them, and its flush then reports
-/// them failed): the window handed back may still be bound on the device, so a BIND_MW of it
-/// again (IBTA o10-37.2.30: a bound type 2 window is invalidated before it is bound again) is
-/// refused before the provider, and the window handed back; dropping it deallocates it. A bind
-/// the device refused (`IBV_WC_MW_BIND_ERR`) bound nothing: its window is bound again.
+/// them failed): the window may still be bound on the device, and is never bound again (IBTA
+/// o10-37.2.30: a bound type 2 window is invalidated before it is bound again). It is
+/// deallocated by the bind's result and a new window handed back
+/// (`own_change_attack_tests::a_type2_window_whose_bind_was_flushed_is_deallocated_and_replaced`);
+/// a window marked as maybe bound (kept when no new window could be allocated) is refused
+/// before the provider, and handed back. A bind the device refused (`IBV_WC_MW_BIND_ERR`)
+/// bound nothing: its window is bound again.
 #[test]
 fn a_type2_window_whose_bind_was_flushed_is_not_bound_again() {
     use super::mw_attack_tests::{bind, pd, qp, region};
@@ -489,9 +492,12 @@ fn a_type2_window_whose_bind_was_flushed_is_not_bound_again() {
     let (qp, shared) = qp(w, 0x9c01, &cq);
     let mr = region(w, 4096);
     let flushed = pd(w).alloc_mw::<Type2>().expect("type 2");
+    let old = flushed.as_ptr();
     let refused = pd(w).alloc_mw::<Type2>().expect("type 2");
     let r = scope(|s| {
-        let mw = bind(s, &qp, &shared, fake, flushed, &mr, sys::IBV_WC_WR_FLUSH_ERR).expect_err("failed");
+        let mut mw = bind(s, &qp, &shared, fake, flushed, &mr, sys::IBV_WC_WR_FLUSH_ERR).expect_err("failed");
+        assert_ne!(mw.as_ptr(), old, "not the window that may be bound");
+        mw.mark_maybe_bound_for_test();
         let taken = sends(&shared).len();
         let e = s.post_send(&qp, BindMw::new(mw, &mr, 0, 64, window::WRITE)).map(drop).expect_err("may be bound");
         invalid(&e.error, "ibv_post_send (BIND_MW)", "o10-37.2.30");
