@@ -18,9 +18,10 @@
 //! rkey to travel before that only "using a send request on the same QP", which is
 //! [`Scope::advertise_window`](crate::scope::Scope::advertise_window). A failed bind hands the
 //! window back as it was (unbound, or for a rebind bound to its old range), with its previous
-//! rkey restored; a type 2 window whose bind failed after it may have run (any error but
+//! rkey restored; a window whose bind failed after it may have run (any error but
 //! `IBV_WC_MW_BIND_ERR`) is deallocated instead, and a new window of its PD handed back, so that
-//! no window the device may hold bound to the region outlives the region's borrow. A
+//! no window the device may hold bound to the region outlives the region's borrow, and no later
+//! bind gives again the rkey the device may hold. A
 //! [`BoundMw`] borrows its region, so the
 //! region cannot be dropped (deregistered) while a window is bound to it (ibv_reg_mr(3):
 //! "ibv_dereg_mr() fails if any memory window is still bound to this MR").
@@ -839,16 +840,17 @@ impl<'m, K: MwType, R: WindowRights> PendingBind<'m, K, R> {
         } else {
             self.mw.set_raw_rkey(self.old_rkey);
             // Only the device's refusal of the bind itself says it bound nothing; any other
-            // error (a flush above all) may come after it ran. A type 1 window may be bound
-            // again while bound (the new binding replaces the old one); a type 2 window may not.
-            if K::RAW == sys::IBV_MW_TYPE_2 && c.status() != crate::wc::WcStatus::MwBindErr {
-                // The window may be bound to the region, whose borrow ends here: it is
-                // deallocated now (which unbinds it wherever it is, and lets the region be
-                // deregistered), and a new window of the same PD takes its place. Without a new
-                // window (`ibv_alloc_mw` failed) it is handed back marked: it can only be dropped.
+            // error (a flush above all) may come after it ran. The window may then be bound to
+            // the region, whose borrow ends here, under the rkey the next bind of it would give
+            // again: it is deallocated now (which unbinds it wherever it is, and lets the region
+            // be deregistered), and a new window of the same PD takes its place. Without a new
+            // window (`ibv_alloc_mw` failed) it is handed back itself: a type 1 window may be
+            // bound again while bound (the new binding replaces the old one); a type 2 window
+            // may not, and is marked so: it can only be dropped.
+            if c.status() != crate::wc::WcStatus::MwBindErr {
                 match (Pd { inner: Arc::clone(&self.mw.inner.pd) }).alloc_mw::<K>() {
                     Ok(fresh) => drop(std::mem::replace(&mut self.mw, fresh)),
-                    Err(_) => self.mw.inner.maybe_bound = true,
+                    Err(_) => self.mw.inner.maybe_bound = K::RAW == sys::IBV_MW_TYPE_2,
                 }
             }
             Err(self.mw)
