@@ -902,6 +902,17 @@ fn drive(
             }
         }
         let mut ready = match afd.poll_read_ready(cx) {
+            // Not readable: the dispatch below reads anyway (events may have come before the
+            // registration, which the reactor reports only later), unless the descriptor
+            // reports an error instead (a uverbs event file of a disassociated device:
+            // `EPOLLERR` without `EPOLLIN`; asked of the descriptor itself, poll(2), since a
+            // new registration's readiness may not be in yet). Its read fails (EIO), and a
+            // failed dispatch ends this task and wakes the waiting futures, whose polls start
+            // the next driver, which would read and fail at once again: the tasks would run
+            // without pause. It has no event to read, so this task waits (for readability).
+            Poll::Pending if poll_readable(std::os::fd::AsRawFd::as_raw_fd(afd.get_ref()), Duration::ZERO).is_err() => {
+                return Poll::Pending
+            }
             Poll::Pending => None,
             Poll::Ready(Ok(g)) => Some(g),
             Poll::Ready(Err(_)) => return Poll::Ready(()),

@@ -87,7 +87,7 @@ fn a_channel_whose_descriptor_reports_an_error_fails_the_awaited_wait() {
 /// until then the descriptor reports nothing (its write readiness is not asked for), after it
 /// only an error.
 #[cfg(feature = "tokio")]
-fn channel_erroring_later(w: &'static World) -> (CompChannel, i32) {
+pub(super) fn channel_erroring_later(w: &'static World) -> (CompChannel, i32) {
     let mut fds = [0i32; 2];
     // SAFETY: a valid out-array of two descriptors.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }, 0);

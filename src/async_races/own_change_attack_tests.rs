@@ -95,3 +95,86 @@ fn a_type1_window_whose_bind_was_flushed_is_deallocated_and_replaced() {
     });
     drop(r.expect("scope"));
 }
+
+/// An awaited channel wait polled once by one runtime (registered with its reactor, waiting on
+/// both read and write readiness) and then moved to another (the first shut down): the second
+/// runtime's poll registers the descriptor again and is woken when the descriptor starts to
+/// report only an error, and the wait fails typed. Before that, the descriptor (a pipe's write
+/// end, writable for real: its write readiness is never asked for) keeps it waiting.
+#[cfg(feature = "tokio")]
+#[test]
+fn an_awaited_wait_moved_to_another_runtime_is_woken_there_by_its_descriptors_error() {
+    use super::cm_channel_attack_tests::channel_erroring_later;
+    let w = World::new();
+    let (ch, read_end) = channel_erroring_later(w);
+    let mut fut: std::pin::Pin<Box<dyn std::future::Future<Output = crate::Result<()>> + Send>> =
+        Box::pin(async move { ch.wait_async().await.map(|_| ()) });
+    let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let polled = first.block_on(std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_pending())));
+    assert!(polled, "nothing to read: waiting");
+    drop(first);
+    let second = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let h = second.spawn(fut);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!h.is_finished(), "a writable descriptor that reports no error: still waiting");
+    // SAFETY: the read end is this test's, closed once and never used again.
+    assert_eq!(unsafe { libc::close(read_end) }, 0);
+    let got = second.block_on(async { tokio::time::timeout(Duration::from_secs(2), h).await });
+    assert!(matches!(got, Ok(Ok(Err(crate::Error::Verb { .. })))), "{got:?}");
+}
+
+/// A completion channel as a disassociated device leaves it: its descriptor reports only an
+/// error (`EPOLLERR` without `EPOLLIN`: here a pipe's write end whose read end is closed) and
+/// `ibv_get_cq_event` fails (the kernel's uverbs read returns EIO once the queue is closed,
+/// non-blocking or not; here the fake reads another pipe's write end: EBADF).
+#[cfg(feature = "tokio")]
+fn disassociated_channel(w: &'static World) -> (CompChannel, *mut sys::ibv_comp_channel, i32) {
+    let (mut polled, mut read) = ([0i32; 2], [0i32; 2]);
+    // SAFETY: valid out-arrays of two descriptors each; the polled pipe's read end is closed at
+    // once and never used again.
+    unsafe {
+        assert_eq!(libc::pipe2(polled.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
+        assert_eq!(libc::pipe2(read.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
+        assert_eq!(libc::close(polled[0]), 0);
+    }
+    let chp: *mut sys::ibv_comp_channel =
+        Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: read[1], refcnt: 1 << 20 }));
+    let ch = CompChannel::fake(NonNull::new(chp).unwrap(), polled[1], Arc::clone(&w.ctx));
+    std::mem::forget(ch.clone());
+    (ch, chp, read[0])
+}
+
+/// A future waiting on a CQ of a disassociated device's channel, under a running runtime: the
+/// driver task reads the channel only once the descriptor is readable, which an error alone is
+/// not, so no failed read ends it and wakes the future to start the next one (which read the
+/// channel at its first poll, failed and woke it again: the two tasks ran without pause). The
+/// future is polled a few times, not thousands; the program's own `dispatch` still reports the
+/// failed read.
+#[cfg(feature = "tokio")]
+#[test]
+fn a_future_on_a_disassociated_channel_is_not_polled_without_pause() {
+    let w = World::new();
+    let (ch, chp, other) = disassociated_channel(w);
+    let (cq, fake) = w.fake_cq_on(&ch, chp, other, 1 << 20);
+    std::mem::forget(Arc::clone(&cq));
+    let qp = w.qp(0x9d04, 16, &cq, None);
+    let mut f = post_send(&qp, true).into_future();
+    let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&polls);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let h = rt.spawn(std::future::poll_fn(move |cx| {
+        counted.fetch_add(1, SeqCst);
+        std::pin::Pin::new(&mut f).poll(cx).map(|r| r.map(|_| ()).map_err(|e| e.error))
+    }));
+    std::thread::sleep(Duration::from_millis(300));
+    let polled = polls.load(SeqCst);
+    assert!(!h.is_finished(), "nothing completed");
+    assert!(polled < 20, "polled {polled} times in 300 ms with nothing to do");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(polls.load(SeqCst), polled, "not polled again while nothing happens");
+    // A program's own dispatch reports the failed read.
+    assert!(ch.dispatch().is_err(), "the channel's read fails");
+    h.abort();
+    drop(rt);
+    let _ = fake;
+}
