@@ -556,13 +556,19 @@ impl CompChannel {
     /// See ibv_get_cq_event(3), ibv_req_notify_cq(3).
     #[doc(alias = "ibv_get_cq_event")]
     pub fn dispatch(&self) -> Result<Dispatch> {
+        self.dispatch_reading(true)
+    }
+
+    /// [`CompChannel::dispatch`]; without `read`, it reads no event and only serves the CQs
+    /// queued for it (the tokio driver on a descriptor that reports an error).
+    fn dispatch_reading(&self, read: bool) -> Result<Dispatch> {
         // The futures it completes are woken when it returns: after every CQ it served was
         // re-armed and the list of CQs still to serve restored, so that a waker that panics
         // leaves nothing unarmed or forgotten.
         let _wakes = crate::queue::DeferWakes::new();
         let mut out = Dispatch::default();
-        let mut drained = false;
-        for _ in 0..DISPATCH_EVENTS {
+        let mut drained = !read;
+        for _ in 0..if read { DISPATCH_EVENTS } else { 0 } {
             match self.try_get(true)? {
                 Got::Event(_) | Got::Stale => out.events += 1,
                 Got::Nothing => {
@@ -902,21 +908,19 @@ fn drive(
             }
         }
         let mut ready = match afd.poll_read_ready(cx) {
-            // Not readable: the dispatch below reads anyway (events may have come before the
-            // registration, which the reactor reports only later), unless the descriptor
-            // reports an error instead (a uverbs event file of a disassociated device:
-            // `EPOLLERR` without `EPOLLIN`; asked of the descriptor itself, poll(2), since a
-            // new registration's readiness may not be in yet). Its read fails (EIO), and a
-            // failed dispatch ends this task and wakes the waiting futures, whose polls start
-            // the next driver, which would read and fail at once again: the tasks would run
-            // without pause. It has no event to read, so this task waits (for readability).
-            Poll::Pending if poll_readable(std::os::fd::AsRawFd::as_raw_fd(afd.get_ref()), Duration::ZERO).is_err() => {
-                return Poll::Pending
-            }
             Poll::Pending => None,
             Poll::Ready(Ok(g)) => Some(g),
             Poll::Ready(Err(_)) => return Poll::Ready(()),
         };
+        // Not readable: the dispatch below reads anyway (events may have come before the
+        // registration, which the reactor reports only later), unless the descriptor reports
+        // an error instead (a uverbs event file of a disassociated device: `EPOLLERR` without
+        // `EPOLLIN`; asked of the descriptor itself, poll(2), since a new registration's
+        // readiness may not be in yet). Its read fails (EIO), and a failed dispatch ends this
+        // task and wakes the waiting futures, whose polls start the next driver, which would
+        // read and fail at once again: the tasks would run without pause. It has no event to
+        // read: the dispatch only serves the CQs queued for it, and this task then waits.
+        let read = ready.is_some() || poll_readable(std::os::fd::AsRawFd::as_raw_fd(afd.get_ref()), Duration::ZERO).is_ok();
         let channel = CompChannel { inner };
         // The futures a dispatch wakes are woken when this ends: a failed dispatch ends this
         // task, and the futures it woke must find it gone, so that the first to wait again
@@ -928,7 +932,7 @@ fn drive(
         // since the other futures of the channel depend on it. The payload is leaked (its drop
         // could panic again).
         let dispatched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let done = channel.dispatch();
+            let done = channel.dispatch_reading(read);
             if done.is_err() {
                 lock(&channel.inner.driver).ended(guard.gen);
                 // Again once this task counts as ended: a future that started waiting during

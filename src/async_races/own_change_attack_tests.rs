@@ -126,7 +126,8 @@ fn an_awaited_wait_moved_to_another_runtime_is_woken_there_by_its_descriptors_er
 /// A completion channel as a disassociated device leaves it: its descriptor reports only an
 /// error (`EPOLLERR` without `EPOLLIN`: here a pipe's write end whose read end is closed) and
 /// `ibv_get_cq_event` fails (the kernel's uverbs read returns EIO once the queue is closed,
-/// non-blocking or not; here the fake reads another pipe's write end: EBADF).
+/// non-blocking or not; here the fake reads another pipe's write end: EBADF). Returns the
+/// channel, its C object and that write end (where the fake CQs write their events, never read).
 #[cfg(feature = "tokio")]
 fn disassociated_channel(w: &'static World) -> (CompChannel, *mut sys::ibv_comp_channel, i32) {
     let (mut polled, mut read) = ([0i32; 2], [0i32; 2]);
@@ -141,7 +142,7 @@ fn disassociated_channel(w: &'static World) -> (CompChannel, *mut sys::ibv_comp_
         Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: read[1], refcnt: 1 << 20 }));
     let ch = CompChannel::fake(NonNull::new(chp).unwrap(), polled[1], Arc::clone(&w.ctx));
     std::mem::forget(ch.clone());
-    (ch, chp, read[0])
+    (ch, chp, read[1])
 }
 
 /// A future waiting on a CQ of a disassociated device's channel, under a running runtime: the
@@ -177,4 +178,37 @@ fn a_future_on_a_disassociated_channel_is_not_polled_without_pause() {
     h.abort();
     drop(rt);
     let _ = fake;
+}
+
+/// The driver of a disassociated device's channel reads no event, but still serves the CQs the
+/// futures handed on to it: a future whose poll served a bounded number of completions and
+/// resolved leaves the rest to the driver (no event announces them), and another future waiting
+/// for one of them resolves.
+#[cfg(feature = "tokio")]
+#[test]
+fn the_driver_of_a_disassociated_channel_still_serves_the_cqs_handed_to_it() {
+    let w = World::new();
+    let (ch, chp, other) = disassociated_channel(w);
+    let (cq, fake) = w.fake_cq_on(&ch, chp, other, 1 << 20);
+    std::mem::forget(Arc::clone(&cq));
+    let qp = w.qp(0x9d05, 256, &cq, None);
+    let mut tokens: Vec<_> = (0..100).map(|_| post_send(&qp, true)).collect();
+    let last = tokens.pop().unwrap().into_future();
+    let middle = tokens.remove(50).into_future();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    // The last request's future waits (nothing completed yet).
+    let waiting = rt.spawn(async move { last.await.map(|_| ()).map_err(|e| e.error.to_string()) });
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!waiting.is_finished());
+    for seq in 0..100 {
+        fake.complete(send_wc(0x9d05, seq, sys::IBV_WC_SUCCESS));
+    }
+    // The middle one's future serves the CQ up to its own completion and resolves; the rest is
+    // the driver's.
+    let got = rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), middle).await });
+    assert!(matches!(got, Ok(Ok(_))), "the middle request");
+    let got = rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), waiting).await });
+    assert!(matches!(got, Ok(Ok(Ok(())))), "the last request, served by the driver: {got:?}");
+    drop(tokens);
+    drop(rt);
 }
