@@ -768,7 +768,9 @@ pub(crate) fn inc_rkey(rkey: u32) -> u32 {
 }
 
 /// A bind in flight: what the token of a bind hands over. On completion it becomes a
-/// [`BoundMw`] (success) or the window back, unbound, with its old rkey (failure).
+/// [`BoundMw`] (success) or the window back, unbound, with its old rkey (failure the device
+/// reported as `IBV_WC_MW_BIND_ERR`: it bound nothing), or a new window of the same PD in its
+/// place (any other failure, which may come after the bind ran: the window is deallocated).
 pub struct PendingBind<'m, K: MwType, R> {
     /// Watches `new_rkey` from the post on: a peer told the rkey before the bind's completion
     /// was collected (`Scope::advertise_window`) may invalidate it first. Dropped before the

@@ -662,7 +662,9 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// LOCAL_WRITE for a writable or atomic window), the window is not zero-based, the transport
     /// allows binds.
     /// The region stays borrowed while the window is bound. The new rkey is only available from
-    /// the [`BoundMw`] that [`Scope::wait`] returns on success.
+    /// the [`BoundMw`] that [`Scope::wait`] returns on success; a bind that completes with an
+    /// error hands back an unbound window: the same one for `IBV_WC_MW_BIND_ERR`, otherwise (a
+    /// flush, which may come after the bind ran) a new one of the same PD, the window deallocated.
     ///
     /// # Errors
     /// Returns the window with a [`PostError`]: [`Error::InvalidArgument`] for an empty range,
