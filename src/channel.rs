@@ -912,15 +912,6 @@ fn drive(
             Poll::Ready(Ok(g)) => Some(g),
             Poll::Ready(Err(_)) => return Poll::Ready(()),
         };
-        // Not readable: the dispatch below reads anyway (events may have come before the
-        // registration, which the reactor reports only later), unless the descriptor reports
-        // an error instead (a uverbs event file of a disassociated device: `EPOLLERR` without
-        // `EPOLLIN`; asked of the descriptor itself, poll(2), since a new registration's
-        // readiness may not be in yet). Its read fails (EIO), and a failed dispatch ends this
-        // task and wakes the waiting futures, whose polls start the next driver, which would
-        // read and fail at once again: the tasks would run without pause. It has no event to
-        // read: the dispatch only serves the CQs queued for it, and this task then waits.
-        let read = ready.is_some() || poll_readable(std::os::fd::AsRawFd::as_raw_fd(afd.get_ref()), Duration::ZERO).is_ok();
         let channel = CompChannel { inner };
         // The futures a dispatch wakes are woken when this ends: a failed dispatch ends this
         // task, and the futures it woke must find it gone, so that the first to wait again
@@ -932,7 +923,22 @@ fn drive(
         // since the other futures of the channel depend on it. The payload is leaked (its drop
         // could panic again).
         let dispatched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let done = channel.dispatch_reading(read);
+            let mut done = channel.dispatch();
+            // Not reported readable, the dispatch read anyway (events may have come before the
+            // registration, which the reactor reports only later), and the read failed: when
+            // the descriptor reports an error (a uverbs event file of a disassociated device:
+            // `EPOLLERR` without `EPOLLIN`, asked of the descriptor itself, poll(2), since a new
+            // registration's readiness may not be in yet) every read fails at once (EIO). Were
+            // that failure this task's end, the futures it wakes would start the next driver,
+            // which would read and fail at once again: the tasks would run without pause. So
+            // the dispatch serves only the CQs queued for it, and this task then waits. (One
+            // poll(2), only after a failed read.)
+            if done.is_err() && ready.is_none() {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(afd.get_ref());
+                if poll_readable(fd, Duration::ZERO).is_err() {
+                    done = channel.dispatch_reading(false);
+                }
+            }
             if done.is_err() {
                 lock(&channel.inner.driver).ended(guard.gen);
                 // Again once this task counts as ended: a future that started waiting during

@@ -313,15 +313,15 @@ fn next_key(rkey: u32) -> u32 {
 }
 
 /// A bind, a rebind and an unbind flushed because their QP went to ERR (a WRITE through a key
-/// no region has, the peer's access error): each hands its window back as the device still
-/// has it. The failed bind's window has its old rkey again; the failed rebind's and unbind's
-/// windows are still bound, with their rkeys, and reach their ranges from a fresh QP pair.
-/// The next binds and unbinds, on the fresh pair, take the key after the restored one.
+/// no region has, the peer's access error): each hands back a window the device cannot hold
+/// otherwise. The failed bind may have run, so its window was deallocated and a new unbound
+/// one of the PD takes its place; the failed rebind's and unbind's windows are still bound,
+/// with their rkeys, and reach their ranges from a fresh QP pair. The next binds and unbinds,
+/// on the fresh pair, take the key after each window's own.
 #[test]
 fn binds_flushed_by_a_qp_in_error_give_the_window_back_as_the_device_has_it() {
     let r = window_rig();
     let fresh = r.pd.alloc_mw::<Type1>().unwrap();
-    let stale = fresh.raw_rkey();
     let [rebound, unbound] = [0, 1].map(|i| {
         scope(|s| {
             let mw = r.pd.alloc_mw::<Type1>().unwrap();
@@ -340,8 +340,7 @@ fn binds_flushed_by_a_qp_in_error_give_the_window_back_as_the_device_has_it() {
         let t = s.bind_mw(&r.p.b, fresh, &r.target, 4096, 1024, window::WRITE).unwrap();
         let (c, back) = s.wait(t, WAIT).unwrap();
         assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
-        let fresh = back.expect_err("a flushed bind gives the window back unbound");
-        assert_eq!(fresh.raw_rkey(), stale, "a flushed bind restores the window's rkey");
+        let fresh = back.expect_err("a flushed bind hands back an unbound window");
         let t = s.rebind_mw(&r.p.b, rebound, &r.target, 2048, 1024, window::READ_WRITE).unwrap();
         let (c, back) = s.wait(t, WAIT).unwrap();
         assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
@@ -360,6 +359,7 @@ fn binds_flushed_by_a_qp_in_error_give_the_window_back_as_the_device_has_it() {
         assert_eq!(write_status(&r2, remote, 64), WcStatus::Success, "window {i}: the old binding still works");
         assert_eq!(target_bytes(&r, i * 1024, 64), &r2.src.as_slice()[..64], "window {i}");
     }
+    let stale = fresh.raw_rkey();
     let (fresh, unbound) = scope(|s| {
         let t = s.bind_mw(&r2.p.b, fresh, &r.target, 4096, 1024, window::WRITE).unwrap();
         let (c, fresh) = s.wait(t, WAIT).unwrap();
