@@ -271,6 +271,12 @@ impl World {
 
     /// A fake device that reports atomic operations (`atomic_cap`) or not.
     pub(crate) fn with_atomics(atomics: bool) -> &'static World {
+        World::with_device(0, u16::MAX, crate::device::DeviceAttr::fake(0, atomics))
+    }
+
+    /// A fake device context numbered `id` (`ContextInner::id`) of the device tagged `tag`
+    /// (`ContextInner::tag`), with the attributes `attr`.
+    pub(crate) fn with_device(id: u64, tag: u16, attr: crate::device::DeviceAttr) -> &'static World {
         // SAFETY: zeroed C structs (all-zero is a valid value of each: pointers null, a zeroed
         // pthread mutex and condition are their static initialisers), leaked for the test;
         // `pipe2` with a valid out-array.
@@ -292,13 +298,13 @@ impl World {
                 ctx: NonNull::new(ctxp).unwrap(),
                 name: "fake0".into(),
                 identity: crate::device::DeviceIdentity::Name("fake0".into()),
-                tag: u16::MAX,
-                id: 0,
+                tag,
+                id,
                 cqs: Mutex::new(Vec::new()),
                 // What libibverbs dispatches through the private operations (`priv`, left null:
                 // nothing reaches them).
                 verbs: &FAKE_VERBS,
-                attr: crate::device::DeviceAttr::fake(0, atomics),
+                attr,
             });
             std::mem::forget(Arc::clone(&ctx));
             // A zeroed `ibv_pd` of the fake context (leaked): what `ibv_alloc_mw` reads its

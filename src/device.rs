@@ -658,6 +658,14 @@ impl DeviceAttr {
         let device_cap_flags = sys::IBV_DEVICE_MEM_WINDOW | sys::IBV_DEVICE_MEM_WINDOW_TYPE_2B;
         DeviceAttr { raw: sys::ibv_device_attr { atomic_cap, device_cap_flags, ..Default::default() }, ctx }
     }
+
+    /// As [`DeviceAttr::fake`], with room for queues (unit tests of `Pd::create_qp`'s checks):
+    /// 1024 requests of 4 entries per queue, shared receive queues included.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn with_fake_queue_limits(mut self) -> Self {
+        (self.raw.max_qp_wr, self.raw.max_sge, self.raw.max_srq_wr, self.raw.max_srq_sge) = (1024, 4, 1024, 4);
+        self
+    }
 }
 
 impl fmt::Debug for DeviceAttr {

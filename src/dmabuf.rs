@@ -265,6 +265,22 @@ impl<'a> DeviceBufMut<'a> {
     }
 }
 
+#[cfg(all(test, not(loom)))]
+impl DeviceBuf<'static> {
+    /// Test only: a view of `len` bytes at iova `addr` under `lkey`, of a region of `pd`.
+    pub(crate) fn fake(addr: u64, len: u32, lkey: u32, pd: PdId) -> Self {
+        DeviceBuf { addr, len, lkey, pd, _borrow: PhantomData }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+impl DeviceBufMut<'static> {
+    /// Test only: as [`DeviceBuf::fake`], a view the device may write.
+    pub(crate) fn fake(addr: u64, len: u32, lkey: u32, pd: PdId) -> Self {
+        DeviceBufMut { addr, len, lkey, pd, _borrow: PhantomData }
+    }
+}
+
 /// A dma-buf over `len` bytes of new host memory: a sealed memfd (`F_SEAL_SHRINK`) exported
 /// through Linux's `/dev/udmabuf` (`UDMABUF_CREATE`). `len` is rounded up to whole pages.
 ///

@@ -181,6 +181,16 @@ impl Context {
     }
 }
 
+#[cfg(all(test, not(loom)))]
+impl OdpCaps {
+    /// Test only: the capabilities context `ctx` would report: ODP (and implicit ODP) with
+    /// `ops` (`IBV_ODP_SUPPORT_*`) on every transport.
+    pub(crate) fn fake(ctx: u64, ops: u32) -> Self {
+        let general = u64::from(sys::IBV_ODP_SUPPORT | sys::IBV_ODP_SUPPORT_IMPLICIT);
+        OdpCaps { general, rc: ops, uc: ops, ud: ops, xrc: ops, soft_roce: false, ctx }
+    }
+}
+
 impl OdpCaps {
     /// `IBV_ODP_SUPPORT`: the device supports ODP at all.
     pub fn supported(&self) -> bool {
