@@ -2251,3 +2251,7 @@ mod memory_attack_tests;
 // Memory windows whose bind failed after it may have run: the window the device may still
 // hold bound is deallocated, and a new one handed back.
 mod own_change_attack_tests;
+// Objects that meet: QP creation with CQs and SRQs, sends and receives over memory of every
+// kind, address handles, windows of both types and their invalidations, lanes, completions
+// and capabilities, each of another PD or device context than what it is combined with.
+mod meet_attack_tests;
