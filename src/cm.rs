@@ -519,9 +519,10 @@ impl RawId {
     }
 
     /// Moves `qp` (of the identifier's device) RESET → INIT with the CM's attributes, granting
-    /// `access` (`qp_access_flags` bits).
-    fn qp_to_init(&self, qp: Qp<RC, RESET>, access: u32) -> Result<Qp<RC, INIT>> {
-        self.check_device(qp.device())?;
+    /// `access` (`qp_access_flags` bits), for `verb` (`rdma_connect` or `rdma_accept`: what a
+    /// QP of another device is refused as).
+    fn qp_to_init(&self, verb: &'static str, qp: Qp<RC, RESET>, access: u32) -> Result<Qp<RC, INIT>> {
+        self.check_device(verb, qp.device())?;
         let mut init = self.qp_attr(sys::IBV_QPS_INIT)?;
         init.attr.qp_access_flags = access;
         init.mask |= sys::IBV_QP_ACCESS_FLAGS;
@@ -532,7 +533,7 @@ impl RawId {
     fn qp_to_rtr(&self, qp: Qp<RC, RESET>, access: u32, param: &ConnParam) -> Result<Qp<RC, RTR>> {
         // The device's limit is needed (and queried) only for the CM's value.
         let max = if param.responder_resources == u8::MAX { qp.device_attr().max_qp_rd_atom() } else { 0 };
-        let qp = self.qp_to_init(qp, access)?;
+        let qp = self.qp_to_init("rdma_accept", qp, access)?;
         let mut rtr = self.qp_attr(sys::IBV_QPS_RTR)?;
         // Before `rdma_accept` the kernel's value is the request's initiator depth; the accept
         // tells the peer it may have `responder_resources` outstanding (the peer's QP takes
@@ -566,19 +567,9 @@ impl RawId {
     }
 
     /// Refuses an object (a QP, a PD) of another device than the one the identifier is bound
-    /// to: `device` is the object's.
-    fn check_device(&self, device: &ContextInner) -> Result<()> {
-        match self.device_identity() {
-            Some((identity, _)) if identity == device.identity => Ok(()),
-            found => Err(Error::invalid(
-                "rdma_connect",
-                format!(
-                    "the QP or PD is of device {}, the identifier's address is on {}",
-                    device.name,
-                    found.map_or_else(|| "no device".to_owned(), |(_, name)| name)
-                ),
-            )),
-        }
+    /// to, as `verb` (the verb the program called): `device` is the object's.
+    fn check_device(&self, verb: &'static str, device: &ContextInner) -> Result<()> {
+        same_device(verb, self.device_identity(), device)
     }
 
     /// Which device the identifier is bound to, if any yet, and its name: by the kernel's index
@@ -606,7 +597,7 @@ impl RawId {
     /// index and Q_Key, then RTR and RTS (send PSN 0), as librdmacm readies the UD QPs it
     /// creates itself.
     fn ud_qp_to_rts(&self, qp: Qp<UD, RESET>) -> Result<Qp<UD, RTS>> {
-        self.check_device(qp.device())?;
+        self.check_device("rdma_init_qp_attr", qp.device())?;
         let init = self.qp_attr(sys::IBV_QPS_INIT)?;
         let qp: Qp<UD, INIT> = qp.cm_modify(&init)?;
         let qp = qp.to_rtr(&UdRtr)?;
@@ -962,7 +953,7 @@ impl CmId<RouteResolved, RC> {
     /// See rdma_init_qp_attr(3).
     #[doc(alias = "rdma_init_qp_attr")]
     pub fn prepare<A: AccessSet>(self, qp: impl CmReadies<RC>, access: A) -> Result<Connecting> {
-        let qp = self.raw.qp_to_init(qp.into_reset(), qp_access_flags(access))?;
+        let qp = self.raw.qp_to_init("rdma_connect", qp.into_reset(), qp_access_flags(access))?;
         Ok(Connecting { raw: self.raw, qp: FlushOnDrop(Some(qp)) })
     }
 
@@ -1102,8 +1093,8 @@ impl CmId<AddrResolved, UD> {
         if !group.is_multicast() {
             return Err(Error::invalid("rdma_join_multicast", format!("{group} is not a multicast address")));
         }
-        self.raw.check_device(qp.device())?;
-        self.raw.check_device(pd.device())?;
+        self.raw.check_device("rdma_join_multicast", qp.device())?;
+        self.raw.check_device("rdma_join_multicast", pd.device())?;
         let (qkey, port) = qp.qkey_and_port()?;
         same_port("rdma_join_multicast", qp.qp_num(), port, self.raw.port_num())?;
         let mut addr = RawAddr::new(SocketAddr::new(group, 0));
@@ -1113,6 +1104,26 @@ impl CmId<AddrResolved, UD> {
         check(ret, Verb::JoinMulticast, || format!("{group}"))?;
         // From here on, any failure leaves the group (the membership's drop).
         Ok((Membership { raw: self.raw, group: addr, joined: true }, qkey))
+    }
+}
+
+/// `device` (the context of an object given to the CM) is of the device the identifier is bound
+/// to (`bound`: its identity and name, if it is bound to one yet).
+pub(crate) fn same_device(
+    verb: &'static str,
+    bound: Option<(DeviceIdentity, String)>,
+    device: &ContextInner,
+) -> Result<()> {
+    match bound {
+        Some((identity, _)) if identity == device.identity => Ok(()),
+        found => Err(Error::invalid(
+            verb,
+            format!(
+                "the QP or PD is of device {}, the identifier's address is on {}",
+                device.name,
+                found.map_or_else(|| "no device".to_owned(), |(_, name)| name)
+            ),
+        )),
     }
 }
 
@@ -1276,7 +1287,7 @@ impl CmId<RouteResolved, UD> {
     }
 
     fn start_resolve_peer(&self, pd: &Pd, private_data: &[u8]) -> Result<()> {
-        self.raw.check_device(pd.device())?;
+        self.raw.check_device("rdma_connect", pd.device())?;
         let mut raw = ud_param(private_data, 0, UD_CONNECT_PRIVATE, "rdma_connect")?;
         // SAFETY: the identifier is alive, its route resolved; `raw` and the private data it
         // points at live across the call (librdmacm copies them).
@@ -1685,7 +1696,7 @@ impl ConnRequest<UD> {
     #[doc(alias = "rdma_accept")]
     pub fn accept(self, qp: &impl ReadyUd, private_data: &[u8]) -> Result<()> {
         let qp = qp.ready_ud();
-        self.raw.check_device(qp.device())?;
+        self.raw.check_device("rdma_accept", qp.device())?;
         let (theirs, (ours, port)) = (self.raw.qkey()?, qp.qkey_and_port()?);
         if theirs != ours {
             return Err(Error::invalid(

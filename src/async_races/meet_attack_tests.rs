@@ -833,3 +833,24 @@ fn a_cq_error_of_one_context_breaks_no_qp_of_another_context() {
     ctx_b.next_async_event(T).expect("the event");
     assert!(qp_b.check_usable().is_err(), "b's own event breaks its QP");
 }
+
+/// The connection manager's verbs take a QP or PD of the device the identifier is bound to
+/// (`cm::same_device`, what `prepare`, `connect`, `accept`, `ready_qp`, the UD accept,
+/// `join_multicast` and `resolve_peer` check first): one of another device, or an identifier
+/// bound to none yet, is refused with an `InvalidArgument` naming the verb that was called;
+/// another context of the identifier's device is let through.
+#[test]
+fn the_cms_verbs_refuse_an_object_of_another_device_naming_the_verb() {
+    use crate::device::DeviceIdentity;
+    let a = device(0x4dd1, 0x4dd1);
+    let name = |n: &str| (DeviceIdentity::Name(n.into()), n.to_owned());
+    assert!(crate::cm::same_device("rdma_accept", Some(name("fake0")), &a.ctx).is_ok(), "the identifier's device");
+    for verb in ["rdma_connect", "rdma_accept", "rdma_init_qp_attr", "rdma_join_multicast"] {
+        let e = crate::cm::same_device(verb, Some(name("rxe1")), &a.ctx).expect_err("another device");
+        invalid(&e, verb, "the QP or PD is of device fake0, the identifier's address is on rxe1");
+        let e = crate::cm::same_device(verb, None, &a.ctx).expect_err("no device yet");
+        invalid(&e, verb, "the identifier's address is on no device");
+        let e = crate::cm::same_device(verb, Some((DeviceIdentity::Index(3), "fake0".into())), &a.ctx);
+        invalid(&e.expect_err("a device of the same name, created anew"), verb, "is on fake0");
+    }
+}
