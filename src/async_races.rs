@@ -2248,8 +2248,9 @@ mod cm_channel_attack_tests;
 // swaps, is never dropped while a request or a failed deregistration may still reach it, and a
 // drop of its that panics inside a poll leaves the books consistent.
 mod memory_attack_tests;
-// Memory windows whose bind failed after it may have run: the window the device may still
-// hold bound is deallocated, and a new one handed back.
+// Memory windows whose bind failed after it may have run (the window the device may still
+// hold bound is deallocated, and a new one handed back), and the tokio driver of a channel
+// whose descriptor reports only an error (it serves what was handed on to it, then waits).
 mod own_change_attack_tests;
 // Objects that meet: QP creation with CQs and SRQs, sends and receives over memory of every
 // kind, address handles, windows of both types and their invalidations, lanes, completions
