@@ -146,9 +146,10 @@ fn disassociated_channel(w: &'static World) -> (CompChannel, *mut sys::ibv_comp_
 }
 
 /// A future waiting on a CQ of a disassociated device's channel, under a running runtime: the
-/// driver task reads the channel only once the descriptor is readable, which an error alone is
-/// not, so no failed read ends it and wakes the future to start the next one (which read the
-/// channel at its first poll, failed and woke it again: the two tasks ran without pause). The
+/// driver task's read without readiness fails, and with the descriptor reporting an error it
+/// then serves only the CQs handed on to it and waits, so no failed read ends it and wakes the
+/// future to start the next one (which read the channel at its first poll, failed and woke it
+/// again: the two tasks ran without pause). The
 /// future is polled a few times, not thousands; the program's own `dispatch` still reports the
 /// failed read.
 #[cfg(feature = "tokio")]
@@ -180,10 +181,10 @@ fn a_future_on_a_disassociated_channel_is_not_polled_without_pause() {
     let _ = fake;
 }
 
-/// The driver of a disassociated device's channel reads no event, but still serves the CQs the
-/// futures handed on to it: a future whose poll served a bounded number of completions and
-/// resolved leaves the rest to the driver (no event announces them), and another future waiting
-/// for one of them resolves.
+/// The driver of a disassociated device's channel reads no event (its read fails), but still
+/// serves the CQs the futures handed on to it: a future whose poll served a bounded number of
+/// completions and resolved leaves the rest to the driver (no event announces them), and
+/// another future waiting for one of them resolves.
 #[cfg(feature = "tokio")]
 #[test]
 fn the_driver_of_a_disassociated_channel_still_serves_the_cqs_handed_to_it() {
