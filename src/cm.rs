@@ -1018,11 +1018,14 @@ impl<S: Bound> CmId<S, UD> {
         self.raw.ud_qp_to_rts(qp.into_reset())
     }
 
-    /// The Q_Key the CM gives this identifier's UD QPs (`RDMA_UDP_QKEY`), as
-    /// [`CmId::ready_qp`] sets it.
+    /// `rdma_init_qp_attr`: the Q_Key the CM gives this identifier's UD QPs (`RDMA_UDP_QKEY`),
+    /// as [`CmId::ready_qp`] sets it.
     ///
     /// # Errors
     /// [`Error::Verb`] with `rdma_init_qp_attr`.
+    ///
+    /// See rdma_init_qp_attr(3).
+    #[doc(alias = "rdma_init_qp_attr")]
     pub fn qkey(&self) -> Result<u32> {
         self.raw.qkey()
     }
@@ -1661,21 +1664,29 @@ impl<T: CmTransport> ConnRequest<T> {
 }
 
 impl ConnRequest<UD> {
-    /// Moves `qp` (the program's own UD QP, on the request's device) RESET → INIT with the
-    /// CM's port, P_Key index and Q_Key, then RTR and RTS, as [`CmId::ready_qp`]: a QP to
-    /// [accept](ConnRequest::accept) this request and any later one with.
+    /// `rdma_init_qp_attr` and `ibv_modify_qp` for a UD QP: moves `qp` (the program's own, on
+    /// the request's device) RESET → INIT with the CM's port, P_Key index and Q_Key, then RTR
+    /// and RTS, as [`CmId::ready_qp`]: a QP to [accept](ConnRequest::accept) this request and
+    /// any later one with.
     ///
     /// # Errors
     /// As [`CmId::ready_qp`].
+    ///
+    /// See rdma_init_qp_attr(3).
+    #[doc(alias = "rdma_init_qp_attr")]
     pub fn ready_qp(&self, qp: impl CmReadies<UD>) -> Result<Qp<UD, RTS>> {
         self.raw.ud_qp_to_rts(qp.into_reset())
     }
 
-    /// The Q_Key the CM gives UD QPs for this request (`RDMA_UDP_QKEY`), which the peer's
-    /// sends carry and the accept tells it: the `remote_qkey` of replies to the peer.
+    /// `rdma_init_qp_attr`: the Q_Key the CM gives UD QPs for this request (`RDMA_UDP_QKEY`),
+    /// which the peer's sends carry and the accept tells it: the `remote_qkey` of replies to the
+    /// peer.
     ///
     /// # Errors
     /// [`Error::Verb`] with `rdma_init_qp_attr`.
+    ///
+    /// See rdma_init_qp_attr(3).
+    #[doc(alias = "rdma_init_qp_attr")]
     pub fn qkey(&self) -> Result<u32> {
         self.raw.qkey()
     }
@@ -1915,24 +1926,31 @@ impl Connection {
         &self.private_data
     }
 
-    /// Waits at most `timeout` for the peer to end the connection, and says how:
-    /// `RDMA_CM_EVENT_DISCONNECTED` (its `rdma_disconnect`, or its identifier destroyed, e.g.
+    /// `rdma_get_cm_event`, bounded: waits at most `timeout` for the peer to end the connection,
+    /// and says how: `RDMA_CM_EVENT_DISCONNECTED` (its `rdma_disconnect`, or its identifier destroyed, e.g.
     /// with its process, after it saw the connection established), or `REJECTED` (a peer that
     /// went away before it saw the connection established, which this side already had).
     ///
     /// # Errors
     /// [`Error::Timeout`]; [`Error::Cm`] for another event (e.g. `DEVICE_REMOVAL`);
     /// [`Error::Verb`] with `rdma_get_cm_event`.
+    ///
+    /// See rdma_get_cm_event(3).
+    #[doc(alias = "rdma_get_cm_event")]
     pub fn wait_disconnected(&self, timeout: Duration) -> Result<PeerEnded> {
         Self::ended(self.raw.next_event(timeout, || "the peer's disconnect".into())?)
     }
 
-    /// The asynchronous [`wait_disconnected`](Self::wait_disconnected) (`tokio` feature):
-    /// cancel-safe (dropping the future loses no event). Bound it with `tokio::time::timeout`.
+    /// `rdma_get_cm_event`, awaited: the asynchronous [`wait_disconnected`](Self::wait_disconnected)
+    /// (`tokio` feature): cancel-safe (dropping the future loses no event). Bound it with
+    /// `tokio::time::timeout`.
     ///
     /// # Errors
     /// As [`wait_disconnected`](Self::wait_disconnected), without [`Error::Timeout`].
+    ///
+    /// See rdma_get_cm_event(3).
     #[cfg(feature = "tokio")]
+    #[doc(alias = "rdma_get_cm_event")]
     pub async fn wait_disconnected_async(&self) -> Result<PeerEnded> {
         Self::ended(self.raw.next_event_async(|| "the peer's disconnect".into()).await?)
     }
