@@ -1927,9 +1927,10 @@ impl Connection {
     }
 
     /// `rdma_get_cm_event`, bounded: waits at most `timeout` for the peer to end the connection,
-    /// and says how: `RDMA_CM_EVENT_DISCONNECTED` (its `rdma_disconnect`, or its identifier destroyed, e.g.
-    /// with its process, after it saw the connection established), or `REJECTED` (a peer that
-    /// went away before it saw the connection established, which this side already had).
+    /// and says how: `RDMA_CM_EVENT_DISCONNECTED` (its `rdma_disconnect`, or its identifier
+    /// destroyed, e.g. with its process, after it saw the connection established), or
+    /// `REJECTED` (a peer that went away before it saw the connection established, which this
+    /// side already had).
     ///
     /// # Errors
     /// [`Error::Timeout`]; [`Error::Cm`] for another event (e.g. `DEVICE_REMOVAL`);
