@@ -531,13 +531,17 @@ impl Context {
         Ok((!gid.is_zero()).then_some((gid, GidType::from_raw(e.gid_type), e.ndev_ifindex)))
     }
 
-    /// The GID index a connection from port `port` uses by default: the RoCE v2 GID of an
-    /// IPv4 address of the port's interface on RoCE (what rdma_cm picks for an IPv4
-    /// connection), the first GID (the port GID) on InfiniBand.
+    /// `ibv_query_gid_ex` and `ibv_query_port`: the GID index a connection from port `port`
+    /// uses by default: the RoCE v2 GID of an IPv4 address of the port's interface on RoCE
+    /// (what rdma_cm picks for an IPv4 connection), the first GID (the port GID) on InfiniBand.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when a RoCE port has no RoCE v2 GID of an IPv4 address (no
-    /// IPv4 address on its interface); as [`Context::gid_table`].
+    /// IPv4 address on its interface); as [`Context::gid_table`]; [`Error::Verb`] with
+    /// `ibv_query_port`.
+    ///
+    /// See ibv_query_gid_ex(3), ibv_query_port(3).
+    #[doc(alias = "ibv_query_gid_ex")]
     pub fn default_gid_index(&self, port: u8) -> Result<u8> {
         let table = self.gid_table(port)?;
         if self.query_port(port)?.link_layer() != LinkLayer::Ethernet {

@@ -777,12 +777,15 @@ impl<T: Transport, S: QpState> Qp<T, S> {
         self.shared.caps
     }
 
-    /// This side's [`Endpoint`] on `port`, using GID `gid_index` (as
-    /// [`Link::gid_index`]), starting at `psn`.
+    /// `ibv_query_port` and `ibv_query_gid`: this side's [`Endpoint`] on `port`, using GID
+    /// `gid_index` (as [`Link::gid_index`]), starting at `psn`.
     ///
     /// # Errors
     /// As [`Context::query_port`](crate::device::Context::query_port) and
     /// [`Context::query_gid`](crate::device::Context::query_gid).
+    ///
+    /// See ibv_query_port(3), ibv_query_gid(3).
+    #[doc(alias = "ibv_query_gid")]
     pub fn endpoint(&self, port: u8, gid_index: u8, psn: u32) -> Result<Endpoint> {
         let ctx = crate::device::Context { inner: Arc::clone(&self.shared.pd.ctx) };
         let lid = ctx.query_port(port)?.lid();
@@ -974,12 +977,15 @@ pub struct Link {
 }
 
 impl Link {
-    /// Port `port` of `ctx` with its default GID index
+    /// `ibv_query_gid_ex` and `ibv_query_port`: port `port` of `ctx` with its default GID index
     /// ([`Context::default_gid_index`](crate::device::Context::default_gid_index): the RoCE v2
     /// GID of the interface's IPv4 address on RoCE, the port GID on InfiniBand).
     ///
     /// # Errors
     /// As [`Context::default_gid_index`](crate::device::Context::default_gid_index).
+    ///
+    /// See ibv_query_gid_ex(3), ibv_query_port(3).
+    #[doc(alias = "ibv_query_gid_ex")]
     pub fn default_for(ctx: &crate::device::Context, port: u8) -> Result<Link> {
         Ok(Link { port, gid_index: ctx.default_gid_index(port)? })
     }
@@ -1001,11 +1007,15 @@ pub fn random_psn() -> u32 {
 }
 
 impl<T: Transport, S: QpState> Qp<T, S> {
-    /// This side's endpoint on `link` with a [random initial PSN](random_psn): what the peer
-    /// needs to connect (send it over any side channel).
+    /// `ibv_query_port` and `ibv_query_gid`: this side's endpoint on `link` with a
+    /// [random initial PSN](random_psn): what the peer needs to connect (send it over any side
+    /// channel).
     ///
     /// # Errors
     /// As [`Qp::endpoint`].
+    ///
+    /// See ibv_query_port(3), ibv_query_gid(3).
+    #[doc(alias = "ibv_query_gid")]
     pub fn local_endpoint(&self, link: Link) -> Result<Endpoint> {
         self.endpoint(link.port, link.gid_index, random_psn())
     }
@@ -1030,13 +1040,16 @@ pub struct PeerPath {
 }
 
 impl<T: Transport, S: QpState> Qp<T, S> {
-    /// The path towards `peer` from `link`, as [`Qp::<RC, RESET>::connect`] takes it: a GRH
-    /// from `link`'s GID index (hop limit 64) to the peer's GID, the peer's LID, and the port's
-    /// active MTU.
+    /// `ibv_query_port`: the path towards `peer` from `link`, as [`Qp::<RC, RESET>::connect`]
+    /// takes it: a GRH from `link`'s GID index (hop limit 64) to the peer's GID, the peer's LID,
+    /// and the port's active MTU.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a port without an active MTU;
     /// [`Error::Verb`] with `ibv_query_port`.
+    ///
+    /// See ibv_query_port(3).
+    #[doc(alias = "ibv_query_port")]
     pub fn path_to(&self, link: Link, peer: &Endpoint) -> Result<PeerPath> {
         Ok(PeerPath { av: link_av(link, peer), mtu: self.path_mtu(link.port)? })
     }
