@@ -778,11 +778,11 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         Error::from_ret(crate::Verb::PostSend, what, ret)
     }
 
-    /// Waits at most `timeout` for the completion of `token`'s request, polling the send CQ.
-    /// A successful completion is reported from the request (status, opcode, byte length: all
-    /// that a send queue's successful `ibv_wc` says); an error, flush or forced reset with the
-    /// completion the device (or the drain) produced. A failed request's completion polled by
-    /// another thread (or by a wait for a later request) is kept for its token, as is a
+    /// `ibv_poll_cq`, bounded: waits at most `timeout` for the completion of `token`'s request,
+    /// polling the send CQ. A successful completion is reported from the request (status, opcode,
+    /// byte length: all that a send queue's successful `ibv_wc` says); an error, flush or forced
+    /// reset with the completion the device (or the drain) produced. A failed request's completion
+    /// polled by another thread (or by a wait for a later request) is kept for its token, as is a
     /// success after a failure: collect tokens before the send queue's depth of later requests
     /// complete after an error, or the oldest kept completion is dropped (never the first
     /// failure's).
@@ -793,6 +793,9 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
     /// [`LaneWaitError`] with [`Error::Timeout`] (or a poll failure, or
     /// [`Error::InvalidArgument`] for a token of another lane or a completion that was
     /// dropped) and the token, still valid.
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     #[inline]
     pub fn wait(
         &mut self,
@@ -802,12 +805,15 @@ impl<'scope, T: Transport, S: CanPostSend> SendLane<'scope, T, S> {
         self.wait_with(token, timeout, Waiting::Yield)
     }
 
-    /// [`SendLane::wait`] busy-polling: the thread never yields while it waits, and reads the
-    /// clock only every [`SPIN_CLOCK_EVERY`](crate::scope::SPIN_CLOCK_EVERY) empty polls.
-    /// Still bounded by `timeout`.
+    /// `ibv_poll_cq`, as [`SendLane::wait`] busy-polling: the thread never yields while it waits,
+    /// and reads the clock only every [`SPIN_CLOCK_EVERY`](crate::scope::SPIN_CLOCK_EVERY) empty
+    /// polls. Still bounded by `timeout`.
     ///
     /// # Errors
     /// As for [`SendLane::wait`].
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     #[inline]
     pub fn wait_spin(
         &mut self,
@@ -1000,10 +1006,10 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         Error::QueueFull { queue: "receive", qp_num: self.qp.qp_num(), depth: self.depth as u32 }
     }
 
-    /// Waits at most `timeout` for the completion of `token`'s receive, polling the receive
-    /// CQ, and hands it back whatever its status (a flush, or a forced reset's synthetic
-    /// flush, included). A completion polled by another thread, or while waiting for a later
-    /// receive, is kept for its token: collect tokens before the receive queue's depth of
+    /// `ibv_poll_cq`, bounded: waits at most `timeout` for the completion of `token`'s receive,
+    /// polling the receive CQ, and hands it back whatever its status (a flush, or a forced reset's
+    /// synthetic flush, included). A completion polled by another thread, or while waiting for a
+    /// later receive, is kept for its token: collect tokens before the receive queue's depth of
     /// later receives complete, or the oldest kept completion is dropped.
     ///
     /// Yields the thread after every empty poll; [`RecvLane::wait_spin`] busy-polls instead.
@@ -1012,6 +1018,9 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
     /// [`RecvWaitError`] with the token (still valid) and [`Error::Timeout`], a poll failure,
     /// or [`Error::InvalidArgument`] for a token of another lane or a completion that was
     /// dropped.
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     #[inline]
     pub fn wait(
         &mut self,
@@ -1021,12 +1030,15 @@ impl<'scope, T: Transport> RecvLane<'scope, T> {
         self.wait_with(token, timeout, Waiting::Yield)
     }
 
-    /// [`RecvLane::wait`] busy-polling: the thread never yields while it waits, and reads the
-    /// clock only every [`SPIN_CLOCK_EVERY`](crate::scope::SPIN_CLOCK_EVERY) empty polls.
-    /// Still bounded by `timeout`.
+    /// `ibv_poll_cq`, as [`RecvLane::wait`] busy-polling: the thread never yields while it waits,
+    /// and reads the clock only every [`SPIN_CLOCK_EVERY`](crate::scope::SPIN_CLOCK_EVERY) empty
+    /// polls. Still bounded by `timeout`.
     ///
     /// # Errors
     /// As for [`RecvLane::wait`].
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     #[inline]
     pub fn wait_spin(
         &mut self,
@@ -1168,9 +1180,9 @@ impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
         self.lane.post(wr).map(|_| ())
     }
 
-    /// Waits at most `timeout` for the completion of the oldest receive of this lane not
-    /// handed out yet (a flush, or a forced reset's synthetic flush, included), polling the
-    /// receive CQ, and hands it out: the next call waits for the receive after it.
+    /// `ibv_poll_cq`, bounded: waits at most `timeout` for the completion of the oldest receive of
+    /// this lane not handed out yet (a flush, or a forced reset's synthetic flush, included),
+    /// polling the receive CQ, and hands it out: the next call waits for the receive after it.
     ///
     /// Yields the thread after every empty poll; [`OrderedRecvLane::wait_next_spin`]
     /// busy-polls instead.
@@ -1182,15 +1194,21 @@ impl<'scope, T: Transport> OrderedRecvLane<'scope, T> {
     ///   refused without a name and not queued, a later one complete): the next call waits
     ///   for the receive after it;
     /// - [`Error::Timeout`], or the poll's failure: the next call waits for the same receive.
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     #[inline]
     pub fn wait_next(&mut self, timeout: Duration) -> Result<Completion> {
         self.wait_next_with(timeout, Waiting::Yield)
     }
 
-    /// [`OrderedRecvLane::wait_next`] busy-polling, as [`RecvLane::wait_spin`].
+    /// `ibv_poll_cq`, as [`OrderedRecvLane::wait_next`], busy-polling like [`RecvLane::wait_spin`].
     ///
     /// # Errors
     /// As for [`OrderedRecvLane::wait_next`].
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     #[inline]
     pub fn wait_next_spin(&mut self, timeout: Duration) -> Result<Completion> {
         self.wait_next_with(timeout, Waiting::Spin)

@@ -110,10 +110,13 @@ impl<B: Send + 'static> OwnedToken<B> {
 }
 
 impl<B: Completes + Send + 'static> OwnedToken<B> {
-    /// The completion and the buffers, if the request has completed (polls the CQ once).
+    /// `ibv_poll_cq` once: the completion and the buffers, if the request has completed.
     ///
     /// # Errors
     /// `Err(self)` while the request is outstanding (or if polling failed).
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     pub fn try_complete(self) -> std::result::Result<(Completion, B::Output), Self> {
         let q = self.q.as_ref();
         if let Take::Done(c) = q.tracked().try_take(self.seq) {
@@ -130,11 +133,14 @@ impl<B: Completes + Send + 'static> OwnedToken<B> {
         }
     }
 
-    /// Waits at most `timeout` for the completion, polling the QP's CQ, and hands back the
-    /// completion (whatever its status) with the buffers.
+    /// `ibv_poll_cq`, bounded: waits at most `timeout` for the completion, polling the QP's CQ, and
+    /// hands back the completion (whatever its status) with the buffers.
     ///
     /// # Errors
     /// [`OwnedWaitError`] with [`Error::Timeout`] (or a poll failure) and the token.
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     #[inline(always)]
     pub fn wait(self, timeout: Duration) -> std::result::Result<(Completion, B::Output), OwnedWaitError<B>> {
         // A request a later completion covered comes back inline; a completion polled

@@ -568,14 +568,18 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         Ok(self.token(Posted { q: QueueRef::Recv(qp), seq }, None, wr.buf))
     }
 
-    /// Waits at most `timeout` for the completion of `token`'s request, polling its CQ, and
-    /// hands back the completion (whatever its status) with what the request held: its memory
-    /// views, or for a window bind the bound window (success) or the window back (failure).
-    /// Yields the thread after every empty poll; [`Scope::wait_spin`] busy-polls instead.
+    /// `ibv_poll_cq`, bounded: waits at most `timeout` for the completion of `token`'s request,
+    /// polling its CQ, and hands back the completion (whatever its status) with what the request
+    /// held: its memory views, or for a window bind the bound window (success) or the window back
+    /// (failure). Yields the thread after every empty poll; [`Scope::wait_spin`] busy-polls
+    /// instead.
     ///
     /// # Errors
     /// [`WaitError`] with [`Error::Timeout`] (or a poll failure) and the token, which stays
     /// valid.
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     pub fn wait<B: Completes>(
         &'scope self,
         token: Token<'scope, B>,
@@ -584,12 +588,15 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.wait_with(token, timeout, Waiting::Yield)
     }
 
-    /// [`Scope::wait`] busy-polling: the thread never yields while it waits, and reads the
-    /// clock only every [`SPIN_CLOCK_EVERY`] empty polls (a latency-bound loop on a dedicated
-    /// core, as perftest's). Still bounded by `timeout`.
+    /// `ibv_poll_cq`, as [`Scope::wait`] busy-polling: the thread never yields while it waits, and
+    /// reads the clock only every [`SPIN_CLOCK_EVERY`] empty polls (a latency-bound loop on a
+    /// dedicated core, as perftest's). Still bounded by `timeout`.
     ///
     /// # Errors
     /// As for [`Scope::wait`].
+    ///
+    /// See ibv_poll_cq(3).
+    #[doc(alias = "ibv_poll_cq")]
     pub fn wait_spin<B: Completes>(
         &'scope self,
         token: Token<'scope, B>,
