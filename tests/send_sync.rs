@@ -180,6 +180,18 @@ assert_impl_all!(UD: Send, Sync, Unpin, Copy, Default);
 assert_impl_all!(RTS: Send, Sync, Unpin, Copy, Default);
 assert_impl_all!(Access<LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic, MwBind>: Send, Sync, Unpin, Copy);
 assert_impl_all!(window::All: Send, Sync, Unpin, Copy);
+// The named rights sets (type aliases of `Access` and `WindowAccess`).
+assert_impl_all!(access::LocalRead: Send, Sync, Unpin, Copy);
+assert_impl_all!(access::LocalRw: Send, Sync, Unpin, Copy);
+assert_impl_all!(access::RemoteReadOnly: Send, Sync, Unpin, Copy);
+assert_impl_all!(access::LocalRemoteWrite: Send, Sync, Unpin, Copy);
+assert_impl_all!(access::RemoteRw: Send, Sync, Unpin, Copy);
+assert_impl_all!(access::RemoteAll: Send, Sync, Unpin, Copy);
+assert_impl_all!(access::WindowBindable: Send, Sync, Unpin, Copy);
+assert_impl_all!(access::Full: Send, Sync, Unpin, Copy);
+assert_impl_all!(window::Read: Send, Sync, Unpin, Copy);
+assert_impl_all!(window::Write: Send, Sync, Unpin, Copy);
+assert_impl_all!(window::ReadWrite: Send, Sync, Unpin, Copy);
 assert_impl_all!(typed_verbs::access::WindowAccess<RemoteWrite, (), (), ZeroBased>: Send, Sync, Unpin, Copy);
 assert_impl_all!(Type1: Send, Sync, Unpin, Copy);
 assert_impl_all!(Pinned: Send, Sync, Unpin, Copy);
@@ -198,6 +210,9 @@ assert_impl_all!(OdpTag: Send, Sync, Unpin, Copy);
 // the raw work request: it holds `struct ibv_send_wr`, whose `next` and `sg_list` are raw
 // pointers into the request being posted; it must stay on the thread that builds and posts it.
 assert_not_impl_any!(RawSendWr: Send, Sync);
+// Unpin all the same: the library points it at its own entries only after its last move, just
+// before posting it.
+assert_impl_all!(RawSendWr: Unpin);
 
 // Clone / Copy: a copy of any of these would break the library's accounting. A token is
 // consumed exactly once by the wait that hands its buffer back (a copy would take one
