@@ -1453,8 +1453,8 @@ impl QpShared {
     /// The lanes' part of a reset's flush, and the graves. A lane's book is written by pollers
     /// under the CQ's routing lock, one completion at a time (`LaneBook::complete` loads, then
     /// stores `done`): the flush takes the same lock, or a completion being recorded could
-    /// store its `done` after the flush's and move it back below `posted` (found by the loom
-    /// model, `queue::loom_model`).
+    /// store its `done` after the flush's and move it back below `posted` (the interleaving
+    /// the loom model, `queue::loom_model`, explores).
     fn flush_lanes_and_graves(&self) {
         self.send_cq.with_routing_lock(|| self.sq.lane_flushed());
         self.recv_cq.with_routing_lock(|| self.rq.lane_flushed());

@@ -584,8 +584,8 @@ thread_local! {
 /// its own kept wakers and, after them, the orphaned one. That waker runs its task inline on
 /// T (allowed: "a waker may run its task inline, even a task that polls"), and the task's poll
 /// routes the completion of future B, keeping B's waker in T's list. The same wake on T must
-/// call it: `wake_deferred` used to clear T's PENDING flag after `wake_orphaned` returned with
-/// B's waker still in the list, and B was never woken, however many dispatches followed.
+/// call it: a `wake_deferred` that cleared T's PENDING flag after `wake_orphaned` returned with
+/// B's waker still in the list would never wake B, however many dispatches followed.
 #[test]
 fn a_waker_kept_while_orphaned_wakers_are_woken_is_woken_by_the_same_wake() {
     let w = World::new();
@@ -819,11 +819,11 @@ fn fd_readable(fd: i32) -> bool {
 
 /// `Cq::req_notify(true)` while futures wait serves the CQ in the same call (polls it, routing
 /// what it finds, and arms it for any completion again), until a poll after the arming finds
-/// it empty. Its serving used to be one batch (`serve(1)`): with 16 or more completions in the
-/// CQ it polled one batch and returned before the arming, leaving the device armed for
-/// solicited completions only; with the runtime-agnostic executor (dispatch when the
-/// descriptor is readable), the futures whose completions were left, and every later one,
-/// then waited for an event that no successful completion produces.
+/// it empty. A serving of one batch (`serve(1)`) would, with 16 or more completions in the
+/// CQ, poll one batch and return before the arming, leaving the device armed for solicited
+/// completions only; with the runtime-agnostic executor (dispatch when the descriptor is
+/// readable), the futures whose completions were left, and every later one, would then wait
+/// for an event that no successful completion produces.
 ///
 /// How 16+ completions sit in the CQ with no event: they land between a future F's arming
 /// and the arming taking effect (F's post-arm poll takes its own and a batch, resolves, and

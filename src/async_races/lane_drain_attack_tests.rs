@@ -63,8 +63,8 @@ fn an_early_return_with_a_forgotten_lane_token_and_prepared_request_waits_for_th
             let tok = lane.post(&mut rd)?;
             let seq = sends(&shared).last().unwrap().0;
             device = Some(complete_later(fake, 0x910, seq, sys::IBV_WC_RDMA_READ, 150));
-            // What a program may do whatever the types implement (a token or lane without a
-            // drop today is forgotten the same).
+            // What a program may do whatever the types implement (a token or lane is
+            // forgotten the same whether or not its type implements `Drop`).
             #[allow(clippy::forget_non_drop)]
             std::mem::forget(tok);
             std::mem::forget(rd);

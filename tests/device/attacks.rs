@@ -1,6 +1,6 @@
 //! Attacks on the library's soundness, written as a hostile user would, in safe code only.
-//! Each names the hole it checks for; each fails on the library before its fix (the closing
-//! note of the fix says how that was shown).
+//! Each names the hole it checks for, and fails on a library without the check that closes
+//! it.
 //!
 //! - Objects of another device context or protection domain meet a QP: refused before the
 //!   provider sees them (two contexts of one device number their CQs, SRQs and keys alike, and
