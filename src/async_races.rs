@@ -2256,3 +2256,7 @@ mod own_change_attack_tests;
 // kind, address handles, windows of both types and their invalidations, lanes, completions
 // and capabilities, each of another PD or device context than what it is combined with.
 mod meet_attack_tests;
+// Extreme values a program can pass: lengths, offsets and ranges at 0 and at the integer
+// limits, remote ranges reaching 2^64, timeouts of zero and `Duration::MAX`, queue depths,
+// ports and GID indices outside the device's, inline payloads adding up past `usize::MAX`.
+mod panic_sweep_tests;

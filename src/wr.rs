@@ -532,9 +532,10 @@ impl<'d, A: HasRemoteWrite, const N: usize> InlineWriteImm<'d, A, N> {
     }
 }
 
-/// The total length of inline pieces.
+/// The total length of inline pieces, `usize::MAX` for pieces that add up past it (the same
+/// slice gathered many times): above every QP's `max_inline_data`, so refused as too large.
 fn inline_total(data: &[&[u8]]) -> usize {
-    data.iter().map(|d| d.len()).sum()
+    data.iter().fold(0, |total: usize, d| total.saturating_add(d.len()))
 }
 
 fn check_fits<A>(what: &'static str, len: u64, remote: &RemoteSlice<A>) -> Result<()> {
