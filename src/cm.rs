@@ -765,7 +765,7 @@ impl ConnParam {
     }
 
     /// The raw parameters naming `qp_num`, checked; `max` is the limit of the private data.
-    fn raw(&self, qp_num: u32, max: usize, verb: &'static str) -> Result<sys::rdma_conn_param> {
+    pub(crate) fn raw(&self, qp_num: u32, max: usize, verb: &'static str) -> Result<sys::rdma_conn_param> {
         if self.private_data.len() > max {
             return Err(Error::invalid(
                 verb,
@@ -794,9 +794,9 @@ impl ConnParam {
 }
 
 /// The largest private data of a connect, an accept and a reject (IBTA CM REQ, REP, REJ).
-const CONNECT_PRIVATE: usize = 56;
-const ACCEPT_PRIVATE: usize = 196;
-const REJECT_PRIVATE: usize = 148;
+pub(crate) const CONNECT_PRIVATE: usize = 56;
+pub(crate) const ACCEPT_PRIVATE: usize = 196;
+pub(crate) const REJECT_PRIVATE: usize = 148;
 
 impl CmId<Idle, RC> {
     /// `rdma_create_event_channel` and `rdma_create_id` (`RDMA_PS_TCP`): a new identifier for
@@ -1308,7 +1308,7 @@ fn peer(pd: &Pd, e: Event) -> Result<UdPeer> {
 
 /// The raw parameters of a UD connect or accept: `private_data` (at most `max` bytes) and the
 /// QP number the accept tells the peer.
-fn ud_param(private_data: &[u8], qp_num: u32, max: usize, verb: &'static str) -> Result<sys::rdma_conn_param> {
+pub(crate) fn ud_param(private_data: &[u8], qp_num: u32, max: usize, verb: &'static str) -> Result<sys::rdma_conn_param> {
     if private_data.len() > max {
         return Err(Error::invalid(verb, format!("{} bytes of private data; at most {max}", private_data.len())));
     }
@@ -1368,8 +1368,8 @@ pub(crate) fn peer_depths(event_responder_resources: u8, event_initiator_depth: 
 
 /// The largest private data of a UD connect (SIDR REQ, 216 bytes, less the CM's 36-byte
 /// header) and of a UD accept or reject (SIDR REP).
-const UD_CONNECT_PRIVATE: usize = 180;
-const UD_ACCEPT_PRIVATE: usize = 136;
+pub(crate) const UD_CONNECT_PRIVATE: usize = 180;
+pub(crate) const UD_ACCEPT_PRIVATE: usize = 136;
 
 /// The active side between [`CmId::prepare`] and [`Connecting::connect`]: the QP in INIT,
 /// where receives may be posted before the peer can send. Dropped without connecting, it moves

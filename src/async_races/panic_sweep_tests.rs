@@ -293,3 +293,68 @@ fn inline_pieces_whose_lengths_add_up_past_usize_max_are_refused() {
     });
     run.expect("thread").join().expect("no panic");
 }
+
+#[test]
+fn transitions_to_ports_0_and_255_and_values_past_their_bits_are_refused_before_the_provider() {
+    use crate::qp::{ConnectedInit, RcRts, SqPsn, UdInit};
+    use crate::transport::{RESET, RTR, UD};
+    let w = World::new();
+    let (cq, _) = w.cq();
+    let refused = |e: &Error, what: &str| invalid(e, "ibv_modify_qp", what);
+    for port in [0u8, 255] {
+        let qp = crate::qp::Qp::<RC, RESET>::from_fake(w.qp(0x5c0 + u32::from(port), 4, &cq, None));
+        let e = qp.to_init(&ConnectedInit::new(port, access::REMOTE_ALL)).expect_err("no such port");
+        refused(&e.error, "does not exist");
+        std::mem::forget(e.qp);
+        let qp = crate::qp::Qp::<UD, RESET>::from_fake(w.qp(0x5d0 + u32::from(port), 4, &cq, None));
+        let e = qp.to_init(&UdInit { port, pkey_index: u16::MAX, qkey: u32::MAX }).expect_err("no such port");
+        refused(&e.error, "does not exist");
+        std::mem::forget(e.qp);
+    }
+    for (n, (rts, what)) in [
+        (RcRts { sq_psn: u32::MAX, ..RcRts::new(0) }, "sq_psn"),
+        (RcRts { timeout: u8::MAX, ..RcRts::new(0) }, "timeout"),
+        (RcRts { retry_cnt: 8, ..RcRts::new(0) }, "retry_cnt"),
+        (RcRts { rnr_retry: u8::MAX, ..RcRts::new(0) }, "rnr_retry"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let qp = crate::qp::Qp::<RC, RTR>::from_fake(w.qp(0x5e0 + n as u32, 4, &cq, None));
+        let e = qp.to_rts(&rts).expect_err("too wide");
+        refused(&e.error, what);
+        std::mem::forget(e.qp);
+    }
+    let qp = crate::qp::Qp::<UD, RTR>::from_fake(w.qp(0x5f0, 4, &cq, None));
+    let e = qp.to_rts(&SqPsn { sq_psn: 1 << 24 }).expect_err("25 bits");
+    refused(&e.error, "sq_psn");
+    std::mem::forget(e.qp);
+}
+
+#[test]
+fn private_data_of_the_limit_passes_and_one_byte_more_is_refused_never_truncated() {
+    use crate::cm::{ud_param, ConnParam, ACCEPT_PRIVATE, CONNECT_PRIVATE, UD_ACCEPT_PRIVATE, UD_CONNECT_PRIVATE};
+    for max in [CONNECT_PRIVATE, ACCEPT_PRIVATE] {
+        let param = ConnParam { private_data: vec![7; max], ..ConnParam::default() };
+        let raw = param.raw(0x11, max, "rdma_connect").expect("at the limit");
+        assert_eq!(usize::from(raw.private_data_len), max);
+        // One more, and 256 (which a u8 length would carry as 0).
+        for len in [max + 1, 256, 4096] {
+            let param = ConnParam { private_data: vec![7; len], ..ConnParam::default() };
+            invalid(&param.raw(0x11, max, "rdma_connect").expect_err("above"), "rdma_connect", "at most");
+        }
+    }
+    for max in [UD_CONNECT_PRIVATE, UD_ACCEPT_PRIVATE] {
+        let raw = ud_param(&vec![1; max], 0x12, max, "rdma_accept").expect("at the limit");
+        assert_eq!(usize::from(raw.private_data_len), max);
+        for len in [max + 1, 256] {
+            invalid(&ud_param(&vec![1; len], 0x12, max, "rdma_accept").expect_err("above"), "rdma_accept", "at most");
+        }
+    }
+    let raw = ud_param(&[], 0x12, UD_CONNECT_PRIVATE, "rdma_connect").expect("none");
+    assert!(raw.private_data.is_null() && raw.private_data_len == 0);
+    for (retry, rnr) in [(8, 0), (0, 8), (u8::MAX, u8::MAX)] {
+        let param = ConnParam { retry_count: retry, rnr_retry_count: rnr, ..ConnParam::default() };
+        invalid(&param.raw(1, CONNECT_PRIVATE, "rdma_connect").expect_err("3 bits"), "rdma_connect", "0..=7");
+    }
+}
