@@ -1308,7 +1308,12 @@ fn peer(pd: &Pd, e: Event) -> Result<UdPeer> {
 
 /// The raw parameters of a UD connect or accept: `private_data` (at most `max` bytes) and the
 /// QP number the accept tells the peer.
-pub(crate) fn ud_param(private_data: &[u8], qp_num: u32, max: usize, verb: &'static str) -> Result<sys::rdma_conn_param> {
+pub(crate) fn ud_param(
+    private_data: &[u8],
+    qp_num: u32,
+    max: usize,
+    verb: &'static str,
+) -> Result<sys::rdma_conn_param> {
     if private_data.len() > max {
         return Err(Error::invalid(verb, format!("{} bytes of private data; at most {max}", private_data.len())));
     }

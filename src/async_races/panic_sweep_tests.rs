@@ -105,7 +105,10 @@ fn chunks_of_zero_past_u32_and_past_the_region_are_typed() {
     // One byte each, and a short last one.
     let chunks = region(w, 5).into_chunks(1).expect("five");
     let base = chunks[0].addr();
-    assert_eq!(chunks.iter().map(|c| (c.addr() - base, c.len())).collect::<Vec<_>>(), [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]);
+    assert_eq!(
+        chunks.iter().map(|c| (c.addr() - base, c.len())).collect::<Vec<_>>(),
+        [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]
+    );
     let chunks = region(w, 5).into_chunks(2).expect("three");
     assert_eq!(chunks.iter().map(|c| c.len()).collect::<Vec<_>>(), [2, 2, 1]);
     let (base, last) = (chunks[0].addr(), chunks[2].remote());
@@ -144,7 +147,15 @@ fn window_adverts_of_every_length_and_flag_are_typed() {
     bytes[20] = 0x0f;
     let advert = WindowAdvert::decode(&bytes).expect("every known flag");
     assert_eq!(advert.encode(), bytes);
-    let r = advert.remote::<crate::access::WindowAccess<access::RemoteWrite, access::RemoteRead, access::RemoteAtomic, access::ZeroBased>>().expect("zero-based, every right");
+    let r =
+        advert
+            .remote::<crate::access::WindowAccess<
+                access::RemoteWrite,
+                access::RemoteRead,
+                access::RemoteAtomic,
+                access::ZeroBased,
+            >>()
+            .expect("zero-based, every right");
     assert_eq!((r.addr(), r.len(), r.rkey()), (u64::MAX, u64::MAX, u32::MAX));
     invalid(&r.slice(1, u64::MAX).expect_err("wraps"), "RemoteSlice::slice", "outside");
 }
@@ -357,4 +368,102 @@ fn private_data_of_the_limit_passes_and_one_byte_more_is_refused_never_truncated
         let param = ConnParam { retry_count: retry, rnr_retry_count: rnr, ..ConnParam::default() };
         invalid(&param.raw(1, CONNECT_PRIVATE, "rdma_connect").expect_err("3 bits"), "rdma_connect", "0..=7");
     }
+}
+
+/// A `wr_id` a provider could report: the library's numbers near the edges of its ranges
+/// (sends, receives, lane sends, lane receives), the integer limits, or anything.
+fn odd_wr_id(rng: &mut crate::test_util::Rng) -> u64 {
+    use crate::queue::{LANE_BIT, RECV_BIT};
+    let near = [0, 1, 2, 3, 64, u64::from(u32::MAX), LANE_BIT - 1, RECV_BIT - 1, u64::MAX];
+    let bits = [0, RECV_BIT, LANE_BIT, RECV_BIT | LANE_BIT];
+    match rng.below(3) {
+        0 => near[rng.below(near.len() as u64) as usize],
+        1 => bits[rng.below(4) as usize].wrapping_add(rng.below(8)),
+        _ => rng.next(),
+    }
+}
+
+/// A provider's completion of `qp_num`'s queues (or, at times, of any QP) with any `wr_id`,
+/// status, opcode, length and flags.
+fn odd_wc(rng: &mut crate::test_util::Rng, qp_num: u32) -> sys::ibv_wc {
+    sys::ibv_wc {
+        wr_id: odd_wr_id(rng),
+        status: [sys::IBV_WC_SUCCESS, sys::IBV_WC_WR_FLUSH_ERR, u32::MAX][rng.below(3) as usize],
+        opcode: [sys::IBV_WC_SEND, sys::IBV_WC_RECV, sys::IBV_WC_RDMA_READ, u32::MAX][rng.below(4) as usize],
+        qp_num: if rng.below(4) == 0 { rng.next() as u32 } else { qp_num },
+        byte_len: [0, 1, u32::MAX][rng.below(3) as usize],
+        wc_flags: rng.next() as u32,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn completions_with_any_wr_id_status_opcode_and_length_never_panic_a_poll_or_a_wait() {
+    bounded(60, || {
+        let w = World::new();
+        let mut rng = crate::test_util::Rng(0x5eed_5eed);
+        for round in 0..40u32 {
+            // Owned tokens, the program's polls and the tokens' waits.
+            let (cq, fake) = w.cq();
+            let qp_num = 0x600 + 2 * round;
+            let shared = w.qp(qp_num, 4, &cq, None);
+            let tokens = [post_send(&shared, rng.below(2) == 0), super::post_recv(&shared)];
+            for _ in 0..32 {
+                fake.complete(odd_wc(&mut rng, qp_num));
+            }
+            let mut out = [crate::wc::Completion::default(); 7];
+            let cq_handle = Cq { inner: Arc::clone(&cq) };
+            while fake.left() > 0 {
+                let n = cq_handle.poll_into(&mut out).expect("polled");
+                assert!(n <= out.len());
+            }
+            for t in tokens {
+                match t.wait(Duration::ZERO) {
+                    Ok((c, ())) => assert_eq!(c.qp_num(), qp_num),
+                    Err(e) => assert!(matches!(e.error, Error::Timeout { .. }), "{:?}", e.error),
+                }
+            }
+            // Lanes: their own numbers and made-up ones, polled by their waits.
+            let (mut qp, lanes_shared) = w.rc_qp(qp_num + 1, 4, &cq);
+            let r = crate::scope::scope_with_timeout(Duration::from_millis(20), |s| {
+                let (mut lane, mut rlane) = s.lanes(&mut qp).expect("lanes");
+                let mut wr =
+                    lane.prepare(crate::wr::Write::new(w.local(0x1000, 8), super::remote())).expect("prepared");
+                let tok = lane.post(&mut wr).expect("posted");
+                let mut rcv = rlane.prepare(crate::wr::Recv::new(w.local_mut(0x2000, 8))).expect("prepared");
+                let rtok = rlane.post(&mut rcv).expect("posted");
+                for _ in 0..32 {
+                    fake.complete(odd_wc(&mut rng, qp_num + 1));
+                }
+                // Then the device's own completions of the two (else the drain forces the QP
+                // to ERR and waits its flush timeout for flushes the fake never sends).
+                let (seq, _) = *super::sends(&lanes_shared).last().expect("the lane's send");
+                let rseq = *super::recvs(&lanes_shared).last().expect("the lane's receive");
+                fake.complete(super::wc_of(qp_num + 1, seq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_WRITE));
+                fake.complete(super::wc_of(qp_num + 1, rseq, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV));
+                for r in [
+                    lane.wait(tok, Duration::ZERO).map(drop).map_err(|e| e.error),
+                    rlane.wait(rtok, Duration::ZERO).map(drop).map_err(|e| e.error),
+                ] {
+                    if let Err(e) = r {
+                        assert!(
+                            matches!(
+                                e,
+                                Error::Timeout { .. }
+                                    | Error::InvalidArgument { .. }
+                                    | Error::Completion(_)
+                                    | Error::QpBroken { .. }
+                            ),
+                            "{e:?}"
+                        );
+                    }
+                }
+            });
+            // The drain ends, in time, whatever the completions were.
+            assert!(matches!(r, Ok(()) | Err(Error::QpBroken { .. })), "{r:?}");
+            while fake.left() > 0 {
+                let _ = cq_handle.progress();
+            }
+        }
+    });
 }
