@@ -467,3 +467,31 @@ fn completions_with_any_wr_id_status_opcode_and_length_never_panic_a_poll_or_a_w
         }
     });
 }
+
+#[test]
+fn srq_limits_empty_polls_and_implicit_odp_views_at_their_edges_are_typed() {
+    let w = World::new();
+    let srq = crate::srq::Srq { shared: w.srq(16) };
+    for limit in [16, 17, u32::MAX] {
+        invalid(&srq.arm_limit(limit).expect_err("not below max_wr"), "ibv_modify_srq", "not below max_wr 16");
+    }
+    let (cq, fake) = w.cq();
+    fake.complete(send_wc(0x5f5, 0, sys::IBV_WC_SUCCESS));
+    let cq = Cq { inner: cq };
+    assert_eq!(cq.poll_into(&mut []).expect("nothing asked"), 0);
+    assert_eq!(fake.left(), 1, "an empty slice polls nothing");
+    let mr = NonNull::new(Box::leak(Box::new([0u64; 16])).as_mut_ptr().cast::<sys::ibv_mr>()).unwrap();
+    let implicit: &'static crate::odp::ImplicitMr<access::LocalRw> =
+        Box::leak(Box::new(crate::odp::ImplicitMr::fake(&w.pd, mr, sys::IBV_QPT_RC, crate::odp::OdpOps::all())));
+    invalid(&implicit.buf(&[]).expect_err("empty"), "ImplicitMr::buf", "1..=");
+    invalid(&implicit.buf_mut(&mut []).expect_err("empty"), "ImplicitMr::buf_mut", "1..=");
+    let mut big = vec![0u8; crate::odp::IMPLICIT_MAX_OP + 1];
+    invalid(&implicit.buf(&big).expect_err("above 128 MiB"), "ImplicitMr::buf", "1..=");
+    invalid(&implicit.buf_mut(&mut big).expect_err("above 128 MiB"), "ImplicitMr::buf_mut", "1..=");
+    let at = implicit.buf(&big[..crate::odp::IMPLICIT_MAX_OP]).expect("at the limit");
+    assert_eq!(at.len(), crate::odp::IMPLICIT_MAX_OP);
+    for data in [&big[..0], &big[..]] {
+        let e = implicit.prefetch(data, crate::odp::Prefetch::Read).expect_err("outside 1..=128 MiB");
+        invalid(&e, "ibv_advise_mr", "1..=");
+    }
+}
