@@ -1376,6 +1376,21 @@ unsafe extern "C" fn fake_recv(
 }
 
 impl World {
+    /// A fake registration of `pd` on this world's context (an `ibv_mr` inside a zeroed
+    /// `verbs_mr`-sized block, leaked), lkey 0x77 and rkey 0x78.
+    fn raw_mr(&'static self, pd: &Arc<PdInner>) -> NonNull<sys::ibv_mr> {
+        let block: &'static mut [u64; 16] = Box::leak(Box::new([0u64; 16]));
+        let mr = block.as_mut_ptr().cast::<sys::ibv_mr>();
+        // SAFETY: the block is big enough and aligned for an `ibv_mr` (and `verbs_mr`'s tail).
+        unsafe {
+            (*mr).context = self.ctxp;
+            (*mr).pd = pd.pd.as_ptr();
+            (*mr).lkey = 0x77;
+            (*mr).rkey = 0x78;
+        }
+        NonNull::new(mr).unwrap()
+    }
+
     /// A QP over the fake device whose posts [`fake_send`] and [`fake_recv`] take, and whose
     /// verbs succeed. Its last `Arc` destroys it.
     fn posting_qp(

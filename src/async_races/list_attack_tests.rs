@@ -734,16 +734,7 @@ fn a_receive_lane_post_refused_naming_another_request_is_kept() {
 
 /// A region of `len` bytes over a fake registration of the world's PD.
 fn fake_region(w: &'static World, len: usize) -> Mr<WindowBindable> {
-    let block: &'static mut [u64; 16] = Box::leak(Box::new([0u64; 16]));
-    let mr = block.as_mut_ptr().cast::<sys::ibv_mr>();
-    // SAFETY: the block is big enough and aligned for an `ibv_mr`.
-    unsafe {
-        (*mr).context = w.ctx.ctx.as_ptr();
-        (*mr).pd = w.pd.pd.as_ptr();
-        (*mr).lkey = 0x77;
-        (*mr).rkey = 0x78;
-    }
-    Mr::fake(&w.pd, NonNull::new(mr).unwrap(), len)
+    Mr::fake(&w.pd, w.raw_mr(&w.pd), len)
 }
 
 /// How [`odd_send`] refuses a list: `bad_wr` one past its last request, inside its second

@@ -96,23 +96,9 @@ fn refused<K, W>(r: std::result::Result<K, PostError<W>>, verb: &str, what: &str
     }
 }
 
-/// A fake registration of `pd` (an `ibv_mr` inside a zeroed `verbs_mr`-sized block, leaked).
-fn raw_mr(w: &'static World, pd: &Arc<PdInner>) -> NonNull<sys::ibv_mr> {
-    let block: &'static mut [u64; 16] = Box::leak(Box::new([0u64; 16]));
-    let mr = block.as_mut_ptr().cast::<sys::ibv_mr>();
-    // SAFETY: the block is big enough and aligned for an `ibv_mr`.
-    unsafe {
-        (*mr).context = w.ctxp;
-        (*mr).pd = pd.pd.as_ptr();
-        (*mr).lkey = 0x77;
-        (*mr).rkey = 0x78;
-    }
-    NonNull::new(mr).unwrap()
-}
-
 /// A region of `len` bytes in `pd`, leaked (its views live for the test).
 fn region<A: access::AccessSet>(w: &'static World, pd: &Arc<PdInner>, len: usize) -> &'static Mr<A> {
-    Box::leak(Box::new(Mr::fake(pd, raw_mr(w, pd), len)))
+    Box::leak(Box::new(Mr::fake(pd, w.raw_mr(pd), len)))
 }
 
 /// An address handle of `pd`, leaked: never destroyed (its destroy would reach libibverbs).
@@ -164,9 +150,9 @@ struct Sources {
 
 impl Sources {
     fn of(w: &'static World, pd: &Arc<PdInner>) -> Sources {
-        let caller = Registered::fake(pd, raw_mr(w, pd), vec![0u8; 256]).expect("fake registration");
-        let odp = Mr::fake_odp(pd, raw_mr(w, pd), 4096, rc_odp());
-        let implicit = ImplicitMr::fake(pd, raw_mr(w, pd), sys::IBV_QPT_RC, OdpOps::all());
+        let caller = Registered::fake(pd, w.raw_mr(pd), vec![0u8; 256]).expect("fake registration");
+        let odp = Mr::fake_odp(pd, w.raw_mr(pd), 4096, rc_odp());
+        let implicit = ImplicitMr::fake(pd, w.raw_mr(pd), sys::IBV_QPT_RC, OdpOps::all());
         Sources {
             mr: region(w, pd, 4096),
             caller: Box::leak(Box::new(caller)),
@@ -189,7 +175,7 @@ impl Sources {
     }
 
     fn chunk(&self, w: &'static World) -> Chunk<LocalRw> {
-        Mr::<LocalRw>::fake(&self.pd, raw_mr(w, &self.pd), 64).into_chunks(64).unwrap().pop().unwrap()
+        Mr::<LocalRw>::fake(&self.pd, w.raw_mr(&self.pd), 64).into_chunks(64).unwrap().pop().unwrap()
     }
 }
 
@@ -319,7 +305,7 @@ fn receive_memory_of_another_pd_or_context_is_refused_on_every_receive_path_befo
         for pd in &foreign {
             let chunk = || {
                 let w = if Arc::ptr_eq(&pd.ctx, &a.ctx) { a } else { b };
-                Mr::<LocalRw>::fake(pd, raw_mr(w, pd), 64).into_chunks(64).unwrap().pop().unwrap()
+                Mr::<LocalRw>::fake(pd, w.raw_mr(pd), 64).into_chunks(64).unwrap().pop().unwrap()
             };
             for odp in [OdpTag::NONE, rc_odp()] {
                 refused(s.post_recv(&qp, Recv::new(sink(pd, odp))), "ibv_post_recv", &msg(0x4d20));
@@ -391,7 +377,7 @@ fn srq_receives_into_memory_of_another_pd_or_context_are_refused_before_the_prov
     let srq = Srq { shared: a.srq(8) };
     let other = "belongs to another protection domain than the shared receive queue";
     for (w, pd) in [(a, second_pd(a)), (b, Arc::clone(&b.pd))] {
-        let chunk = || Mr::<LocalRw>::fake(&pd, raw_mr(w, &pd), 64).into_chunks(64).unwrap().pop().unwrap();
+        let chunk = || Mr::<LocalRw>::fake(&pd, w.raw_mr(&pd), 64).into_chunks(64).unwrap().pop().unwrap();
         refused(srq.post_recv_owned(Recv::new(chunk())), "ibv_post_srq_recv", other);
         refused(srq.post_recv_owned(Recv::new(sink(&pd, OdpTag::NONE))), "ibv_post_srq_recv", other);
         refused(srq.post_recv_owned(Recv::new(dev_buf_mut(&pd, 0x20_0000_0000))), "ibv_post_srq_recv", other);
@@ -400,7 +386,7 @@ fn srq_receives_into_memory_of_another_pd_or_context_are_refused_before_the_prov
         refused(srq.post_recv_owned(Recv::new(mixed)), "ibv_post_srq_recv", "different protection domains");
     }
     assert_eq!(srq_posts(&srq), 0, "the provider saw none of them");
-    let own = Mr::<LocalRw>::fake(&a.pd, raw_mr(a, &a.pd), 64).into_chunks(64).unwrap().pop().unwrap();
+    let own = Mr::<LocalRw>::fake(&a.pd, a.raw_mr(&a.pd), 64).into_chunks(64).unwrap().pop().unwrap();
     let token = srq.post_recv_owned(Recv::new(own)).map_err(|e| e.error).expect("the SRQ's own memory");
     assert_eq!(srq_posts(&srq), 1, "posted");
     drop(token);

@@ -94,23 +94,9 @@ unsafe impl StableBuffer for Tracked {
     }
 }
 
-/// A fake `ibv_mr` (leaked) of `pd`, on the world's context.
-fn raw_mr(w: &'static World, pd: &Arc<PdInner>) -> NonNull<sys::ibv_mr> {
-    let block: &'static mut [u64; 16] = Box::leak(Box::new([0u64; 16]));
-    let mr = block.as_mut_ptr().cast::<sys::ibv_mr>();
-    // SAFETY: the block is big enough and aligned for an `ibv_mr`.
-    unsafe {
-        (*mr).context = w.ctx.ctx.as_ptr();
-        (*mr).pd = pd.pd.as_ptr();
-        (*mr).lkey = 0x91;
-        (*mr).rkey = 0x92;
-    }
-    NonNull::new(mr).unwrap()
-}
-
 /// `buf` registered in `pd` as `Pd::register` registers it, for local writes.
 fn register(w: &'static World, pd: &Arc<PdInner>, buf: Tracked) -> Registered<LocalRw, Tracked> {
-    Registered::fake(pd, raw_mr(w, pd), buf).expect("registered")
+    Registered::fake(pd, w.raw_mr(pd), buf).expect("registered")
 }
 
 unsafe extern "C" fn busy_dereg_mr(_: *mut sys::ibv_mr) -> std::ffi::c_int {
@@ -184,7 +170,7 @@ fn an_empty_registered_buffer_is_refused_and_dropped() {
     let w = World::new();
     let (buf, rec) = Tracked::new(1, 0);
     rec.device_done();
-    match Registered::<LocalRw, Tracked>::fake(&w.pd, raw_mr(w, &w.pd), buf) {
+    match Registered::<LocalRw, Tracked>::fake(&w.pd, w.raw_mr(&w.pd), buf) {
         Err(e) => invalid(&e, "ibv_reg_mr", "at least one byte"),
         Ok(_) => panic!("an empty buffer was registered"),
     }
@@ -216,7 +202,7 @@ fn swapped_registered_regions_hand_back_the_buffer_their_region_carries() {
 
     let (c, rc) = Tracked::new(3, 128);
     let mut reg_c = register(w, &w.pd, c);
-    let mut heap: Mr<LocalRw> = Mr::fake(&w.pd, raw_mr(w, &w.pd), 64);
+    let mut heap: Mr<LocalRw> = Mr::fake(&w.pd, w.raw_mr(&w.pd), 64);
     std::mem::swap(&mut *reg_c, &mut heap);
     let (e, reg_c) = reg_c.deregister().expect_err("it holds no Tracked now");
     invalid(&e, "ibv_dereg_mr", "no longer owns");

@@ -197,23 +197,9 @@ pub(super) fn qp(w: &'static World, qp_num: u32, cq: &Arc<CqShared>) -> (Qp<RC, 
     (Qp::from_fake(Arc::clone(&shared)), shared)
 }
 
-/// The fake's `ibv_mr` (inside a zeroed `verbs_mr`-sized allocation), of `pd`.
-fn raw_mr(w: &'static World, pd: &Arc<PdInner>) -> std::ptr::NonNull<sys::ibv_mr> {
-    let block: &'static mut [u64; 16] = Box::leak(Box::new([0u64; 16]));
-    let mr = block.as_mut_ptr().cast::<sys::ibv_mr>();
-    // SAFETY: the block is big enough and aligned for an `ibv_mr` (and `verbs_mr`'s tail).
-    unsafe {
-        (*mr).context = w.ctx.ctx.as_ptr();
-        (*mr).pd = pd.pd.as_ptr();
-        (*mr).lkey = 0x77;
-        (*mr).rkey = 0x78;
-    }
-    std::ptr::NonNull::new(mr).unwrap()
-}
-
 /// A window-bindable region of `len` bytes in the world's PD.
 pub(super) fn region(w: &'static World, len: usize) -> Mr<access::WindowBindable> {
-    Mr::fake(&w.pd, raw_mr(w, &w.pd), len)
+    Mr::fake(&w.pd, w.raw_mr(&w.pd), len)
 }
 
 pub(super) fn pd(w: &'static World) -> Pd {
@@ -634,7 +620,7 @@ fn a_window_of_another_pd_is_refused_before_the_provider() {
     let other_pd = Pd { inner: Arc::clone(&other) };
     let m1 = other_pd.alloc_mw::<Type1>().expect("type 1");
     let m2 = other_pd.alloc_mw::<Type2>().expect("type 2");
-    let other_mr: Mr<access::WindowBindable> = Mr::fake(&other, raw_mr(w, &other), 4096);
+    let other_mr: Mr<access::WindowBindable> = Mr::fake(&other, w.raw_mr(&other), 4096);
     let (p1, p2) = (m1.as_ptr(), m2.as_ptr());
     let before = sends(&shared).len();
     let r = scope(|s| {

@@ -34,16 +34,7 @@ fn roomy() -> &'static World {
 
 /// A region of `len` bytes over a fake registration in `w`'s PD.
 fn region(w: &'static World, len: usize) -> Mr<access::LocalRw> {
-    let block: &'static mut [u64; 16] = Box::leak(Box::new([0u64; 16]));
-    let mr = block.as_mut_ptr().cast::<sys::ibv_mr>();
-    // SAFETY: the block is big enough and aligned for an `ibv_mr`.
-    unsafe {
-        (*mr).context = w.ctx.ctx.as_ptr();
-        (*mr).pd = w.pd.pd.as_ptr();
-        (*mr).lkey = 0x77;
-        (*mr).rkey = 0x78;
-    }
-    Mr::fake(&w.pd, NonNull::new(mr).unwrap(), len)
+    Mr::fake(&w.pd, w.raw_mr(&w.pd), len)
 }
 
 #[test]
