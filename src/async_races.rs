@@ -1376,6 +1376,25 @@ unsafe extern "C" fn fake_recv(
 }
 
 impl World {
+    /// A PD over this world's C objects, in a context of its own named `name` whose verbs are
+    /// `verbs` (a failing destroy or deregistration, say). Both are leaked: the context's drop
+    /// would close the fake device.
+    fn pd_with_verbs(&'static self, name: &str, verbs: &'static crate::device::Verbs) -> Arc<PdInner> {
+        let ctx = Arc::new(ContextInner {
+            ctx: self.ctx.ctx,
+            name: name.into(),
+            identity: crate::device::DeviceIdentity::Name(name.into()),
+            tag: u16::MAX,
+            id: 0,
+            cqs: Mutex::new(Vec::new()),
+            verbs,
+            attr: crate::device::DeviceAttr::fake(0, true),
+        });
+        let pd = Arc::new(PdInner { pd: self.pd.pd, ctx });
+        std::mem::forget(Arc::clone(&pd));
+        pd
+    }
+
     /// A fake registration of `pd` on this world's context (an `ibv_mr` inside a zeroed
     /// `verbs_mr`-sized block, leaked), lkey 0x77 and rkey 0x78.
     fn raw_mr(&'static self, pd: &Arc<PdInner>) -> NonNull<sys::ibv_mr> {

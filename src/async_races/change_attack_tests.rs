@@ -203,32 +203,11 @@ unsafe extern "C" fn busy_destroy_qp(_: *mut sys::ibv_qp) -> std::ffi::c_int {
 }
 
 /// The fake device's verbs, but a QP's destroy fails.
-static BUSY_DESTROY: crate::device::Verbs = crate::device::Verbs {
-    modify_qp: fake_modify_qp,
-    destroy_qp: busy_destroy_qp,
-    destroy_srq: fake_destroy_srq,
-    destroy_cq: fake_destroy_cq,
-    dereg_mr: fake_dereg_mr,
-    get_cq_event: fake_get_cq_event,
-    get_async_event: fake_get_async_event,
-};
+static BUSY_DESTROY: crate::device::Verbs = crate::device::Verbs { destroy_qp: busy_destroy_qp, ..FAKE_VERBS };
 
 /// A PD over `w`'s C objects whose context's QP destroys fail (both leaked).
 fn busy_destroy_pd(w: &'static World) -> Arc<PdInner> {
-    let ctx = Arc::new(ContextInner {
-        ctx: w.ctx.ctx,
-        name: "fake-busy".into(),
-        identity: crate::device::DeviceIdentity::Name("fake-busy".into()),
-        tag: u16::MAX,
-        id: 0,
-        cqs: Mutex::new(Vec::new()),
-        verbs: &BUSY_DESTROY,
-        attr: crate::device::DeviceAttr::fake(0, true),
-    });
-    let pd = Arc::new(PdInner { pd: w.pd.pd, ctx });
-    // Never dropped: the context's drop would close the fake device.
-    std::mem::forget(Arc::clone(&pd));
-    pd
+    w.pd_with_verbs("fake-busy", &BUSY_DESTROY)
 }
 
 /// A QP whose destroy failed stays in the device and may still consume receives of its shared

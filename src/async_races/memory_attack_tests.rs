@@ -104,32 +104,11 @@ unsafe extern "C" fn busy_dereg_mr(_: *mut sys::ibv_mr) -> std::ffi::c_int {
 }
 
 /// The fake device's verbs, but a region's deregistration fails (a window still bound, say).
-static FAILING_DEREG: Verbs = Verbs {
-    modify_qp: fake_modify_qp,
-    destroy_qp: fake_destroy_qp,
-    destroy_srq: fake_destroy_srq,
-    destroy_cq: fake_destroy_cq,
-    dereg_mr: busy_dereg_mr,
-    get_cq_event: fake_get_cq_event,
-    get_async_event: fake_get_async_event,
-};
+static FAILING_DEREG: Verbs = Verbs { dereg_mr: busy_dereg_mr, ..FAKE_VERBS };
 
 /// A PD over `w`'s C objects whose context's deregistrations fail (both leaked).
 fn failing_dereg_pd(w: &'static World) -> Arc<PdInner> {
-    let ctx = Arc::new(ContextInner {
-        ctx: w.ctx.ctx,
-        name: "fake-busy-mr".into(),
-        identity: crate::device::DeviceIdentity::Name("fake-busy-mr".into()),
-        tag: u16::MAX,
-        id: 0,
-        cqs: Mutex::new(Vec::new()),
-        verbs: &FAILING_DEREG,
-        attr: crate::device::DeviceAttr::fake(0, true),
-    });
-    let pd = Arc::new(PdInner { pd: w.pd.pd, ctx });
-    // Never dropped: the context's drop would close the fake device.
-    std::mem::forget(Arc::clone(&pd));
-    pd
+    w.pd_with_verbs("fake-busy-mr", &FAILING_DEREG)
 }
 
 /// The `wr_id` of the last receive the provider took from `qp`.
