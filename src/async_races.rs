@@ -1375,7 +1375,31 @@ unsafe extern "C" fn fake_recv(
     })
 }
 
+/// A non-blocking pipe of the test's own: [read end, write end].
+fn pipe() -> [i32; 2] {
+    let mut fds = [0i32; 2];
+    // SAFETY: a valid out-array of two descriptors.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }, 0);
+    fds
+}
+
+/// Closes `fd`, a descriptor of the test's own that nothing uses afterwards.
+fn close(fd: i32) {
+    // SAFETY: the caller's descriptor, closed once and never used again.
+    assert_eq!(unsafe { libc::close(fd) }, 0);
+}
+
 impl World {
+    /// A completion channel of this world: its C object (leaked) reads events from `read_fd`,
+    /// and the library polls `polled_fd` for them. The C object's reference count makes
+    /// `ibv_destroy_comp_channel` refuse (EBUSY) rather than free the fake, so the Rust side
+    /// may be dropped for real (`ChannelShared::drop`).
+    fn fake_channel(&'static self, read_fd: i32, polled_fd: i32) -> (CompChannel, *mut sys::ibv_comp_channel) {
+        let chp: *mut sys::ibv_comp_channel =
+            Box::leak(Box::new(sys::ibv_comp_channel { context: self.ctxp, fd: read_fd, refcnt: 1 << 20 }));
+        (CompChannel::fake(NonNull::new(chp).unwrap(), polled_fd, Arc::clone(&self.ctx)), chp)
+    }
+
     /// A PD over this world's C objects, in a context of its own named `name` whose verbs are
     /// `verbs` (a failing destroy or deregistration, say). Both are leaked: the context's drop
     /// would close the fake device.

@@ -757,13 +757,9 @@ fn a_waker_reentering_from_the_driver_aborts_tasks_and_spawns_new_waiters() {
 /// `ibv_destroy_comp_channel` refuse (EBUSY) rather than free the fake: the Rust side is dropped
 /// for real (`ChannelShared::drop`).
 fn own_channel(w: &'static World) -> (CompChannel, *mut sys::ibv_comp_channel, i32) {
-    let mut fds = [0i32; 2];
-    // SAFETY: a valid out-array of two descriptors.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }, 0);
-    let chp: *mut sys::ibv_comp_channel =
-        Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: fds[0], refcnt: 1 << 20 }));
-    let ch = CompChannel::fake(NonNull::new(chp).unwrap(), fds[0], Arc::clone(&w.ctx));
-    (ch, chp, fds[1])
+    let [read, write] = pipe();
+    let (ch, chp) = w.fake_channel(read, read);
+    (ch, chp, write)
 }
 
 /// A CQ on [`own_channel`]'s channel, whose last `Arc` destroys it (`FAKE_VERBS`' destroy).

@@ -47,16 +47,9 @@ fn a_requests_peer_depths_are_the_peers_own_not_the_recipients_view() {
 /// a uverbs event file after its device was disassociated, whose reads then fail with EIO):
 /// here the write end of a pipe whose read end is closed (its reads fail too, EBADF).
 fn erroring_channel(w: &'static World) -> CompChannel {
-    let mut fds = [0i32; 2];
-    // SAFETY: a valid out-array of two descriptors; the read end is closed at once and never
-    // used again.
-    unsafe {
-        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
-        assert_eq!(libc::close(fds[0]), 0);
-    }
-    let chp: *mut sys::ibv_comp_channel =
-        Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: fds[1], refcnt: 1 << 20 }));
-    let ch = CompChannel::fake(NonNull::new(chp).unwrap(), fds[1], Arc::clone(&w.ctx));
+    let [read, write] = pipe();
+    close(read);
+    let (ch, _) = w.fake_channel(write, write);
     std::mem::forget(ch.clone());
     ch
 }
@@ -88,14 +81,10 @@ fn a_channel_whose_descriptor_reports_an_error_fails_the_awaited_wait() {
 /// only an error.
 #[cfg(feature = "tokio")]
 pub(super) fn channel_erroring_later(w: &'static World) -> (CompChannel, i32) {
-    let mut fds = [0i32; 2];
-    // SAFETY: a valid out-array of two descriptors.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) }, 0);
-    let chp: *mut sys::ibv_comp_channel =
-        Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: fds[1], refcnt: 1 << 20 }));
-    let ch = CompChannel::fake(NonNull::new(chp).unwrap(), fds[1], Arc::clone(&w.ctx));
+    let [read, write] = pipe();
+    let (ch, _) = w.fake_channel(write, write);
     std::mem::forget(ch.clone());
-    (ch, fds[0])
+    (ch, read)
 }
 
 /// The awaited wait already waiting when the descriptor starts to report only an error (a
@@ -109,8 +98,7 @@ fn an_awaited_channel_wait_is_woken_by_its_descriptors_error() {
     let h = rt.spawn(async move { ch.wait_async().await.map(|_| ()) });
     std::thread::sleep(Duration::from_millis(100));
     assert!(!h.is_finished(), "nothing to read yet: still waiting");
-    // SAFETY: the read end is this test's, closed once and never used again.
-    assert_eq!(unsafe { libc::close(read_end) }, 0);
+    close(read_end);
     let got = rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), h).await });
     assert!(matches!(got, Ok(Ok(Err(crate::Error::Verb { .. })))), "{got:?}");
 }
@@ -190,15 +178,8 @@ fn async_events_with_out_of_range_ports_decode_to_port_zero() {
 /// channel and the write end of `poll_fd`'s pipe.
 #[cfg(feature = "tokio")]
 fn channel_whose_reads_fail(w: &'static World) -> (CompChannel, *mut sys::ibv_comp_channel, i32) {
-    let (mut polled, mut read) = ([0i32; 2], [0i32; 2]);
-    // SAFETY: valid out-arrays of two descriptors each.
-    unsafe {
-        assert_eq!(libc::pipe2(polled.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
-        assert_eq!(libc::pipe2(read.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
-    }
-    let chp: *mut sys::ibv_comp_channel =
-        Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: read[1], refcnt: 1 << 20 }));
-    let ch = CompChannel::fake(NonNull::new(chp).unwrap(), polled[0], Arc::clone(&w.ctx));
+    let (polled, read) = (pipe(), pipe());
+    let (ch, chp) = w.fake_channel(read[1], polled[0]);
     std::mem::forget(ch.clone());
     (ch, chp, polled[1])
 }

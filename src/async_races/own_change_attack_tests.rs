@@ -117,8 +117,7 @@ fn an_awaited_wait_moved_to_another_runtime_is_woken_there_by_its_descriptors_er
     let h = second.spawn(fut);
     std::thread::sleep(Duration::from_millis(100));
     assert!(!h.is_finished(), "a writable descriptor that reports no error: still waiting");
-    // SAFETY: the read end is this test's, closed once and never used again.
-    assert_eq!(unsafe { libc::close(read_end) }, 0);
+    close(read_end);
     let got = second.block_on(async { tokio::time::timeout(Duration::from_secs(2), h).await });
     assert!(matches!(got, Ok(Ok(Err(crate::Error::Verb { .. })))), "{got:?}");
 }
@@ -130,17 +129,9 @@ fn an_awaited_wait_moved_to_another_runtime_is_woken_there_by_its_descriptors_er
 /// channel, its C object and that write end (where the fake CQs write their events, never read).
 #[cfg(feature = "tokio")]
 fn disassociated_channel(w: &'static World) -> (CompChannel, *mut sys::ibv_comp_channel, i32) {
-    let (mut polled, mut read) = ([0i32; 2], [0i32; 2]);
-    // SAFETY: valid out-arrays of two descriptors each; the polled pipe's read end is closed at
-    // once and never used again.
-    unsafe {
-        assert_eq!(libc::pipe2(polled.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
-        assert_eq!(libc::pipe2(read.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC), 0);
-        assert_eq!(libc::close(polled[0]), 0);
-    }
-    let chp: *mut sys::ibv_comp_channel =
-        Box::leak(Box::new(sys::ibv_comp_channel { context: w.ctxp, fd: read[1], refcnt: 1 << 20 }));
-    let ch = CompChannel::fake(NonNull::new(chp).unwrap(), polled[1], Arc::clone(&w.ctx));
+    let (polled, read) = (pipe(), pipe());
+    close(polled[0]);
+    let (ch, chp) = w.fake_channel(read[1], polled[1]);
     std::mem::forget(ch.clone());
     (ch, chp, read[1])
 }
