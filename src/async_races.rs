@@ -1389,7 +1389,40 @@ fn close(fd: i32) {
     assert_eq!(unsafe { libc::close(fd) }, 0);
 }
 
+/// `ibv_post_srq_recv` calls of the recording SRQ provider ([`World::record_srq_posts`]): the
+/// `ibv_srq`'s address (the fakes' are leaked, never reused) and the request's entry count.
+static SRQ_POSTS: Mutex<Vec<(usize, i32)>> = Mutex::new(Vec::new());
+
+/// The recording provider's `ibv_post_srq_recv`: takes every receive and notes its SRQ and
+/// entry count.
+///
+/// # Safety
+/// As `ibv_post_srq_recv` is called: `wr` a valid request.
+unsafe extern "C" fn recording_srq_post(
+    srq: *mut sys::ibv_srq,
+    wr: *mut sys::ibv_recv_wr,
+    _bad: *mut *mut sys::ibv_recv_wr,
+) -> i32 {
+    // SAFETY: the caller's valid request.
+    let n = unsafe { (*wr).num_sge };
+    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).push((srq as usize, n));
+    0
+}
+
+/// The entry counts of the receives the recording provider took on `srq`, in posting order.
+fn srq_posts(srq: &Arc<SrqShared>) -> Vec<i32> {
+    let me = crate::srq::Srq { shared: Arc::clone(srq) }.as_ptr() as usize;
+    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(s, _)| *s == me).map(|&(_, n)| n).collect()
+}
+
 impl World {
+    /// This world's provider takes SRQ receives, recording them ([`srq_posts`]).
+    fn record_srq_posts(&'static self) {
+        // SAFETY: the world's context is leaked and its test's own; the inline
+        // `ibv_post_srq_recv` reads `srq->context->ops.post_srq_recv`.
+        unsafe { (*self.ctxp).ops.post_srq_recv = Some(recording_srq_post) };
+    }
+
     /// A completion channel of this world: its C object (leaked) reads events from `read_fd`,
     /// and the library polls `polled_fd` for them. The C object's reference count makes
     /// `ibv_destroy_comp_channel` refuse (EBUSY) rather than free the fake, so the Rust side

@@ -84,35 +84,10 @@ fn a_refused_duplicate_number_does_not_swallow_the_live_qps_send_completion() {
     }
 }
 
-/// The entry counts the recording provider's `ibv_post_srq_recv` was given, by SRQ address.
-static SRQ_POSTS: Mutex<Vec<(usize, i32)>> = Mutex::new(Vec::new());
-
-/// A provider's `ibv_post_srq_recv` that takes every receive and notes its SRQ and entry count.
-///
-/// # Safety
-/// As `ibv_post_srq_recv` is called: `wr` a valid request.
-unsafe extern "C" fn count_srq_recv(
-    srq: *mut sys::ibv_srq,
-    wr: *mut sys::ibv_recv_wr,
-    _bad: *mut *mut sys::ibv_recv_wr,
-) -> i32 {
-    // SAFETY: the caller's valid request.
-    let n = unsafe { (*wr).num_sge };
-    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).push((srq as usize, n));
-    0
-}
-
-fn srq_posts(srq: &Arc<SrqShared>) -> Vec<i32> {
-    let me = crate::srq::Srq { shared: Arc::clone(srq) }.as_ptr() as usize;
-    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(s, _)| *s == me).map(|&(_, n)| n).collect()
-}
-
-/// A world whose provider takes SRQ receives ([`count_srq_recv`]).
+/// A world whose provider takes SRQ receives ([`World::record_srq_posts`]).
 fn srq_posting_world() -> &'static World {
     let w = World::new();
-    // SAFETY: the world's context is leaked and this test's own; the inline
-    // `ibv_post_srq_recv` reads `srq->context->ops.post_srq_recv`.
-    unsafe { (*w.ctxp).ops.post_srq_recv = Some(count_srq_recv) };
+    w.record_srq_posts();
     w
 }
 

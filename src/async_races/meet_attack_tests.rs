@@ -11,7 +11,7 @@
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use typed_verbs_sys as sys;
@@ -351,29 +351,13 @@ fn receive_memory_of_another_pd_or_context_is_refused_on_every_receive_path_befo
     assert!(shared.recv_sges::<RC, _>(&own).is_ok(), "the QP's own memory passes the checks");
 }
 
-/// `ibv_post_srq_recv` calls of the recording SRQ provider, by the `ibv_srq`'s address.
-static SRQ_POSTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-/// The recording provider's `ibv_post_srq_recv`: takes the receive.
-unsafe extern "C" fn srq_post(srq: *mut sys::ibv_srq, _: *mut sys::ibv_recv_wr, _: *mut *mut sys::ibv_recv_wr) -> i32 {
-    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).push(srq as usize);
-    0
-}
-
-fn srq_posts(srq: &Srq) -> usize {
-    let me = srq.as_ptr() as usize;
-    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|&&s| s == me).count()
-}
-
 /// An SRQ receive into memory of another PD or context than the SRQ's (chunks, views of host
 /// memory, ODP or dma-buf memory, a list mixing the SRQ's PD's memory with another's) is
 /// refused before the provider sees it; the SRQ's own memory is posted.
 #[test]
 fn srq_receives_into_memory_of_another_pd_or_context_are_refused_before_the_provider() {
     let (a, b) = (device(0x4d31, 0x4d31), device(0x4d32, 0x4d32));
-    // SAFETY: the world's context is leaked and used by this test only; the inline
-    // `ibv_post_srq_recv` reads `srq->context->ops.post_srq_recv`.
-    unsafe { (*a.ctxp).ops.post_srq_recv = Some(srq_post) };
+    a.record_srq_posts();
     let srq = Srq { shared: a.srq(8) };
     let other = "belongs to another protection domain than the shared receive queue";
     for (w, pd) in [(a, second_pd(a)), (b, Arc::clone(&b.pd))] {
@@ -385,10 +369,10 @@ fn srq_receives_into_memory_of_another_pd_or_context_are_refused_before_the_prov
         let mixed = (sink(&a.pd, OdpTag::NONE), chunk());
         refused(srq.post_recv_owned(Recv::new(mixed)), "ibv_post_srq_recv", "different protection domains");
     }
-    assert_eq!(srq_posts(&srq), 0, "the provider saw none of them");
+    assert_eq!(super::srq_posts(&srq.shared).len(), 0, "the provider saw none of them");
     let own = Mr::<LocalRw>::fake(&a.pd, a.raw_mr(&a.pd), 64).into_chunks(64).unwrap().pop().unwrap();
     let token = srq.post_recv_owned(Recv::new(own)).map_err(|e| e.error).expect("the SRQ's own memory");
-    assert_eq!(srq_posts(&srq), 1, "posted");
+    assert_eq!(super::srq_posts(&srq.shared).len(), 1, "posted");
     drop(token);
 }
 

@@ -86,32 +86,11 @@ fn odp_sink(w: &World, addr: u64, len: u32, odp: OdpTag) -> LocalBufMut<'static>
     LocalBufMut::from_parts(addr, len, 7, odp, w.pd.id())
 }
 
-/// `ibv_post_srq_recv` calls of the fake SRQ provider, by `wr_id`, and what it answers.
-static SRQ_POSTS: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
-
-unsafe extern "C" fn fake_srq_post(
-    srq: *mut sys::ibv_srq,
-    wr: *mut sys::ibv_recv_wr,
-    _bad: *mut *mut sys::ibv_recv_wr,
-) -> i32 {
-    // SAFETY: `wr` is the caller's valid request.
-    let id = unsafe { (*wr).wr_id };
-    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).push((srq as usize, id));
-    0
-}
-
-fn srq_posts(srq: &Arc<SrqShared>) -> usize {
-    let me = Srq { shared: Arc::clone(srq) }.as_ptr() as usize;
-    SRQ_POSTS.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(s, _)| *s == me).count()
-}
-
-/// A world whose context posts SRQ receives through [`fake_srq_post`], and an SRQ of it
+/// A world whose provider takes SRQ receives ([`World::record_srq_posts`]), and an SRQ of it
 /// (`max_sge` 1).
 fn srq_world(max_wr: u32) -> (&'static World, Arc<SrqShared>) {
     let w = World::new();
-    // SAFETY: the world's context is leaked and used by this test only; the inline
-    // `ibv_post_srq_recv` reads `srq->context->ops.post_srq_recv`.
-    unsafe { (*w.ctxp).ops.post_srq_recv = Some(fake_srq_post) };
+    w.record_srq_posts();
     let srq = w.srq(max_wr);
     (w, srq)
 }
@@ -416,9 +395,9 @@ fn srq_receives_of_another_pd_or_too_many_entries_are_refused_before_the_provide
     let mixed = (w.local_mut(0x1000, 8), LocalBufMut::from_parts(0x3000, 8, 9, OdpTag::default(), other.id()));
     let e = handle.post_recv_owned(Recv::new(mixed)).expect_err("entries of two PDs");
     assert!(matches!(e.error, Error::InvalidArgument { .. }), "{:?}", e.error);
-    assert_eq!(srq_posts(&srq), 0, "the provider saw a refused receive");
+    assert_eq!(srq_posts(&srq).len(), 0, "the provider saw a refused receive");
     let t = handle.post_recv_owned(Recv::new(w.local_mut(0x1000, 64))).expect("the SRQ's own PD");
-    assert_eq!(srq_posts(&srq), 1);
+    assert_eq!(srq_posts(&srq).len(), 1);
     drop(t);
 }
 
@@ -445,7 +424,7 @@ fn a_qp_of_an_srq_refuses_receives_of_its_own_on_every_path() {
     })
     .expect("nothing posted");
     assert!(recvs(&shared).is_empty(), "the provider saw a receive");
-    assert_eq!(srq_posts(&srq), 0);
+    assert_eq!(srq_posts(&srq).len(), 0);
 }
 
 /// An ODP receive on an SRQ needs `IBV_ODP_SUPPORT_SRQ_RECV` verified for every attached QP's
@@ -478,10 +457,10 @@ fn odp_srq_receives_are_checked_for_srq_recv_transport_and_placement_before_the_
         .post_recv_owned(Recv::new((odp_sink(w, page, 64, rc), odp_sink(w, 2 * page, 64, ud))))
         .expect_err("mixed transports (or too many entries)");
     assert!(e.wr.is_some());
-    assert_eq!(srq_posts(&srq), 0, "the provider saw a refused receive");
+    assert_eq!(srq_posts(&srq).len(), 0, "the provider saw a refused receive");
     // RC-verified with RC attached: posted; then a UD QP may not attach.
     let t = handle.post_recv_owned(Recv::new(odp_sink(w, page, 64, rc))).expect("RC-verified, RC attached");
-    assert_eq!(srq_posts(&srq), 1);
+    assert_eq!(srq_posts(&srq).len(), 1);
     invalid(&srq.attach_transport(sys::IBV_QPT_UD, "UD").expect_err("UD attach"), "ibv_create_qp", "On-Demand");
     drop(t);
 }
@@ -502,7 +481,7 @@ fn odp_srq_receives_racing_attaches_of_another_transport_never_both_succeed() {
             let attached = srq.attach_transport(sys::IBV_QPT_UD, "UD").is_ok();
             let posted = poster.join().unwrap();
             assert!(posted != attached, "round {round}: posted {posted}, attached {attached}");
-            assert_eq!(srq_posts(&srq), usize::from(posted));
+            assert_eq!(srq_posts(&srq).len(), usize::from(posted));
         }
     });
 }
